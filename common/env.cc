@@ -1,0 +1,138 @@
+#include "common/env.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+
+namespace braid {
+
+EnvLookup process_env() {
+  return [](const char* name) { return std::getenv(name); };
+}
+
+Result<int64_t> parse_env_int(const char* name, const char* value, int64_t min, int64_t max) {
+  std::string v = value ? value : "";
+  const auto bad = [&] {
+    return invalid_argument(std::string(name) + "='" + v + "' is not an integer in [" + std::to_string(min) +
+                            ", " + std::to_string(max) + "]");
+  };
+  if (v.empty()) return bad();
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (errno != 0 || end == v.c_str() || *end != '\0' || x < min || x > max) return bad();
+  return static_cast<int64_t>(x);
+}
+
+Result<double> parse_env_seconds(const char* name, const char* value) {
+  std::string v = value ? value : "";
+  char* end = nullptr;
+  errno = 0;
+  double x = v.empty() ? NAN : std::strtod(v.c_str(), &end);
+  if (v.empty() || errno != 0 || *end != '\0' || !(x > 0) || !std::isfinite(x)) {
+    return invalid_argument(std::string(name) + "='" + v + "' must be a positive number of seconds");
+  }
+  return x;
+}
+
+namespace {
+
+Status one_of(const char* name, const std::string& v, std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == a) return Status::ok();
+    list += list.empty() ? a : std::string(", ") + a;
+  }
+  return invalid_argument(std::string(name) + "='" + v + "' is not one of: " + list);
+}
+
+// Sizes accept a K/M/G suffix (powers of two), as braid-perf's -b/-e do.
+Result<size_t> parse_bytes(const char* name, const char* value, size_t min, size_t max) {
+  std::string v = value;
+  size_t mult = 1;
+  if (!v.empty()) {
+    char s = v.back();
+    if (s == 'K' || s == 'k') mult = size_t{1} << 10;
+    if (s == 'M' || s == 'm') mult = size_t{1} << 20;
+    if (s == 'G' || s == 'g') mult = size_t{1} << 30;
+    if (mult != 1) v.pop_back();
+  }
+  auto n = parse_env_int(name, v.c_str(), 0, INT64_MAX / static_cast<int64_t>(mult));
+  size_t bytes = n.is_ok() ? static_cast<size_t>(n.value()) * mult : 0;
+  if (!n.is_ok() || (bytes != 0 && (bytes < min || bytes > max))) {
+    return invalid_argument(std::string(name) + "='" + value + "' must be 0 or a size in [" + std::to_string(min) +
+                            ", " + std::to_string(max) + "] bytes (K/M/G suffixes allowed)");
+  }
+  return bytes;
+}
+
+}  // namespace
+
+Result<Env> Env::parse(const EnvLookup& lookup) {
+  Env e;
+  if (const char* v = lookup("BRAID_TRANSPORT")) {
+    e.transport = v;
+    RETURN_IF_ERROR(one_of("BRAID_TRANSPORT", e.transport, {"auto", "tcp", "tcp-poll", "ib", "shm", "inproc"}));
+  }
+  if (const char* v = lookup("BRAID_SOCKET_IFNAME")) e.socket_ifname = v;
+  if (const char* v = lookup("BRAID_NSOCKS")) {
+    ASSIGN_OR_RETURN(int64_t n, parse_env_int("BRAID_NSOCKS", v, 0, 64));
+    e.nsocks = static_cast<int>(n);
+  }
+  if (const char* v = lookup("BRAID_CHUNK_BYTES")) {
+    ASSIGN_OR_RETURN(e.chunk_bytes, parse_bytes("BRAID_CHUNK_BYTES", v, 4096, size_t{64} << 20));
+  }
+  if (const char* v = lookup("BRAID_ALGO")) {
+    e.algo = v;
+    RETURN_IF_ERROR(one_of("BRAID_ALGO", e.algo, {"auto", "ring", "tree", "rd", "chain", "pairwise"}));
+  }
+  if (const char* v = lookup("BRAID_TIMEOUT_S")) {
+    ASSIGN_OR_RETURN(e.timeout_s, parse_env_seconds("BRAID_TIMEOUT_S", v));
+  }
+  if (const char* v = lookup("BRAID_RENDEZVOUS_TIMEOUT_S")) {
+    ASSIGN_OR_RETURN(e.rendezvous_timeout_s, parse_env_seconds("BRAID_RENDEZVOUS_TIMEOUT_S", v));
+  }
+  if (const char* v = lookup("BRAID_PEER_TIMEOUT_S")) {
+    ASSIGN_OR_RETURN(e.peer_timeout_s, parse_env_seconds("BRAID_PEER_TIMEOUT_S", v));
+  }
+  if (const char* v = lookup("BRAID_PORT_RANGE")) {
+    std::string s = v;
+    size_t dash = s.find('-');
+    auto lo = parse_env_int("BRAID_PORT_RANGE", s.substr(0, dash).c_str(), 1, 65535);
+    auto hi = dash == std::string::npos ? lo : parse_env_int("BRAID_PORT_RANGE", s.substr(dash + 1).c_str(), 1, 65535);
+    if (!lo.is_ok() || !hi.is_ok() || hi.value() < lo.value()) {
+      return invalid_argument("BRAID_PORT_RANGE='" + s + "' must be 'LO-HI' with 1 <= LO <= HI <= 65535");
+    }
+    e.port_lo = static_cast<uint16_t>(lo.value());
+    e.port_hi = static_cast<uint16_t>(hi.value());
+  }
+  if (const char* v = lookup("BRAID_DEBUG")) {
+    std::string s = v;
+    for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    RETURN_IF_ERROR(one_of("BRAID_DEBUG", s, {"WARN", "INFO", "TRACE"}));
+    e.debug = s == "TRACE" ? LogLevel::trace : s == "INFO" ? LogLevel::info : LogLevel::warn;
+  }
+  if (const char* v = lookup("BRAID_ZCOPY_BYTES")) {
+    ASSIGN_OR_RETURN(e.zcopy_bytes, parse_bytes("BRAID_ZCOPY_BYTES", v, 1, SIZE_MAX >> 1));
+  }
+  if (const char* v = lookup("BRAID_SPIN_US")) {
+    ASSIGN_OR_RETURN(int64_t n, parse_env_int("BRAID_SPIN_US", v, 0, 100000));
+    e.spin_us = static_cast<int>(n);
+  }
+  if (const char* v = lookup("BRAID_IB_HCA")) e.ib_hca = v;
+  if (const char* v = lookup("BRAID_GDR")) {
+    e.gdr = v;
+    RETURN_IF_ERROR(one_of("BRAID_GDR", e.gdr, {"0", "1", "auto"}));
+  }
+  return e;
+}
+
+Result<Env> global_env() {
+  static std::once_flag once;
+  static Result<Env>* parsed = nullptr;
+  std::call_once(once, [] { parsed = new Result<Env>(Env::parse(process_env())); });
+  return *parsed;
+}
+
+}  // namespace braid

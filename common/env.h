@@ -1,0 +1,67 @@
+// common/env.h - every BRAID_* variable, read and checked once.
+//
+// Nobody else calls getenv for BRAID_* settings: they take an `Env`. A bad value is an error
+// naming the variable, its value and what is allowed, never silently ignored. Each variable is
+// documented here and in README with its default.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/status.h"
+
+namespace braid {
+
+// Looks a variable up; nullptr when unset. Tests inject their own.
+using EnvLookup = std::function<const char*(const char*)>;
+EnvLookup process_env();
+
+enum class LogLevel : uint8_t { warn = 0, info = 1, trace = 2 };
+
+struct Env {
+  // BRAID_TRANSPORT: auto | tcp | tcp-poll | ib | shm | inproc. auto = tcp over io_uring, falling
+  // back to epoll when io_uring cannot be set up. Default auto.
+  std::string transport = "auto";
+  // BRAID_SOCKET_IFNAME: interfaces to use, like NCCL_SOCKET_IFNAME: "eth0,ib" prefixes,
+  // "^docker" excludes, "=eth0" exact. Default: the interface that routes to MASTER_ADDR.
+  std::string socket_ifname;
+  // BRAID_NSOCKS: sockets per peer a message is striped across, 1..64. 0 = from link speed.
+  int nsocks = 0;
+  // BRAID_CHUNK_BYTES: pipelining segment size of collectives, 4 KiB..64 MiB; 0 = automatic.
+  size_t chunk_bytes = 0;
+  // BRAID_ALGO: auto | ring | tree | rd (recursive doubling) | chain | pairwise. Default auto.
+  std::string algo = "auto";
+  // BRAID_TIMEOUT_S: bound on every collective, seconds (> 0). Default 600.
+  double timeout_s = 600;
+  // BRAID_RENDEZVOUS_TIMEOUT_S: bound on rendezvous and every store wait. Default 300.
+  double rendezvous_timeout_s = 300;
+  // BRAID_PEER_TIMEOUT_S: a silent peer (no FIN, no RST) is declared lost after this. Default 30.
+  double peer_timeout_s = 30;
+  // BRAID_PORT_RANGE: "lo-hi" ports the transport listens on; empty = any (port 0).
+  uint16_t port_lo = 0, port_hi = 0;
+  // BRAID_DEBUG: WARN | INFO | TRACE. Default WARN.
+  LogLevel debug = LogLevel::warn;
+  // BRAID_ZCOPY_BYTES: sends at least this large use MSG_ZEROCOPY/SEND_ZC; 0 = never. Default 1 MiB.
+  size_t zcopy_bytes = size_t{1} << 20;
+  // BRAID_SPIN_US: how long a waiter spins before sleeping, microseconds (0..100000). Default 50.
+  int spin_us = 50;
+  // BRAID_IB_HCA: HCA names for the ib transport (like NCCL_IB_HCA). Default: all.
+  std::string ib_hca;
+  // BRAID_GDR: 0 | 1 | auto - GPUDirect RDMA for CUDA buffers. Default auto.
+  std::string gdr = "auto";
+
+  // Parses every variable; the first bad one is an invalid_argument error naming it.
+  static Result<Env> parse(const EnvLookup& lookup);
+};
+
+// The process's Env, parsed on first use (thread-safe). A bad value fails every call.
+Result<Env> global_env();
+
+// Helpers for other layers that read their own variables through an EnvLookup
+// (rendezvous reads RANK, WORLD_SIZE, ...). Errors name the variable and its value.
+Result<int64_t> parse_env_int(const char* name, const char* value, int64_t min, int64_t max);
+Result<double> parse_env_seconds(const char* name, const char* value);
+
+}  // namespace braid

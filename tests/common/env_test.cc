@@ -1,0 +1,82 @@
+#include "common/env.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+namespace braid {
+namespace {
+
+Result<Env> parse(std::map<std::string, std::string> vars) {
+  return Env::parse([vars](const char* name) -> const char* {
+    static thread_local std::string value;
+    auto it = vars.find(name);
+    if (it == vars.end()) return nullptr;
+    value = it->second;
+    return value.c_str();
+  });
+}
+
+TEST(Env, DefaultsWhenNothingIsSet) {
+  auto e = parse({});
+  ASSERT_TRUE(e.is_ok()) << e.status().message();
+  EXPECT_EQ(e->transport, "auto");
+  EXPECT_EQ(e->algo, "auto");
+  EXPECT_EQ(e->timeout_s, 600);
+  EXPECT_EQ(e->rendezvous_timeout_s, 300);
+  EXPECT_EQ(e->peer_timeout_s, 30);
+  EXPECT_EQ(e->debug, LogLevel::warn);
+  EXPECT_EQ(e->nsocks, 0);
+}
+
+TEST(Env, ReadsEveryVariable) {
+  auto e = parse({{"BRAID_TRANSPORT", "tcp-poll"}, {"BRAID_NSOCKS", "4"}, {"BRAID_CHUNK_BYTES", "512K"},
+                  {"BRAID_ALGO", "ring"}, {"BRAID_TIMEOUT_S", "2.5"}, {"BRAID_PORT_RANGE", "40000-40100"},
+                  {"BRAID_DEBUG", "info"}, {"BRAID_SOCKET_IFNAME", "^docker,eth"}});
+  ASSERT_TRUE(e.is_ok()) << e.status().message();
+  EXPECT_EQ(e->transport, "tcp-poll");
+  EXPECT_EQ(e->nsocks, 4);
+  EXPECT_EQ(e->chunk_bytes, 512u << 10);
+  EXPECT_EQ(e->algo, "ring");
+  EXPECT_DOUBLE_EQ(e->timeout_s, 2.5);
+  EXPECT_EQ(e->port_lo, 40000);
+  EXPECT_EQ(e->port_hi, 40100);
+  EXPECT_EQ(e->debug, LogLevel::info);
+  EXPECT_EQ(e->socket_ifname, "^docker,eth");
+}
+
+struct BadValue {
+  const char* name;
+  const char* value;
+};
+
+class EnvBadValue : public ::testing::TestWithParam<BadValue> {};
+
+TEST_P(EnvBadValue, IsAnErrorNamingTheVariableAndValue) {
+  auto e = parse({{GetParam().name, GetParam().value}});
+  ASSERT_FALSE(e.is_ok());
+  EXPECT_EQ(e.status().code(), ErrorCode::invalid_argument);
+  EXPECT_NE(e.status().message().find(GetParam().name), std::string::npos) << e.status().message();
+  EXPECT_NE(e.status().message().find(std::string("'") + GetParam().value + "'"), std::string::npos)
+      << e.status().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(All, EnvBadValue,
+                         ::testing::Values(BadValue{"BRAID_TRANSPORT", "carrier-pigeon"}, BadValue{"BRAID_NSOCKS", "-1"},
+                                           BadValue{"BRAID_NSOCKS", "four"}, BadValue{"BRAID_NSOCKS", "65"},
+                                           BadValue{"BRAID_CHUNK_BYTES", "12"}, BadValue{"BRAID_ALGO", "fastest"},
+                                           BadValue{"BRAID_TIMEOUT_S", "0"}, BadValue{"BRAID_TIMEOUT_S", "10s"},
+                                           BadValue{"BRAID_RENDEZVOUS_TIMEOUT_S", ""},
+                                           BadValue{"BRAID_PEER_TIMEOUT_S", "-3"},
+                                           BadValue{"BRAID_PORT_RANGE", "9000-8000"},
+                                           BadValue{"BRAID_DEBUG", "LOUD"}, BadValue{"BRAID_GDR", "yes"}));
+
+TEST(Env, IntegerParserNamesRange) {
+  auto r = parse_env_int("RANK", "12x", 0, 7);
+  ASSERT_FALSE(r.is_ok());
+  EXPECT_EQ(r.status().message(), "RANK='12x' is not an integer in [0, 7]");
+}
+
+}  // namespace
+}  // namespace braid

@@ -1,0 +1,38 @@
+// transport/registry.h - transports by name, filled by one explicit function.
+//
+// A transport compiled out (no liburing, no verbs) is still listed, as unavailable with its
+// reason, so "BRAID_TRANSPORT=ib" says why it cannot be had instead of "unknown transport".
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/env.h"
+#include "transport/transport.h"
+
+namespace braid::transport {
+
+struct TransportOptions {
+  Env env;                       // BRAID_* settings (interfaces, sockets, timeouts, ...)
+  std::string master_addr;       // picks the interface that routes there, when set
+  void* inproc_fabric = nullptr; // inproc only: the shared in-process fabric (see inproc.h)
+};
+
+using TransportFactory = std::function<Result<std::unique_ptr<Transport>>(const TransportOptions&)>;
+
+struct TransportEntry {
+  std::string name;            // "tcp", "tcp-poll", "ib", "inproc"
+  bool available = false;
+  std::string unavailable_reason;  // "braid was built without liburing"
+  TransportFactory create;
+};
+
+// Every transport braid knows, available or not. Filled once by register_builtin_transports().
+const std::vector<TransportEntry>& transport_registry();
+
+// Creates the transport `name` ("auto" tries tcp, then tcp-poll, logging once which engine runs).
+Result<std::unique_ptr<Transport>> create_transport(const std::string& name, const TransportOptions& options);
+
+}  // namespace braid::transport

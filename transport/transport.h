@@ -1,0 +1,118 @@
+// transport/transport.h - the seam every transport implements (tcp, ib, shm, inproc).
+//
+// A transport moves framed messages between two endpoints and says when they arrived. It knows
+// nothing of collectives or communicators: ranks appear only as the numbers in the handshake and
+// in error messages. Addresses are opaque strings the runtime exchanges through the Store.
+//
+// Threading: a Transport and its Connections are driven by one thread at a time (the owner:
+// the communicator's progress thread). post_*, poll and close are called only by the owner;
+// wake() may be called from any thread. An io_uring engine may therefore use SINGLE_ISSUER.
+//
+// Messages: each post_send is one message. Messages on a connection arrive in the order they
+// were posted; each post_recv takes the next message. A message larger than the receive
+// buffer completes that receive with ErrorCode::protocol (never overruns it). Many sends and
+// receives may be outstanding (up to Capabilities::max_in_flight per direction); buffers must
+// stay valid and unmodified until their completion is reported.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "common/status.h"
+
+namespace braid::transport {
+
+enum class MemoryKind : uint8_t { host, cuda };
+
+// What a transport can do, so callers never switch on its type.
+struct Capabilities {
+  bool host_memory = true;
+  bool cuda_memory = false;     // can post CUDA device pointers directly
+  bool dmabuf = false;          // registers CUDA memory through dmabuf (GPUDirect RDMA)
+  bool zero_copy_send = false;  // large sends avoid a copy into the kernel
+  bool needs_registration = false;  // post_* require memory from register_memory
+  size_t max_in_flight = 256;   // outstanding operations per connection and direction
+};
+
+// A registered byte range; handle is transport-specific (an ib MR key; 0 for tcp).
+struct MemoryRegion {
+  void* base = nullptr;
+  size_t bytes = 0;
+  MemoryKind kind = MemoryKind::host;
+  uint64_t handle = 0;
+};
+
+// Who is connecting to whom; carried in the connection handshake and checked by the acceptor.
+struct PeerIdentity {
+  uint64_t comm_id = 0;  // a communicator's id: connections of other jobs/communicators are refused
+  int self_rank = 0;
+  int peer_rank = 0;
+};
+
+class Connection;
+
+// One finished send or receive.
+struct Completion {
+  Connection* connection = nullptr;
+  uint64_t cookie = 0;  // what the caller passed to post_*
+  bool is_send = false;
+  size_t bytes = 0;     // bytes received (the message's length) or sent
+  Status status;        // non-OK: the operation failed; the message names the peer and address
+};
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  Connection() = default;
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  [[nodiscard]] virtual Status post_send(const void* data, size_t bytes, uint64_t cookie) = 0;
+  [[nodiscard]] virtual Status post_recv(void* data, size_t capacity, uint64_t cookie) = 0;
+  // Fails every outstanding operation (their completions report ErrorCode::aborted) and closes.
+  virtual void close() = 0;
+
+  virtual int peer_rank() const = 0;
+  virtual const std::string& peer_address() const = 0;  // "10.0.0.2:41234", for messages
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  Transport() = default;
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  virtual const char* name() const = 0;  // "tcp (io_uring)", "tcp (epoll)", "inproc"
+  virtual Capabilities capabilities() const = 0;
+
+  // Starts listening; returns the opaque address to publish through the Store.
+  [[nodiscard]] virtual Result<std::string> listen() = 0;
+  // Connects to the endpoint that published `address`; bounded by `deadline`, retrying with
+  // backoff while the peer is not listening yet. The error names the address it could not reach.
+  [[nodiscard]] virtual Result<std::unique_ptr<Connection>> connect(const std::string& address,
+                                                                    const PeerIdentity& who,
+                                                                    Deadline deadline) = 0;
+  // Waits for the connection from `who.peer_rank` (connections from other peers that arrive
+  // meanwhile are kept for their own accept call; strangers are refused and logged).
+  [[nodiscard]] virtual Result<std::unique_ptr<Connection>> accept(const PeerIdentity& who, Deadline deadline) = 0;
+
+  [[nodiscard]] virtual Result<MemoryRegion> register_memory(void* base, size_t bytes, MemoryKind kind) {
+    return MemoryRegion{base, bytes, kind, 0};
+  }
+  virtual void deregister_memory(const MemoryRegion&) {}
+
+  // Drives I/O of every connection and appends finished operations to `out`. Returns as soon
+  // as at least one completion is ready, or after `timeout` (0: never blocks), or when wake()
+  // is called. Spinning before sleeping is the transport's business (BRAID_SPIN_US).
+  [[nodiscard]] virtual Status poll(std::vector<Completion>& out, std::chrono::microseconds timeout) = 0;
+  // Makes a poll() blocked on another thread return. Any thread.
+  virtual void wake() = 0;
+};
+
+}  // namespace braid::transport
