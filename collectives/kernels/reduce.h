@@ -1,4 +1,4 @@
-// collectives/reduce.h - the dtype x op reduction kernels every algorithm calls.
+// collectives/kernels/reduce.h - the dtype x op reduction kernels every algorithm calls.
 //
 // Contracts (all kernels): `count` elements, pointers may be unaligned, dst may equal a or b
 // (in-place), ranges otherwise do not overlap. f16 and bf16 are reduced in f32 and rounded to
