@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian packages braid's build, tests and benchmarks need - only those missing,
+# and silently when none is. Idempotent; needs root (or sudo) only when something is missing.
+set -euo pipefail
+
+packages=(
+  g++ meson ninja-build pkg-config          # build
+  liburing-dev libibverbs-dev               # optional features (io_uring engine, verbs)
+  libgtest-dev libgmock-dev libbenchmark-dev  # tests and benchmarks
+  iproute2 iperf3 procps psmisc             # network namespaces, link checks, process checks
+)
+if [ "${BRAID_SETUP_ANCHORS:-0}" = 1 ]; then   # the Gloo/Open MPI side-by-side benchmarks
+  packages+=(libgloo-dev openmpi-bin libopenmpi-dev hwloc-nox)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "setup: installing ${missing[*]}" >&2
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq >/dev/null
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
