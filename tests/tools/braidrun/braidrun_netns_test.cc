@@ -1,0 +1,99 @@
+// Two braidruns in two network namespaces (two "hosts" joined by a veth pair) forming one job.
+// Needs root for `ip netns`; skipped with a message otherwise.
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/tools/braidrun/braidrun_runner.h"
+
+namespace braid::braidrun::testing {
+namespace {
+
+int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
+
+// Namespaces "brt<pid>a" (10.77.0.1) and "brt<pid>b" (10.77.0.2), deleted by the destructor,
+// whatever the test's outcome.
+class TwoHosts {
+ public:
+  TwoHosts() : a_("brt" + std::to_string(getpid()) + "a"), b_("brt" + std::to_string(getpid()) + "b") {
+    if (sh("ip netns add " + a_) != 0) {
+      error_ = "`ip netns add` failed (needs root and iproute2)";
+      return;
+    }
+    created_a_ = true;
+    if (sh("ip netns add " + b_) != 0) {
+      error_ = "`ip netns add " + b_ + "` failed";
+      return;
+    }
+    created_b_ = true;
+    const std::vector<std::string> setup = {
+        "ip -n " + a_ + " link add v0 type veth peer name v1 netns " + b_,
+        "ip -n " + a_ + " addr add 10.77.0.1/24 dev v0",
+        "ip -n " + b_ + " addr add 10.77.0.2/24 dev v1",
+        "ip -n " + a_ + " link set lo up",
+        "ip -n " + b_ + " link set lo up",
+        "ip -n " + a_ + " link set v0 up",
+        "ip -n " + b_ + " link set v1 up",
+    };
+    for (const std::string& cmd : setup) {
+      if (sh(cmd) != 0) {
+        error_ = "namespace setup failed: " + cmd;
+        return;
+      }
+    }
+  }
+  ~TwoHosts() {
+    if (created_a_) sh("ip netns del " + a_);
+    if (created_b_) sh("ip netns del " + b_);
+  }
+  const std::string& error() const { return error_; }
+  std::vector<std::string> exec_in(const std::string& ns) const { return {"ip", "netns", "exec", ns}; }
+  const std::string& a() const { return a_; }
+  const std::string& b() const { return b_; }
+
+ private:
+  std::string a_, b_, error_;
+  bool created_a_ = false, created_b_ = false;
+};
+
+TEST(BraidrunNetns, TwoNodesInTwoNamespacesFormOneJob) {
+  TwoHosts hosts;
+  if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
+  std::vector<std::string> args = {"--nnodes",        "2", "--nproc-per-node", "2", "--rdzv-endpoint", "10.77.0.1:29500",
+                                   "--rdzv-timeout-s", "30", "--rdzv-id",      "netns-job", rank_helper_path(), "env",
+                                   "store-set@3",     "k3", "hello-from-3",   "store-get", "k3"};
+  RunResult ra, rb;
+  {
+    // The client first: it must wait for the serving node rather than fail.
+    BraidrunProcess b(args, hosts.exec_in(hosts.b()));
+    usleep(300 * 1000);
+    BraidrunProcess a(args, hosts.exec_in(hosts.a()));
+    ra = a.wait(60);
+    rb = b.wait(60);
+  }
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  std::regex re(R"(\[rank (\d)\] RANK=(\d) LOCAL_RANK=(\d) WORLD_SIZE=4 .* GROUP_WORLD_SIZE=2 .* MASTER_ADDR=10\.77\.0\.1 MASTER_PORT=29500 TORCHELASTIC_RUN_ID=netns-job .*)");
+  std::set<std::string> ranks_a, ranks_b;
+  for (const std::string& line : lines_of(ra.out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, re)) ranks_a.insert(m[2]);
+  }
+  for (const std::string& line : lines_of(rb.out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, re)) ranks_b.insert(m[2]);
+  }
+  // The node that serves (it owns 10.77.0.1) is node 0.
+  EXPECT_EQ(ranks_a, (std::set<std::string>{"0", "1"})) << ra.out << ra.err;
+  EXPECT_EQ(ranks_b, (std::set<std::string>{"2", "3"})) << rb.out << rb.err;
+  EXPECT_NE((ra.out + rb.out).find("[rank 0] got k3=hello-from-3"), std::string::npos) << ra.out << rb.out;
+}
+
+}  // namespace
+}  // namespace braid::braidrun::testing

@@ -1,0 +1,236 @@
+// End-to-end tests of the braidrun executable on one machine (127.0.0.1).
+#include <signal.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/tools/braidrun/braidrun_runner.h"
+
+namespace braid::braidrun::testing {
+namespace {
+
+std::vector<std::string> with_rank(std::vector<std::string> flags, const std::vector<std::string>& actions) {
+  flags.push_back(rank_helper_path());
+  flags.insert(flags.end(), actions.begin(), actions.end());
+  return flags;
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+TEST(Braidrun, Help) {
+  RunResult r = run_braidrun({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.out, "--nproc-per-node")) << r.out;
+}
+
+TEST(Braidrun, BadFlagsFailClearly) {
+  RunResult r = run_braidrun({"--nnodes", "1:4", rank_helper_path()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.err, "elastic")) << r.err;
+  r = run_braidrun({"--max_restarts=2", rank_helper_path()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.err, "not supported yet")) << r.err;
+  r = run_braidrun({"--standalone", "./no/such/program"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.err, "./no/such/program")) << r.err;
+  r = run_braidrun({"--standalone", "no-such-program-in-path-braidrun"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.err, "cannot find program")) << r.err;
+}
+
+TEST(Braidrun, SetsEnvForEachRank) {
+  RunResult r = run_braidrun(with_rank({"--standalone", "--nproc-per-node", "8", "--rdzv-id", "job42"}, {"env"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::set<int> ranks;
+  std::set<std::string> ports;
+  std::regex re(R"(^\[rank (\d+)\] RANK=(\d+) LOCAL_RANK=(\d+) WORLD_SIZE=8 LOCAL_WORLD_SIZE=8 GROUP_RANK=0 )"
+                R"(GROUP_WORLD_SIZE=1 ROLE_RANK=(\d+) ROLE_WORLD_SIZE=8 MASTER_ADDR=127\.0\.0\.1 MASTER_PORT=(\d+) )"
+                R"(TORCHELASTIC_RUN_ID=job42 BRAID_AGENT_STORE=1$)");
+  for (const std::string& line : lines_of(r.out)) {
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(line, m, re)) << line;
+    EXPECT_EQ(m[1], m[2]);
+    EXPECT_EQ(m[2], m[3]);
+    EXPECT_EQ(m[2], m[4]);
+    EXPECT_NE(m[5], "0");
+    ranks.insert(std::stoi(m[2]));
+    ports.insert(m[5]);
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(ports.size(), 1u);
+}
+
+TEST(Braidrun, PrefixesLinesAndNeverSplitsThem) {
+  RunResult r = run_braidrun(with_rank({"--standalone", "--nproc_per_node=4"},
+                                       {"halves", "abcdefghijklmnop", "eprint", "to-stderr"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto out = lines_of(r.out);
+  ASSERT_EQ(out.size(), 4u) << r.out;
+  for (const std::string& line : out) EXPECT_TRUE(std::regex_match(line, std::regex(R"(\[rank [0-3]\] abcdefghijklmnop)"))) << line;
+  int err_lines = 0;
+  for (const std::string& line : lines_of(r.err)) err_lines += std::regex_match(line, std::regex(R"(\[rank [0-3]\] to-stderr)"));
+  EXPECT_EQ(err_lines, 4) << r.err;
+}
+
+TEST(Braidrun, NoPrefixAndLogDir) {
+  TempDir logs;
+  RunResult r = run_braidrun(with_rank({"--standalone", "--nproc-per-node", "2", "--no-prefix", "--log-dir", logs.path() + "/l", "--"},
+                                       {"print", "hello", "eprint", "warn"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(lines_of(r.out), (std::vector<std::string>{"hello", "hello"}));
+  for (int i = 0; i < 2; ++i) {
+    std::string log = read_file(logs.path() + "/l/rank" + std::to_string(i) + ".log");
+    EXPECT_TRUE(contains(log, "hello\n")) << log;
+    EXPECT_TRUE(contains(log, "warn\n")) << log;
+  }
+}
+
+TEST(Braidrun, ExitCodePropagatesAndNamesTheRank) {
+  RunResult r = run_braidrun(with_rank({"--standalone", "--nproc-per-node", "3"},
+                                       {"print@1", "last-words-of-rank-1", "exit@1", "3", "sleep", "60"}),
+                             40);
+  ASSERT_FALSE(r.timed_out) << "the other ranks were not stopped";
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 1 (local rank 1 on node 0")) << r.err;
+  EXPECT_TRUE(contains(r.err, "exit code 3")) << r.err;
+  EXPECT_TRUE(contains(r.err, "last 1 line(s) of rank 1:\nbraidrun:   | last-words-of-rank-1\n")) << r.err;
+}
+
+TEST(Braidrun, KilledRankGives137AndStopsTheOthers) {
+  TempDir pids;
+  RunResult r = run_braidrun(with_rank({"--standalone", "--nproc-per-node", "3"},
+                                       {"pidfile", pids.path(), "sleep@0", "0.5", "kill@0", "9", "sleep", "60"}),
+                             40);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 137) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 0")) << r.err;
+  EXPECT_TRUE(contains(r.err, "killed by SIGKILL")) << r.err;
+  auto started = read_pidfiles(pids.path(), 3, 1);
+  ASSERT_EQ(started.size(), 3u);
+  EXPECT_TRUE(wait_pids_gone(started, 5).empty());
+}
+
+TEST(Braidrun, RankIgnoringSigtermIsKilledAfterGrace) {
+  TempDir pids;
+  RunResult r = run_braidrun(with_rank({"--standalone", "--nproc-per-node", "2", "--grace-s", "1"},
+                                       {"ignore-term", "pidfile", pids.path(), "sleep@0", "0.5", "exit@0", "4", "sleep", "60"}),
+                             40);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 1 (pid")) << r.err;
+  EXPECT_TRUE(contains(r.err, "sending SIGKILL")) << r.err;
+  auto started = read_pidfiles(pids.path(), 2, 1);
+  ASSERT_EQ(started.size(), 2u);
+  EXPECT_TRUE(wait_pids_gone(started, 5).empty());
+}
+
+void signal_braidrun_and_check_ranks_gone(int sig, int expected_exit) {
+  TempDir pids;
+  BraidrunProcess p(with_rank({"--standalone", "--nproc-per-node", "3", "--grace-s", "2"},
+                              {"pidfile", pids.path(), "ignore-term@2", "sleep", "60"}));
+  auto started = read_pidfiles(pids.path(), 3, 20);
+  ASSERT_EQ(started.size(), 3u);
+  ASSERT_EQ(kill(p.pid(), sig), 0);
+  RunResult r = p.wait(30);
+  ASSERT_FALSE(r.timed_out);
+  if (expected_exit >= 0) {
+    EXPECT_EQ(r.exit_code, expected_exit) << r.err;
+  }
+  std::vector<pid_t> alive = wait_pids_gone(started, 10);
+  EXPECT_TRUE(alive.empty()) << alive.size() << " rank(s) outlived braidrun";
+}
+
+TEST(Braidrun, SigtermToBraidrunStopsEveryRank) { signal_braidrun_and_check_ranks_gone(SIGTERM, 128 + SIGTERM); }
+TEST(Braidrun, SigintToBraidrunStopsEveryRank) { signal_braidrun_and_check_ranks_gone(SIGINT, 128 + SIGINT); }
+TEST(Braidrun, SigkillOfBraidrunLeavesNoOrphans) { signal_braidrun_and_check_ranks_gone(SIGKILL, 128 + SIGKILL); }
+
+TEST(Braidrun, RanksUseTheStoreAfterRank0Exited) {
+  RunResult r = run_braidrun(with_rank({"--standalone", "--nproc-per-node", "3"},
+                                       {"store-set@0", "greeting", "from-rank-0", "exit@0", "0", "sleep", "1",
+                                        "store-get", "greeting"}),
+                             40);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "[rank 1] got greeting=from-rank-0")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[rank 2] got greeting=from-rank-0")) << r.out;
+}
+
+TEST(Braidrun, MasterPortIsServed) {
+  int port = free_port();
+  RunResult r = run_braidrun(with_rank({"--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
+                                        std::to_string(port)},
+                                       {"env", "store-set@1", "k", "v", "store-get", "k"}),
+                             40);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "MASTER_PORT=" + std::to_string(port) + " ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "[rank 0] got k=v")) << r.out;
+}
+
+TEST(Braidrun, NodesMissingIsNamed) {
+  int port = free_port();
+  RunResult r = run_braidrun(with_rank({"--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint",
+                                        "127.0.0.1:" + std::to_string(port), "--rdzv-timeout-s", "1.5"},
+                                       {"env"}),
+                             40);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.err, "1 of 2 nodes arrived (node 0 (host ")) << r.err;
+  EXPECT_TRUE(contains(r.err, "1 missing (node rank(s) 1)")) << r.err;
+  EXPECT_TRUE(r.out.empty()) << "no rank may start: " << r.out;
+}
+
+std::vector<std::string> node_flags(int port, int nproc) {
+  return {"--nnodes", "2", "--nproc-per-node", std::to_string(nproc), "--rdzv-endpoint",
+          "127.0.0.1:" + std::to_string(port), "--rdzv-timeout-s", "30", "--rdzv-backend=c10d"};
+}
+
+TEST(Braidrun, TwoNodesOnOneHostFormOneJob) {
+  int port = free_port();
+  BraidrunProcess a(with_rank(node_flags(port, 2), {"env", "store-set@3", "from3", "x", "store-get", "from3"}));
+  BraidrunProcess b(with_rank(node_flags(port, 2), {"env", "store-set@3", "from3", "x", "store-get", "from3"}));
+  RunResult ra = a.wait(60), rb = b.wait(60);
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  std::set<std::string> ranks;
+  std::regex re(R"(\[rank (\d)\] RANK=(\d) LOCAL_RANK=(\d) WORLD_SIZE=4 .*GROUP_WORLD_SIZE=2 .*)");
+  for (const std::string& line : lines_of(ra.out + rb.out)) {
+    std::smatch m;
+    if (std::regex_match(line, m, re)) ranks.insert(m[2]);
+  }
+  EXPECT_EQ(ranks, (std::set<std::string>{"0", "1", "2", "3"})) << ra.out << rb.out;
+  EXPECT_TRUE(contains(ra.out + rb.out, "[rank 0] got from3=x"));
+}
+
+TEST(Braidrun, NodesMustAgreeOnNprocPerNode) {
+  int port = free_port();
+  BraidrunProcess a(with_rank(node_flags(port, 2), {"env"}));
+  BraidrunProcess b(with_rank(node_flags(port, 1), {"env"}));
+  RunResult ra = a.wait(60), rb = b.wait(60);
+  EXPECT_NE(ra.exit_code, 0);
+  EXPECT_NE(rb.exit_code, 0);
+  EXPECT_TRUE(contains(ra.err + rb.err, "disagree on --nproc-per-node")) << ra.err << rb.err;
+}
+
+TEST(Braidrun, FailureOnOneNodeStopsTheOther) {
+  int port = free_port();
+  auto flags = node_flags(port, 2);
+  flags.insert(flags.end(), {"--node-rank", "0"});
+  BraidrunProcess a(with_rank(flags, {"sleep", "60"}));
+  flags = node_flags(port, 2);
+  flags.insert(flags.end(), {"--node-rank", "1"});
+  BraidrunProcess b(with_rank(flags, {"sleep@3", "0.5", "exit@3", "5", "sleep", "60"}));
+  RunResult rb = b.wait(45), ra = a.wait(45);
+  ASSERT_FALSE(ra.timed_out);
+  ASSERT_FALSE(rb.timed_out);
+  EXPECT_EQ(rb.exit_code, 5) << rb.err;
+  EXPECT_EQ(ra.exit_code, 5) << ra.err;
+  EXPECT_TRUE(contains(ra.err, "node 1: rank 3 failed: exit code 5")) << ra.err;
+}
+
+}  // namespace
+}  // namespace braid::braidrun::testing

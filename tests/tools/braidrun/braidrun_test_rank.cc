@@ -1,0 +1,110 @@
+// braidrun_test_rank: the program braidrun's tests launch as ranks. Runs its arguments as a
+// script of actions, in order; "action@R" runs only on RANK R:
+//   env                print the torchrun variables braidrun set, on one line
+//   print TEXT         print TEXT on stdout        eprint TEXT   the same on stderr
+//   halves TEXT        print TEXT as two writes 50 ms apart, then '\n'
+//   exit CODE          exit with CODE              kill SIG      raise signal SIG
+//   sleep SECONDS      sleep                       ignore-term   ignore SIGTERM from now on
+//   pidfile DIR        write this pid to DIR/rank<RANK>.pid
+//   store-set KEY VAL  set KEY in the store at MASTER_ADDR:MASTER_PORT
+//   store-get KEY      get KEY (waits) and print "got KEY=VALUE"
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "braid/store.h"
+
+namespace {
+
+const char* env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+std::unique_ptr<braid::TcpStore>& store() {
+  static std::unique_ptr<braid::TcpStore> s;
+  if (!s) {
+    s = braid::TcpStore::connect(env_or("MASTER_ADDR", "127.0.0.1"),
+                                 static_cast<uint16_t>(std::atoi(env_or("MASTER_PORT", "0"))),
+                                 braid::TcpStoreOptions{.timeout = std::chrono::seconds(20)});
+  }
+  return s;
+}
+
+int arity(const std::string& action) {
+  if (action == "env" || action == "ignore-term") return 0;
+  if (action == "store-set") return 2;
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rank = std::atoi(env_or("RANK", "-1"));
+  for (int i = 1; i < argc; ++i) {
+    std::string action = argv[i];
+    int only = -1;
+    if (auto at = action.find('@'); at != std::string::npos) {
+      only = std::atoi(action.c_str() + at + 1);
+      action.resize(at);
+    }
+    int n = arity(action);
+    if (i + n >= argc) {
+      std::fprintf(stderr, "braidrun_test_rank: '%s' needs %d argument(s)\n", argv[i], n);
+      return 2;
+    }
+    const char* a1 = n >= 1 ? argv[i + 1] : "";
+    const char* a2 = n >= 2 ? argv[i + 2] : "";
+    i += n;
+    if (only >= 0 && only != rank) continue;
+    if (action == "env") {
+      std::printf("RANK=%s LOCAL_RANK=%s WORLD_SIZE=%s LOCAL_WORLD_SIZE=%s GROUP_RANK=%s GROUP_WORLD_SIZE=%s "
+                  "ROLE_RANK=%s ROLE_WORLD_SIZE=%s MASTER_ADDR=%s MASTER_PORT=%s TORCHELASTIC_RUN_ID=%s "
+                  "BRAID_AGENT_STORE=%s\n",
+                  env_or("RANK", "?"), env_or("LOCAL_RANK", "?"), env_or("WORLD_SIZE", "?"),
+                  env_or("LOCAL_WORLD_SIZE", "?"), env_or("GROUP_RANK", "?"), env_or("GROUP_WORLD_SIZE", "?"),
+                  env_or("ROLE_RANK", "?"), env_or("ROLE_WORLD_SIZE", "?"), env_or("MASTER_ADDR", "?"),
+                  env_or("MASTER_PORT", "?"), env_or("TORCHELASTIC_RUN_ID", "?"), env_or("BRAID_AGENT_STORE", "?"));
+    } else if (action == "print") {
+      std::printf("%s\n", a1);
+    } else if (action == "eprint") {
+      std::fprintf(stderr, "%s\n", a1);
+    } else if (action == "halves") {
+      std::string s = a1;
+      std::string first = s.substr(0, s.size() / 2), second = s.substr(s.size() / 2) + "\n";
+      ssize_t ignored = write(1, first.data(), first.size());
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      ignored = write(1, second.data(), second.size());
+      (void)ignored;
+    } else if (action == "exit") {
+      std::fflush(nullptr);
+      std::_Exit(std::atoi(a1));
+    } else if (action == "kill") {
+      std::fflush(nullptr);
+      raise(std::atoi(a1));
+    } else if (action == "sleep") {
+      std::fflush(nullptr);
+      std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(a1)));
+    } else if (action == "ignore-term") {
+      signal(SIGTERM, SIG_IGN);
+    } else if (action == "pidfile") {
+      std::ofstream(std::string(a1) + "/rank" + std::to_string(rank) + ".pid") << getpid() << "\n";
+    } else if (action == "store-set") {
+      store()->set(a1, a2);
+    } else if (action == "store-get") {
+      std::printf("got %s=%s\n", a1, store()->get(a1).c_str());
+    } else {
+      std::fprintf(stderr, "braidrun_test_rank: unknown action '%s'\n", argv[i - n]);
+      return 2;
+    }
+    std::fflush(nullptr);
+  }
+  return 0;
+}

@@ -1,0 +1,134 @@
+#include "tools/braidrun/launch_options.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace braid::braidrun {
+namespace {
+
+Result<LaunchOptions> parse(std::vector<std::string> args) { return parse_launch_options(args, 300); }
+
+LaunchOptions parse_ok(std::vector<std::string> args) {
+  Result<LaunchOptions> r = parse(args);
+  EXPECT_TRUE(r.is_ok()) << r.status().message();
+  return r.is_ok() ? r.value() : LaunchOptions{};
+}
+
+std::string parse_error(std::vector<std::string> args) {
+  Result<LaunchOptions> r = parse(args);
+  EXPECT_FALSE(r.is_ok());
+  return r.is_ok() ? "" : r.status().message();
+}
+
+TEST(LaunchOptions, Defaults) {
+  LaunchOptions o = parse_ok({"./prog"});
+  EXPECT_EQ(o.nproc_per_node, 1);
+  EXPECT_EQ(o.nnodes, 1);
+  EXPECT_FALSE(o.node_rank.has_value());
+  EXPECT_EQ(o.endpoint_host, "127.0.0.1");
+  EXPECT_EQ(o.endpoint_port, 29500);
+  EXPECT_TRUE(o.prefix_output);
+  EXPECT_EQ(o.grace_s, 5);
+  EXPECT_EQ(o.rdzv_timeout_s, 300);
+  EXPECT_EQ(o.run_id, "none");
+  EXPECT_EQ(o.program, std::vector<std::string>{"./prog"});
+}
+
+TEST(LaunchOptions, BothSpellingsAndBothValueForms) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--nproc-per-node", "4", "--node-rank", "1", "--nnodes", "2", "p"},
+           {"--nproc_per_node", "4", "--node_rank", "1", "--nnodes", "2", "p"},
+           {"--nproc-per-node=4", "--node_rank=1", "--nnodes=2", "p"},
+           {"--nproc_per_node=4", "--node-rank=1", "--nnodes=2:2", "p"}}) {
+    LaunchOptions o = parse_ok(args);
+    EXPECT_EQ(o.nproc_per_node, 4);
+    EXPECT_EQ(o.nnodes, 2);
+    ASSERT_TRUE(o.node_rank.has_value());
+    EXPECT_EQ(*o.node_rank, 1);
+  }
+}
+
+TEST(LaunchOptions, ProgramArgumentsAreNotParsed) {
+  LaunchOptions o = parse_ok({"--nproc-per-node", "2", "./prog", "--nnodes", "9", "-x"});
+  EXPECT_EQ(o.nnodes, 1);
+  EXPECT_EQ(o.program, (std::vector<std::string>{"./prog", "--nnodes", "9", "-x"}));
+  o = parse_ok({"--no-prefix", "--", "--weird-name", "a"});
+  EXPECT_FALSE(o.prefix_output);
+  EXPECT_EQ(o.program, (std::vector<std::string>{"--weird-name", "a"}));
+}
+
+TEST(LaunchOptions, MasterAddrAndPort) {
+  LaunchOptions o = parse_ok({"--master-addr", "10.1.2.3", "--master_port=1234", "p"});
+  EXPECT_EQ(o.endpoint_host, "10.1.2.3");
+  EXPECT_EQ(o.endpoint_port, 1234);
+}
+
+TEST(LaunchOptions, RdzvEndpointWinsOverMaster) {
+  LaunchOptions o = parse_ok({"--master-addr", "a", "--rdzv-endpoint", "node0:777", "--rdzv-backend", "c10d",
+                              "--rdzv-id", "job7", "p"});
+  EXPECT_EQ(o.endpoint_host, "node0");
+  EXPECT_EQ(o.endpoint_port, 777);
+  EXPECT_EQ(o.run_id, "job7");
+  o = parse_ok({"--rdzv_endpoint=node0", "p"});
+  EXPECT_EQ(o.endpoint_port, 29400);
+  o = parse_ok({"--rdzv-endpoint", "[::1]:99", "p"});
+  EXPECT_EQ(o.endpoint_host, "::1");
+  EXPECT_EQ(o.endpoint_port, 99);
+}
+
+TEST(LaunchOptions, Standalone) {
+  LaunchOptions o = parse_ok({"--standalone", "--nproc-per-node", "3", "p"});
+  EXPECT_TRUE(o.standalone);
+  EXPECT_EQ(o.endpoint_host, "127.0.0.1");
+  EXPECT_EQ(o.endpoint_port, 0);
+  EXPECT_EQ(o.nnodes, 1);
+  EXPECT_NE(parse_error({"--standalone", "--nnodes", "2", "p"}).find("one node"), std::string::npos);
+}
+
+TEST(LaunchOptions, OwnFlags) {
+  LaunchOptions o = parse_ok({"--log-dir", "/tmp/x", "--grace-s=0.5", "--rdzv-timeout-s", "7", "p"});
+  EXPECT_EQ(o.log_dir, "/tmp/x");
+  EXPECT_EQ(o.grace_s, 0.5);
+  EXPECT_EQ(o.rdzv_timeout_s, 7);
+  EXPECT_EQ(parse_launch_options({"p"}, 42).value().rdzv_timeout_s, 42);  // from the environment
+}
+
+TEST(LaunchOptions, AcceptedTorchrunFlags) {
+  LaunchOptions o = parse_ok({"--max-restarts", "0", "--monitor-interval", "5", "--role", "trainer",
+                              "--rdzv-conf", "timeout=9", "--no-python", "p"});
+  EXPECT_EQ(o.program, std::vector<std::string>{"p"});
+}
+
+TEST(LaunchOptions, ElasticRefused) {
+  EXPECT_NE(parse_error({"--nnodes", "1:4", "p"}).find("elastic"), std::string::npos);
+  EXPECT_NE(parse_error({"--nnodes=1:4", "p"}).find("not supported yet"), std::string::npos);
+  EXPECT_NE(parse_error({"--max-restarts", "3", "p"}).find("elastic"), std::string::npos);
+  EXPECT_NE(parse_error({"--max_restarts=1", "p"}).find("not supported yet"), std::string::npos);
+}
+
+TEST(LaunchOptions, Errors) {
+  EXPECT_NE(parse_error({"--nproc-per-node", "0", "p"}).find("--nproc-per-node"), std::string::npos);
+  EXPECT_NE(parse_error({"--nproc-per-node", "x", "p"}).find("'x'"), std::string::npos);
+  EXPECT_NE(parse_error({"--nproc-per-node"}).find("needs a value"), std::string::npos);
+  EXPECT_NE(parse_error({"--bogus", "p"}).find("unknown flag '--bogus'"), std::string::npos);
+  EXPECT_NE(parse_error({"--standalone=1", "p"}).find("takes no value"), std::string::npos);
+  EXPECT_NE(parse_error({"--rdzv-backend", "etcd", "p"}).find("etcd"), std::string::npos);
+  EXPECT_NE(parse_error({"--nnodes", "2", "--node-rank", "2", "p"}).find("out of range"), std::string::npos);
+  EXPECT_NE(parse_error({"--master-port", "70000", "p"}).find("--master-port"), std::string::npos);
+  EXPECT_NE(parse_error({"--grace-s", "-1", "p"}).find("--grace-s"), std::string::npos);
+  EXPECT_NE(parse_error({"--rdzv-timeout-s", "0", "p"}).find("positive"), std::string::npos);
+  EXPECT_NE(parse_error({"-m", "pkg", "p"}).find("Python"), std::string::npos);
+  EXPECT_NE(parse_error({"--nproc-per-node", "2"}).find("no program"), std::string::npos);
+  EXPECT_NE(parse_error({"--"}).find("no program"), std::string::npos);
+}
+
+TEST(LaunchOptions, Help) {
+  EXPECT_TRUE(parse_ok({"--help"}).help);
+  EXPECT_TRUE(parse_ok({"-h"}).help);
+  EXPECT_NE(launch_usage().find("--nproc-per-node"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace braid::braidrun

@@ -1,0 +1,265 @@
+#include "tools/braidrun/launch_options.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+
+namespace braid::braidrun {
+namespace {
+
+// torchrun's default port for a c10d endpoint given without one.
+constexpr uint16_t kDefaultRdzvPort = 29400;
+constexpr int64_t kMaxProcsPerNode = 4096;
+constexpr int64_t kMaxNodes = 1 << 20;
+
+Status bad(const std::string& message) { return invalid_argument(message + " (see braidrun --help)"); }
+
+Result<int64_t> parse_int(const std::string& flag, const std::string& v, int64_t min, int64_t max) {
+  char* end = nullptr;
+  errno = 0;
+  long long x = v.empty() ? 0 : std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || errno != 0 || *end != '\0' || x < min || x > max) {
+    return bad("--" + flag + " '" + v + "' must be an integer in [" + std::to_string(min) + ", " +
+               std::to_string(max) + "]");
+  }
+  return static_cast<int64_t>(x);
+}
+
+Result<double> parse_seconds(const std::string& flag, const std::string& v, bool zero_ok) {
+  char* end = nullptr;
+  errno = 0;
+  double x = v.empty() ? NAN : std::strtod(v.c_str(), &end);
+  if (v.empty() || errno != 0 || *end != '\0' || !std::isfinite(x) || x < 0 || (!zero_ok && x == 0)) {
+    return bad("--" + flag + " '" + v + "' must be a " + (zero_ok ? "non-negative" : "positive") +
+               " number of seconds");
+  }
+  return x;
+}
+
+Status elastic_refused(const std::string& what) {
+  return invalid_argument(what + ": elastic training (changing node counts, restarts) is not supported yet; " +
+                          "give a fixed --nnodes N and --max-restarts 0");
+}
+
+Result<int> parse_nnodes(const std::string& v) {
+  auto colon = v.find(':');
+  if (colon == std::string::npos) {
+    ASSIGN_OR_RETURN(int64_t n, parse_int("nnodes", v, 1, kMaxNodes));
+    return static_cast<int>(n);
+  }
+  ASSIGN_OR_RETURN(int64_t lo, parse_int("nnodes", v.substr(0, colon), 1, kMaxNodes));
+  ASSIGN_OR_RETURN(int64_t hi, parse_int("nnodes", v.substr(colon + 1), 1, kMaxNodes));
+  if (lo != hi) return elastic_refused("--nnodes " + v);
+  return static_cast<int>(lo);
+}
+
+Result<int> parse_nproc(const std::string& v) {
+  if (v == "auto" || v == "cpu") {
+    unsigned n = std::thread::hardware_concurrency();
+    return static_cast<int>(n == 0 ? 1 : n);
+  }
+  if (v == "gpu") return bad("--nproc-per-node gpu is not supported: give the number of processes");
+  ASSIGN_OR_RETURN(int64_t n, parse_int("nproc-per-node", v, 1, kMaxProcsPerNode));
+  return static_cast<int>(n);
+}
+
+// "host:port", "[v6addr]:port" or "host" (port 29400, as torchrun).
+Status parse_endpoint(const std::string& v, LaunchOptions& o) {
+  std::string host = v, port;
+  if (!v.empty() && v.front() == '[') {
+    auto close = v.find(']');
+    if (close == std::string::npos) return bad("--rdzv-endpoint '" + v + "': missing ']'");
+    host = v.substr(1, close - 1);
+    if (close + 1 < v.size()) {
+      if (v[close + 1] != ':') return bad("--rdzv-endpoint '" + v + "': expected ':' after ']'");
+      port = v.substr(close + 2);
+    }
+  } else if (auto colon = v.rfind(':'); colon != std::string::npos) {
+    host = v.substr(0, colon);
+    port = v.substr(colon + 1);
+  }
+  if (host.empty()) return bad("--rdzv-endpoint '" + v + "' has no host; expected host:port");
+  o.endpoint_host = host;
+  o.endpoint_port = kDefaultRdzvPort;
+  if (!port.empty()) {
+    ASSIGN_OR_RETURN(int64_t p, parse_int("rdzv-endpoint port", port, 1, 65535));
+    o.endpoint_port = static_cast<uint16_t>(p);
+  }
+  return Status::ok();
+}
+
+enum class Arity { none, one };
+
+struct FlagSpec {
+  const char* name;  // canonical spelling, dashes
+  Arity arity;
+};
+
+constexpr FlagSpec kFlags[] = {
+    {"nproc-per-node", Arity::one}, {"nnodes", Arity::one},         {"node-rank", Arity::one},
+    {"master-addr", Arity::one},    {"master-port", Arity::one},    {"standalone", Arity::none},
+    {"rdzv-endpoint", Arity::one},  {"rdzv-id", Arity::one},        {"rdzv-backend", Arity::one},
+    {"rdzv-conf", Arity::one},      {"max-restarts", Arity::one},   {"monitor-interval", Arity::one},
+    {"role", Arity::one},           {"no-python", Arity::none},     {"module", Arity::none},
+    {"run-path", Arity::none},      {"no-prefix", Arity::none},     {"log-dir", Arity::one},
+    {"grace-s", Arity::one},        {"rdzv-timeout-s", Arity::one}, {"help", Arity::none},
+};
+
+const FlagSpec* find_flag(const std::string& name) {
+  for (const FlagSpec& f : kFlags) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+struct Seen {
+  bool nnodes = false;
+  bool rdzv_endpoint = false;
+  std::optional<std::string> master_addr;
+  std::optional<uint16_t> master_port;
+};
+
+Status apply(const std::string& flag, const std::string& v, LaunchOptions& o, Seen& seen) {
+  if (flag == "nproc-per-node") {
+    ASSIGN_OR_RETURN(o.nproc_per_node, parse_nproc(v));
+  } else if (flag == "nnodes") {
+    ASSIGN_OR_RETURN(o.nnodes, parse_nnodes(v));
+    seen.nnodes = true;
+  } else if (flag == "node-rank") {
+    ASSIGN_OR_RETURN(int64_t r, parse_int(flag, v, 0, kMaxNodes - 1));
+    o.node_rank = static_cast<int>(r);
+  } else if (flag == "master-addr") {
+    if (v.empty()) return bad("--master-addr is empty");
+    seen.master_addr = v;
+  } else if (flag == "master-port") {
+    ASSIGN_OR_RETURN(int64_t p, parse_int(flag, v, 1, 65535));
+    seen.master_port = static_cast<uint16_t>(p);
+  } else if (flag == "standalone") {
+    o.standalone = true;
+  } else if (flag == "rdzv-endpoint") {
+    RETURN_IF_ERROR(parse_endpoint(v, o));
+    seen.rdzv_endpoint = true;
+  } else if (flag == "rdzv-id") {
+    if (v.empty()) return bad("--rdzv-id is empty");
+    o.run_id = v;
+  } else if (flag == "rdzv-backend") {
+    if (v != "c10d") {
+      return bad("--rdzv-backend '" + v + "' is not supported: braidrun serves its own c10d-style store; use c10d");
+    }
+  } else if (flag == "max-restarts") {
+    ASSIGN_OR_RETURN(int64_t n, parse_int(flag, v, 0, 1 << 20));
+    if (n > 0) return elastic_refused("--max-restarts " + v);
+  } else if (flag == "module" || flag == "run-path") {
+    return bad("--" + flag + " is Python-specific: braidrun runs any program, e.g. `braidrun ... python -m pkg.mod`");
+  } else if (flag == "no-prefix") {
+    o.prefix_output = false;
+  } else if (flag == "log-dir") {
+    if (v.empty()) return bad("--log-dir is empty");
+    o.log_dir = v;
+  } else if (flag == "grace-s") {
+    ASSIGN_OR_RETURN(o.grace_s, parse_seconds(flag, v, /*zero_ok=*/true));
+  } else if (flag == "rdzv-timeout-s") {
+    ASSIGN_OR_RETURN(o.rdzv_timeout_s, parse_seconds(flag, v, /*zero_ok=*/false));
+  } else if (flag == "help") {
+    o.help = true;
+  }
+  // rdzv-conf, monitor-interval, role, no-python: accepted so pasted torchrun lines work;
+  // they change nothing here (braidrun never implies Python, has one role and no monitor).
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<LaunchOptions> parse_launch_options(const std::vector<std::string>& args, double default_rdzv_timeout_s) {
+  LaunchOptions o;
+  o.rdzv_timeout_s = default_rdzv_timeout_s;
+  Seen seen;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a == "-h") {
+      o.help = true;
+      continue;
+    }
+    if (a == "-m") return bad("-m is Python-specific: braidrun runs any program, e.g. `braidrun ... python -m pkg.mod`");
+    if (a.size() < 3 || a.compare(0, 2, "--") != 0) break;  // the program starts here
+    std::string name = a.substr(2), value;
+    bool has_inline = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name.resize(eq);
+      has_inline = true;
+    }
+    for (char& c : name) c = c == '_' ? '-' : c;
+    const FlagSpec* spec = find_flag(name);
+    if (!spec) return bad("unknown flag '" + a + "'");
+    if (spec->arity == Arity::none) {
+      if (has_inline) return bad("--" + name + " takes no value");
+    } else if (!has_inline) {
+      if (i + 1 >= args.size()) return bad("--" + name + " needs a value");
+      value = args[++i];
+    }
+    RETURN_IF_ERROR(apply(name, value, o, seen));
+  }
+  o.program.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  if (o.help) return o;
+
+  if (!seen.rdzv_endpoint) {
+    o.endpoint_host = seen.master_addr.value_or("127.0.0.1");
+    o.endpoint_port = seen.master_port.value_or(29500);
+  }
+  if (o.standalone) {
+    if (seen.nnodes && o.nnodes != 1) return bad("--standalone runs one node, but --nnodes is " + std::to_string(o.nnodes));
+    if (seen.rdzv_endpoint) return bad("--standalone picks its own endpoint; drop --rdzv-endpoint");
+    o.nnodes = 1;
+    o.endpoint_host = "127.0.0.1";
+    o.endpoint_port = 0;
+  }
+  if (o.node_rank && *o.node_rank >= o.nnodes) {
+    return bad("--node-rank " + std::to_string(*o.node_rank) + " is out of range for --nnodes " +
+               std::to_string(o.nnodes) + " (valid: 0.." + std::to_string(o.nnodes - 1) + ")");
+  }
+  if (o.program.empty()) return bad("no program to run: braidrun [flags] [--] PROGRAM [ARGS...]");
+  return o;
+}
+
+std::string launch_usage() {
+  return R"(usage: braidrun [flags] [--] PROGRAM [ARGS...]
+
+Starts PROGRAM once per local rank with torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,
+LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT, TORCHELASTIC_RUN_ID) and serves the job's store at MASTER_ADDR:MASTER_PORT
+(BRAID_AGENT_STORE=1 tells ranks so). Any program: no Python is implied.
+
+torchrun flags (--a-b and --a_b, "--flag value" and "--flag=value"):
+  --nproc-per-node N     ranks on this node (also auto|cpu = number of CPUs). Default 1
+  --nnodes N             nodes in the job ("N:N" accepted; an elastic range is refused). Default 1
+  --node-rank R          this node's rank; omitted: the node that can bind the endpoint is 0,
+                         the others are numbered in arrival order
+  --master-addr HOST     store host when no --rdzv-endpoint. Default 127.0.0.1
+  --master-port PORT     store port when no --rdzv-endpoint. Default 29500
+  --rdzv-endpoint H:P    store endpoint for the job (port defaults to 29400)
+  --rdzv-id ID           job id, exported as TORCHELASTIC_RUN_ID. Default none
+  --rdzv-backend c10d    the only backend
+  --standalone           one node, store on a free port of 127.0.0.1
+  --max-restarts 0       restarts are not supported yet
+  --rdzv-conf, --monitor-interval, --role, --no-python   accepted and ignored
+
+braidrun flags:
+  --no-prefix            do not put "[rank N] " in front of each output line
+  --log-dir DIR          also write each rank's output to DIR/rank<N>.log
+  --grace-s S            seconds between SIGTERM and SIGKILL when stopping ranks. Default 5
+  --rdzv-timeout-s S     how long nodes wait for each other. Default BRAID_RENDEZVOUS_TIMEOUT_S or 300
+  -h, --help             this text
+
+When a rank fails, braidrun stops the others, names the rank and how it failed, prints its last
+lines and exits with its exit code (128+signal when it was killed).
+)";
+}
+
+}  // namespace braid::braidrun

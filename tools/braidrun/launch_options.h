@@ -1,0 +1,42 @@
+// tools/braidrun/launch_options.h - braidrun's command line, parsed as a pure function.
+//
+// braidrun takes torchrun's flags as users paste them (both --nproc-per-node and
+// --nproc_per_node, "--flag=value" and "--flag value") followed by the program and its
+// arguments, optionally after "--". Parsing stops at the first argument that is not a flag, as
+// torchrun's does, so the program's own flags are never taken for braidrun's.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace braid::braidrun {
+
+struct LaunchOptions {
+  int nproc_per_node = 1;
+  int nnodes = 1;
+  std::optional<int> node_rank;  // unset: the serving node is 0, the others come in arrival order
+  // Where the job's store lives: --rdzv-endpoint, else --master-addr:--master-port.
+  std::string endpoint_host = "127.0.0.1";
+  uint16_t endpoint_port = 29500;
+  bool standalone = false;  // one node, store on a free port of 127.0.0.1
+  std::string run_id = "none";
+  bool prefix_output = true;
+  std::string log_dir;  // empty: no per-rank log files
+  double grace_s = 5;
+  double rdzv_timeout_s = 300;
+  bool help = false;
+  std::vector<std::string> program;  // program and its arguments; empty only with help
+};
+
+// Parses argv without argv[0]. `default_rdzv_timeout_s` comes from BRAID_RENDEZVOUS_TIMEOUT_S.
+// Errors are invalid_argument with a message fit to print after "braidrun: ".
+Result<LaunchOptions> parse_launch_options(const std::vector<std::string>& args, double default_rdzv_timeout_s);
+
+// The text --help prints.
+std::string launch_usage();
+
+}  // namespace braid::braidrun

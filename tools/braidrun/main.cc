@@ -1,0 +1,113 @@
+// braidrun: torchrun's job for any program. Starts --nproc-per-node ranks on this node with
+// torchrun's environment, serves (or joins) the job's store, relays the ranks' output line by
+// line, and stops every rank as soon as one fails. See launch_options.cc for the flags.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/env.h"
+#include "tools/braidrun/launch_options.h"
+#include "tools/braidrun/node_rendezvous.h"
+#include "tools/braidrun/output_relay.h"
+#include "tools/braidrun/rank_env.h"
+#include "tools/braidrun/supervisor.h"
+
+namespace braid::braidrun {
+namespace {
+
+void say(const std::string& line) { write_all(STDERR_FILENO, "braidrun: " + line + "\n"); }
+
+int fail(const Status& s) {
+  say("error: " + s.message());
+  return 1;
+}
+
+void report_failure(const JobOutcome& outcome) {
+  if (outcome.cause != JobOutcome::Cause::rank_failed) return;
+  std::string r = std::to_string(outcome.failed_rank);
+  std::string text = outcome.tail.empty()
+                         ? "braidrun: rank " + r + " printed nothing\n"
+                         : "braidrun: last " + std::to_string(outcome.tail.size()) + " line(s) of rank " + r + ":\n";
+  for (const std::string& line : outcome.tail) text += "braidrun:   | " + line + "\n";
+  text += "braidrun: job failed: rank " + r + " " +
+          (outcome.failure.rfind("exit", 0) == 0 ? "ended with " : "was ") + outcome.failure + "\n";
+  write_all(STDERR_FILENO, text);
+}
+
+int run(int argc, char** argv) {
+  Result<Env> env = global_env();
+  if (!env.is_ok()) return fail(env.status());
+  Result<LaunchOptions> parsed =
+      parse_launch_options(std::vector<std::string>(argv + 1, argv + argc), env->rendezvous_timeout_s);
+  if (!parsed.is_ok()) return fail(parsed.status());
+  const LaunchOptions& o = *parsed;
+  if (o.help) {
+    write_all(STDOUT_FILENO, launch_usage());
+    return 0;
+  }
+  Result<std::string> program = resolve_program(o.program[0], std::getenv("PATH"));
+  if (!program.is_ok()) return fail(program.status());
+
+  // Before the store's thread exists, so it inherits the blocked signals.
+  Result<int> signal_fd = make_signal_fd();
+  if (!signal_fd.is_ok()) return fail(signal_fd.status());
+
+  int stop_signal = 0;
+  auto joined = NodeRendezvous::join(o, *signal_fd, &stop_signal);
+  if (!joined.is_ok()) {
+    fail(joined.status());
+    return stop_signal ? 128 + stop_signal : 1;
+  }
+  NodeRendezvous& rdzv = **joined;
+  const int first_rank = rdzv.node_rank() * o.nproc_per_node;
+  const int world = o.nnodes * o.nproc_per_node;
+  if (o.nnodes > 1) {
+    say("node " + std::to_string(rdzv.node_rank()) + " of " + std::to_string(o.nnodes) + ": starting ranks " +
+        std::to_string(first_rank) + ".." + std::to_string(first_rank + o.nproc_per_node - 1) + " of " +
+        std::to_string(world) + " (store at " + rdzv.master_addr() + ":" + std::to_string(rdzv.master_port()) +
+        (rdzv.serving() ? ", served here)" : ")"));
+  }
+
+  std::vector<std::string> base_env = current_environ();
+  std::vector<RankSpec> specs;
+  for (int local = 0; local < o.nproc_per_node; ++local) {
+    RankIdentity id{.rank = first_rank + local,
+                    .local_rank = local,
+                    .world_size = world,
+                    .local_world_size = o.nproc_per_node,
+                    .node_rank = rdzv.node_rank(),
+                    .nnodes = o.nnodes,
+                    .master_addr = rdzv.master_addr(),
+                    .master_port = rdzv.master_port(),
+                    .run_id = o.run_id};
+    SpawnRequest req{.path = *program, .argv = o.program, .env = build_rank_env(base_env, id)};
+    specs.push_back(RankSpec{.rank = id.rank, .local_rank = local, .request = std::move(req)});
+  }
+
+  JobOutcome outcome;
+  {
+    Supervisor supervisor(SupervisorOptions{.grace_s = o.grace_s,
+                                            .prefix_output = o.prefix_output,
+                                            .log_dir = o.log_dir,
+                                            .node_rank = rdzv.node_rank()},
+                          *signal_fd);
+    Status started = supervisor.start(std::move(specs));
+    if (!started.is_ok()) {
+      outcome.cause = JobOutcome::Cause::signaled;  // tells the other nodes to stop
+      outcome.exit_code = 1;
+      outcome.failure = "cannot start ranks: " + started.message();
+      say("error: " + started.message());
+    } else {
+      outcome = supervisor.run([&] { return rdzv.poll_job(); });
+    }
+  }
+  report_failure(outcome);
+  return rdzv.finish(outcome, *signal_fd);
+}
+
+}  // namespace
+}  // namespace braid::braidrun
+
+int main(int argc, char** argv) { return braid::braidrun::run(argc, argv); }

@@ -1,0 +1,314 @@
+#include "tools/braidrun/node_rendezvous.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "common/deadline.h"
+#include "tools/braidrun/output_relay.h"
+#include "tools/braidrun/rank_exit.h"
+
+namespace braid::braidrun {
+namespace {
+
+using std::chrono::milliseconds;
+
+void say(const std::string& line) { write_all(STDERR_FILENO, "braidrun: " + line + "\n"); }
+
+std::string endpoint(const std::string& host, uint16_t port) {
+  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+std::string hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+// True when `host` resolves to an address of this machine: binding it (port 0) works.
+bool is_local_address(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
+  bool local = false;
+  for (addrinfo* a = res; a && !local; a = a->ai_next) {
+    int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    local = bind(fd, a->ai_addr, a->ai_addrlen) == 0;  // the address's port is 0 here
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return local;
+}
+
+struct NodeInfo {
+  std::string host;
+  std::string pid;
+  int nproc = 0;
+};
+
+NodeInfo parse_node_info(const std::string& v) {
+  NodeInfo n;
+  size_t a = v.find('\n'), b = a == std::string::npos ? a : v.find('\n', a + 1);
+  n.host = v.substr(0, a);
+  if (b != std::string::npos) {
+    n.pid = v.substr(a + 1, b - a - 1);
+    n.nproc = std::atoi(v.c_str() + b + 1);
+  }
+  return n;
+}
+
+std::string describe_node(int r, const NodeInfo& n) {
+  return "node " + std::to_string(r) + " (host " + n.host + ", braidrun pid " + n.pid + ")";
+}
+
+template <typename F>
+Status store_call(const std::string& what, F&& f) {
+  try {
+    f();
+    return Status::ok();
+  } catch (const Error& e) {
+    return Status(e.code(), what + ": " + e.what());
+  } catch (const std::exception& e) {
+    return internal_error(what + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+std::optional<int> take_stop_signal(int signal_fd) {
+  std::optional<int> got;
+  signalfd_siginfo info;
+  while (read(signal_fd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+    int sig = static_cast<int>(info.ssi_signo);
+    if (sig == SIGINT || sig == SIGTERM) got = sig;
+  }
+  return got;
+}
+
+NodeRendezvous::~NodeRendezvous() = default;
+
+Status NodeRendezvous::aborted_by(int sig) {
+  if (stop_signal_) *stop_signal_ = sig;
+  return Status(ErrorCode::aborted, "interrupted by " + signal_name(sig) + " during rendezvous");
+}
+
+Result<std::unique_ptr<NodeRendezvous>> NodeRendezvous::join(const LaunchOptions& o, int signal_fd,
+                                                              int* stop_signal) {
+  std::unique_ptr<NodeRendezvous> r(new NodeRendezvous());
+  r->stop_signal_ = stop_signal;
+  r->prefix_ = "braidrun/" + o.run_id + "/";
+  r->nnodes_ = o.nnodes;
+  r->grace_s_ = o.grace_s;
+  RETURN_IF_ERROR(r->serve_or_connect(o, signal_fd));
+  RETURN_IF_ERROR(r->take_node_rank(o));
+  RETURN_IF_ERROR(r->wait_for_nodes(o, signal_fd));
+  return r;
+}
+
+Status NodeRendezvous::serve_or_connect(const LaunchOptions& o, int signal_fd) {
+  const std::string ep = endpoint(o.endpoint_host, o.endpoint_port);
+  bool must_serve = o.standalone || (o.node_rank && *o.node_rank == 0) || (!o.node_rank && o.nnodes == 1);
+  bool may_serve = must_serve || (!o.node_rank && is_local_address(o.endpoint_host));
+  std::string connect_host = o.endpoint_host;
+  master_addr_ = o.endpoint_host;
+  master_port_ = o.endpoint_port;
+  if (may_serve) {
+    std::string first_error;
+    // Node 0 named by --node-rank may sit behind an address it cannot bind (NAT, a name for
+    // a load balancer): then it serves on every interface, as torchrun's agent does.
+    std::vector<std::string> hosts = {o.endpoint_host};
+    if (must_serve && !o.standalone) hosts.push_back("0.0.0.0");
+    for (const std::string& h : hosts) {
+      try {
+        server_ = TcpStoreServer::start(h, o.endpoint_port);
+        master_port_ = server_->port();
+        connect_host = h == "0.0.0.0" ? "127.0.0.1" : h;
+        break;
+      } catch (const std::exception& e) {
+        if (first_error.empty()) first_error = e.what();
+      }
+    }
+    if (!server_ && must_serve) {
+      return invalid_argument("cannot serve the job's store on " + ep + " (--master-port / --rdzv-endpoint; " +
+                              "--standalone picks a free port): " + first_error);
+    }
+  }
+  const std::string addr = endpoint(connect_host, master_port_);
+  Deadline deadline = Deadline::after_seconds(o.rdzv_timeout_s);
+  std::string last_error;
+  // Short connect attempts, so SIGINT is noticed while the serving node is not up yet.
+  while (!store_) {
+    if (auto sig = take_stop_signal(signal_fd)) return aborted_by(*sig);
+    if (deadline.expired()) {
+      return timeout_error("cannot reach the job's store at " + addr + " within " + std::to_string(o.rdzv_timeout_s) +
+                           " s (" + last_error + "); start braidrun with --node-rank 0 (or on the endpoint's host) " +
+                           "first, or raise --rdzv-timeout-s");
+    }
+    auto attempt = std::min<milliseconds>(milliseconds(1000), std::chrono::duration_cast<milliseconds>(deadline.remaining()) + milliseconds(1));
+    try {
+      store_ = TcpStore::connect(connect_host, master_port_, TcpStoreOptions{.timeout = attempt});
+    } catch (const std::exception& e) {
+      last_error = e.what();
+    }
+  }
+  store_->set_timeout(std::chrono::duration_cast<milliseconds>(std::chrono::duration<double>(o.rdzv_timeout_s)));
+  return Status::ok();
+}
+
+Status NodeRendezvous::take_node_rank(const LaunchOptions& o) {
+  if (o.node_rank) {
+    node_rank_ = *o.node_rank;
+  } else if (serving()) {
+    node_rank_ = 0;
+  } else {
+    int64_t n = 0;
+    RETURN_IF_ERROR(store_call("taking a node rank", [&] { n = store_->add(key("next_node"), 1); }));
+    if (n >= o.nnodes) {
+      return invalid_argument("more braidruns joined job '" + o.run_id + "' at " + store_->address() + " than --nnodes " +
+                              std::to_string(o.nnodes) + " (this one would be node " + std::to_string(n) + ")");
+    }
+    node_rank_ = static_cast<int>(n);
+  }
+  std::string info = hostname() + "\n" + std::to_string(getpid()) + "\n" + std::to_string(o.nproc_per_node);
+  std::string now;
+  RETURN_IF_ERROR(store_call("registering this node", [&] { now = store_->compare_set(key("node/" + std::to_string(node_rank_)), "", info); }));
+  if (now != info) {
+    return invalid_argument("--node-rank " + std::to_string(node_rank_) + " is already taken by " +
+                            describe_node(node_rank_, parse_node_info(now)) + "; give each node its own --node-rank");
+  }
+  return Status::ok();
+}
+
+Status NodeRendezvous::wait_for_nodes(const LaunchOptions& o, int signal_fd) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < o.nnodes; ++r) keys.push_back(key("node/" + std::to_string(r)));
+  Deadline deadline = Deadline::after_seconds(o.rdzv_timeout_s);
+  bool all = false;
+  while (!all) {
+    if (auto sig = take_stop_signal(signal_fd)) return aborted_by(*sig);
+    RETURN_IF_ERROR(store_call("waiting for the other nodes", [&] { all = store_->check(keys); }));
+    if (all) break;
+    if (deadline.expired()) break;
+    std::this_thread::sleep_for(std::min<milliseconds>(milliseconds(100), std::chrono::duration_cast<milliseconds>(deadline.remaining())));
+  }
+  std::map<int, NodeInfo> arrived;
+  std::vector<int> missing;
+  for (int r = 0; r < o.nnodes; ++r) {
+    bool present = false;
+    RETURN_IF_ERROR(store_call("reading node " + std::to_string(r), [&] {
+      present = store_->check({keys[static_cast<size_t>(r)]});
+      if (present) arrived[r] = parse_node_info(store_->get(keys[static_cast<size_t>(r)]));
+    }));
+    if (!present) missing.push_back(r);
+  }
+  if (!missing.empty()) {
+    std::string who, gaps;
+    for (const auto& [r, n] : arrived) who += (who.empty() ? "" : ", ") + describe_node(r, n);
+    for (int r : missing) gaps += (gaps.empty() ? "" : ", ") + std::to_string(r);
+    return timeout_error("rendezvous of job '" + o.run_id + "' at " + store_->address() + " timed out after " +
+                         std::to_string(o.rdzv_timeout_s) + " s: " + std::to_string(arrived.size()) + " of " +
+                         std::to_string(o.nnodes) + " nodes arrived (" + who + "); " + std::to_string(missing.size()) +
+                         " missing (node rank(s) " + gaps + "). Start braidrun on every node with the same --nnodes and " +
+                         "--rdzv-endpoint, or raise --rdzv-timeout-s");
+  }
+  for (const auto& [r, n] : arrived) {
+    if (n.nproc != o.nproc_per_node) {
+      return invalid_argument("nodes disagree on --nproc-per-node: " + describe_node(r, n) + " has " +
+                              std::to_string(n.nproc) + " but node " + std::to_string(node_rank_) + " (this one) has " +
+                              std::to_string(o.nproc_per_node) + "; every node must start the same number of ranks");
+    }
+  }
+  return Status::ok();
+}
+
+std::optional<ExternalStop> NodeRendezvous::poll_job() {
+  if (nnodes_ == 1) return std::nullopt;
+  std::optional<ExternalStop> stop;
+  Status s = store_call("checking the job", [&] {
+    if (++ticks_ % 4 == 0) store_->add(key("heartbeat/" + std::to_string(node_rank_)), 1);
+    if (!store_->check({key("failed")})) return;
+    std::string v = store_->get(key("failed"));
+    size_t nl = v.find('\n');
+    stop = ExternalStop{v.substr(nl == std::string::npos ? 0 : nl + 1), std::atoi(v.c_str())};
+  });
+  if (!s.is_ok()) return ExternalStop{"lost the job's store (" + s.message() + ")", 1};
+  return stop;
+}
+
+int NodeRendezvous::finish(const JobOutcome& outcome, int signal_fd) {
+  int code = outcome.exit_code;
+  if (nnodes_ == 1) return code;
+  std::string me = "node " + std::to_string(node_rank_);
+  Status s = store_call("reporting the end of " + me, [&] {
+    if (outcome.cause == JobOutcome::Cause::rank_failed || outcome.cause == JobOutcome::Cause::signaled) {
+      std::string what = outcome.cause == JobOutcome::Cause::rank_failed
+                             ? me + ": rank " + std::to_string(outcome.failed_rank) + " failed: " + outcome.failure
+                             : me + ": " + outcome.failure;
+      store_->compare_set(key("failed"), "", std::to_string(code) + "\n" + what);
+    }
+    store_->set(key("done/" + std::to_string(node_rank_)), std::to_string(code));
+  });
+  if (!s.is_ok()) say(s.message());
+  if (!serving()) return code;
+
+  // Wait for the others while they show signs of life; a node that stopped beating (its
+  // braidrun was killed) is given up on after grace + 30 s.
+  const auto stale_after = std::chrono::duration_cast<milliseconds>(std::chrono::duration<double>(grace_s_ + 30));
+  struct Peer {
+    int64_t beats = -1;
+    Clock::time_point changed = Clock::now();
+    bool done = false;
+  };
+  std::map<int, Peer> peers;
+  for (int r = 0; r < nnodes_; ++r) {
+    if (r != node_rank_) peers[r] = Peer{};
+  }
+  bool announced = false;
+  auto started = Clock::now();
+  for (;;) {
+    bool pending = false;
+    for (auto& [r, p] : peers) {
+      if (p.done) continue;
+      std::string done_key = key("done/" + std::to_string(r));
+      Status st = store_call("waiting for node " + std::to_string(r), [&] {
+        if (store_->check({done_key})) {
+          p.done = true;
+          int c = std::atoi(store_->get(done_key).c_str());
+          if (code == 0 && c != 0) code = c;
+          return;
+        }
+        int64_t beats = store_->add(key("heartbeat/" + std::to_string(r)), 0);
+        if (beats != p.beats) p.beats = beats, p.changed = Clock::now();
+      });
+      if (!st.is_ok()) return code == 0 ? 1 : code;
+      if (!p.done && Clock::now() - p.changed > stale_after) {
+        say("node " + std::to_string(r) + " stopped reporting; not waiting for it any longer");
+        p.done = true;
+        if (code == 0) code = 1;
+      }
+      pending = pending || !p.done;
+    }
+    if (!pending) return code;
+    if (auto sig = take_stop_signal(signal_fd)) {
+      say("received " + signal_name(*sig) + " while waiting for the other nodes; closing the store");
+      return code == 0 ? 128 + *sig : code;
+    }
+    if (!announced && Clock::now() - started > std::chrono::seconds(2)) {
+      say("this node's ranks are done; keeping the job's store up until the other nodes finish");
+      announced = true;
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+}
+
+}  // namespace braid::braidrun
