@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "braid/error.h"
+
 namespace braid {
 
 class Store {
@@ -46,6 +48,7 @@ class Store {
 class PrefixStore : public Store {
  public:
   PrefixStore(std::string prefix, std::shared_ptr<Store> base);
+  using Store::wait;
 
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key) override;
@@ -78,6 +81,7 @@ class TcpStore : public Store {
   ~TcpStore() override;
   TcpStore(const TcpStore&) = delete;
   TcpStore& operator=(const TcpStore&) = delete;
+  using Store::wait;
 
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key) override;

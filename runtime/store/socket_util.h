@@ -1,0 +1,69 @@
+// runtime/store/socket_util.h - small socket helpers the store client and server share.
+#pragma once
+
+#include <netdb.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+
+namespace braid::store {
+
+// Owns one file descriptor; closes it on destruction.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { reset(); }
+  UniqueFd(UniqueFd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// "host:port", with IPv6 literals in brackets ("[::1]:29500").
+std::string format_address(const std::string& host, uint16_t port);
+
+// A key as error messages show it: printable bytes as is, others as \xNN, long keys cut.
+std::string printable_key(std::string_view key);
+// "a, b, c" of printable keys, at most `limit` of them, then "(and N more)".
+std::string printable_keys(const std::vector<std::string>& keys, size_t limit = 16);
+
+// Resolves host:port for a TCP socket (IPv4 or IPv6). `passive` asks for addresses to bind;
+// an empty host then means every interface.
+struct AddrInfoDeleter {
+  void operator()(addrinfo* a) const { freeaddrinfo(a); }
+};
+using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
+Result<AddrInfoPtr> resolve(const std::string& host, uint16_t port, bool passive);
+
+// A non-blocking listening socket on host:port (port 0: the kernel picks one, returned in
+// *bound_port). A port in use is an error naming host:port with what to do about it.
+Result<UniqueFd> listen_tcp(const std::string& host, uint16_t port, uint16_t* bound_port);
+
+// Disables Nagle: store requests are small and latency-bound.
+void set_no_delay(int fd);
+
+}  // namespace braid::store
