@@ -1,0 +1,101 @@
+#include "runtime/store_join.h"
+
+#include <unistd.h>
+
+#include <random>
+
+#include "braid/error.h"
+
+namespace braid {
+namespace {
+
+std::string process_identity() {
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  return std::string(host) + ":" + std::to_string(getpid());
+}
+
+uint64_t random_id() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+}
+
+// Store calls throw braid::Error; inside the runtime failures are Status values.
+template <typename F>
+Status store_call(F&& f) {
+  try {
+    f();
+    return Status::ok();
+  } catch (const Error& e) {
+    return Status(e.code(), e.what());
+  }
+}
+
+Status fail_everyone(Store& ns, const std::string& reason) {
+  (void)store_call([&] { ns.set("ready", "error: " + reason); });
+  return invalid_argument(reason);
+}
+
+std::string missing_ranks(Store& ns, int size) {
+  std::string list;
+  int missing = 0;
+  for (int r = 0; r < size; ++r) {
+    bool present = true;
+    (void)store_call([&] { present = ns.check({"rank/" + std::to_string(r)}); });
+    if (present) continue;
+    if (++missing <= 16) list += (list.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (missing > 16) list += ", ... (" + std::to_string(missing) + " in all)";
+  return list;
+}
+
+}  // namespace
+
+Result<JoinResult> join_through_store(std::shared_ptr<Store> store, int rank, int size, int generation,
+                                      std::chrono::milliseconds timeout) {
+  // Each process may own one rank of the job: the first claim of a rank wins for good, so a
+  // second process started with the same RANK fails here instead of corrupting the job.
+  const std::string me = process_identity();
+  std::string owner;
+  RETURN_IF_ERROR(store_call([&] { owner = store->compare_set("braid/owner/" + std::to_string(rank), "", me); }));
+  auto ns = std::make_shared<PrefixStore>("braid/c" + std::to_string(generation), store);
+  if (owner != me) {
+    return fail_everyone(*ns, "two processes claim RANK=" + std::to_string(rank) + ": " + owner + " and " + me +
+                                  " (this one). Each process needs its own RANK; check the launcher's settings");
+  }
+  RETURN_IF_ERROR(store_call([&] { ns->set("rank/" + std::to_string(rank), me); }));
+  const std::string size_text = std::to_string(size);
+  std::string agreed;
+  RETURN_IF_ERROR(store_call([&] { agreed = ns->compare_set("world_size", "", size_text); }));
+  if (agreed != size_text) {
+    return fail_everyone(*ns, "ranks disagree on WORLD_SIZE: rank " + std::to_string(rank) + " (" + me + ") has " +
+                                  size_text + ", an earlier rank has " + agreed);
+  }
+  uint64_t proposed = random_id();
+  std::string comm_id;
+  RETURN_IF_ERROR(store_call([&] { comm_id = ns->compare_set("comm_id", "", std::to_string(proposed)); }));
+
+  int64_t joined = 0;
+  RETURN_IF_ERROR(store_call([&] { joined = ns->add("joined", 1); }));
+  if (joined == size) RETURN_IF_ERROR(store_call([&] { ns->set("ready", "ok"); }));
+
+  Status waited = store_call([&] { ns->wait({"ready"}, timeout); });
+  if (waited.code() == ErrorCode::timeout) {
+    return timeout_error("rendezvous: rank " + std::to_string(rank) + " waited " +
+                         std::to_string(timeout.count() / 1000) + " s at the store " + store->address() +
+                         " for ranks " + missing_ranks(*ns, size) + " (" + std::to_string(size) +
+                         " expected). Are they started, with the same MASTER_ADDR/MASTER_PORT? "
+                         "BRAID_RENDEZVOUS_TIMEOUT_S sets the limit");
+  }
+  RETURN_IF_ERROR(waited);
+  std::string ready;
+  RETURN_IF_ERROR(store_call([&] { ready = ns->get("ready"); }));
+  if (ready != "ok") return invalid_argument(ready.substr(ready.find(' ') + 1));
+
+  JoinResult result;
+  result.store = ns;
+  result.comm_id = std::stoull(comm_id);
+  return result;
+}
+
+}  // namespace braid

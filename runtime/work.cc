@@ -1,0 +1,69 @@
+#include <chrono>
+#include <thread>
+
+#include "braid/work.h"
+#include "common/env.h"
+#include "runtime/work_state.h"
+
+namespace braid {
+namespace detail {
+
+void WorkState::complete(Status s) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = std::move(s);
+  }
+  done_.store(1, std::memory_order_release);
+  done_.notify_all();
+}
+
+Status WorkState::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+bool WorkState::wait_until(Deadline deadline, int spin_us) const {
+  auto spin_end = Clock::now() + std::chrono::microseconds(spin_us);
+  while (Clock::now() < spin_end) {
+    if (done()) return true;
+    std::this_thread::yield();  // with more spinners than CPUs, let the progress thread run
+  }
+  // std::atomic::wait has no timeout: sleep in short slices so the deadline is honoured.
+  while (!done()) {
+    if (deadline.expired()) return false;
+    if (deadline.at() == Clock::time_point::max()) {
+      done_.wait(0, std::memory_order_acquire);
+    } else {
+      std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(deadline.remaining(), std::chrono::milliseconds(1)));
+    }
+  }
+  return true;
+}
+
+int spin_us_setting() {
+  auto env = global_env();
+  return env.is_ok() ? env.value().spin_us : 50;
+}
+
+}  // namespace detail
+
+void Work::wait() {
+  if (!state_) return;
+  state_->wait_until(Deadline::never(), detail::spin_us_setting());
+  raise_if_error(state_->status());
+}
+
+bool Work::wait_for(std::chrono::milliseconds timeout) {
+  if (!state_) return true;
+  if (!state_->wait_until(Deadline::after(timeout), detail::spin_us_setting())) return false;
+  raise_if_error(state_->status());
+  return true;
+}
+
+bool Work::test() const { return !state_ || state_->done(); }
+
+ErrorCode Work::error_code() const { return state_ && state_->done() ? state_->status().code() : ErrorCode::ok; }
+
+std::string Work::error_message() const { return state_ && state_->done() ? state_->status().message() : ""; }
+
+}  // namespace braid

@@ -1,0 +1,32 @@
+// runtime/work_state.h - the shared state behind a braid::Work.
+//
+// Completion is an event: the progress thread calls complete() once; waiters spin briefly
+// (a blocking wake-up costs ~40 us on these VMs) and then sleep on the atomic flag.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include "common/deadline.h"
+#include "common/status.h"
+
+namespace braid::detail {
+
+struct WorkState {
+  // Called once by the thread that finished the operation.
+  void complete(Status s);
+  // Waits until complete() or the deadline; true when complete. Spins for `spin_us` first.
+  bool wait_until(Deadline deadline, int spin_us) const;
+  bool done() const { return done_.load(std::memory_order_acquire) != 0; }
+  Status status() const;
+
+  std::string what;  // "all_reduce #12", for messages
+
+ private:
+  std::atomic<int> done_{0};
+  mutable std::mutex mu_;
+  Status status_;
+};
+
+}  // namespace braid::detail

@@ -1,0 +1,162 @@
+// Rendezvous across real processes: ranks find each other through the environment, and every
+// kind of bad input ends in a clear error, never a hang.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/support/subprocess.h"
+
+namespace braid {
+namespace {
+
+using std::chrono::seconds;
+using testing::Subprocess;
+
+constexpr auto kBound = seconds(60);  // no test here may take anywhere near this long
+
+std::map<std::string, std::string> rank_env(int port, int rank, int size) {
+  return {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(rank)},
+          {"WORLD_SIZE", std::to_string(size)}, {"BRAID_RENDEZVOUS_TIMEOUT_S", "10"}};
+}
+
+std::vector<std::unique_ptr<Subprocess>> start_ranks(int size, const std::string& mode = "join") {
+  int port = testing::free_port();
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int r = 0; r < size; ++r) {
+    ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), mode},
+                                                 rank_env(port, r, size)));
+  }
+  return ranks;
+}
+
+TEST(Comm, RanksJoinWithoutALauncher) {
+  auto ranks = start_ranks(4);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(ranks[r]->wait(kBound), 0) << ranks[r]->output();
+    EXPECT_NE(ranks[r]->output().find("rank " + std::to_string(r) + " of 4"), std::string::npos) << ranks[r]->output();
+    EXPECT_NE(ranks[r]->output().find("all_reduce sum = 10"), std::string::npos) << ranks[r]->output();
+  }
+}
+
+TEST(Comm, RankZeroMayLeaveFirst) {
+  auto ranks = start_ranks(3, "leave_early");
+  for (auto& p : ranks) EXPECT_EQ(p->wait(kBound), 0) << p->output();
+}
+
+TEST(Comm, EightRanksUnderBraidrun) {
+  const char* braidrun = std::getenv("BRAIDRUN");
+  if (!braidrun) GTEST_SKIP() << "BRAIDRUN not set (braidrun not built)";
+  Subprocess run({braidrun, "--standalone", "--nproc-per-node", "8", testing::binary_from_env("COMM_RANK"), "join"},
+                 {{"BRAID_RENDEZVOUS_TIMEOUT_S", "30"}});
+  ASSERT_EQ(run.wait(kBound), 0) << run.output();
+  for (int r = 0; r < 8; ++r) {
+    EXPECT_NE(run.output().find("rank " + std::to_string(r) + " of 8"), std::string::npos) << run.output();
+  }
+}
+
+// One process with a broken environment: it must fail at once with `expect` in its message.
+void expect_failure(const std::map<std::string, std::string>& env, const std::string& expect) {
+  Subprocess p({testing::binary_from_env("COMM_RANK"), "join"}, env);
+  int rc = p.wait(kBound);
+  EXPECT_NE(rc, 0) << p.output();
+  EXPECT_NE(rc, -1) << "hung: " << p.output();
+  EXPECT_NE(p.output().find(expect), std::string::npos) << "want '" << expect << "' in: " << p.output();
+}
+
+TEST(Comm, MissingVariablesAreListed) {
+  expect_failure({{"MASTER_ADDR", "\x01"}, {"MASTER_PORT", "\x01"}, {"RANK", "\x01"}, {"WORLD_SIZE", "\x01"}},
+                 "missing environment variables MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE");
+}
+
+TEST(Comm, NonNumericAndNegativeValues) {
+  auto env = rank_env(testing::free_port(), 0, 2);
+  env["RANK"] = "zero";
+  expect_failure(env, "RANK='zero' is not an integer");
+  env["RANK"] = "-2";
+  expect_failure(env, "RANK='-2' is not an integer");
+  env["RANK"] = "0";
+  env["WORLD_SIZE"] = "-4";
+  expect_failure(env, "WORLD_SIZE='-4'");
+}
+
+TEST(Comm, RankNotBelowWorldSize) {
+  expect_failure(rank_env(testing::free_port(), 5, 4), "RANK=5 is not below WORLD_SIZE=4");
+}
+
+TEST(Comm, BadBraidVariable) {
+  auto env = rank_env(testing::free_port(), 0, 1);
+  env["BRAID_TIMEOUT_S"] = "soon";
+  expect_failure(env, "BRAID_TIMEOUT_S='soon'");
+}
+
+TEST(Comm, TwoProcessesClaimTheSameRank) {
+  int port = testing::free_port();
+  std::string bin = testing::binary_from_env("COMM_RANK");
+  Subprocess r0({bin, "join"}, rank_env(port, 0, 3));
+  Subprocess r1a({bin, "join"}, rank_env(port, 1, 3));
+  Subprocess r1b({bin, "join"}, rank_env(port, 1, 3));
+  for (Subprocess* p : {&r0, &r1a, &r1b}) {
+    int rc = p->wait(kBound);
+    EXPECT_NE(rc, 0) << p->output();
+    EXPECT_NE(rc, -1) << "hung: " << p->output();
+    EXPECT_NE(p->output().find("two processes claim RANK=1"), std::string::npos) << p->output();
+  }
+}
+
+TEST(Comm, RanksDisagreeOnWorldSize) {
+  int port = testing::free_port();
+  std::string bin = testing::binary_from_env("COMM_RANK");
+  Subprocess r0({bin, "join"}, rank_env(port, 0, 2));
+  Subprocess r1({bin, "join"}, rank_env(port, 1, 3));
+  for (Subprocess* p : {&r0, &r1}) {
+    int rc = p->wait(kBound);
+    EXPECT_NE(rc, 0) << p->output();
+    EXPECT_NE(rc, -1) << "hung: " << p->output();
+    EXPECT_NE(p->output().find("disagree on WORLD_SIZE"), std::string::npos) << p->output();
+  }
+}
+
+TEST(Comm, UnreachableMasterIsNamedAfterTheTimeout) {
+  int port = testing::free_port();
+  auto env = rank_env(port, 1, 2);
+  env["BRAID_RENDEZVOUS_TIMEOUT_S"] = "2";
+  auto start = std::chrono::steady_clock::now();
+  expect_failure(env, "127.0.0.1:" + std::to_string(port));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(20));
+}
+
+TEST(Comm, MissingRanksAreNamedAtTheTimeout) {
+  int port = testing::free_port();
+  std::string bin = testing::binary_from_env("COMM_RANK");
+  auto env = rank_env(port, 0, 3);
+  env["BRAID_RENDEZVOUS_TIMEOUT_S"] = "2";
+  Subprocess r0({bin, "join"}, env);
+  int rc = r0.wait(kBound);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(rc, -1) << "hung";
+  EXPECT_NE(r0.output().find("for ranks 1, 2"), std::string::npos) << r0.output();
+}
+
+TEST(Comm, PortInUse) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 4), 0);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  int port = ntohs(addr.sin_port);
+  expect_failure(rank_env(port, 0, 2), "MASTER_PORT=" + std::to_string(port));
+  close(fd);
+}
+
+}  // namespace
+}  // namespace braid
