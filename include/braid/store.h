@@ -124,4 +124,39 @@ class TcpStoreServer {
   std::unique_ptr<Impl> impl_;
 };
 
+// A store in one file on a filesystem every process can reach (`file:///shared/path`
+// rendezvous, like torch's FileStore): no server to start, nothing to outlive. Every call takes
+// an exclusive lock on the file (fcntl open-file-description locks, which NFS honours), reads
+// what other processes appended since this one last looked, and appends its own change; waits
+// poll the file with backoff, bounded by the timeout. add is atomic across processes and threads.
+// The file is never removed by braid: give each job a fresh path (a file left by an earlier job
+// would hand its keys to this one). Safe to call from several threads.
+class FileStore : public Store {
+ public:
+  // Opens or creates the file at `path`. Throws braid::Error naming the path when its directory
+  // is missing, it cannot be written, or it holds something other than a braid store.
+  FileStore(std::string path, std::chrono::milliseconds timeout = std::chrono::seconds(300));
+  ~FileStore() override;
+  FileStore(const FileStore&) = delete;
+  FileStore& operator=(const FileStore&) = delete;
+  using Store::wait;
+
+  void set(const std::string& key, const std::string& value) override;
+  std::string get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  std::string compare_set(const std::string& key, const std::string& expected, const std::string& desired) override;
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  bool check(const std::vector<std::string>& keys) override;
+  bool delete_key(const std::string& key) override;
+  int64_t num_keys() override;
+  std::chrono::milliseconds timeout() const override;
+  void set_timeout(std::chrono::milliseconds timeout) override;
+  std::string address() const override;  // "file://" + path
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace braid
