@@ -91,6 +91,30 @@ Communicator Communicator::from_url(const std::string& init_method, int rank, in
     auto store = open_job_store(job, env, &server);
     return make(std::move(store), std::move(server), job, env);
   }
+  if (init_method.rfind("file://", 0) == 0) {
+    // The file is the store; rank and size come from the arguments or, when -1, RANK/WORLD_SIZE.
+    JobInfo job;
+    job.rank = rank;
+    job.size = size;
+    if (rank < 0 || size < 0) {
+      auto lookup = process_env();
+      const char* r = lookup("RANK");
+      const char* n = lookup("WORLD_SIZE");
+      if ((rank < 0 && !r) || (size < 0 && !n)) {
+        throw Error(ErrorCode::invalid_argument, "init method '" + init_method +
+                                                     "' needs a rank and a world size: pass them, or set RANK and WORLD_SIZE");
+      }
+      if (rank < 0) job.rank = static_cast<int>(value_or_raise(parse_env_int("RANK", r, 0, 1 << 24)));
+      if (size < 0) job.size = static_cast<int>(value_or_raise(parse_env_int("WORLD_SIZE", n, 1, 1 << 24)));
+    }
+    if (job.rank >= job.size) {
+      throw Error(ErrorCode::invalid_argument, "rank " + std::to_string(job.rank) + " is not below world size " +
+                                                   std::to_string(job.size));
+    }
+    auto timeout = std::chrono::milliseconds(static_cast<int64_t>(env.rendezvous_timeout_s * 1000));
+    auto store = std::make_shared<FileStore>(init_method.substr(7), timeout);
+    return make(std::move(store), nullptr, job, env);
+  }
   throw Error(ErrorCode::invalid_argument,
               "init method '" + init_method + "' is not supported: use env://, tcp://HOST:PORT or file:///PATH");
 }

@@ -76,6 +76,7 @@ class CommunicatorImpl {
   std::deque<Pending> queue_;
   bool stopping_ = false;
   uint64_t next_seq_ = 0;
+  std::atomic<uint64_t> enqueued_{0};  // lets the progress thread spin on new work without the lock
 
   // Owned and touched by the progress thread only (after setup).
   std::unique_ptr<transport::Transport> transport_;

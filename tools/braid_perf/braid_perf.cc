@@ -152,7 +152,7 @@ int64_t check(Case& c) {
 bool result_is_shared(const std::string& op) { return op == "all_reduce" || op == "all_gather" || op == "broadcast"; }
 
 Row measure(Communicator& comm, const PerfOptions& opt, size_t bytes) {
-  Case c{comm, opt};
+  Case c{comm, opt, 0, 0, {}, {}};
   c.esize = dtype_size(opt.dtype);
   c.count = opt.op == "barrier" ? 0 : per_rank_count(opt.op, bytes, c.esize, comm.size());
   prepare(c);

@@ -20,6 +20,11 @@ int main(int argc, char** argv) {
     if (mode == "leave_early") {
       if (r == 0) return 0;  // the destructor keeps the store up for the others
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      auto store = comm.store();
+      store->set("late/" + std::to_string(r), "here");
+      for (int q = 1; q < n; ++q) store->get("late/" + std::to_string(q));
+      std::printf("rank %d used the store after rank 0 left\n", r);
+      return 0;
     }
     auto store = comm.store();
     store->set("hello/" + std::to_string(r), "from rank " + std::to_string(r));
