@@ -18,6 +18,8 @@ struct TransportOptions {
   Env env;                       // BRAID_* settings (interfaces, sockets, timeouts, ...)
   std::string master_addr;       // picks the interface that routes there, when set
   void* inproc_fabric = nullptr; // inproc only: the shared in-process fabric (see inproc.h)
+  std::string listen_host;       // tcp only: bind this numeric address ("::1") instead of choosing an
+                                 // interface by BRAID_SOCKET_IFNAME / master_addr (tests, multi-homed hosts)
 };
 
 using TransportFactory = std::function<Result<std::unique_ptr<Transport>>(const TransportOptions&)>;

@@ -1,0 +1,32 @@
+// collectives/algorithms.h - which algorithm implements which collective, and building its
+// schedule from a CollectiveArgs. The one table every other part (selection, run_collective,
+// the schedule simulator tests) looks algorithms up in.
+#pragma once
+
+#include <string>
+
+#include "collectives/collective.h"
+#include "collectives/schedule.h"
+
+namespace braid::collectives {
+
+// The segment size used when RunOptions::chunk_bytes is 0.
+inline constexpr size_t kDefaultSegmentBytes = size_t{256} << 10;
+
+// Whether `algo` implements `kind` (automatic: always).
+bool supports(Kind kind, Algo algo);
+// "ring, rd, tree" - for error messages.
+std::string supported_algorithms(Kind kind);
+// The display name of what runs: "all_reduce (ring)", "barrier (dissemination)".
+std::string operation_name(Kind kind, Algo algo);
+
+// The algorithm's input, from one rank's view of the call. segment_bytes 0: the default.
+// In place: all_reduce, reduce and all_to_all with send == recv. all_gather/gather in place
+// (send points at this rank's block of recv) and reduce_scatter/scatter in place (recv points
+// at this rank's block of send), as NCCL defines them, need nothing special: the local copy
+// of this rank's block finds source and destination equal and is skipped.
+Plan make_plan(const CollectiveArgs& args, int rank, int size, size_t segment_bytes);
+// This rank's schedule. `algo` must be concrete and supported (invalid_argument otherwise).
+Result<Schedule> build_schedule(const CollectiveArgs& args, Algo algo, const Plan& plan);
+
+}  // namespace braid::collectives

@@ -1,0 +1,261 @@
+#include "collectives/executor.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+#include "collectives/kernels/reduce.h"
+
+namespace braid::collectives {
+
+namespace {
+
+bool overlaps(const Range& a, const Range& b) {
+  return a.bytes != 0 && b.bytes != 0 && a.buf == b.buf && a.offset < b.offset + b.bytes &&
+         b.offset < a.offset + a.bytes;
+}
+
+// Receives that land straight in dst; the reducing kinds land in a slot and write dst later.
+bool direct_recv(const Step& st) { return st.kind == StepKind::recv || st.kind == StepKind::recv_copy_send; }
+bool writes_dst(const Step& st) { return st.kind != StepKind::send; }
+// A range the step reads while computing (operand, copy source, send source).
+bool reads_src(const Step& st) { return st.src.bytes != 0; }
+
+}  // namespace
+
+Result<std::unique_ptr<Executor>> Executor::create(const Schedule& schedule, const void* send, void* recv,
+                                                   const std::vector<transport::Connection*>& peers,
+                                                   ExecutorOptions options) {
+  const std::string where = options.name + " on rank " + std::to_string(options.rank) + ": ";
+  for (const Step& st : schedule.steps) {
+    for (int peer : {st.has_recv() ? st.recv_peer : -1, st.has_send() ? st.send_peer : -1}) {
+      if (peer < 0) continue;
+      if (static_cast<size_t>(peer) >= peers.size() || peers[static_cast<size_t>(peer)] == nullptr) {
+        return invalid_argument(where + "missing connection between rank " + std::to_string(options.rank) +
+                                " (this process) and rank " + std::to_string(peer));
+      }
+    }
+    for (const Range* r : {&st.dst, &st.src}) {
+      if (r->bytes == 0) continue;
+      if ((r->buf == Buf::send && send == nullptr) || (r->buf == Buf::recv && recv == nullptr)) {
+        return invalid_argument(where + std::string(r->buf == Buf::send ? "send" : "recv") +
+                                " buffer is null but the operation has data for it");
+      }
+    }
+  }
+  return std::unique_ptr<Executor>(new Executor(schedule, send, recv, peers, std::move(options)));
+}
+
+Executor::Executor(const Schedule& schedule, const void* send, void* recv,
+                   const std::vector<transport::Connection*>& peers, ExecutorOptions options)
+    : steps_(schedule.steps),
+      phase_(schedule.steps.size(), Phase::idle),
+      send_(static_cast<const std::byte*>(send)),
+      recv_(static_cast<std::byte*>(recv)),
+      peers_(peers),
+      options_(std::move(options)) {
+  window_ = std::max<size_t>(2, options_.window != 0 ? options_.window : schedule.window);
+  if (schedule.scratch_bytes != 0) scratch_.reset(new std::byte[schedule.scratch_bytes]);
+  for (const Step& st : steps_) {
+    if (st.reduces()) slot_bytes_ = std::max(slot_bytes_, st.dst.bytes);
+  }
+  // One landing slot per window position: step i uses slot i % window, and no two steps
+  // within one window share a residue.
+  if (slot_bytes_ != 0) slots_.reset(new std::byte[slot_bytes_ * window_]);
+}
+
+std::byte* Executor::at(const Range& r) const {
+  switch (r.buf) {
+    case Buf::send: return const_cast<std::byte*>(send_) + r.offset;
+    case Buf::recv: return recv_ + r.offset;
+    case Buf::scratch: return scratch_.get() + r.offset;
+  }
+  return nullptr;
+}
+
+// Would writing `r` now disturb an earlier step that still reads or writes it?
+bool Executor::write_blocked(size_t i, const Range& r) const {
+  for (size_t j = head_; j < i; ++j) {
+    const Step& e = steps_[j];
+    const Phase ph = phase_[j];
+    if (ph == Phase::done) continue;
+    const bool computing = ph == Phase::idle || ph == Phase::receiving || ph == Phase::received;
+    if (computing && writes_dst(e) && overlaps(r, e.dst)) return true;
+    if (computing && reads_src(e) && overlaps(r, e.src)) return true;
+    if (e.has_send() && overlaps(r, e.sent())) return true;
+  }
+  return false;
+}
+
+// Would reading `r` now see a range an earlier step has not finished writing?
+bool Executor::read_blocked(size_t i, const Range& r) const {
+  for (size_t j = head_; j < i; ++j) {
+    const Step& e = steps_[j];
+    const Phase ph = phase_[j];
+    const bool computing = ph == Phase::idle || ph == Phase::receiving || ph == Phase::received;
+    if (computing && writes_dst(e) && overlaps(r, e.dst)) return true;
+  }
+  return false;
+}
+
+Result<bool> Executor::try_start(size_t i) {
+  const Step& st = steps_[i];
+  if (!st.has_recv()) {
+    phase_[i] = Phase::received;
+    return true;
+  }
+  std::byte* land;
+  if (direct_recv(st)) {
+    if (write_blocked(i, st.dst)) return false;
+    land = at(st.dst);
+  } else {
+    land = slots_.get() + (i % window_) * slot_bytes_;
+  }
+  Status s = peers_[static_cast<size_t>(st.recv_peer)]->post_recv(land, st.dst.bytes,
+                                                                  make_cookie(options_.op_id, i, false));
+  if (!s.is_ok()) return s.with_context(options_.name + " on rank " + std::to_string(options_.rank) + ": ");
+  ++outstanding_;
+  phase_[i] = Phase::receiving;
+  return true;
+}
+
+void Executor::compute(const Step& st, size_t i) {
+  const size_t esize = dtype_size(options_.dtype);
+  switch (st.kind) {
+    case StepKind::recv_reduce:
+    case StepKind::recv_reduce_send: {
+      std::byte* dst = at(st.dst);
+      const std::byte* slot = slots_.get() + (i % window_) * slot_bytes_;
+      const size_t n = st.dst.bytes / esize;
+      if (st.src.bytes != 0 && at(st.src) != dst) {
+        reduce_to(dst, at(st.src), slot, n, options_.dtype, options_.op);
+      } else {
+        reduce_into(dst, slot, n, options_.dtype, options_.op);
+      }
+      if (st.factor != 1.0) scale(dst, n, options_.dtype, st.factor);
+      break;
+    }
+    case StepKind::copy:
+      if (at(st.dst) != at(st.src)) std::memmove(at(st.dst), at(st.src), st.dst.bytes);
+      break;
+    case StepKind::scale:
+      scale(at(st.dst), st.dst.bytes / esize, options_.dtype, st.factor);
+      break;
+    default:
+      break;
+  }
+}
+
+Result<bool> Executor::advance(size_t i) {
+  const Step& st = steps_[i];
+  switch (phase_[i]) {
+    case Phase::received: {
+      const bool local_write = writes_dst(st) && !direct_recv(st);
+      if (local_write && write_blocked(i, st.dst)) return false;
+      if (reads_src(st) && read_blocked(i, st.src)) return false;
+      compute(st, i);
+      phase_[i] = st.has_send() ? Phase::ready_send : Phase::done;
+      return true;
+    }
+    case Phase::ready_send: {
+      for (size_t j = head_; j < i; ++j) {  // sends to one peer leave in program order
+        if (steps_[j].has_send() && steps_[j].send_peer == st.send_peer && phase_[j] < Phase::sending) return false;
+      }
+      const Range& r = st.sent();
+      Status s = peers_[static_cast<size_t>(st.send_peer)]->post_send(at(r), r.bytes,
+                                                                      make_cookie(options_.op_id, i, true));
+      if (!s.is_ok()) return s.with_context(options_.name + " on rank " + std::to_string(options_.rank) + ": ");
+      ++outstanding_;
+      phase_[i] = Phase::sending;
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+Status Executor::progress() {
+  for (;;) {
+    bool moved = false;
+    for (size_t i = head_; i < started_; ++i) {
+      ASSIGN_OR_RETURN(bool m, advance(i));
+      moved = moved || m;
+    }
+    // Retire finished steps first: that is what opens the window for the next ones.
+    while (head_ < started_ && phase_[head_] == Phase::done) ++head_;
+    while (started_ < steps_.size() && started_ < head_ + window_) {
+      ASSIGN_OR_RETURN(bool ok, try_start(started_));
+      if (!ok) break;
+      ++started_;
+      moved = true;
+    }
+    if (!moved) return Status::ok();
+  }
+}
+
+Status Executor::fail(const std::string& what) const {
+  return protocol_error(options_.name + " on rank " + std::to_string(options_.rank) + ": " + what);
+}
+
+Status Executor::on_completion(const transport::Completion& c, bool* ours) {
+  const size_t index = static_cast<size_t>((c.cookie & 0xffffffffu) >> 1);
+  const bool mine = (c.cookie >> 32) == (options_.op_id & 0xffffffffu) && index < steps_.size();
+  if (ours != nullptr) *ours = mine;
+  if (!mine) return Status::ok();
+  const bool is_send = (c.cookie & 1u) != 0;
+  const Step& st = steps_[index];
+  const Phase expected = is_send ? Phase::sending : Phase::receiving;
+  if (phase_[index] != expected) return fail("unexpected completion for step " + std::to_string(index));
+  --outstanding_;
+  if (!c.status.is_ok()) {
+    return c.status.with_context(options_.name + " on rank " + std::to_string(options_.rank) + ": ");
+  }
+  if (is_send) {
+    phase_[index] = Phase::done;
+    return Status::ok();
+  }
+  if (c.bytes != st.dst.bytes) {
+    return Status(ErrorCode::mismatch,
+                  options_.name + " on rank " + std::to_string(options_.rank) + ": expected " +
+                      std::to_string(st.dst.bytes) + " bytes from " + peer_name(st.recv_peer) + ", got " +
+                      std::to_string(c.bytes) + " - do all ranks call the same collective with the same counts?");
+  }
+  phase_[index] = Phase::received;
+  return Status::ok();
+}
+
+std::string Executor::peer_name(int peer) const {
+  std::string s = "rank " + std::to_string(peer);
+  if (peer >= 0 && static_cast<size_t>(peer) < peers_.size() && peers_[static_cast<size_t>(peer)] != nullptr) {
+    s += " (" + peers_[static_cast<size_t>(peer)]->peer_address() + ")";
+  }
+  return s;
+}
+
+std::vector<int> Executor::busy_peers() const {
+  std::set<int> out;
+  for (size_t i = head_; i < started_; ++i) {
+    if (phase_[i] == Phase::receiving) out.insert(steps_[i].recv_peer);
+    if (phase_[i] == Phase::sending) out.insert(steps_[i].send_peer);
+  }
+  return {out.begin(), out.end()};
+}
+
+std::string Executor::waiting_for() const {
+  std::ostringstream o;
+  const char* sep = "";
+  std::set<std::pair<int, bool>> seen;
+  for (size_t i = head_; i < started_; ++i) {
+    if (phase_[i] != Phase::receiving && phase_[i] != Phase::sending) continue;
+    const bool is_send = phase_[i] == Phase::sending;
+    const int peer = is_send ? steps_[i].send_peer : steps_[i].recv_peer;
+    if (!seen.insert({peer, is_send}).second) continue;
+    o << sep << peer_name(peer) << (is_send ? " to take our data" : " to send");
+    sep = ", ";
+  }
+  if (seen.empty()) o << "no peer (step " << head_ << " of " << steps_.size() << " is blocked locally)";
+  return o.str();
+}
+
+}  // namespace braid::collectives

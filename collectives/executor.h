@@ -1,0 +1,103 @@
+// collectives/executor.h - runs any Schedule on a rank's connections, re-entrantly.
+//
+// The executor owns no thread and never blocks: progress() posts every receive, reduction and
+// send that may go now and returns; on_completion() takes what transport.poll() reported. The
+// caller (run_collective, or the runtime's progress engine when it interleaves operations)
+// alternates the two until done() or its deadline.
+//
+// Rules it enforces, so algorithms do not have to:
+//   - Steps start in program order, at most `window` at a time: the window bounds memory
+//     (landing slots for reductions) and lets receiving segment i+1 overlap reducing segment i.
+//   - Data flow orders everything else: a step writes a range only after every earlier step
+//     that reads or writes it has finished with it, and reads one only after earlier writers
+//     are done (a write-after-read on the same range is how a send is protected from being
+//     overwritten by a later receive).
+//   - Sends to one peer are posted in program order (so are receives, by starting in order),
+//     which is what pairs them with the peer's schedule over an in-order connection.
+// Completions are matched to steps by cookie: op_id in the high 32 bits, the step index and
+// a send bit below, so a stale completion of another operation is recognised and dropped.
+//
+// Lifetime: the send/recv buffers and the connections must outlive the executor; while
+// outstanding() > 0 the transport may still write into the executor's landing slots or the
+// caller's recv buffer, so a failed run must close those connections before letting go.
+// Threading: one thread at a time (the connections' owner).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "braid/types.h"
+#include "collectives/schedule.h"
+#include "common/status.h"
+#include "transport/transport.h"
+
+namespace braid::collectives {
+
+struct ExecutorOptions {
+  std::string name = "collective";  // "all_reduce (ring)": every error starts "<name> on rank R: "
+  int rank = 0;
+  uint64_t op_id = 0;
+  size_t window = 0;  // steps in flight; 0: the schedule's own; always >= 2
+  DType dtype = DType::f32;
+  Op op = Op::sum;    // never avg: algorithms reduce with sum and scale
+};
+
+class Executor {
+ public:
+  // Checks that every peer the schedule names has a connection and every range it touches has
+  // a buffer, then allocates scratch and landing slots.
+  static Result<std::unique_ptr<Executor>> create(const Schedule& schedule, const void* send, void* recv,
+                                                  const std::vector<transport::Connection*>& peers,
+                                                  ExecutorOptions options);
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Posts and computes whatever may go now. Never blocks.
+  [[nodiscard]] Status progress();
+  // Feeds one completion. Returns false (and does nothing) when its cookie is not ours.
+  [[nodiscard]] Status on_completion(const transport::Completion& c, bool* ours = nullptr);
+  bool done() const { return head_ == steps_.size(); }
+
+  // Posted operations not yet completed, and the peers they are with.
+  size_t outstanding() const { return outstanding_; }
+  std::vector<int> busy_peers() const;
+  // "rank 1 (10.0.0.2:4100) to send, rank 3 (...) to receive" - for timeout messages.
+  std::string waiting_for() const;
+
+  static uint64_t make_cookie(uint64_t op_id, size_t step, bool is_send) {
+    return (op_id << 32) | (static_cast<uint64_t>(step) << 1) | (is_send ? 1u : 0u);
+  }
+
+ private:
+  enum class Phase : uint8_t { idle, receiving, received, ready_send, sending, done };
+
+  Executor(const Schedule& schedule, const void* send, void* recv, const std::vector<transport::Connection*>& peers,
+           ExecutorOptions options);
+  std::byte* at(const Range& r) const;
+  bool write_blocked(size_t i, const Range& r) const;
+  bool read_blocked(size_t i, const Range& r) const;
+  Result<bool> try_start(size_t i);
+  Result<bool> advance(size_t i);
+  void compute(const Step& st, size_t i);
+  Status fail(const std::string& what) const;
+  std::string peer_name(int peer) const;
+
+  std::vector<Step> steps_;
+  std::vector<Phase> phase_;
+  const std::byte* send_;
+  std::byte* recv_;
+  std::unique_ptr<std::byte[]> scratch_;
+  std::unique_ptr<std::byte[]> slots_;
+  size_t slot_bytes_ = 0;
+  std::vector<transport::Connection*> peers_;
+  ExecutorOptions options_;
+  size_t window_ = 2;
+  size_t head_ = 0;     // steps before it are done
+  size_t started_ = 0;  // steps before it have started
+  size_t outstanding_ = 0;
+};
+
+}  // namespace braid::collectives

@@ -1,0 +1,99 @@
+#include "collectives/validate.h"
+
+#include <string>
+
+namespace braid::collectives {
+
+namespace {
+
+bool reduces(Kind k) { return k == Kind::all_reduce || k == Kind::reduce || k == Kind::reduce_scatter; }
+bool rooted(Kind k) { return k == Kind::broadcast || k == Kind::reduce || k == Kind::gather || k == Kind::scatter; }
+bool blocked(Kind k) {
+  return k == Kind::all_gather || k == Kind::reduce_scatter || k == Kind::gather || k == Kind::scatter;
+}
+
+// Elements of the whole blocked buffer, or false on overflow.
+bool sum_counts(const std::vector<size_t>& counts, size_t count, int size, size_t* out) {
+  if (counts.empty()) return !__builtin_mul_overflow(count, static_cast<size_t>(size), out);
+  size_t t = 0;
+  for (size_t c : counts) {
+    if (__builtin_add_overflow(t, c, &t)) return false;
+  }
+  *out = t;
+  return true;
+}
+
+}  // namespace
+
+Status validate_collective(const CollectiveArgs& a, int rank, int size) {
+  const std::string where = std::string(to_string(a.kind)) + " on rank " + std::to_string(rank) + ": ";
+  auto bad = [&](const std::string& what) { return invalid_argument(where + what); };
+  if (size < 1) return bad("world size " + std::to_string(size) + " must be at least 1");
+  if (rank < 0 || rank >= size) return bad("rank is out of range for a world of " + std::to_string(size) + " ranks");
+  if (static_cast<int>(a.dtype) >= kNumDTypes) return bad("unknown dtype " + std::to_string(static_cast<int>(a.dtype)));
+  if (static_cast<int>(a.op) >= kNumOps) return bad("unknown op " + std::to_string(static_cast<int>(a.op)));
+  if (reduces(a.kind) && is_bitwise(a.op) && is_floating(a.dtype)) {
+    return bad(std::string("op ") + to_string(a.op) + " is bitwise and dtype " + to_string(a.dtype) +
+               " is floating point; bitwise ops take integer dtypes (i8, u8, i32, i64)");
+  }
+  if (rooted(a.kind) && (a.root < 0 || a.root >= size)) {
+    return bad("root " + std::to_string(a.root) + " is out of range for a world of " + std::to_string(size) +
+               " ranks (0.." + std::to_string(size - 1) + ")");
+  }
+  if ((a.kind == Kind::send || a.kind == Kind::recv) && (a.peer < 0 || a.peer >= size || a.peer == rank)) {
+    return bad("peer " + std::to_string(a.peer) + " must be another rank in 0.." + std::to_string(size - 1));
+  }
+  const size_t n = static_cast<size_t>(size);
+  if (blocked(a.kind) && !a.counts.empty() && a.counts.size() != n) {
+    return bad("counts has " + std::to_string(a.counts.size()) + " entries; it needs one per rank (" +
+               std::to_string(size) + ")");
+  }
+  if (a.kind == Kind::all_to_all) {
+    if (a.send_counts.empty() != a.recv_counts.empty()) {
+      return bad("send_counts and recv_counts must be given together (split sizes) or both left empty");
+    }
+    if (!a.send_counts.empty() && (a.send_counts.size() != n || a.recv_counts.size() != n)) {
+      return bad("send_counts has " + std::to_string(a.send_counts.size()) + " and recv_counts " +
+                 std::to_string(a.recv_counts.size()) + " entries; each needs one per rank (" +
+                 std::to_string(size) + ")");
+    }
+  }
+  // Bytes each buffer must hold on this rank; a null buffer is fine only when it is 0.
+  const size_t e = dtype_size(a.dtype);
+  size_t whole = 0, mine = a.count, send_total = 0, recv_total = 0;
+  bool ok = sum_counts(a.counts, a.count, size, &whole);
+  if (!a.counts.empty()) mine = a.counts[static_cast<size_t>(rank)];
+  if (a.kind == Kind::all_to_all) {
+    ok = ok && sum_counts(a.send_counts, a.count, size, &send_total) &&
+         sum_counts(a.recv_counts, a.count, size, &recv_total);
+  }
+  size_t ignored;
+  if (!ok || __builtin_mul_overflow(whole, e, &ignored) || __builtin_mul_overflow(send_total, e, &ignored) ||
+      __builtin_mul_overflow(recv_total, e, &ignored)) {
+    return bad("the buffer size overflows (count " + std::to_string(a.count) + " of " + to_string(a.dtype) + ")");
+  }
+  const bool is_root = a.root == rank;
+  size_t send_elems = 0, recv_elems = 0;
+  switch (a.kind) {
+    case Kind::all_reduce: send_elems = recv_elems = a.count; break;
+    case Kind::broadcast: recv_elems = a.count; break;
+    case Kind::reduce: send_elems = a.count; recv_elems = is_root ? a.count : 0; break;
+    case Kind::all_gather: send_elems = mine; recv_elems = whole; break;
+    case Kind::reduce_scatter: send_elems = whole; recv_elems = mine; break;
+    case Kind::gather: send_elems = mine; recv_elems = is_root ? whole : 0; break;
+    case Kind::scatter: send_elems = is_root ? whole : 0; recv_elems = mine; break;
+    case Kind::all_to_all: send_elems = send_total; recv_elems = recv_total; break;
+    case Kind::barrier: break;
+    case Kind::send: send_elems = a.count; break;
+    case Kind::recv: recv_elems = a.count; break;
+  }
+  if (send_elems != 0 && a.send == nullptr) {
+    return bad("send buffer is null but " + std::to_string(send_elems) + " elements are to be read from it");
+  }
+  if (recv_elems != 0 && a.recv == nullptr) {
+    return bad("recv buffer is null but " + std::to_string(recv_elems) + " elements are to be written to it");
+  }
+  return Status::ok();
+}
+
+}  // namespace braid::collectives

@@ -1,0 +1,19 @@
+// collectives/validate.h - argument checks made before anything is sent.
+//
+// The runtime calls this too, on the caller's thread, so a bad call fails at once with
+// invalid_argument instead of surfacing from Work::wait(). Count 0 is valid (the operation
+// completes without moving data); so is a null buffer that will not be touched.
+#pragma once
+
+#include "collectives/collective.h"
+#include "common/status.h"
+
+namespace braid::collectives {
+
+// invalid_argument naming the operation, this rank and what is wrong: rank or root out of
+// range, peer out of range or this rank, unknown dtype/op, bitwise op on a floating dtype,
+// counts vectors of the wrong length, null buffers that would be read or written, sizes that
+// overflow size_t.
+Status validate_collective(const CollectiveArgs& args, int rank, int size);
+
+}  // namespace braid::collectives

@@ -1,0 +1,165 @@
+// The executor on a scripted connection: what it posts after each progress() call, how it
+// maps completions back by cookie, and how its errors read.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <deque>
+
+#include "collectives/exchange.h"
+#include "collectives/executor.h"
+#include "collectives/ring.h"
+
+namespace braid::collectives {
+namespace {
+
+struct Posted {
+  bool is_send;
+  const void* data;
+  size_t bytes;
+  uint64_t cookie;
+};
+
+class ScriptedConnection final : public transport::Connection {
+ public:
+  explicit ScriptedConnection(int peer) : peer_(peer) {}
+  Status post_send(const void* data, size_t bytes, uint64_t cookie) override {
+    posted.push_back({true, data, bytes, cookie});
+    return Status::ok();
+  }
+  Status post_recv(void* data, size_t capacity, uint64_t cookie) override {
+    posted.push_back({false, data, capacity, cookie});
+    return Status::ok();
+  }
+  void close() override {}
+  int peer_rank() const override { return peer_; }
+  const std::string& peer_address() const override { return address_; }
+
+  // Completes the oldest posted operation (ok, full size).
+  transport::Completion complete_front(Status status = Status::ok(), size_t bytes = ~size_t{0}) {
+    Posted p = posted.front();
+    posted.pop_front();
+    return transport::Completion{this, p.cookie, p.is_send, bytes == ~size_t{0} ? p.bytes : bytes, status};
+  }
+  std::deque<Posted> posted;
+
+ private:
+  int peer_;
+  std::string address_ = "10.0.0.9:4000";
+};
+
+ExecutorOptions options(const char* name, int rank, uint64_t op_id, size_t window) {
+  ExecutorOptions o;
+  o.name = name;
+  o.rank = rank;
+  o.op_id = op_id;
+  o.window = window;
+  return o;
+}
+
+TEST(Executor, KeepsTheWindowFullAcrossProgressCalls) {
+  Plan p;
+  p.rank = 0, p.size = 2, p.peer = 1, p.count = 100, p.segment_bytes = 40;  // 10 segments
+  std::vector<float> buf(100);
+  ScriptedConnection conn(1);
+  std::vector<transport::Connection*> peers{nullptr, &conn};
+  auto ex = Executor::create(p2p_send(p), buf.data(), nullptr, peers, options("send", 0, 9, 4));
+  ASSERT_TRUE(ex.is_ok()) << ex.status().message();
+  ASSERT_TRUE((*ex)->progress().is_ok());
+  EXPECT_EQ(conn.posted.size(), 4u) << "a window of 4 segments goes out at once";
+  size_t completed = 0;
+  while (!(*ex)->done()) {
+    bool ours = false;
+    ASSERT_TRUE((*ex)->on_completion(conn.complete_front(), &ours).is_ok());
+    EXPECT_TRUE(ours);
+    ++completed;
+    ASSERT_TRUE((*ex)->progress().is_ok());
+    // One progress() after a completion refills the window: nothing waits for a later call.
+    EXPECT_EQ(conn.posted.size(), std::min<size_t>(4, 10 - completed));
+  }
+  EXPECT_EQ(completed, 10u);
+  EXPECT_EQ((*ex)->outstanding(), 0u);
+}
+
+TEST(Executor, ReceivesTheNextSegmentWhileReducingThisOne) {
+  // A chain reduce at the root: every step is a recv_reduce from rank 1.
+  Plan p;
+  p.rank = 0, p.size = 2, p.root = 0, p.count = 64, p.segment_bytes = 64;  // 4 segments of 16 floats
+  std::vector<float> in(64, 1.0f), out(64, 0.0f);
+  ScriptedConnection conn(1);
+  std::vector<transport::Connection*> peers{nullptr, &conn};
+  auto ex = Executor::create(chain_reduce(p), in.data(), out.data(), peers, options("reduce (chain)", 0, 3, 2));
+  ASSERT_TRUE(ex.is_ok());
+  ASSERT_TRUE((*ex)->progress().is_ok());
+  ASSERT_EQ(conn.posted.size(), 2u);
+  for (const Posted& x : conn.posted) EXPECT_FALSE(x.is_send);
+  // Land segment 0: it is reduced, and segment 2's receive is posted behind segment 1's.
+  std::fill_n(static_cast<float*>(const_cast<void*>(conn.posted.front().data)), 16, 2.0f);
+  ASSERT_TRUE((*ex)->on_completion(conn.complete_front()).is_ok());
+  ASSERT_TRUE((*ex)->progress().is_ok());
+  EXPECT_EQ(conn.posted.size(), 2u);
+  EXPECT_EQ(out[0], 3.0f);
+  EXPECT_EQ(out[15], 3.0f);
+}
+
+TEST(Executor, IgnoresCompletionsOfOtherOperations) {
+  Plan p;
+  p.rank = 0, p.size = 2, p.peer = 1, p.count = 4;
+  std::vector<float> buf(4);
+  ScriptedConnection conn(1);
+  std::vector<transport::Connection*> peers{nullptr, &conn};
+  auto ex = Executor::create(p2p_send(p), buf.data(), nullptr, peers, options("send", 0, 5, 0));
+  ASSERT_TRUE(ex.is_ok());
+  ASSERT_TRUE((*ex)->progress().is_ok());
+  transport::Completion stale{&conn, Executor::make_cookie(4, 0, true), true, 16, Status::ok()};
+  bool ours = true;
+  ASSERT_TRUE((*ex)->on_completion(stale, &ours).is_ok());
+  EXPECT_FALSE(ours);
+  EXPECT_FALSE((*ex)->done());
+  ASSERT_TRUE((*ex)->on_completion(conn.complete_front(), &ours).is_ok());
+  EXPECT_TRUE(ours);
+  ASSERT_TRUE((*ex)->progress().is_ok());
+  EXPECT_TRUE((*ex)->done());
+}
+
+TEST(Executor, ErrorsNameTheOperationRankAndPeer) {
+  Plan p;
+  p.rank = 2, p.size = 3, p.count = 30;
+  std::vector<float> in(30), out(30);
+  ScriptedConnection left(1), right(0);
+  std::vector<transport::Connection*> peers{&right, &left, nullptr};
+  auto ex = Executor::create(ring_all_reduce(p), in.data(), out.data(), peers, options("all_reduce (ring)", 2, 1, 0));
+  ASSERT_TRUE(ex.is_ok());
+  ASSERT_TRUE((*ex)->progress().is_ok());
+  EXPECT_NE((*ex)->waiting_for().find("rank 1 (10.0.0.9:4000) to send"), std::string::npos) << (*ex)->waiting_for();
+  // The first receive (from rank 1) arrives with the wrong size.
+  while (left.posted.front().is_send) left.posted.pop_front();
+  Status s = (*ex)->on_completion(left.complete_front(Status::ok(), 4));
+  EXPECT_EQ(s.code(), ErrorCode::mismatch);
+  EXPECT_EQ(s.message().rfind("all_reduce (ring) on rank 2: expected", 0), 0u) << s.message();
+  EXPECT_NE(s.message().find("from rank 1 (10.0.0.9:4000)"), std::string::npos) << s.message();
+
+  auto ex2 = Executor::create(ring_all_reduce(p), in.data(), out.data(), peers, options("all_reduce (ring)", 2, 2, 0));
+  ASSERT_TRUE(ex2.is_ok());
+  left.posted.clear();
+  ASSERT_TRUE((*ex2)->progress().is_ok());
+  while (left.posted.front().is_send) left.posted.pop_front();
+  Status lost = (*ex2)->on_completion(left.complete_front(peer_lost("rank 1 (10.0.0.9:4000) reset the connection")));
+  EXPECT_EQ(lost.code(), ErrorCode::peer_lost);
+  EXPECT_EQ(lost.message(), "all_reduce (ring) on rank 2: rank 1 (10.0.0.9:4000) reset the connection");
+}
+
+TEST(Executor, RefusesASchedulePeerWithoutConnection) {
+  Plan p;
+  p.rank = 0, p.size = 3, p.count = 30;
+  std::vector<float> in(30), out(30);
+  ScriptedConnection one(1);
+  std::vector<transport::Connection*> peers{nullptr, &one, nullptr};
+  auto ex = Executor::create(ring_all_reduce(p), in.data(), out.data(), peers, options("all_reduce (ring)", 0, 1, 0));
+  ASSERT_FALSE(ex.is_ok());
+  EXPECT_EQ(ex.status().code(), ErrorCode::invalid_argument);
+  EXPECT_NE(ex.status().message().find("missing connection between rank 0 (this process) and rank 2"), std::string::npos)
+      << ex.status().message();
+}
+
+}  // namespace
+}  // namespace braid::collectives

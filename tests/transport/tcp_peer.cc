@@ -1,0 +1,172 @@
+// tests/transport/tcp_peer.cc - a peer process for the multi-process transport tests.
+//
+// Started with fork+exec (posix_spawn) by tcp_process_test, possibly inside a network namespace.
+// Arguments are key=value; what it does is printed one line at a time on stdout:
+//   TRANSPORT <name> | ADDR <address> | CONNECTED | WAITING | OK | LOST <code> <message> | ERROR <message>
+// deny_io_uring=1 installs a seccomp filter first that makes io_uring_setup fail with ENOSYS,
+// as container runtimes' default profiles do, so the fallback path runs for real.
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/registry.h"
+
+namespace {
+
+using namespace braid;
+using namespace braid::transport;
+using namespace std::chrono_literals;
+
+void say(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+bool deny_io_uring() {
+#if defined(__x86_64__)
+  constexpr uint32_t kArch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+  constexpr uint32_t kArch = AUDIT_ARCH_AARCH64;
+#else
+  return false;
+#endif
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kArch, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+}
+
+struct Args {
+  std::map<std::string, std::string> kv;
+  std::string get(const std::string& k, const std::string& def = "") const {
+    auto it = kv.find(k);
+    return it == kv.end() ? def : it->second;
+  }
+  long num(const std::string& k, long def) const { return kv.count(k) ? std::stol(kv.at(k)) : def; }
+};
+
+// Polls until one completion arrives or 60 s pass.
+Result<Completion> next(Transport& t, std::vector<Completion>& queue) {
+  auto end = std::chrono::steady_clock::now() + 60s;
+  while (queue.empty()) {
+    if (std::chrono::steady_clock::now() > end) return timeout_error("no completion within 60 s");
+    RETURN_IF_ERROR(t.poll(queue, std::chrono::milliseconds(100)));
+  }
+  Completion c = queue.front();
+  queue.erase(queue.begin());
+  return c;
+}
+
+int fail(const Status& s) {
+  say("ERROR " + s.message());
+  return 1;
+}
+
+int run(const Args& a) {
+  TransportOptions o;
+  auto env = Env::parse(process_env());
+  if (!env.is_ok()) return fail(env.status());
+  o.env = env.value();
+  o.env.peer_timeout_s = std::stod(a.get("peer_timeout", "30"));
+  o.listen_host = a.get("host", "127.0.0.1");
+  auto t = create_transport(a.get("transport", "auto"), o);
+  if (!t.is_ok()) return fail(t.status());
+  Transport& tr = *t.value();
+  say(std::string("TRANSPORT ") + tr.name());
+  PeerIdentity who{static_cast<uint64_t>(a.num("comm", 7)), static_cast<int>(a.num("rank", 1)),
+                   static_cast<int>(a.num("peer", 0))};
+  Result<std::unique_ptr<Connection>> conn = Status(ErrorCode::internal, "no role");
+  if (a.get("role") == "listen") {
+    auto addr = tr.listen();
+    if (!addr.is_ok()) return fail(addr.status());
+    say("ADDR " + addr.value());
+    conn = tr.accept(who, Deadline::after(60s));
+  } else {
+    conn = tr.connect(a.get("addr"), who, Deadline::after(60s));
+  }
+  if (!conn.is_ok()) return fail(conn.status());
+  say("CONNECTED");
+  Connection& c = *conn.value();
+  std::vector<Completion> q;
+  const size_t bytes = static_cast<size_t>(a.num("bytes", 1 << 20));
+  const long count = a.num("count", 10);
+  std::vector<char> buf(bytes, 'x'), back(bytes);
+  const std::string script = a.get("script", "idle");
+  if (script == "idle") {
+    std::this_thread::sleep_for(600s);
+    return 0;
+  }
+  if (script == "stream" || script == "sink") {  // forever, until killed
+    for (uint64_t i = 0;; ++i) {
+      Status s = script == "stream" ? c.post_send(buf.data(), bytes, i) : c.post_recv(buf.data(), bytes, i);
+      if (!s.is_ok()) return fail(s);
+      auto done = next(tr, q);
+      if (!done.is_ok()) return fail(done.status());
+      if (!done.value().status.is_ok()) return fail(done.value().status);
+    }
+  }
+  if (script == "wait") {  // one receive that never gets data: how is a lost peer noticed?
+    if (!c.post_recv(buf.data(), bytes, 1).is_ok()) return 1;
+    say("WAITING");
+    auto done = next(tr, q);
+    if (!done.is_ok()) return fail(done.status());
+    Status s = done.value().status;
+    say(std::string("LOST ") + to_string(s.code()) + " " + s.message());
+    return 0;
+  }
+  for (long i = 0; i < count; ++i) {
+    if (script == "echo") {  // receive, send it back
+      if (!c.post_recv(back.data(), bytes, 0).is_ok()) return 1;
+      auto r = next(tr, q);
+      if (!r.is_ok() || !r.value().status.is_ok()) return fail(r.is_ok() ? r.value().status : r.status());
+      if (!c.post_send(back.data(), r.value().bytes, 1).is_ok()) return 1;
+      auto s = next(tr, q);
+      if (!s.is_ok() || !s.value().status.is_ok()) return fail(s.is_ok() ? s.value().status : s.status());
+    } else if (script == "pingpong") {  // send, expect the same bytes back
+      for (size_t j = 0; j < bytes; ++j) buf[j] = static_cast<char>(i * 31 + j * 7);
+      if (!c.post_recv(back.data(), bytes, 0).is_ok() || !c.post_send(buf.data(), bytes, 1).is_ok()) return 1;
+      for (int k = 0; k < 2; ++k) {
+        auto r = next(tr, q);
+        if (!r.is_ok() || !r.value().status.is_ok()) return fail(r.is_ok() ? r.value().status : r.status());
+      }
+      if (back != buf) return fail(internal_error("echo " + std::to_string(i) + " differs"));
+    }
+  }
+  say("OK");
+  std::this_thread::sleep_for(200ms);  // let the last bytes leave before the socket closes
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    size_t eq = s.find('=');
+    if (eq != std::string::npos) a.kv[s.substr(0, eq)] = s.substr(eq + 1);
+  }
+  if (a.get("deny_io_uring") == "1" && !deny_io_uring()) {
+    say("ERROR cannot install the seccomp filter");
+    return 2;
+  }
+  return run(a);
+}

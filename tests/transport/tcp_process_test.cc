@@ -1,0 +1,244 @@
+// Transport tests with real peer processes (tcp_peer, started with posix_spawn): a peer killed
+// with SIGKILL, io_uring denied by seccomp, and (as root) peers in network namespaces joined by
+// a veth link, one of which goes silent.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <climits>
+#include <optional>
+#include <cstdlib>
+#include <sstream>
+#include <thread>
+
+#include "tests/support/subprocess.h"
+#include "tests/transport/transport_link.h"
+
+namespace braid::transport::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using braid::testing::Subprocess;
+
+std::string peer_binary() {
+  if (const char* p = std::getenv("TCP_PEER_BINARY")) return p;
+  char self[PATH_MAX] = {};
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string dir(self, n > 0 ? static_cast<size_t>(n) : 0);
+  return dir.substr(0, dir.rfind('/')) + "/tcp_peer";
+}
+
+// The first output line starting with `prefix` (without it), waiting up to `limit`.
+std::optional<std::string> wait_line(Subprocess& p, const std::string& prefix, std::chrono::milliseconds limit) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    std::istringstream in(p.output());
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
+    }
+    if (std::chrono::steady_clock::now() > end) return std::nullopt;
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+class ProcessTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    auto t = create_transport(GetParam(), loopback_options());
+    if (!t.is_ok()) GTEST_SKIP() << t.status().message();
+    t_ = std::move(t).value();
+    auto addr = t_->listen();
+    ASSERT_TRUE(addr.is_ok());
+    addr_ = addr.value();
+  }
+  // Starts a tcp_peer that connects to us as rank 1 and runs `script`; accepts it.
+  void start_peer(const std::string& script) {
+    peer_ = std::make_unique<Subprocess>(std::vector<std::string>{
+        peer_binary(), "transport=" + GetParam(), "role=connect", "addr=" + addr_, "rank=1", "peer=0",
+        "script=" + script});
+    auto c = t_->accept(PeerIdentity{7, 0, 1}, Deadline::after(20s));
+    ASSERT_TRUE(c.is_ok()) << c.status().message() << "\npeer: " << peer_->output();
+    conn_ = std::move(c).value();
+  }
+  // Polls until a completion fails; returns it. Posts more work through `refill` meanwhile.
+  Completion until_failure(const std::function<void()>& refill, std::chrono::seconds limit) {
+    auto end = std::chrono::steady_clock::now() + limit;
+    std::vector<Completion> out;
+    while (std::chrono::steady_clock::now() < end) {
+      out.clear();
+      EXPECT_TRUE(t_->poll(out, 50ms).is_ok());
+      for (const Completion& c : out) {
+        if (!c.status.is_ok()) return c;
+        refill();
+      }
+    }
+    return Completion{};
+  }
+
+  std::unique_ptr<Transport> t_;
+  std::string addr_;
+  std::unique_ptr<Subprocess> peer_;
+  std::unique_ptr<Connection> conn_;
+};
+
+TEST_P(ProcessTest, PeerKilledMidTransferFailsReceivesAsPeerLost) {
+  start_peer("stream");
+  std::vector<char> buf(1 << 20);
+  int received = 0;
+  auto post = [&] { ASSERT_TRUE(conn_->post_recv(buf.data(), buf.size(), 0).is_ok()); };
+  post();
+  std::vector<Completion> out;
+  auto end = std::chrono::steady_clock::now() + 20s;
+  while (received < 5 && std::chrono::steady_clock::now() < end) {  // the stream is flowing
+    out.clear();
+    ASSERT_TRUE(t_->poll(out, 50ms).is_ok());
+    for (const auto& c : out) {
+      ASSERT_TRUE(c.status.is_ok()) << c.status.message();
+      ++received;
+      post();
+    }
+  }
+  ASSERT_EQ(received, 5) << peer_->output();
+  peer_->kill(SIGKILL);
+  auto killed_at = std::chrono::steady_clock::now();
+  Completion failed = until_failure(post, 10s);
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 5s);
+  EXPECT_EQ(failed.status.code(), ErrorCode::peer_lost) << failed.status.message();
+  EXPECT_NE(failed.status.message().find("rank 1 (127.0.0.1:"), std::string::npos) << failed.status.message();
+  EXPECT_NE(failed.status.message().find("during a receive"), std::string::npos) << failed.status.message();
+}
+
+TEST_P(ProcessTest, PeerKilledFailsPendingSendsAsPeerLost) {
+  start_peer("sink");
+  std::vector<char> buf(1 << 20);
+  auto post = [&] { ASSERT_TRUE(conn_->post_send(buf.data(), buf.size(), 0).is_ok()); };
+  for (int i = 0; i < 4; ++i) post();
+  std::this_thread::sleep_for(200ms);
+  peer_->kill(SIGKILL);
+  auto killed_at = std::chrono::steady_clock::now();
+  Completion failed = until_failure(post, 10s);
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 5s);
+  EXPECT_EQ(failed.status.code(), ErrorCode::peer_lost) << failed.status.message();
+  EXPECT_NE(failed.status.message().find("rank 1 (127.0.0.1:"), std::string::npos) << failed.status.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, ProcessTest, ::testing::Values("tcp", "tcp-poll"), [](const auto& info) {
+  return std::string(info.param == "tcp" ? "io_uring" : "epoll");
+});
+
+TEST(Fallback, AutoUsesEpollWhenSeccompDeniesIoUring) {
+  auto t = create_transport("tcp-poll", loopback_options());
+  ASSERT_TRUE(t.is_ok());
+  auto addr = t.value()->listen();
+  ASSERT_TRUE(addr.is_ok());
+  Subprocess peer({peer_binary(), "deny_io_uring=1", "transport=auto", "role=connect", "addr=" + addr.value(),
+                   "script=pingpong", "count=5", "bytes=300001"});
+  auto c = t.value()->accept(PeerIdentity{7, 0, 1}, Deadline::after(20s));
+  ASSERT_TRUE(c.is_ok()) << c.status().message() << "\n" << peer.output();
+  std::vector<char> buf(300001);
+  std::vector<Completion> out;
+  for (int i = 0; i < 5; ++i) {  // echo what the peer sends
+    ASSERT_TRUE(c.value()->post_recv(buf.data(), buf.size(), 0).is_ok());
+    out.clear();
+    auto end = std::chrono::steady_clock::now() + 20s;
+    while (out.empty() && std::chrono::steady_clock::now() < end) ASSERT_TRUE(t.value()->poll(out, 50ms).is_ok());
+    ASSERT_EQ(out.size(), 1u);
+    ASSERT_TRUE(out[0].status.is_ok()) << out[0].status.message();
+    ASSERT_TRUE(c.value()->post_send(buf.data(), out[0].bytes, 1).is_ok());
+    out.clear();
+    while (out.empty() && std::chrono::steady_clock::now() < end) ASSERT_TRUE(t.value()->poll(out, 50ms).is_ok());
+  }
+  EXPECT_EQ(peer.wait(20s), 0) << peer.output();
+  EXPECT_NE(peer.output().find("TRANSPORT tcp (epoll)"), std::string::npos) << peer.output();
+  EXPECT_NE(peer.output().find("io_uring is unavailable"), std::string::npos) << peer.output();
+  EXPECT_NE(peer.output().find("OK"), std::string::npos) << peer.output();
+}
+
+TEST(Fallback, TcpDemandsIoUringAndSaysWhy) {
+  Subprocess peer({peer_binary(), "deny_io_uring=1", "transport=tcp", "role=listen"});
+  EXPECT_EQ(peer.wait(20s), 1) << peer.output();
+  EXPECT_NE(peer.output().find("ERROR BRAID_TRANSPORT=tcp needs io_uring"), std::string::npos) << peer.output();
+  EXPECT_NE(peer.output().find("tcp-poll"), std::string::npos) << peer.output();
+}
+
+// Two network namespaces joined by a veth pair; names carry the pid so parallel runs differ.
+class NamespacePair {
+ public:
+  NamespacePair() {
+    std::string id = std::to_string(getpid());
+    a_ = "brdtA" + id, b_ = "brdtB" + id, va_ = "vbA" + id, vb_ = "vbB" + id;
+    ok_ = sh("ip netns add " + a_) && sh("ip netns add " + b_) &&
+          sh("ip link add " + va_ + " type veth peer name " + vb_) && sh("ip link set " + va_ + " netns " + a_) &&
+          sh("ip link set " + vb_ + " netns " + b_) && sh("ip -n " + a_ + " addr add 10.213.0.1/24 dev " + va_) &&
+          sh("ip -n " + b_ + " addr add 10.213.0.2/24 dev " + vb_) && sh("ip -n " + a_ + " link set " + va_ + " up") &&
+          sh("ip -n " + b_ + " link set " + vb_ + " up") && sh("ip -n " + a_ + " link set lo up") &&
+          sh("ip -n " + b_ + " link set lo up");
+  }
+  ~NamespacePair() {
+    sh("ip netns del " + a_);  // deleting a namespace deletes its end of the veth, and so both
+    sh("ip netns del " + b_);
+    sh("ip link del " + va_);  // only if it never moved into a namespace
+  }
+  bool ok() const { return ok_; }
+  std::vector<std::string> in_a(std::vector<std::string> argv) const { return wrap(a_, std::move(argv)); }
+  std::vector<std::string> in_b(std::vector<std::string> argv) const { return wrap(b_, std::move(argv)); }
+  bool silence_b() const { return sh("ip -n " + b_ + " link set " + vb_ + " down"); }
+
+ private:
+  static bool sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()) == 0; }
+  static std::vector<std::string> wrap(const std::string& ns, std::vector<std::string> argv) {
+    argv.insert(argv.begin(), {"/usr/sbin/ip", "netns", "exec", ns});
+    return argv;
+  }
+  std::string a_, b_, va_, vb_;
+  bool ok_ = false;
+};
+
+class NamespaceTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "network namespaces need root";
+    ns_ = std::make_unique<NamespacePair>();
+    if (!ns_->ok()) GTEST_SKIP() << "cannot create network namespaces with a veth link here";
+  }
+  std::unique_ptr<NamespacePair> ns_;
+};
+
+TEST_P(NamespaceTest, TwoHostsExchangeMessages) {
+  Subprocess a(ns_->in_a({peer_binary(), "transport=" + GetParam(), "role=listen", "host=10.213.0.1", "rank=0",
+                          "peer=1", "script=echo", "count=8", "bytes=4000037"}));
+  std::string addr = wait_line(a, "ADDR ", 20s).value_or("");
+  ASSERT_FALSE(addr.empty()) << a.output();
+  Subprocess b(ns_->in_b({peer_binary(), "transport=" + GetParam(), "role=connect", "addr=" + addr, "rank=1",
+                          "peer=0", "script=pingpong", "count=8", "bytes=4000037"}));
+  EXPECT_EQ(b.wait(60s), 0) << b.output();
+  EXPECT_EQ(a.wait(20s), 0) << a.output();
+  EXPECT_NE(b.output().find("OK"), std::string::npos) << b.output();
+}
+
+TEST_P(NamespaceTest, SilencedPeerIsDetectedWithinThePeerTimeout) {
+  constexpr int kPeerTimeoutS = 2;
+  Subprocess a(ns_->in_a({peer_binary(), "transport=" + GetParam(), "role=listen", "host=10.213.0.1", "rank=0",
+                          "peer=1", "script=wait", "peer_timeout=" + std::to_string(kPeerTimeoutS)}));
+  std::string addr = wait_line(a, "ADDR ", 20s).value_or("");
+  ASSERT_FALSE(addr.empty()) << a.output();
+  Subprocess b(ns_->in_b({peer_binary(), "transport=" + GetParam(), "role=connect", "addr=" + addr, "rank=1",
+                          "peer=0", "script=idle", "peer_timeout=" + std::to_string(kPeerTimeoutS)}));
+  ASSERT_TRUE(wait_line(a, "WAITING", 20s).has_value()) << a.output();
+  ASSERT_TRUE(ns_->silence_b());
+  auto silenced_at = std::chrono::steady_clock::now();
+  std::string lost = wait_line(a, "LOST ", std::chrono::seconds(kPeerTimeoutS + 10)).value_or("");
+  auto took = std::chrono::steady_clock::now() - silenced_at;
+  ASSERT_FALSE(lost.empty()) << a.output();
+  EXPECT_LT(took, std::chrono::seconds(kPeerTimeoutS + 4)) << lost;
+  EXPECT_EQ(lost.rfind("peer lost", 0), 0u) << lost;
+  EXPECT_NE(lost.find("rank 1 (10.213.0.2:"), std::string::npos) << lost;
+  EXPECT_NE(lost.find("went silent"), std::string::npos) << lost;
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, NamespaceTest, ::testing::Values("tcp", "tcp-poll"), [](const auto& info) {
+  return std::string(info.param == "tcp" ? "io_uring" : "epoll");
+});
+
+}  // namespace
+}  // namespace braid::transport::testing

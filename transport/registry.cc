@@ -1,0 +1,105 @@
+#include "transport/registry.h"
+
+#include <atomic>
+
+#include "braid_config.h"
+#include "common/log.h"
+#include "transport/tcp/tcp_transport.h"
+#if BRAID_HAVE_INPROC
+#include "transport/inproc/inproc_transport.h"
+#endif
+
+namespace braid::transport {
+
+namespace {
+
+TransportEntry unavailable(std::string name, std::string reason) {
+  TransportEntry e;
+  e.name = std::move(name);
+  e.unavailable_reason = std::move(reason);
+  return e;
+}
+
+std::vector<TransportEntry> register_builtin_transports() {
+  std::vector<TransportEntry> r;
+#if BRAID_HAVE_LIBURING
+  r.push_back({"tcp", true, "", [](const TransportOptions& o) -> Result<std::unique_ptr<Transport>> {
+                 auto t = tcp::TcpTransport::create(o, tcp::EngineKind::io_uring);
+                 if (!t.is_ok()) {
+                   return Status(t.status().code(),
+                                 "BRAID_TRANSPORT=tcp needs io_uring, which cannot be set up here (" +
+                                     t.status().message() + "); use BRAID_TRANSPORT=auto or tcp-poll");
+                 }
+                 return t;
+               }});
+#else
+  r.push_back(unavailable("tcp", "braid was built without liburing (the io_uring engine); use tcp-poll or auto"));
+#endif
+  r.push_back({"tcp-poll", true, "", [](const TransportOptions& o) {
+                 return tcp::TcpTransport::create(o, tcp::EngineKind::epoll);
+               }});
+  r.push_back(unavailable("ib", "not implemented yet in this build"));
+  r.push_back(unavailable("shm", "not implemented yet in this build (a later step); use tcp"));
+#if BRAID_HAVE_INPROC
+  r.push_back({"inproc", true, "", [](const TransportOptions& o) -> Result<std::unique_ptr<Transport>> {
+                 if (o.inproc_fabric == nullptr) {
+                   return invalid_argument("the inproc transport needs TransportOptions::inproc_fabric");
+                 }
+                 return inproc::create_inproc_transport(*static_cast<inproc::Fabric*>(o.inproc_fabric));
+               }});
+#else
+  r.push_back(unavailable("inproc", "braid was built without transport/inproc"));
+#endif
+  return r;
+}
+
+const TransportEntry* find(const std::string& name) {
+  for (const auto& e : transport_registry()) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+Result<std::unique_ptr<Transport>> create_entry(const std::string& name, const TransportOptions& options) {
+  const TransportEntry* e = find(name);
+  if (e == nullptr) {
+    std::string names = "auto";
+    for (const auto& x : transport_registry()) names += ", " + x.name;
+    return invalid_argument("unknown transport '" + name + "' (known: " + names + ")");
+  }
+  if (!e->available) return invalid_argument("transport '" + name + "' is unavailable: " + e->unavailable_reason);
+  return e->create(options);
+}
+
+}  // namespace
+
+const std::vector<TransportEntry>& transport_registry() {
+  static const std::vector<TransportEntry> registry = register_builtin_transports();
+  return registry;
+}
+
+Result<std::unique_ptr<Transport>> create_transport(const std::string& name, const TransportOptions& options) {
+  if (name != "auto") return create_entry(name, options);
+  static std::atomic<bool> logged{false};
+  const TransportEntry* tcp = find("tcp");
+  std::string why;
+  if (tcp != nullptr && tcp->available) {
+    auto t = tcp->create(options);
+    if (t.is_ok()) {
+      if (!logged.exchange(true)) {
+        BRAID_LOG(info) << "transport: tcp over io_uring";
+      }
+      return t;
+    }
+    why = t.status().message();
+  } else {
+    why = tcp != nullptr ? tcp->unavailable_reason : "no tcp entry";
+  }
+  auto t = create_entry("tcp-poll", options);
+  if (t.is_ok() && !logged.exchange(true)) {
+    BRAID_LOG(warn) << "transport: tcp over epoll, because io_uring is unavailable: " << why;
+  }
+  return t;
+}
+
+}  // namespace braid::transport

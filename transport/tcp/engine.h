@@ -1,0 +1,49 @@
+// transport/tcp/engine.h - what drives the sockets of a tcp transport: io_uring or epoll.
+//
+// The framing and matching logic lives in TcpStream/TcpConnection and is the same for both
+// engines; an engine only moves bytes between sockets and the buffers a stream names, and
+// reports how many moved. Everything here runs on the transport's owner thread except wake().
+#pragma once
+
+#include <chrono>
+#include <functional>
+
+#include "common/deadline.h"
+#include "common/status.h"
+
+namespace braid::transport::tcp {
+
+class TcpStream;
+
+struct EngineStats {
+  uint64_t zero_copy_sends = 0;   // SEND_ZC notifications received
+  uint64_t zero_copy_copied = 0;  // ...of which the kernel reported it copied anyway (loopback)
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  Engine() = default;
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  virtual const char* name() const = 0;  // "tcp (io_uring)", "tcp (epoll)"
+  virtual bool zero_copy() const { return false; }
+
+  // Fails when called from a thread other than the one that owns the engine (io_uring with
+  // SINGLE_ISSUER accepts submissions from one thread only).
+  virtual Status check_owner() = 0;
+  virtual Status add(TcpStream* stream) = 0;
+  // Blocks (bounded by `deadline`) until the kernel holds no reference to the stream's buffers,
+  // then forgets it. The stream's socket must have been shut down first.
+  virtual void remove(TcpStream* stream, Deadline deadline) = 0;
+  // The stream has new work (a frame queued, a receive posted, its connection failed).
+  virtual void kick(TcpStream* stream) = 0;
+  // Moves bytes until `ready()` holds, `timeout` passed, or wake() was called; spins for
+  // spin_us before sleeping. timeout 0 makes one non-blocking pass.
+  virtual Status run(std::chrono::microseconds timeout, const std::function<bool()>& ready) = 0;
+  virtual void wake() = 0;
+  virtual EngineStats stats() const { return {}; }
+};
+
+}  // namespace braid::transport::tcp

@@ -1,0 +1,194 @@
+#include "transport/tcp/epoll_engine.h"
+
+#include <sched.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "transport/tcp/tcp_connection.h"
+#include "transport/tcp/tcp_stream.h"
+
+namespace braid::transport::tcp {
+
+namespace {
+constexpr uint64_t kWakeKey = ~uint64_t{0};
+constexpr int kMaxEvents = 64;
+constexpr uint32_t kUnwatched = ~uint32_t{0};  // removed from the epoll set after an error/hang-up
+}  // namespace
+
+Result<std::unique_ptr<Engine>> EpollEngine::create(const Env& env) {
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  if (ep < 0) return system_error("epoll_create1", errno);
+  int wfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wfd < 0) {
+    int err = errno;
+    ::close(ep);
+    return system_error("eventfd", err);
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = kWakeKey;
+  if (epoll_ctl(ep, EPOLL_CTL_ADD, wfd, &ev) != 0) {
+    int err = errno;
+    ::close(ep);
+    ::close(wfd);
+    return system_error("epoll_ctl", err);
+  }
+  return std::unique_ptr<Engine>(new EpollEngine(ep, wfd, env.spin_us));
+}
+
+EpollEngine::EpollEngine(int epoll_fd, int wake_fd, int spin_us)
+    : epoll_fd_(epoll_fd), wake_fd_(wake_fd), spin_us_(spin_us) {}
+
+EpollEngine::~EpollEngine() {
+  ::close(epoll_fd_);
+  ::close(wake_fd_);
+}
+
+Status EpollEngine::add(TcpStream* s) {
+  if (free_slots_.empty()) {
+    free_slots_.push_back(static_cast<uint32_t>(slots_.size()));
+    slots_.push_back(nullptr);
+  }
+  s->slot = free_slots_.back();
+  free_slots_.pop_back();
+  slots_[s->slot] = s;
+  s->epoll_events = 0;
+  epoll_event ev{};
+  ev.data.u64 = s->slot;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, s->fd(), &ev) != 0) return system_error("epoll_ctl(ADD)", errno);
+  return Status::ok();
+}
+
+void EpollEngine::remove(TcpStream* s, Deadline) {
+  // Plain system calls hold no buffer after they return: nothing to wait for.
+  if (s->epoll_events != kUnwatched) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s->fd(), nullptr);
+  slots_[s->slot] = nullptr;
+  free_slots_.push_back(s->slot);
+}
+
+void EpollEngine::kick(TcpStream* s) { dirty_.push_back(s->slot); }
+
+void EpollEngine::watch(TcpStream* s, uint32_t events) {
+  if (s->epoll_events == events) return;
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.u64 = s->slot;
+  if (events == kUnwatched) {
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s->fd(), nullptr);
+  } else {
+    epoll_ctl(epoll_fd_, s->epoll_events == kUnwatched ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, s->fd(), &ev);
+  }
+  s->epoll_events = events;
+}
+
+void EpollEngine::drive(TcpStream* s) {
+  TcpConnection* conn = s->connection();
+  uint32_t events = 0;
+  for (;;) {  // send until the socket buffer is full or nothing is queued
+    bool zero_copy = false;
+    uint64_t seq = 0;
+    if (s->prepare_send(0, &zero_copy, &seq) == 0) break;
+    ssize_t n = ::sendmsg(s->fd(), s->send_msg(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      s->on_sent(static_cast<size_t>(n));
+    } else if (errno == EAGAIN || errno == ENOBUFS) {
+      events |= EPOLLOUT;
+      break;
+    } else if (errno != EINTR) {
+      s->on_error(errno, true);
+      break;
+    }
+  }
+  for (;;) {  // receive while there is somewhere to put the bytes
+    std::span<char> target = s->recv_target();
+    if (target.empty()) break;
+    ssize_t n = ::recv(s->fd(), target.data(), target.size(), MSG_DONTWAIT);
+    if (n > 0) {
+      s->on_received(static_cast<size_t>(n));
+    } else if (n == 0) {
+      s->on_eof();
+      break;
+    } else if (errno == EAGAIN) {
+      events |= EPOLLIN;
+      break;
+    } else if (errno != EINTR) {
+      s->on_error(errno, false);
+      break;
+    }
+  }
+  if (conn->failed()) events = kUnwatched;
+  if (events == 0 && s->epoll_events == kUnwatched) events = kUnwatched;
+  watch(s, events);
+  conn->after_io();
+}
+
+void EpollEngine::drive_dirty() {
+  // drive() may make other streams dirty (a completed receive lets a parked socket go on).
+  while (!dirty_.empty()) {
+    std::vector<uint32_t> batch;
+    batch.swap(dirty_);
+    for (uint32_t slot : batch) {
+      if (slot < slots_.size() && slots_[slot] != nullptr) drive(slots_[slot]);
+    }
+  }
+}
+
+Status EpollEngine::wait(std::chrono::microseconds timeout) {
+  epoll_event events[kMaxEvents];
+  timespec ts{static_cast<time_t>(timeout.count() / 1000000), static_cast<long>(timeout.count() % 1000000) * 1000};
+  int n = epoll_pwait2(epoll_fd_, events, kMaxEvents, &ts, nullptr);
+  if (n < 0 && errno != EINTR) return system_error("epoll_pwait2", errno);
+  for (int i = 0; i < n; ++i) {
+    if (events[i].data.u64 == kWakeKey) {
+      uint64_t v;
+      ssize_t r = ::read(wake_fd_, &v, sizeof v);
+      (void)r;
+      woken_ = true;
+      continue;
+    }
+    auto slot = static_cast<uint32_t>(events[i].data.u64);
+    TcpStream* s = slot < slots_.size() ? slots_[slot] : nullptr;
+    if (s == nullptr) continue;
+    // An error or hang-up is reported even with no events asked for: stop watching; the next
+    // attempt to use the socket meets the error directly.
+    if ((events[i].events & (EPOLLERR | EPOLLHUP)) && !s->has_send() && s->recv_target().empty()) {
+      watch(s, kUnwatched);
+    }
+    dirty_.push_back(slot);
+  }
+  return Status::ok();
+}
+
+Status EpollEngine::run(std::chrono::microseconds timeout, const std::function<bool()>& ready) {
+  woken_ = false;
+  timeout = std::min<std::chrono::microseconds>(timeout, std::chrono::hours(24));
+  auto start = Clock::now();
+  auto end = start + timeout;
+  auto spin_end = start + std::min<std::chrono::microseconds>(timeout, std::chrono::microseconds(spin_us_));
+  for (;;) {
+    drive_dirty();
+    if (ready() || woken_) return Status::ok();
+    auto now = Clock::now();
+    bool last = now >= end;  // even a 0 timeout looks at the sockets once
+    auto left = last || now < spin_end ? std::chrono::microseconds(0)
+                                       : std::chrono::duration_cast<std::chrono::microseconds>(end - now);
+    if (!last && now < spin_end) sched_yield();  // see UringEngine::run
+    RETURN_IF_ERROR(wait(left));
+    if (last) {
+      drive_dirty();
+      return Status::ok();
+    }
+  }
+}
+
+void EpollEngine::wake() {
+  uint64_t one = 1;
+  ssize_t n = ::write(wake_fd_, &one, sizeof one);
+  (void)n;
+}
+
+}  // namespace braid::transport::tcp
+

@@ -1,0 +1,65 @@
+// transport/tcp/socket_setup.h - connection setup: listening, connecting with retries, the
+// handshake, and the options every data socket gets.
+//
+// Setup uses blocking-with-poll I/O on non-blocking sockets so every step has a deadline;
+// data transfer afterwards is driven by an engine (io_uring or epoll), never blocking.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/deadline.h"
+#include "common/env.h"
+#include "common/status.h"
+#include "transport/tcp/socket_address.h"
+#include "transport/tcp/wire_format.h"
+
+namespace braid::transport::tcp {
+
+// Owns a file descriptor.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { reset(); }
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept {
+    if (this != &o) {
+      reset();
+      fd_ = o.release();
+    }
+    return *this;
+  }
+  int get() const { return fd_; }
+  int release() {
+    int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+  void reset();
+
+ private:
+  int fd_ = -1;
+};
+
+// A listening socket on `bind_to` with a port from [port_lo, port_hi] (0/0: any port).
+Result<UniqueFd> listen_on(const SocketAddress& bind_to, uint16_t port_lo, uint16_t port_hi);
+
+// Connects to `to`, retrying with backoff while nobody listens there yet, until `deadline`.
+Result<UniqueFd> connect_with_retry(const SocketAddress& to, Deadline deadline);
+
+// Waits up to `timeout_ms` for a connection on `listen_fd`; an empty UniqueFd on timeout.
+Result<UniqueFd> accept_one(int listen_fd, int timeout_ms);
+
+Status write_exact(int fd, const void* data, size_t bytes, Deadline deadline);
+// Fails with ErrorCode::timeout when the deadline passes, peer_lost on EOF.
+Status read_exact(int fd, void* data, size_t bytes, Deadline deadline);
+
+// Checks a received handshake against what this acceptor expects; the message says why not.
+Status check_handshake(const Handshake& h, uint64_t comm_id, int self_rank);
+
+// Options of a data socket: non-blocking, TCP_NODELAY, socket buffers, and keepalive +
+// TCP_USER_TIMEOUT so a silent peer is declared lost after env.peer_timeout_s.
+Status tune_data_socket(int fd, const Env& env);
+
+}  // namespace braid::transport::tcp

@@ -1,0 +1,108 @@
+// transport/tcp/tcp_connection.h - a connection to one peer over one or more sockets.
+//
+// Messages: post_send turns a message into frames (one for a small message, one per socket for a
+// large one: contiguous slices, see wire_format.h) and queues them on the sockets' streams; the
+// receiving side matches each incoming frame to the posted receive with the same seq and lands
+// its slice in place. Sends and receives complete in the order they were posted.
+//
+// Failure: the first socket that fails (EOF, reset, keepalive/user timeout, garbage) fails the
+// whole connection: every pending and later operation completes with that Status. Completions
+// of failed operations are held back until the kernel has let go of every buffer (no send or
+// receive in flight), so a caller may free a buffer as soon as its completion arrives.
+//
+// Lifetime: owned by the caller; must be destroyed before the TcpTransport that made it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/tcp/engine.h"
+#include "transport/tcp/tcp_stream.h"
+#include "transport/transport.h"
+
+namespace braid::transport::tcp {
+
+struct ConnectionSetup {
+  Engine* engine = nullptr;
+  std::vector<Completion>* completions = nullptr;  // the transport's ready list
+  int self_rank = 0;
+  int peer_rank = 0;
+  std::string peer_address;
+  double peer_timeout_s = 30;
+  std::vector<UniqueFd> sockets;  // index = socket_index of the handshake
+};
+
+class TcpConnection final : public Connection {
+ public:
+  static constexpr size_t kMaxInFlight = 4096;
+  // Messages below this go whole on one socket: striping them would cost a header per socket.
+  static constexpr size_t kStripeMinBytes = 256 << 10;
+
+  explicit TcpConnection(ConnectionSetup setup);
+  ~TcpConnection() override;
+  Status start();  // registers the sockets with the engine
+
+  Status post_send(const void* data, size_t bytes, uint64_t cookie) override;
+  Status post_recv(void* data, size_t capacity, uint64_t cookie) override;
+  void close() override;
+  int peer_rank() const override { return peer_rank_; }
+  const std::string& peer_address() const override { return peer_address_; }
+  size_t socket_count() const { return streams_.size(); }
+
+  // --- called by streams and engines
+  bool failed() const { return !failed_.is_ok(); }
+  bool recv_wanted() const { return failed_.is_ok() && !recvs_.empty(); }
+  void on_frame_header(TcpStream* stream);
+  void on_slice_received(uint64_t seq, size_t bytes);
+  void on_frame_sent(uint64_t seq);
+  void on_zero_copy_queued(uint64_t seq);
+  void on_zero_copy_done(uint16_t seq_low);
+  void on_stream_failed(TcpStream* stream, Status status);
+  void on_stream_lost(TcpStream* stream, int err, bool sending);
+  // After the engine finished an operation of one of our streams: delivers held-back failures.
+  void after_io();
+
+ private:
+  struct SendOp {
+    uint64_t cookie;
+    size_t bytes;
+    int frames_left;
+    int notifications_left = 0;
+  };
+  struct RecvOp {
+    char* data = nullptr;
+    size_t capacity = 0;
+    uint64_t cookie = 0;
+    bool header_seen = false;
+    size_t total = 0;
+    size_t received = 0;
+    Status status;
+  };
+
+  std::string describe_peer() const;
+  void fail(Status status);
+  void flush_failures();
+  void complete_sends();
+  void complete_recvs();
+  void kick_all();
+
+  Engine* engine_;
+  std::vector<Completion>* completions_;
+  int self_rank_;
+  int peer_rank_;
+  std::string peer_address_;
+  double peer_timeout_s_;
+  std::vector<std::unique_ptr<TcpStream>> streams_;
+
+  std::deque<SendOp> sends_;  // sends_[i] is message first_send_seq_ + i
+  uint64_t first_send_seq_ = 0;
+  std::deque<RecvOp> recvs_;
+  uint64_t first_recv_seq_ = 0;
+  Status failed_;
+  bool closed_ = false;
+};
+
+}  // namespace braid::transport::tcp

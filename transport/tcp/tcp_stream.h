@@ -1,0 +1,103 @@
+// transport/tcp/tcp_stream.h - one socket of a connection: its outgoing frame queue and its
+// incoming frame parser.
+//
+// Send side: a FIFO of frames (header + slice of a user buffer); an engine asks for the unsent
+// bytes as an iovec list and reports how many the kernel took (short sends simply leave the rest
+// queued). Receive side: read a 32-byte header, ask the connection where its slice goes (a posted
+// buffer, or nowhere yet), then read the payload straight into that buffer.
+#pragma once
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+
+#include "transport/tcp/socket_setup.h"
+#include "transport/tcp/wire_format.h"
+
+namespace braid::transport::tcp {
+
+class TcpConnection;
+
+class TcpStream {
+ public:
+  static constexpr int kMaxIov = 64;
+
+  TcpStream(TcpConnection* connection, int index, UniqueFd fd);
+  TcpStream(const TcpStream&) = delete;
+  TcpStream& operator=(const TcpStream&) = delete;
+
+  int fd() const { return fd_.get(); }
+  int index() const { return index_; }
+  TcpConnection* connection() const { return connection_; }
+  void shutdown();  // wakes every pending kernel operation on the socket
+
+  // --- send side
+  void queue_frame(const FrameHeader& header, const char* data);
+  bool has_send() const { return !frames_.empty(); }
+  // Fills iov_/msg_ with unsent bytes. When the first frame's payload is at least
+  // `zero_copy_bytes` (0: never), only that frame is returned and *zero_copy_seq is its message.
+  // Returns the number of bytes described (0: nothing to send).
+  size_t prepare_send(size_t zero_copy_bytes, bool* zero_copy, uint64_t* zero_copy_seq);
+  void on_sent(size_t bytes);
+  msghdr* send_msg() { return &msg_; }
+
+  // --- receive side
+  // Where the next received bytes belong; empty when nothing is to be read now.
+  std::span<char> recv_target();
+  void on_received(size_t bytes);  // bytes > 0
+  // Asks the connection where the payload of the header just read goes, and acts on it.
+  void dispatch_header();
+  // Called by the connection in answer to on_frame_header.
+  void land_payload(char* dest) { state_ = RecvState::payload, dest_ = dest; }
+  void drain_payload() { state_ = RecvState::drain; }
+  void park() { state_ = RecvState::parked; }
+  bool parked() const { return state_ == RecvState::parked; }
+  const FrameHeader& header() const { return header_; }
+
+  // --- failures, reported by engines: EOF, or a socket error (errno) while sending/receiving
+  void on_eof();
+  void on_error(int err, bool sending);
+
+  // Engine bookkeeping: kernel operations in flight and the engine's handle for the stream.
+  bool send_in_flight = false;
+  bool recv_in_flight = false;
+  int zero_copy_pending = 0;  // SEND_ZC notifications still due
+  int zero_copy_copied_streak = 0;  // notifications in a row saying the kernel copied anyway
+  bool zero_copy_off = false;       // ...so many that zero-copy is given up on this socket
+  uint32_t slot = 0;
+  uint32_t epoll_events = 0;
+  bool in_flight() const { return send_in_flight || recv_in_flight || zero_copy_pending > 0; }
+
+ private:
+  enum class RecvState : uint8_t { header, parked, payload, drain };
+  struct OutFrame {
+    FrameHeader header;
+    const char* data;
+    size_t sent = 0;  // of header + payload
+    size_t total() const { return kFrameHeaderBytes + header.slice_len; }
+  };
+
+  void slice_finished();
+
+  TcpConnection* connection_;
+  int index_;
+  UniqueFd fd_;
+
+  std::deque<OutFrame> frames_;
+  iovec iov_[kMaxIov];
+  msghdr msg_{};
+
+  RecvState state_ = RecvState::header;
+  unsigned char header_buf_[kFrameHeaderBytes];
+  size_t header_got_ = 0;
+  FrameHeader header_;
+  char* dest_ = nullptr;
+  size_t payload_got_ = 0;
+  std::unique_ptr<char[]> drain_buf_;
+};
+
+}  // namespace braid::transport::tcp

@@ -1,0 +1,66 @@
+// transport/tcp/tcp_transport.h - the tcp transport: listen/connect/accept and a poll loop over
+// an engine (io_uring, or epoll where io_uring cannot be had).
+//
+// Connection setup is blocking-with-deadline on the calling thread and does not touch the
+// engine; data transfer goes through the engine and is driven by poll() on the owner thread.
+// Connections must be destroyed before the transport.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/registry.h"
+#include "transport/tcp/engine.h"
+#include "transport/tcp/socket_setup.h"
+#include "transport/transport.h"
+
+namespace braid::transport::tcp {
+
+enum class EngineKind : uint8_t { io_uring, epoll };
+
+// Sets up the engine; an io_uring failure carries the kernel's reason (ENOSYS under seccomp,
+// EPERM with kernel.io_uring_disabled), so "auto" can say why it fell back.
+Result<std::unique_ptr<Engine>> make_engine(EngineKind kind, const Env& env);
+
+class TcpTransport final : public Transport {
+ public:
+  static Result<std::unique_ptr<Transport>> create(const TransportOptions& options, EngineKind kind);
+
+  const char* name() const override { return engine_->name(); }
+  Capabilities capabilities() const override;
+  Result<std::string> listen() override;
+  Result<std::unique_ptr<Connection>> connect(const std::string& address, const PeerIdentity& who,
+                                              Deadline deadline) override;
+  Result<std::unique_ptr<Connection>> accept(const PeerIdentity& who, Deadline deadline) override;
+  Status poll(std::vector<Completion>& out, std::chrono::microseconds timeout) override;
+  void wake() override { engine_->wake(); }
+
+  EngineStats engine_stats() const { return engine_->stats(); }
+
+ private:
+  TcpTransport(const TransportOptions& options, std::unique_ptr<Engine> engine);
+  int sockets_towards(const SocketAddress& to) const;
+  Result<std::unique_ptr<Connection>> make_connection(const PeerIdentity& who, std::string address,
+                                                      std::vector<UniqueFd> sockets);
+
+  // Sockets of a peer whose connection is not complete or not yet asked for by accept().
+  struct Pending {
+    uint64_t comm_id = 0;
+    std::vector<UniqueFd> sockets;
+    std::string address;
+  };
+
+  Env env_;
+  std::string master_addr_;
+  std::string listen_host_;
+  std::string interface_name_;
+  std::unique_ptr<Engine> engine_;
+  UniqueFd listen_fd_;
+  std::string address_;
+  std::map<int, Pending> pending_;  // by the connecting rank
+  std::vector<Completion> ready_;
+};
+
+}  // namespace braid::transport::tcp

@@ -1,0 +1,65 @@
+// transport/tcp/uring_engine.h - the io_uring engine: one ring per transport.
+//
+// Each socket has at most one send and one receive in flight (two sends in flight on one TCP
+// socket could reach the wire out of order when the first one has to wait for buffer space).
+// Submissions are prepared as work appears and handed to the kernel in one io_uring_enter per
+// poll pass; completions are reaped in batches. The owner thread sleeps inside the ring, and
+// wake() writes an eventfd that has a read pending on the ring, so the sleep ends.
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <vector>
+
+#include "common/env.h"
+#include "transport/tcp/engine.h"
+
+struct io_uring;
+struct io_uring_cqe;
+struct io_uring_sqe;
+
+namespace braid::transport::tcp {
+
+class UringEngine final : public Engine {
+ public:
+  // Fails (ErrorCode::system, with the kernel's reason) when io_uring cannot be set up here.
+  // The ring belongs to the first thread that posts or polls; another thread may take over
+  // while no I/O is in flight (the ring is then replaced: SINGLE_ISSUER rings cannot move).
+  static Result<std::unique_ptr<Engine>> create(const Env& env);
+  ~UringEngine() override;
+
+  const char* name() const override { return "tcp (io_uring)"; }
+  bool zero_copy() const override { return zero_copy_bytes_ != 0 && zero_copy_ok_; }
+  Status check_owner() override;
+  Status add(TcpStream* stream) override;
+  void remove(TcpStream* stream, Deadline deadline) override;
+  void kick(TcpStream* stream) override;
+  Status run(std::chrono::microseconds timeout, const std::function<bool()>& ready) override;
+  void wake() override;
+  EngineStats stats() const override { return stats_; }
+
+ private:
+  UringEngine(const Env& env, std::unique_ptr<io_uring> ring, bool single_issuer, int wake_fd);
+  io_uring_sqe* get_sqe();
+  void arm_wake();
+  void handle(const io_uring_cqe* cqe);
+  void reap();
+  Status submit_and_wait(std::chrono::nanoseconds timeout);
+
+  std::unique_ptr<io_uring> ring_;
+  bool single_issuer_;
+  bool enabled_ = false;
+  pid_t owner_ = 0;  // the thread (gettid) the ring is enabled for
+  int wake_fd_;
+  uint64_t wake_buf_ = 0;
+  bool woken_ = false;
+  size_t zero_copy_bytes_;
+  bool zero_copy_ok_ = true;
+  int spin_us_;
+  std::vector<TcpStream*> slots_;
+  std::vector<uint32_t> free_slots_;
+  EngineStats stats_;
+};
+
+}  // namespace braid::transport::tcp
