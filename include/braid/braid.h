@@ -9,3 +9,4 @@
 #include "braid/store.h"         // IWYU pragma: export
 #include "braid/types.h"         // IWYU pragma: export
 #include "braid/work.h"          // IWYU pragma: export
+#include "braid/ddp.h"           // IWYU pragma: export

@@ -1,0 +1,76 @@
+// The Fashion-MNIST example end to end: alone, and under braidrun with 2 and 4 ranks, it
+// prints the same losses, up to rounding (DDP takes the same SGD steps as one process on the whole batch).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "tests/support/subprocess.h"
+
+namespace braid::ddp {
+namespace {
+
+using braid::testing::Subprocess;
+constexpr auto kBound = std::chrono::seconds(120);
+constexpr int kSkipped = 77;
+
+struct Epoch {
+  double train_loss, train_acc, test_loss, test_acc;
+};
+
+// Every "epoch i/n: train loss L acc A% | test loss L acc A% | ..." line, in order.
+std::vector<Epoch> epochs(const std::string& out) {
+  std::vector<Epoch> result;
+  size_t pos = 0;
+  while ((pos = out.find("epoch ", pos)) != std::string::npos) {
+    Epoch e{};
+    int i = 0, n = 0;
+    if (std::sscanf(out.c_str() + pos, "epoch %d/%d: train loss %lf acc %lf%% | test loss %lf acc %lf%%", &i, &n,
+                    &e.train_loss, &e.train_acc, &e.test_loss, &e.test_acc) == 6) {
+      result.push_back(e);
+    }
+    pos += 6;
+  }
+  return result;
+}
+
+// Summation order differs between one process and several, so allow rounding noise.
+void expect_close(const std::vector<Epoch>& got, const std::vector<Epoch>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i].train_loss, want[i].train_loss, 2e-3) << what << " epoch " << i + 1;
+    EXPECT_NEAR(got[i].test_loss, want[i].test_loss, 2e-3) << what << " epoch " << i + 1;
+    EXPECT_NEAR(got[i].train_acc, want[i].train_acc, 0.5) << what << " epoch " << i + 1;
+    EXPECT_NEAR(got[i].test_acc, want[i].test_acc, 0.5) << what << " epoch " << i + 1;
+  }
+}
+
+TEST(TrainExample, SameLossesAloneAndUnderBraidrun) {
+  const std::string exe = braid::testing::binary_from_env("TRAIN_FASHION_MNIST");
+  const std::vector<std::string> args = {"--epochs", "2", "--limit", "1536", "--batch", "64"};
+  std::vector<std::string> alone_argv = {exe};
+  alone_argv.insert(alone_argv.end(), args.begin(), args.end());
+  Subprocess alone(alone_argv, {{"WORLD_SIZE", "\x01"}, {"RANK", "\x01"}});
+  const int rc = alone.wait(kBound);
+  if (rc == kSkipped) GTEST_SKIP() << alone.output();
+  ASSERT_EQ(rc, 0) << alone.output();
+  const std::vector<Epoch> want = epochs(alone.output());
+  ASSERT_EQ(want.size(), 2u) << alone.output();
+  EXPECT_LT(want[1].train_loss, want[0].train_loss) << alone.output();  // it learns
+
+  const char* braidrun = std::getenv("BRAIDRUN");
+  if (!braidrun) GTEST_SKIP() << "BRAIDRUN not set (braidrun not built)";
+  for (const char* n : {"2", "4"}) {
+    std::vector<std::string> argv = {braidrun, "--standalone", "--nproc-per-node", n, exe};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Subprocess run(argv, {{"BRAID_RENDEZVOUS_TIMEOUT_S", "30"}});
+    ASSERT_EQ(run.wait(kBound), 0) << run.output();
+    expect_close(epochs(run.output()), want,
+                 std::string(n) + " ranks:\n" + run.output() + "\nalone:\n" + alone.output());
+  }
+}
+
+}  // namespace
+}  // namespace braid::ddp

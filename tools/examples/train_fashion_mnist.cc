@@ -1,0 +1,215 @@
+// train_fashion_mnist - data-parallel training of a 784-128-10 MLP on Fashion-MNIST with braid.
+//
+//   braidrun --standalone --nproc-per-node 4 train_fashion_mnist --epochs 3 --batch 64 --lr 0.1
+//
+// Every rank holds the whole model. A global batch of --batch images is split evenly: each rank
+// takes its DistributedSampler shard of the epoch and runs --batch / world_size images per step;
+// the Reducer averages the gradients (bucketed, overlapped with the backward pass), so all
+// ranks take the same SGD step, the one a single process would take on the whole batch.
+// Without braidrun (no WORLD_SIZE in the environment) it trains alone.
+//
+// Data: the IDX files of Debian's dataset-fashion-mnist package (apt-get install
+// dataset-fashion-mnist), in /usr/share/datasets/fashion-mnist unless --data says otherwise.
+// When they are missing it says so and exits with 77 (meson's "skipped").
+#include <braid/braid.h>
+#include <braid/ddp.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tools/examples/idx_reader.h"
+#include "tools/examples/mlp.h"
+
+namespace {
+
+using braid::examples::Images;
+using braid::examples::Mlp;
+
+struct Flags {
+  int epochs = 3;
+  size_t batch = 64;
+  float lr = 0.1f;
+  size_t limit = 0;  // 0: every training image
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  std::string hook = "avg";
+  uint64_t seed = 1;
+};
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "train_fashion_mnist: %s\n"
+               "usage: train_fashion_mnist [--epochs N] [--batch GLOBAL_BATCH] [--lr LR] [--limit N_IMAGES]\n"
+               "                           [--data DIR] [--hook avg|f16|bf16] [--seed S]\n",
+               why);
+  std::exit(2);
+}
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) usage(("missing value after " + a).c_str());
+    const char* v = argv[++i];
+    char* end = nullptr;
+    if (a == "--epochs")
+      f.epochs = static_cast<int>(std::strtol(v, &end, 10));
+    else if (a == "--batch")
+      f.batch = std::strtoull(v, &end, 10);
+    else if (a == "--lr")
+      f.lr = std::strtof(v, &end);
+    else if (a == "--limit")
+      f.limit = std::strtoull(v, &end, 10);
+    else if (a == "--seed")
+      f.seed = std::strtoull(v, &end, 10);
+    else if (a == "--data")
+      f.data = v;
+    else if (a == "--hook")
+      f.hook = v;
+    else
+      usage(("unknown flag " + a).c_str());
+    if (end && *end) usage(("bad value '" + std::string(v) + "' for " + a).c_str());
+  }
+  if (f.epochs < 0 || f.batch == 0 || !(f.lr > 0)) usage("--epochs must be >= 0, --batch and --lr > 0");
+  return f;
+}
+
+// A world of one when the program was not started by braidrun or torchrun.
+braid::Communicator make_communicator(std::unique_ptr<braid::TcpStoreServer>& server) {
+  if (std::getenv("WORLD_SIZE")) return braid::Communicator::from_env();
+  server = braid::TcpStoreServer::start("127.0.0.1", 0);
+  std::shared_ptr<braid::Store> store = braid::TcpStore::connect("127.0.0.1", server->port());
+  return braid::Communicator::from_store(store, 0, 1);
+}
+
+std::shared_ptr<braid::ddp::CommHook> make_hook(const std::string& name) {
+  if (name == "avg") return braid::ddp::average_hook();
+  if (name == "f16") return braid::ddp::compress_hook(braid::DType::f16);
+  if (name == "bf16") return braid::ddp::compress_hook(braid::DType::bf16);
+  usage(("unknown --hook " + name).c_str());
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// Loss and accuracy over this rank's stride of the test set, summed over all ranks.
+void evaluate(braid::Communicator& comm, const Mlp& mlp, const Images& img, const std::vector<int32_t>& labels,
+              double* loss, double* acc) {
+  const size_t d = img.rows * img.cols;
+  double sums[3] = {0, 0, 0};
+  for (size_t i = static_cast<size_t>(comm.rank()); i < img.count; i += static_cast<size_t>(comm.size())) {
+    auto s = mlp.evaluate(img.pixels.data() + i * d, &labels[i], 1);
+    sums[0] += s.loss_sum;
+    sums[1] += static_cast<double>(s.correct);
+    sums[2] += 1;
+  }
+  comm.all_reduce(sums, 3, braid::DType::f64, braid::Op::sum);
+  *loss = sums[0] / sums[2];
+  *acc = sums[1] / sums[2];
+}
+
+int run(const Flags& flags) {
+  const std::string dir = flags.data;
+  const std::string files[4] = {dir + "/train-images-idx3-ubyte.gz", dir + "/train-labels-idx1-ubyte.gz",
+                                dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz"};
+  for (const auto& f : files) {
+    if (!exists(f)) {
+      std::printf("train_fashion_mnist: skipped: %s not found (apt-get install dataset-fashion-mnist, or --data DIR)\n",
+                  f.c_str());
+      return 77;
+    }
+  }
+  std::unique_ptr<braid::TcpStoreServer> server;
+  braid::Communicator comm = make_communicator(server);
+  const auto rank = static_cast<size_t>(comm.rank());
+  const auto world = static_cast<size_t>(comm.size());
+  if (flags.batch % world != 0) {
+    if (rank == 0)
+      std::fprintf(stderr, "train_fashion_mnist: --batch %zu does not split over %zu ranks\n", flags.batch, world);
+    return 2;
+  }
+  const size_t local_batch = flags.batch / world;
+
+  Images train = braid::examples::read_idx_images(files[0]);
+  std::vector<int32_t> train_labels = braid::examples::read_idx_labels(files[1]);
+  Images test = braid::examples::read_idx_images(files[2]);
+  std::vector<int32_t> test_labels = braid::examples::read_idx_labels(files[3]);
+  const size_t d = train.rows * train.cols;
+  const size_t n_train = flags.limit ? std::min(flags.limit, train.count) : train.count;
+  if (rank == 0) {
+    std::printf(
+        "fashion-mnist: %zu training images (of %zu), %zu test, %zux%zu; %zu ranks x %zu = batch %zu, lr %g, hook %s\n",
+        n_train, train.count, test.count, train.rows, train.cols, world, local_batch, flags.batch,
+        static_cast<double>(flags.lr), flags.hook.c_str());
+    std::fflush(stdout);
+  }
+
+  Mlp mlp(braid::examples::MlpShape{.inputs = d, .hidden = 128, .classes = 10}, flags.seed);
+  std::vector<braid::ddp::Parameter> params;
+  for (size_t i = 0; i < Mlp::kNumParams; ++i) params.push_back({mlp.param(i), nullptr, mlp.param_count(i)});
+  braid::ddp::Reducer reducer(comm, params, braid::ddp::ReducerOptions{.hook = make_hook(flags.hook)});
+
+  braid::ddp::DistributedSampler sampler(
+      n_train, braid::ddp::SamplerOptions{.num_replicas = world, .rank = rank, .shuffle = true, .seed = flags.seed});
+  std::vector<float> x(local_batch * d);
+  std::vector<int32_t> y(local_batch);
+  for (int epoch = 0; epoch < flags.epochs; ++epoch) {
+    const auto start = std::chrono::steady_clock::now();
+    sampler.set_epoch(static_cast<uint64_t>(epoch));
+    const std::vector<size_t> mine = sampler.indices();
+    const size_t steps = mine.size() / local_batch;
+    double sums[3] = {0, 0, 0};  // loss, correct, images
+    for (size_t s = 0; s < steps; ++s) {
+      for (size_t j = 0; j < local_batch; ++j) {
+        const size_t idx = mine[s * local_batch + j];
+        std::memcpy(&x[j * d], &train.pixels[idx * d], d * sizeof(float));
+        y[j] = train_labels[idx];
+      }
+      reducer.zero_grad();
+      float* grads[Mlp::kNumParams];
+      for (size_t i = 0; i < Mlp::kNumParams; ++i) grads[i] = reducer.grad(i);
+      auto stats = mlp.train_batch(x.data(), y.data(), local_batch, 1.0f / static_cast<float>(local_batch), grads,
+                                   [&](size_t i) { reducer.mark_ready(i); });
+      reducer.finalize();
+      for (size_t i = 0; i < Mlp::kNumParams; ++i) grads[i] = reducer.grad(i);  // a rebuild may move them
+      mlp.sgd_step(grads, flags.lr);
+      sums[0] += stats.loss_sum;
+      sums[1] += static_cast<double>(stats.correct);
+      sums[2] += static_cast<double>(local_batch);
+    }
+    comm.all_reduce(sums, 3, braid::DType::f64, braid::Op::sum);
+    double test_loss = 0, test_acc = 0;
+    evaluate(comm, mlp, test, test_labels, &test_loss, &test_acc);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (rank == 0) {
+      std::printf("epoch %d/%d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %zu steps, %.1f s\n",
+                  epoch + 1, flags.epochs, sums[2] ? sums[0] / sums[2] : 0.0, sums[2] ? 100 * sums[1] / sums[2] : 0.0,
+                  test_loss, 100 * test_acc, steps, secs);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags flags = parse_flags(argc, argv);
+  try {
+    return run(flags);
+  } catch (const braid::Error& e) {
+    std::fprintf(stderr, "train_fashion_mnist: %s (%s)\n", e.what(), braid::to_string(e.code()));
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_fashion_mnist: %s\n", e.what());
+    return 1;
+  }
+}
