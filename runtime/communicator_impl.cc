@@ -1,6 +1,7 @@
 #include "runtime/communicator_impl.h"
 
 #include "common/log.h"
+#include "collectives/algorithms.h"
 #include "collectives/validate.h"
 #include "transport/registry.h"
 
@@ -109,7 +110,9 @@ void CommunicatorImpl::run_one(Pending& op) {
     return;
   }
   collectives::RunOptions options;
-  options.algo = forced_algo_;
+  // BRAID_ALGO is a preference for the whole job: collectives that have no such algorithm
+  // (all_to_all has only pairwise) keep the automatic choice instead of failing.
+  options.algo = collectives::supports(op.args.kind, forced_algo_) ? forced_algo_ : collectives::Algo::automatic;
   options.chunk_bytes = cfg_.env.chunk_bytes;
   options.deadline = Deadline::after_seconds(cfg_.env.timeout_s);
   options.op_id = op.seq;

@@ -50,7 +50,7 @@ Subprocess::Subprocess(const std::vector<std::string>& argv, const std::map<std:
   posix_spawn_file_actions_adddup2(&actions, fd, 1);
   posix_spawn_file_actions_adddup2(&actions, fd, 2);
   posix_spawn_file_actions_addclose(&actions, fd);
-  int rc = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data());
+  int rc = posix_spawnp(&pid_, args[0], &actions, nullptr, args.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   close(fd);
   if (rc != 0) throw std::runtime_error("posix_spawn " + argv[0] + ": " + std::strerror(rc));
@@ -119,4 +119,13 @@ std::string binary_from_env(const char* var) {
   return v;
 }
 
+}  // namespace braid::testing
+
+namespace braid::testing {
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 }  // namespace braid::testing

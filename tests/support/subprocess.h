@@ -42,3 +42,8 @@ int free_port();
 std::string binary_from_env(const char* var);
 
 }  // namespace braid::testing
+
+namespace braid::testing {
+// The whole content of a file ("" when it cannot be read).
+std::string read_file(const std::string& path);
+}  // namespace braid::testing
