@@ -169,6 +169,7 @@ Row measure(Communicator& comm, const PerfOptions& opt, size_t bytes) {
     auto t0 = std::chrono::steady_clock::now();
     run(c);
     auto t1 = std::chrono::steady_clock::now();
+    row.algo = comm.last_algorithm();  // before the checks below run collectives of their own
     if (it < opt.warmup) continue;
     times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     if (opt.check) {
@@ -188,7 +189,6 @@ Row measure(Communicator& comm, const PerfOptions& opt, size_t bytes) {
   row.time_us = times[times.size() / 2];
   row.algbw = row.time_us > 0 ? static_cast<double>(row.bytes) / (row.time_us * 1e3) : 0;
   row.busbw = row.algbw * bus_factor(opt.op, comm.size());
-  row.algo = comm.last_algorithm();
   return row;
 }
 

@@ -52,7 +52,10 @@ class TcpStream {
   // Asks the connection where the payload of the header just read goes, and acts on it.
   void dispatch_header();
   // Called by the connection in answer to on_frame_header.
-  void land_payload(char* dest) { state_ = RecvState::payload, dest_ = dest; }
+  void land_payload(char* dest) {
+    state_ = RecvState::payload, dest_ = dest;
+    tune_low_watermark();
+  }
   void drain_payload() { state_ = RecvState::drain; }
   void park() { state_ = RecvState::parked; }
   bool parked() const { return state_ == RecvState::parked; }
@@ -73,6 +76,8 @@ class TcpStream {
   bool in_flight() const { return send_in_flight || recv_in_flight || zero_copy_pending > 0; }
 
  private:
+  void tune_low_watermark();
+
   enum class RecvState : uint8_t { header, parked, payload, drain };
   struct OutFrame {
     FrameHeader header;
@@ -95,6 +100,7 @@ class TcpStream {
   unsigned char header_buf_[kFrameHeaderBytes];
   size_t header_got_ = 0;
   FrameHeader header_;
+  int low_watermark_ = 1;  // SO_RCVLOWAT now set on the socket
   char* dest_ = nullptr;
   size_t payload_got_ = 0;
   std::unique_ptr<char[]> drain_buf_;
