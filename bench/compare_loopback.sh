@@ -18,12 +18,13 @@ N=${N:-2}
 MIN_BYTES=${MIN_BYTES:-4096}
 MAX_BYTES=${MAX_BYTES:-67108864}
 GLOO_ALGOS=${GLOO_ALGOS:-ring_chunked,halving_doubling}
-OUT=${OUT:-$ROOT/build/compare-loopback}
-export ANCHOR_BUILD=$ROOT/build/anchors ANCHOR_RESULTS=$OUT RUN_TIMEOUT=${RUN_TIMEOUT:-170}
+OUT=${OUT:-$ROOT/build-bench/compare-loopback}
+export ANCHOR_BUILD=$ROOT/build-bench/anchors ANCHOR_RESULTS=$OUT RUN_TIMEOUT=${RUN_TIMEOUT:-170}
 
 BRAID_SETUP_ANCHORS=1 scripts/setup.sh
-[ -f build/build.ninja ] || meson setup build >/dev/null
-ninja -C build >/dev/null
+BUILD_DIR=${BUILD_DIR:-build}
+[ -f "$BUILD_DIR/build.ninja" ] || meson setup "$BUILD_DIR" >/dev/null
+ninja -C "$BUILD_DIR" >/dev/null
 # shellcheck source=/dev/null
 . "$ANCHORS/tools/common.sh"
 build_all
@@ -50,8 +51,8 @@ ceiling() {
 
 for round in $(seq 1 "$ROUNDS"); do
   log "round $round/$ROUNDS: braid"
-  timeout "$RUN_TIMEOUT" build/tools/braidrun/braidrun --standalone --no-prefix --nproc-per-node "$N" \
-    build/tools/braid_perf/braid-perf --op all_reduce -b "$MIN_BYTES" -e "$MAX_BYTES" -f 4 -n 40 -w 5 -c 1 \
+  timeout "$RUN_TIMEOUT" "$BUILD_DIR"/tools/braidrun/braidrun --standalone --no-prefix --nproc-per-node "$N" \
+    "$BUILD_DIR"/tools/braid_perf/braid-perf --op all_reduce -b "$MIN_BYTES" -e "$MAX_BYTES" -f 4 -n 40 -w 5 -c 1 \
     --result-rows | tag_results "round$round" >/dev/null || log "braid failed"
   IFS=, read -r -a algos <<< "$GLOO_ALGOS"
   for algo in "${algos[@]}"; do

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# braid on an emulated cluster: K network namespaces ("hosts") on a bridge, every host's egress
+# shaped with tbf (../shared/bench/run-netns.sh builds the topology), one rank per host. In one
+# run, interleaved in rounds, it measures:
+#   - the link's goodput G for the same traffic pattern: K concurrent iperf3 flows around the
+#     ring (host i -> host i+1), per-flow mean; for K=2 also iperf3 --bidir (per direction);
+#   - braid-perf all_reduce (f32 sum) and, for K=2, sendrecv (both directions at once);
+#   - Gloo (ring_chunked) and Open MPI (TCP) all_reduce from ../shared/bench.
+# and prints median busbw over rounds and braid's ratios to G and to the anchors.
+#
+#   bench/compare_netns.sh                 # K=4, 1gbit, 64 MiB, 3 rounds
+#   K=2 RATE=200mbit BYTES=16M ROUNDS=2 bench/compare_netns.sh
+# Needs root (ip netns, tc). Namespaces are named brd0..brd{K-1} and brdsw, deleted on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+ANCHORS=${ANCHORS:-$ROOT/../shared/bench}
+K=${K:-4}
+RATE=${RATE:-1gbit}
+BYTES=${BYTES:-64M}
+ROUNDS=${ROUNDS:-3}
+ITERS=${ITERS:-5}
+OUT=${OUT:-$ROOT/build-bench/compare-netns}
+export ANC_NS_PREFIX=brd ANCHOR_BUILD=$ROOT/build-bench/anchors ANCHOR_RESULTS=$OUT RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+BRAID_SETUP_ANCHORS=1 scripts/setup.sh
+BUILD_DIR=${BUILD_DIR:-build}
+[ -f "$BUILD_DIR/build.ninja" ] || meson setup "$BUILD_DIR" >/dev/null
+ninja -C "$BUILD_DIR" >/dev/null
+# shellcheck source=/dev/null
+. "$ANCHORS/tools/common.sh"
+build_all
+mkdir -p "$OUT"
+OUTFILE=$OUT/results.tsv
+: > "$OUTFILE"
+
+netns=$ANCHORS/run-netns.sh
+bash "$netns" teardown "$K" >/dev/null 2>&1 || true
+trap 'bash "$netns" teardown "$K" >/dev/null 2>&1 || true' EXIT
+bash "$netns" setup "$K" "$RATE"
+host() { echo "10.213.0.$(($1 + 1))"; }
+bytes=$(numfmt --from=iec "$BYTES")
+
+# K flows at once around the ring; prints the per-flow mean in GB/s.
+iperf_ring() {
+  local i tmp; tmp=$(mktemp -d)
+  for ((i = 0; i < K; i++)); do
+    timeout 30 ip netns exec "brd$(((i + 1) % K))" iperf3 -s -1 -B "$(host $(((i + 1) % K)))" -p 5201 >/dev/null 2>&1 &
+  done
+  sleep 0.5
+  for ((i = 0; i < K; i++)); do
+    timeout 30 ip netns exec "brd$i" iperf3 -c "$(host $(((i + 1) % K)))" -p 5201 -t 4 -f m > "$tmp/$i" 2>&1 &
+  done
+  wait
+  cat "$tmp"/* | awk '/receiver/{s+=$(NF-2); k++} END{if (k) printf "%.4f\n", s/k/8/1000}'
+  rm -rf "$tmp"
+}
+
+iperf_bidir() {
+  timeout 30 ip netns exec brd0 iperf3 -s -1 -B "$(host 0)" -p 5202 >/dev/null 2>&1 &
+  sleep 0.5
+  timeout 30 ip netns exec brd1 iperf3 -c "$(host 0)" -p 5202 -t 4 -f m --bidir 2>&1 |
+    awk '/receiver/{s+=$(NF-2); k++} END{if (k) printf "%.4f\n", s/k/8/1000}'
+  wait
+}
+
+braid_perf() {  # op -> rows into OUTFILE
+  local op=$1 i pids=() tmp; tmp=$(mktemp -d)
+  for ((i = K - 1; i >= 0; i--)); do
+    timeout "$RUN_TIMEOUT" ip netns exec "brd$i" "$BUILD_DIR"/tools/braidrun/braidrun --nnodes "$K" --node-rank "$i" \
+      --nproc-per-node 1 --rdzv-endpoint "$(host 0):29700" --no-prefix \
+      "$BUILD_DIR"/tools/braid_perf/braid-perf --op "$op" -b "$bytes" -e "$bytes" -n "$ITERS" -w 1 -c 1 --result-rows \
+      > "$tmp/$i" 2>&1 &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || log "braid $op: a node failed"; done
+  grep -P '^RESULT\t' "$tmp/0" | tag_results "$op" >/dev/null || log "braid $op: no result"
+  rm -rf "$tmp"
+}
+
+rsh_prefix() { echo "ip netns exec brd$1"; }
+for round in $(seq 1 "$ROUNDS"); do
+  log "round $round/$ROUNDS: iperf3 ring of $K flows"
+  printf 'ring\tGOODPUT\t%s\n' "$(iperf_ring)" >> "$OUTFILE"
+  if [ "$K" = 2 ]; then printf 'bidir\tGOODPUT\t%s\n' "$(iperf_bidir)" >> "$OUTFILE"; fi
+  log "round $round: braid all_reduce"
+  braid_perf all_reduce
+  if [ "$K" = 2 ]; then log "round $round: braid sendrecv"; braid_perf sendrecv; fi
+  log "round $round: gloo ring_chunked"
+  GLOO_IFACE=aeth0 run_gloo gloo "$K" rsh_prefix --algos ring_chunked --min-bytes "$bytes" \
+    --max-bytes "$bytes" --min-iters "$ITERS" --max-iters "$ITERS" >/dev/null || true
+done
+
+python3 - "$OUTFILE" "$K" "$RATE" <<'PY' | tee "$OUT/summary.md"
+import collections, statistics, sys
+path, k, rate = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+good = collections.defaultdict(list); bus = collections.defaultdict(list)
+for line in open(path):
+    r = line.rstrip("\n").split("\t")
+    if len(r) >= 3 and r[1] == "GOODPUT" and r[2]:
+        good[r[0]].append(float(r[2]))
+    elif len(r) >= 13 and r[1] == "RESULT":
+        bus[(r[0] if r[2] == "braid" else r[2], r[3])].append(float(r[11]))
+print(f"{k} hosts, egress shaped to {rate}, median over rounds\n")
+print("| what | busbw GB/s | ratio to goodput G |")
+print("|---|---|---|")
+g = statistics.median(good["ring"]) if good["ring"] else None
+for name, vals in sorted(bus.items()):
+    m = statistics.median(vals)
+    ref = statistics.median(good["bidir"]) if name[0] == "sendrecv" and good["bidir"] else g
+    print(f"| {name[0]} {name[1]} | {m:.4f} | {m / ref:.2f}x |" if ref else f"| {name[0]} {name[1]} | {m:.4f} | - |")
+for kind, vals in good.items():
+    print(f"| iperf3 {kind} (per flow) | {statistics.median(vals):.4f} | 1.00x |")
+PY
