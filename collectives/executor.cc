@@ -112,10 +112,14 @@ Result<bool> Executor::try_start(size_t i) {
   } else {
     land = slots_.get() + (i % window_) * slot_bytes_;
   }
-  Status s = peers_[static_cast<size_t>(st.recv_peer)]->post_recv(land, st.dst.bytes,
-                                                                  make_cookie(options_.op_id, i, false));
+  Status s;
+  if (header_bytes_ != 0 && headers_[static_cast<size_t>(st.recv_peer)].first_recv == i) {
+    s = post_first_recv(i, st.recv_peer, land, st.dst.bytes);
+  } else {
+    s = peers_[static_cast<size_t>(st.recv_peer)]->post_recv(land, st.dst.bytes, make_cookie(options_.op_id, i, false));
+    if (s.is_ok()) ++outstanding_;
+  }
   if (!s.is_ok()) return s.with_context(options_.name + " on rank " + std::to_string(options_.rank) + ": ");
-  ++outstanding_;
   phase_[i] = Phase::receiving;
   return true;
 }
@@ -163,10 +167,14 @@ Result<bool> Executor::advance(size_t i) {
         if (steps_[j].has_send() && steps_[j].send_peer == st.send_peer && phase_[j] < Phase::sending) return false;
       }
       const Range& r = st.sent();
-      Status s = peers_[static_cast<size_t>(st.send_peer)]->post_send(at(r), r.bytes,
-                                                                      make_cookie(options_.op_id, i, true));
+      Status s;
+      if (header_bytes_ != 0 && headers_[static_cast<size_t>(st.send_peer)].first_send == i) {
+        s = post_first_send(i, st.send_peer, at(r), r.bytes);
+      } else {
+        s = peers_[static_cast<size_t>(st.send_peer)]->post_send(at(r), r.bytes, make_cookie(options_.op_id, i, true));
+        if (s.is_ok()) ++outstanding_;
+      }
       if (!s.is_ok()) return s.with_context(options_.name + " on rank " + std::to_string(options_.rank) + ": ");
-      ++outstanding_;
       phase_[i] = Phase::sending;
       return true;
     }
@@ -176,6 +184,7 @@ Result<bool> Executor::advance(size_t i) {
 }
 
 Status Executor::progress() {
+  if (header_bytes_ != 0 && !reverse_posted_) RETURN_IF_ERROR(post_reverse_headers());
   for (;;) {
     bool moved = false;
     for (size_t i = head_; i < started_; ++i) {
@@ -200,10 +209,18 @@ Status Executor::fail(const std::string& what) const {
 
 Status Executor::on_completion(const transport::Completion& c, bool* ours) {
   const size_t index = static_cast<size_t>((c.cookie & 0xffffffffu) >> 1);
-  const bool mine = (c.cookie >> 32) == (options_.op_id & 0xffffffffu) && index < steps_.size();
+  const size_t header_ops = header_bytes_ != 0 ? peers_.size() : 0;
+  const bool mine = (c.cookie >> 32) == (options_.op_id & 0xffffffffu) && index < steps_.size() + header_ops;
   if (ours != nullptr) *ours = mine;
   if (!mine) return Status::ok();
   const bool is_send = (c.cookie & 1u) != 0;
+  if (index >= steps_.size()) return on_header_completion(c, index - steps_.size(), is_send);
+  if (!is_send && header_bytes_ != 0 && headers_[static_cast<size_t>(steps_[index].recv_peer)].first_recv == index &&
+      headers_[static_cast<size_t>(steps_[index].recv_peer)].land != nullptr) {
+    if (phase_[index] != Phase::receiving) return fail("unexpected completion for step " + std::to_string(index));
+    --outstanding_;
+    return finish_first_recv(index, c);
+  }
   const Step& st = steps_[index];
   const Phase expected = is_send ? Phase::sending : Phase::receiving;
   if (phase_[index] != expected) return fail("unexpected completion for step " + std::to_string(index));
@@ -221,6 +238,130 @@ Status Executor::on_completion(const transport::Completion& c, bool* ours) {
                       std::to_string(st.dst.bytes) + " bytes from " + peer_name(st.recv_peer) + ", got " +
                       std::to_string(c.bytes) + " - do all ranks call the same collective with the same counts?");
   }
+  phase_[index] = Phase::received;
+  return Status::ok();
+}
+
+void Executor::set_headers(size_t header_bytes, HeaderFor header_for, HeaderCheck check, bool reverse) {
+  header_bytes_ = header_bytes;
+  reverse_posted_ = !reverse;  // as if already posted: none will be
+  header_for_ = std::move(header_for);
+  check_header_ = std::move(check);
+  headers_.clear();
+  headers_.resize(peers_.size());
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& st = steps_[i];
+    if (st.has_send()) {
+      auto& h = headers_[static_cast<size_t>(st.send_peer)];
+      if (h.first_send == SIZE_MAX) h.first_send = i;
+    }
+    if (st.has_recv()) {
+      auto& h = headers_[static_cast<size_t>(st.recv_peer)];
+      if (h.first_recv == SIZE_MAX) h.first_recv = i;
+    }
+  }
+}
+
+Status Executor::post_first_send(size_t i, int peer, const std::byte* data, size_t bytes) {
+  PeerHeader& h = headers_[static_cast<size_t>(peer)];
+  transport::Connection* conn = peers_[static_cast<size_t>(peer)];
+  const auto* header = reinterpret_cast<const std::byte*>(header_for_(peer));
+  h.out.assign(header, header + header_bytes_);
+  if (bytes <= kInlineHeaderMax) {
+    h.out.insert(h.out.end(), data, data + bytes);
+    RETURN_IF_ERROR(conn->post_send(h.out.data(), h.out.size(), make_cookie(options_.op_id, i, true)));
+    ++outstanding_;
+    return Status::ok();
+  }
+  RETURN_IF_ERROR(conn->post_send(h.out.data(), header_bytes_,
+                                  make_cookie(options_.op_id, steps_.size() + static_cast<size_t>(peer), true)));
+  ++outstanding_;
+  ++header_ops_;
+  RETURN_IF_ERROR(conn->post_send(data, bytes, make_cookie(options_.op_id, i, true)));
+  ++outstanding_;
+  return Status::ok();
+}
+
+Status Executor::post_first_recv(size_t i, int peer, std::byte* land, size_t bytes) {
+  PeerHeader& h = headers_[static_cast<size_t>(peer)];
+  transport::Connection* conn = peers_[static_cast<size_t>(peer)];
+  const size_t capacity = header_bytes_ + kInlineHeaderMax;
+  h.in.reset(new std::byte[capacity]);  // not zeroed: only received bytes are read
+  if (bytes <= kInlineHeaderMax) {
+    h.land = land;
+    RETURN_IF_ERROR(conn->post_recv(h.in.get(), capacity, make_cookie(options_.op_id, i, false)));
+    ++outstanding_;
+    return Status::ok();
+  }
+  RETURN_IF_ERROR(conn->post_recv(h.in.get(), capacity,
+                                  make_cookie(options_.op_id, steps_.size() + static_cast<size_t>(peer), false)));
+  ++outstanding_;
+  ++header_ops_;
+  RETURN_IF_ERROR(conn->post_recv(land, bytes, make_cookie(options_.op_id, i, false)));
+  ++outstanding_;
+  return Status::ok();
+}
+
+// A header sent or received as a message of its own (first messages above kInlineHeaderMax).
+Status Executor::on_header_completion(const transport::Completion& c, size_t peer, bool is_send) {
+  PeerHeader& h = headers_[peer];
+  if (is_send ? h.out.empty() : (h.in == nullptr || h.header_recv_done)) return fail("unexpected header completion");
+  --outstanding_;
+  --header_ops_;
+  const std::string where = options_.name + " on rank " + std::to_string(options_.rank) + ": ";
+  if (is_send) return c.status.is_ok() ? Status::ok() : c.status.with_context(where);
+  h.header_recv_done = true;
+  // A message too large for the header is the peer's data: let check() say what it means.
+  if (!c.status.is_ok() && c.status.code() != ErrorCode::protocol) return c.status.with_context(where);
+  const auto* data = reinterpret_cast<const unsigned char*>(h.in.get());
+  return check_header_(static_cast<int>(peer), c.status.is_ok() ? data : nullptr, c.status.is_ok() ? c.bytes : 0,
+                       c.status);
+}
+
+// Peers this rank only receives from get a header-only message; peers it only sends to are
+// expected to send one. Both sides see the same schedule shape, so both agree who sends.
+Status Executor::post_reverse_headers() {
+  reverse_posted_ = true;
+  const std::string where = options_.name + " on rank " + std::to_string(options_.rank) + ": ";
+  for (size_t p = 0; p < headers_.size(); ++p) {
+    PeerHeader& h = headers_[p];
+    const bool sends = h.first_send != SIZE_MAX, receives = h.first_recv != SIZE_MAX;
+    if (sends == receives) continue;
+    const uint64_t cookie_index = steps_.size() + p;
+    Status s;
+    if (receives) {
+      const auto* header = reinterpret_cast<const std::byte*>(header_for_(static_cast<int>(p)));
+      h.out.assign(header, header + header_bytes_);
+      s = peers_[p]->post_send(h.out.data(), header_bytes_, make_cookie(options_.op_id, cookie_index, true));
+    } else {
+      h.in.reset(new std::byte[header_bytes_ + kInlineHeaderMax]);
+      s = peers_[p]->post_recv(h.in.get(), header_bytes_ + kInlineHeaderMax,
+                               make_cookie(options_.op_id, cookie_index, false));
+    }
+    if (!s.is_ok()) return s.with_context(where);
+    ++outstanding_;
+    ++header_ops_;
+  }
+  return Status::ok();
+}
+
+// The first message from a peer, header inline: check the header, then land the data.
+Status Executor::finish_first_recv(size_t index, const transport::Completion& c) {
+  const Step& st = steps_[index];
+  PeerHeader& h = headers_[static_cast<size_t>(st.recv_peer)];
+  h.header_recv_done = true;
+  const std::string where = options_.name + " on rank " + std::to_string(options_.rank) + ": ";
+  if (!c.status.is_ok() && c.status.code() != ErrorCode::protocol) return c.status.with_context(where);
+  const auto* data = reinterpret_cast<const unsigned char*>(h.in.get());
+  const bool arrived = c.status.is_ok();
+  RETURN_IF_ERROR(check_header_(st.recv_peer, arrived ? data : nullptr, arrived ? c.bytes : 0, c.status));
+  if (c.bytes != header_bytes_ + st.dst.bytes) {
+    return Status(ErrorCode::mismatch, where + "expected " + std::to_string(st.dst.bytes) + " bytes from " +
+                                           peer_name(st.recv_peer) + ", got " +
+                                           std::to_string(c.bytes - std::min(c.bytes, header_bytes_)) +
+                                           " - do all ranks call the same collective with the same counts?");
+  }
+  if (st.dst.bytes != 0) std::memcpy(h.land, h.in.get() + header_bytes_, st.dst.bytes);
   phase_[index] = Phase::received;
   return Status::ok();
 }

@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,11 +56,27 @@ class Executor {
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
+  // Optional, before the first progress(): a small header travels in front of the first message
+  // to each peer, and the header in front of each peer's first message is handed to `check`
+  // before that message's data is used (the runtime's mismatch detection, runtime/op_header.h).
+  // A first message of at most kInlineHeaderMax bytes carries it inline, staged through a copy:
+  // still one message, so a small operation pays no extra send or receive. A larger one gets it
+  // as a message of its own just before it. Both sides decide alike from the message's size.
+  // Where the schedule only receives from a peer (it only sends to us), a header-only message
+  // goes back to it, so a rank that only sends (a broadcast root) still learns of a mismatch.
+  // check(peer, data, bytes, status): data/bytes is what arrived (status: the receive's).
+  static constexpr size_t kInlineHeaderMax = 64 << 10;
+  using HeaderFor = std::function<const unsigned char*(int peer)>;
+  using HeaderCheck = std::function<Status(int peer, const unsigned char* data, size_t bytes, const Status& status)>;
+  // reverse = false skips the header-only replies: point-to-point sends and receives grouped
+  // both ways on one connection (a sendrecv) would otherwise take each other's messages.
+  void set_headers(size_t header_bytes, HeaderFor header_for, HeaderCheck check, bool reverse = true);
+
   // Posts and computes whatever may go now. Never blocks.
   [[nodiscard]] Status progress();
   // Feeds one completion. Returns false (and does nothing) when its cookie is not ours.
   [[nodiscard]] Status on_completion(const transport::Completion& c, bool* ours = nullptr);
-  bool done() const { return head_ == steps_.size(); }
+  bool done() const { return head_ == steps_.size() && header_ops_ == 0; }
 
   // Posted operations not yet completed, and the peers they are with.
   size_t outstanding() const { return outstanding_; }
@@ -83,6 +100,11 @@ class Executor {
   Result<bool> advance(size_t i);
   void compute(const Step& st, size_t i);
   Status fail(const std::string& what) const;
+  Status post_first_send(size_t i, int peer, const std::byte* data, size_t bytes);
+  Status post_first_recv(size_t i, int peer, std::byte* land, size_t bytes);
+  Status on_header_completion(const transport::Completion& c, size_t index, bool is_send);
+  Status post_reverse_headers();
+  Status finish_first_recv(size_t index, const transport::Completion& c);
   std::string peer_name(int peer) const;
 
   std::vector<Step> steps_;
@@ -98,6 +120,24 @@ class Executor {
   size_t head_ = 0;     // steps before it are done
   size_t started_ = 0;  // steps before it have started
   size_t outstanding_ = 0;
+
+  // Headers (set_headers): per peer, the steps that carry them and the staging buffers.
+  struct PeerHeader {
+    size_t first_send = SIZE_MAX;
+    size_t first_recv = SIZE_MAX;
+    std::vector<std::byte> out;  // header + data (inline) or the header alone
+    // A first receive takes up to header + kInlineHeaderMax bytes whatever it expects, so the
+    // header of any first (or stale) message a disagreeing peer sends can still be read.
+    std::unique_ptr<std::byte[]> in;
+    std::byte* land = nullptr;   // where an inline first receive's data goes once checked
+    bool header_recv_done = false;
+  };
+  size_t header_bytes_ = 0;
+  size_t header_ops_ = 0;  // header-only messages posted and not completed
+  bool reverse_posted_ = false;
+  HeaderFor header_for_;
+  HeaderCheck check_header_;
+  std::vector<PeerHeader> headers_;
 };
 
 }  // namespace braid::collectives

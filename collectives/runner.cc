@@ -44,6 +44,15 @@ Result<PreparedCollective> prepare_collective(const CollectiveArgs& args, int ra
   // A step in flight holds one operation on one connection at a time.
   eo.window = std::max<size_t>(2, std::min(schedule.window, caps.max_in_flight));
   ASSIGN_OR_RETURN(out.executor, Executor::create(schedule, args.send, args.recv, peers, eo));
+  // Executor::create checked that every peer named is a valid rank with a connection.
+  std::vector<bool> talks(static_cast<size_t>(size), false);
+  for (const Step& st : schedule.steps) {
+    if (st.has_recv()) talks[static_cast<size_t>(st.recv_peer)] = true;
+    if (st.has_send()) talks[static_cast<size_t>(st.send_peer)] = true;
+  }
+  for (int r = 0; r < size; ++r) {
+    if (talks[static_cast<size_t>(r)] && r != rank) out.peers.push_back(r);
+  }
   return out;
 }
 

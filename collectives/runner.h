@@ -24,6 +24,7 @@ struct PreparedCollective {
   Algo algo = Algo::automatic;          // what runs (never automatic)
   std::string name;                     // "all_reduce (ring)"
   std::unique_ptr<Executor> executor;   // null: nothing to move (count 0, world size 1 in place)
+  std::vector<int> peers;               // ranks the schedule sends to or receives from, ascending
 };
 
 // Validates (invalid_argument before anything is sent), selects or checks the forced

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "common/log.h"
 #include "runtime/communicator_impl.h"
@@ -47,11 +48,37 @@ std::shared_ptr<Store> open_job_store(const JobInfo& job, const Env& env, std::u
   return std::shared_ptr<Store>(TcpStore::connect(job.master_addr, job.master_port, options).release());
 }
 
+// The failure board (failure_board.h) gets a store connection of its own where it can, so its
+// reads never queue behind a long get() the program makes on comm.store().
+std::shared_ptr<Store> open_board_store(const std::shared_ptr<Store>& store, const JobInfo& job, const Env& env,
+                                        int generation) {
+  if (dynamic_cast<TcpStore*>(store.get()) == nullptr || job.master_port == 0) return nullptr;
+  TcpStoreOptions options;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(env.rendezvous_timeout_s * 1000));
+  try {
+    std::shared_ptr<Store> base(TcpStore::connect(job.master_addr, job.master_port, options).release());
+    return std::make_shared<PrefixStore>("braid/c" + std::to_string(generation), base);
+  } catch (const Error& e) {
+    BRAID_LOG(warn) << "rank " << job.rank << ": failure reports share the program's store connection (" << e.what()
+                    << ")";
+    return nullptr;
+  }
+}
+
 Communicator make(std::shared_ptr<Store> store, std::unique_ptr<TcpStoreServer> server, const JobInfo& job,
                   const Env& env) {
   set_log_rank(job.rank);
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(env.rendezvous_timeout_s * 1000));
-  auto joined = value_or_raise(join_through_store(store, job.rank, job.size, next_generation(store->address()), timeout));
+  const int generation = next_generation(store->address());
+  auto join = join_through_store(store, job.rank, job.size, generation, timeout);
+  if (!join.is_ok() && server) {
+    // This rank serves the store, and the others still have to read from it why the join
+    // failed: stay until they have hung up (bounded), or they would see only "connection lost".
+    store.reset();
+    const Deadline linger = Deadline::after(std::chrono::seconds(5));
+    while (server->num_clients() > 0 && !linger.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  auto joined = value_or_raise(std::move(join));
   CommunicatorConfig cfg;
   cfg.rank = job.rank;
   cfg.size = job.size;
@@ -59,6 +86,7 @@ Communicator make(std::shared_ptr<Store> store, std::unique_ptr<TcpStoreServer> 
   cfg.local_size = job.local_size;
   cfg.comm_id = joined.comm_id;
   cfg.store = joined.store;
+  cfg.board_store = open_board_store(store, job, env, generation);
   cfg.server = std::move(server);
   cfg.master_addr = job.master_addr;
   cfg.env = env;
@@ -131,12 +159,49 @@ Communicator Communicator::from_store(std::shared_ptr<Store> store, int rank, in
   return make(std::move(store), nullptr, job, env_or_raise());
 }
 
-int Communicator::rank() const { return impl_->rank(); }
-int Communicator::size() const { return impl_->size(); }
-int Communicator::local_rank() const { return impl_->local_rank(); }
-int Communicator::local_size() const { return impl_->local_size(); }
-std::string Communicator::last_algorithm() const { return impl_->last_algorithm(); }
-std::shared_ptr<Store> Communicator::store() const { return impl_->store(); }
+CommunicatorImpl& Communicator::impl() const {
+  if (!impl_) {
+    throw Error(ErrorCode::invalid_argument,
+                "this Communicator is not a member of any group (split with kNoColor, a rank left out of "
+                "new_group, or moved from): it has no rank and runs no operation");
+  }
+  return *impl_;
+}
+
+int Communicator::rank() const { return impl().rank(); }
+int Communicator::size() const { return impl().size(); }
+int Communicator::local_rank() const { return impl().local_rank(); }
+int Communicator::local_size() const { return impl().local_size(); }
+std::string Communicator::last_algorithm() const { return impl().last_algorithm(); }
+std::shared_ptr<Store> Communicator::store() const { return impl().store(); }
+
+CommState Communicator::state() const { return impl().state(); }
+ErrorCode Communicator::error_code() const { return impl().failure().code(); }
+std::string Communicator::error_message() const { return impl().failure().message(); }
+void Communicator::abort(const std::string& reason) { impl().abort(reason); }
+void Communicator::group_start() { impl().group_start(); }
+Work Communicator::group_end() { return impl().group_end(); }
+
+Communicator Communicator::split(int color, int key) {
+  return Communicator(value_or_raise(impl().split(color, key)));
+}
+
+Communicator Communicator::new_group(const std::vector<int>& ranks) {
+  CommunicatorImpl& self = impl();
+  std::vector<bool> seen(static_cast<size_t>(self.size()), false);
+  int position = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    if (r < 0 || r >= self.size() || seen[static_cast<size_t>(r)]) {
+      throw Error(ErrorCode::invalid_argument, "new_group: rank " + std::to_string(r) +
+                                                   (r < 0 || r >= self.size() ? " is not in [0, " + std::to_string(self.size()) + ")"
+                                                                              : " is listed twice"));
+    }
+    seen[static_cast<size_t>(r)] = true;
+    if (r == self.rank()) position = static_cast<int>(i);
+  }
+  return split(position >= 0 ? 0 : kNoColor, position);
+}
 
 namespace {
 
@@ -156,36 +221,36 @@ CollectiveArgs args_of(Kind kind, const void* send, void* recv, size_t count, DT
 }  // namespace
 
 Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DType dtype, Op op) {
-  return impl_->enqueue(args_of(Kind::all_reduce, send, recv, count, dtype, op));
+  return impl().enqueue(args_of(Kind::all_reduce, send, recv, count, dtype, op));
 }
 Work Communicator::all_reduce_async(void* buf, size_t count, DType dtype, Op op) {
   return all_reduce_async(buf, buf, count, dtype, op);
 }
 Work Communicator::broadcast_async(void* buf, size_t count, DType dtype, int root) {
-  return impl_->enqueue(args_of(Kind::broadcast, buf, buf, count, dtype, Op::sum, root));
+  return impl().enqueue(args_of(Kind::broadcast, buf, buf, count, dtype, Op::sum, root));
 }
 Work Communicator::reduce_async(const void* send, void* recv, size_t count, DType dtype, Op op, int root) {
-  return impl_->enqueue(args_of(Kind::reduce, send, recv, count, dtype, op, root));
+  return impl().enqueue(args_of(Kind::reduce, send, recv, count, dtype, op, root));
 }
 Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DType dtype) {
-  return impl_->enqueue(args_of(Kind::all_gather, send, recv, count, dtype));
+  return impl().enqueue(args_of(Kind::all_gather, send, recv, count, dtype));
 }
 Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype, Op op) {
-  return impl_->enqueue(args_of(Kind::reduce_scatter, send, recv, count, dtype, op));
+  return impl().enqueue(args_of(Kind::reduce_scatter, send, recv, count, dtype, op));
 }
 Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, DType dtype) {
-  return impl_->enqueue(args_of(Kind::all_to_all, send, recv, count, dtype));
+  return impl().enqueue(args_of(Kind::all_to_all, send, recv, count, dtype));
 }
-Work Communicator::barrier_async() { return impl_->enqueue(args_of(Kind::barrier, nullptr, nullptr, 0, DType::u8)); }
+Work Communicator::barrier_async() { return impl().enqueue(args_of(Kind::barrier, nullptr, nullptr, 0, DType::u8)); }
 Work Communicator::send_async(const void* buf, size_t count, DType dtype, int peer) {
   auto a = args_of(Kind::send, buf, nullptr, count, dtype);
   a.peer = peer;
-  return impl_->enqueue(std::move(a));
+  return impl().enqueue(std::move(a));
 }
 Work Communicator::recv_async(void* buf, size_t count, DType dtype, int peer) {
   auto a = args_of(Kind::recv, nullptr, buf, count, dtype);
   a.peer = peer;
-  return impl_->enqueue(std::move(a));
+  return impl().enqueue(std::move(a));
 }
 
 void Communicator::all_reduce(void* buf, size_t count, DType dtype, Op op) { all_reduce_async(buf, count, dtype, op).wait(); }
@@ -194,7 +259,7 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DType 
 }
 void Communicator::broadcast(void* buf, size_t count, DType dtype, int root) { broadcast_async(buf, count, dtype, root).wait(); }
 void Communicator::broadcast(const void* send, void* recv, size_t count, DType dtype, int root) {
-  impl_->enqueue(args_of(Kind::broadcast, send, recv, count, dtype, Op::sum, root)).wait();
+  impl().enqueue(args_of(Kind::broadcast, send, recv, count, dtype, Op::sum, root)).wait();
 }
 void Communicator::reduce(const void* send, void* recv, size_t count, DType dtype, Op op, int root) {
   reduce_async(send, recv, count, dtype, op, root).wait();
@@ -205,7 +270,7 @@ void Communicator::all_gather(const void* send, void* recv, size_t count, DType 
 void Communicator::all_gatherv(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype) {
   auto a = args_of(Kind::all_gather, send, recv, 0, dtype);
   a.counts = counts;
-  impl_->enqueue(std::move(a)).wait();
+  impl().enqueue(std::move(a)).wait();
 }
 void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op) {
   reduce_scatter_async(send, recv, count, dtype, op).wait();
@@ -213,13 +278,13 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DT
 void Communicator::reduce_scatterv(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype, Op op) {
   auto a = args_of(Kind::reduce_scatter, send, recv, 0, dtype, op);
   a.counts = counts;
-  impl_->enqueue(std::move(a)).wait();
+  impl().enqueue(std::move(a)).wait();
 }
 void Communicator::gather(const void* send, void* recv, size_t count, DType dtype, int root) {
-  impl_->enqueue(args_of(Kind::gather, send, recv, count, dtype, Op::sum, root)).wait();
+  impl().enqueue(args_of(Kind::gather, send, recv, count, dtype, Op::sum, root)).wait();
 }
 void Communicator::scatter(const void* send, void* recv, size_t count, DType dtype, int root) {
-  impl_->enqueue(args_of(Kind::scatter, send, recv, count, dtype, Op::sum, root)).wait();
+  impl().enqueue(args_of(Kind::scatter, send, recv, count, dtype, Op::sum, root)).wait();
 }
 void Communicator::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
   all_to_all_async(send, recv, count, dtype).wait();
@@ -229,7 +294,7 @@ void Communicator::all_to_allv(const void* send, const std::vector<size_t>& send
   auto a = args_of(Kind::all_to_all, send, recv, 0, dtype);
   a.send_counts = send_counts;
   a.recv_counts = recv_counts;
-  impl_->enqueue(std::move(a)).wait();
+  impl().enqueue(std::move(a)).wait();
 }
 void Communicator::barrier() { barrier_async().wait(); }
 void Communicator::send(const void* buf, size_t count, DType dtype, int peer) { send_async(buf, count, dtype, peer).wait(); }

@@ -1,13 +1,30 @@
 #include "runtime/communicator_impl.h"
 
-#include "common/log.h"
 #include "collectives/algorithms.h"
+
+#include "collectives/runner.h"
 #include "collectives/validate.h"
+#include "common/log.h"
+#include "runtime/op_run.h"
 #include "transport/registry.h"
 
 namespace braid {
+namespace {
 
-CommunicatorImpl::CommunicatorImpl(CommunicatorConfig config) : cfg_(std::move(config)) {}
+constexpr auto kPollSlice = std::chrono::milliseconds(100);
+// While an operation waits longer than this, and between checks, it looks at the failure board:
+// one store round trip per second of waiting, never one per operation.
+constexpr auto kBoardInterval = std::chrono::seconds(1);
+
+bool is_p2p(collectives::Kind k) { return k == collectives::Kind::send || k == collectives::Kind::recv; }
+
+}  // namespace
+
+CommunicatorImpl::CommunicatorImpl(CommunicatorConfig config)
+    : cfg_(std::move(config)),
+      board_(cfg_.board_store ? cfg_.board_store : cfg_.store, cfg_.rank, cfg_.size),
+      p2p_send_seq_(static_cast<size_t>(cfg_.size), 0),
+      p2p_recv_seq_(static_cast<size_t>(cfg_.size), 0) {}
 
 Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::create(CommunicatorConfig config) {
   std::unique_ptr<CommunicatorImpl> impl(new CommunicatorImpl(std::move(config)));
@@ -38,7 +55,11 @@ Status CommunicatorImpl::connect_all() {
   options.env = cfg_.env;
   options.master_addr = cfg_.master_addr;
   options.inproc_fabric = cfg_.inproc_fabric;
-  ASSIGN_OR_RETURN(transport_, transport::create_transport(cfg_.env.transport, options));
+  {
+    ASSIGN_OR_RETURN(auto transport, transport::create_transport(cfg_.env.transport, options));
+    std::lock_guard<std::mutex> lock(transport_mu_);
+    transport_ = std::move(transport);
+  }
   connections_.resize(size);
   peers_.assign(size, nullptr);
   if (size == 1) return Status::ok();
@@ -70,8 +91,10 @@ Status CommunicatorImpl::connect_all() {
 void CommunicatorImpl::progress_main() {
   Status s = connect_all();
   if (s.is_ok()) {
-    BRAID_LOG(info) << "communicator ready: rank " << cfg_.rank << " of " << cfg_.size << ", transport "
-                    << transport_->name() << ", algorithm " << cfg_.env.algo;
+    BRAID_LOG(info) << "communicator ready: rank " << cfg_.rank << " of " << cfg_.size << " (comm " << std::hex
+                    << cfg_.comm_id << std::dec << "), transport " << transport_->name() << ", algorithm "
+                    << cfg_.env.algo << (cfg_.env.algo == "auto" ? " (chosen per operation by size)" : " (forced)")
+                    << ", timeout " << cfg_.env.timeout_s << " s, operation headers on";
   }
   {
     std::lock_guard<std::mutex> lock(setup_mu_);
@@ -87,26 +110,44 @@ void CommunicatorImpl::progress_main() {
     // (the common case in a training step or a benchmark) arrive within a short spin instead.
     auto spin_end = Clock::now() + std::chrono::microseconds(cfg_.env.spin_us);
     while (enqueued_.load(std::memory_order_acquire) == taken && Clock::now() < spin_end) std::this_thread::yield();
-    Pending op;
+    std::optional<Pending> op;
+    bool stop = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) break;  // stopping, and everything queued has run
-      op = std::move(queue_.front());
-      queue_.pop_front();
+      cv_.wait_for(lock, kBoardInterval, [&] {
+        return stopping_ || !queue_.empty() || (abort_requested_.load() && state() == CommState::ok);
+      });
+      if (!queue_.empty()) {
+        op = std::move(queue_.front());
+        queue_.pop_front();
+      } else {
+        stop = stopping_;  // stopping, and everything queued has run
+      }
     }
-    ++taken;
-    run_one(op);
+    if (abort_requested_.load() && state() == CommState::ok) handle_abort();
+    if (op) {
+      ++taken;
+      run_one(*op);
+    } else if (stop) {
+      break;
+    } else {
+      idle_check();
+    }
   }
+  close_connections({});
   connections_.clear();
+  std::lock_guard<std::mutex> lock(transport_mu_);
   transport_.reset();
 }
 
 void CommunicatorImpl::run_one(Pending& op) {
+  if (!op.group.empty()) {
+    run_group(op);
+    return;
+  }
   const std::string what = std::string(collectives::to_string(op.args.kind)) + " #" + std::to_string(op.seq);
-  if (!failed_.is_ok()) {
-    op.work->complete(Status(failed_.code(), what + " on rank " + std::to_string(cfg_.rank) +
-                                                 " not run: the communicator failed earlier: " + failed_.message()));
+  if (state() != CommState::ok) {
+    op.work->complete(fail_fast_status(what));
     return;
   }
   collectives::RunOptions options;
@@ -115,16 +156,103 @@ void CommunicatorImpl::run_one(Pending& op) {
   options.algo = collectives::supports(op.args.kind, forced_algo_) ? forced_algo_ : collectives::Algo::automatic;
   options.chunk_bytes = cfg_.env.chunk_bytes;
   options.deadline = Deadline::after_seconds(cfg_.env.timeout_s);
-  options.op_id = op.seq;
-  collectives::Algo used = collectives::Algo::automatic;
-  BRAID_LOG(trace) << what << " count " << op.args.count << " " << to_string(op.args.dtype) << " starts";
-  Status s = collectives::run_collective(op.args, cfg_.rank, cfg_.size, *transport_, peers_, options, &used);
-  last_algo_.store(static_cast<int>(used), std::memory_order_relaxed);
-  if (!s.is_ok()) {
-    s = s.with_context(what + ": ");
-    failed_ = s;
+  options.op_id = op.seq & 0x7fffffffu;  // executor cookies keep bit 63 clear (op_run.h)
+  auto prepared = collectives::prepare_collective(op.args, cfg_.rank, cfg_.size, transport_->capabilities(), peers_,
+                                                  options);
+  if (!prepared.is_ok()) {  // nothing was sent: the communicator stays usable
+    op.work->complete(prepared.status().with_context(what + ": "));
+    return;
+  }
+  last_algo_.store(static_cast<int>(prepared->algo), std::memory_order_relaxed);
+  const auto started = Clock::now();
+  BRAID_LOG(trace) << what << " (" << prepared->name << ") count " << op.args.count << " "
+                   << to_string(op.args.dtype) << " starts";
+  Status s;
+  if (prepared->executor != nullptr) {
+    OpRun run(std::move(prepared).value(), op.args, cfg_.rank, cfg_.comm_id, op.seq, op.match_seq, peers_);
+    std::optional<Failure> adopted;
+    s = drive({&run}, {-1}, what, options.deadline, &adopted);
+    if (!s.is_ok()) s = on_failure(std::move(s), what, op.seq, {&run}, std::move(adopted));
+  }
+  if (s.is_ok()) {
+    done_seq_ = op.seq;
+    done_what_ = what;
+    BRAID_LOG(trace) << what << " done in "
+                     << std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count() << " us";
   }
   op.work->complete(std::move(s));
+}
+
+Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vector<int>& after, const std::string& what,
+                               Deadline deadline, std::optional<Failure>* adopted) {
+  const std::string me = " on rank " + std::to_string(cfg_.rank);
+  std::vector<bool> started(runs.size(), false);
+  auto all_done = [&] {
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (!started[i] || !runs[i]->done()) return false;
+    }
+    return true;
+  };
+  // Starts what may start and lets every started run post what it can.
+  auto step = [&]() -> Status {
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (!started[i]) {
+        if (after[i] >= 0 && !(started[static_cast<size_t>(after[i])] && runs[static_cast<size_t>(after[i])]->done())) {
+          continue;
+        }
+        started[i] = true;
+        RETURN_IF_ERROR(runs[i]->start());
+      } else if (!runs[i]->done()) {
+        RETURN_IF_ERROR(runs[i]->progress());
+      }
+    }
+    return Status::ok();
+  };
+  auto waiting_for = [&] {
+    std::string w;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (started[i] && !runs[i]->done()) w += (w.empty() ? "" : ", ") + runs[i]->waiting_for();
+    }
+    return w;
+  };
+  RETURN_IF_ERROR(step());
+  auto next_board_check = Clock::now() + kBoardInterval;
+  std::vector<transport::Completion> done;
+  while (!all_done()) {
+    if (abort_requested_.load(std::memory_order_relaxed)) {
+      return Status(ErrorCode::aborted, what + me + ": aborted on this rank");
+    }
+    if (deadline.expired()) {
+      return timeout_error(what + " (" + runs.front()->name() + me + ") did not finish within " +
+                           std::to_string(static_cast<int>(cfg_.env.timeout_s)) + " s (BRAID_TIMEOUT_S); waiting for " +
+                           waiting_for());
+    }
+    if (Clock::now() >= next_board_check) {
+      if ((*adopted = board_.read())) return Status((*adopted)->code, (*adopted)->message);
+      next_board_check = Clock::now() + kBoardInterval;
+    }
+    done.clear();
+    const auto wait = std::min<std::chrono::nanoseconds>(deadline.remaining(), kPollSlice);
+    Status polled = transport_->poll(done, std::chrono::duration_cast<std::chrono::microseconds>(wait));
+    if (!polled.is_ok()) return polled.with_context(what + me + ": ");
+    // Every completion of the batch is handed over, even after a failure, so the count of
+    // outstanding operations stays true for the drain in close_connections().
+    Status first;
+    for (const auto& c : done) {
+      bool ours = false;
+      for (OpRun* r : runs) {
+        Status s = r->on_completion(c, &ours);
+        if (!s.is_ok() && first.is_ok()) first = s;
+        if (ours) break;
+      }
+      if (!ours) {
+        BRAID_LOG(trace) << what << me << ": dropped a completion of another operation (cookie " << c.cookie << ")";
+      }
+    }
+    RETURN_IF_ERROR(first);
+    RETURN_IF_ERROR(step());
+  }
+  return Status::ok();
 }
 
 std::string CommunicatorImpl::last_algorithm() const {
@@ -136,21 +264,41 @@ Work CommunicatorImpl::enqueue(collectives::CollectiveArgs args) {
   auto work = std::make_shared<detail::WorkState>();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    queue_.push_back(Pending{std::move(args), work, ++next_seq_});
+    const uint64_t seq = ++next_seq_;
+    // The k-th send from A to B meets the k-th receive on B from A: one count per direction.
+    auto& p2p = args.kind == collectives::Kind::send ? p2p_send_seq_ : p2p_recv_seq_;
+    const uint64_t match = is_p2p(args.kind) ? ++p2p[static_cast<size_t>(args.peer)] : ++collective_seq_;
+    if (state() != CommState::ok || abort_requested_.load()) {
+      work->complete(fail_fast_status(std::string(collectives::to_string(args.kind)) + " #" + std::to_string(seq)));
+      return Work(work);
+    }
+    if (group_depth_ > 0) {
+      work->in_open_group.store(true);
+      group_ops_.push_back(Pending{std::move(args), work, seq, match, {}});
+      return Work(work);
+    }
+    queue_.push_back(Pending{std::move(args), work, seq, match, {}});
     enqueued_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_one();
   return Work(work);
 }
 
+void CommunicatorImpl::wake_transport() {
+  std::lock_guard<std::mutex> lock(transport_mu_);
+  if (transport_) transport_->wake();
+}
+
 // A rank that finishes early may leave; only the rank serving the store must stay until
-// every rank is done with it (bounded), or the late ones would lose their store.
+// every rank is done with it (bounded), or the late ones would lose their store. After a
+// failure some ranks may never come: the wait is then short.
 void CommunicatorImpl::finish_job_store() {
   if (!cfg_.store) return;
   try {
     cfg_.store->add("finished", 1);
     if (cfg_.server) {
-      Deadline deadline = Deadline::after_seconds(std::min(cfg_.env.rendezvous_timeout_s, 60.0));
+      const double bound = state() == CommState::ok ? std::min(cfg_.env.rendezvous_timeout_s, 60.0) : 3.0;
+      Deadline deadline = Deadline::after_seconds(bound);
       while (cfg_.store->add("finished", 0) < cfg_.size && !deadline.expired()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }

@@ -3,6 +3,11 @@
 // One progress thread per communicator owns the transport: it builds the connections (so an
 // io_uring engine is created, submitted to and reaped by that one thread) and then runs queued
 // operations in issue order. Callers enqueue and get a Work; blocking calls wait on it.
+//
+// Failure (see failure_board.h): the first failed operation ends the communicator. The rank
+// that found the failure writes it to the store, then closes every connection, so peers
+// blocked on it fail at once and name the real reason; every later operation fails fast with
+// the original Status. abort() does the same on request, from any thread.
 #pragma once
 
 #include <atomic>
@@ -10,18 +15,23 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "braid/communicator.h"
 #include "braid/store.h"
 #include "braid/work.h"
 #include "collectives/collective.h"
 #include "common/env.h"
+#include "runtime/failure_board.h"
 #include "runtime/work_state.h"
 #include "transport/transport.h"
 
 namespace braid {
+
+class OpRun;
 
 struct CommunicatorConfig {
   int rank = 0;
@@ -30,6 +40,7 @@ struct CommunicatorConfig {
   int local_size = 1;
   uint64_t comm_id = 0;
   std::shared_ptr<Store> store;              // the communicator's namespace
+  std::shared_ptr<Store> board_store;        // the same namespace on a connection of its own (or null: store)
   std::unique_ptr<TcpStoreServer> server;    // when this rank serves the job's store
   std::string master_addr;
   Env env;
@@ -54,6 +65,15 @@ class CommunicatorImpl {
   // Validates `args` (throwing braid::Error before anything is sent) and queues it.
   Work enqueue(collectives::CollectiveArgs args);
 
+  CommState state() const { return state_.load(std::memory_order_acquire); }
+  Status failure() const;
+  void abort(const std::string& reason);
+  // group.cc: operations enqueued in between run as one unit.
+  void group_start();
+  Work group_end();
+  // Collective over this communicator; nullptr for color kNoColor (split.cc).
+  Result<std::unique_ptr<CommunicatorImpl>> split(int color, int key);
+
  private:
   explicit CommunicatorImpl(CommunicatorConfig config);
 
@@ -61,28 +81,61 @@ class CommunicatorImpl {
     collectives::CollectiveArgs args;
     std::shared_ptr<detail::WorkState> work;
     uint64_t seq = 0;
+    uint64_t match_seq = 0;  // see op_header.h
+    std::vector<Pending> group;  // group_start() ... group_end(): the members (this one has no args)
   };
 
   void progress_main();
   Status connect_all();
   void run_one(Pending& op);
+  void run_group(Pending& group);
+  // Drives `runs` together; runs[i] starts once runs[after[i]] is done (after[i] < i), or at
+  // once when after[i] is -1 (group calls: messages to one peer keep their order).
+  Status drive(const std::vector<OpRun*>& runs, const std::vector<int>& after, const std::string& what,
+               Deadline deadline, std::optional<Failure>* adopted);
+  Status on_failure(Status s, const std::string& what, uint64_t seq, const std::vector<OpRun*>& runs,
+                    std::optional<Failure> adopted);
+  std::string timeout_report(uint64_t seq, const std::string& what);
+  std::string progress_text(uint64_t seq, const std::string& what, const std::string& waiting) const;
+  void idle_check();
+  void handle_abort();
+  void close_connections(const std::vector<OpRun*>& runs);
+  void end(CommState state, Status s);
+  Status fail_fast_status(const std::string& what) const;
+  void wake_transport();
   void finish_job_store();
 
   CommunicatorConfig cfg_;
   collectives::Algo forced_algo_ = collectives::Algo::automatic;
+  FailureBoard board_;
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;
   bool stopping_ = false;
   uint64_t next_seq_ = 0;
+  uint64_t collective_seq_ = 0;
+  std::vector<uint64_t> p2p_send_seq_;  // per peer: sends to it
+  std::vector<uint64_t> p2p_recv_seq_;  // per peer: receives from it
   std::atomic<uint64_t> enqueued_{0};  // lets the progress thread spin on new work without the lock
+  uint64_t split_count_ = 0;           // caller's thread: splits are collective calls
+  int group_depth_ = 0;                // under mu_: open group_start() calls
+  std::vector<Pending> group_ops_;     // under mu_: what the open group holds
+
+  std::atomic<CommState> state_{CommState::ok};
+  std::atomic<bool> abort_requested_{false};
+  mutable std::mutex state_mu_;
+  Status failure_;           // the reason state_ is not ok
+  std::string abort_reason_;
+  std::condition_variable state_cv_;
 
   // Owned and touched by the progress thread only (after setup).
   std::unique_ptr<transport::Transport> transport_;
+  std::mutex transport_mu_;  // guards transport_'s lifetime against wake() from other threads
   std::vector<std::unique_ptr<transport::Connection>> connections_;
   std::vector<transport::Connection*> peers_;
-  Status failed_;  // once an operation failed, the communicator is unusable
+  uint64_t done_seq_ = 0;    // the last operation completed, for timeout reports
+  std::string done_what_;
 
   std::atomic<int> last_algo_{0};
   std::mutex setup_mu_;

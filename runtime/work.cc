@@ -47,14 +47,28 @@ int spin_us_setting() {
 
 }  // namespace detail
 
+namespace {
+
+void check_not_in_open_group(const detail::WorkState& state) {
+  if (state.in_open_group.load()) {
+    throw Error(ErrorCode::invalid_argument,
+                "waiting for an operation issued inside group_start() before group_end(): it cannot start until "
+                "the group ends. Use the *_async calls inside a group and wait after group_end()");
+  }
+}
+
+}  // namespace
+
 void Work::wait() {
   if (!state_) return;
+  check_not_in_open_group(*state_);
   state_->wait_until(Deadline::never(), detail::spin_us_setting());
   raise_if_error(state_->status());
 }
 
 bool Work::wait_for(std::chrono::milliseconds timeout) {
   if (!state_) return true;
+  check_not_in_open_group(*state_);
   if (!state_->wait_until(Deadline::after(timeout), detail::spin_us_setting())) return false;
   raise_if_error(state_->status());
   return true;

@@ -22,6 +22,8 @@ struct WorkState {
   Status status() const;
 
   std::string what;  // "all_reduce #12", for messages
+  // Issued inside group_start()/group_end() and the group not ended yet: waiting would hang.
+  std::atomic<bool> in_open_group{false};
 
  private:
   std::atomic<int> done_{0};

@@ -24,6 +24,15 @@ namespace braid {
 
 class CommunicatorImpl;
 
+// Where a communicator stands. After a failure every later operation fails at once with the
+// original reason (error_code(), error_message()); make a new communicator to go on.
+enum class CommState : uint8_t {
+  ok,       // usable
+  aborted,  // abort() was called on this rank
+  failed,   // an operation failed here or on another rank (mismatch, timeout, lost peer, abort)
+};
+const char* to_string(CommState s) noexcept;
+
 class Communicator {
  public:
   // env:// rendezvous as torchrun sets it (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, optional
@@ -84,6 +93,42 @@ class Communicator {
   Work send_async(const void* buf, size_t count, DType dtype, int peer);
   Work recv_async(void* buf, size_t count, DType dtype, int peer);
 
+  // ---- group calls ----
+  // The *_async calls made between group_start() and group_end() run as one unit:
+  //   - only send/recv: all at once, so a rank may send to one peer while it receives from
+  //     another (batch_isend_irecv); two with the same peer and direction keep their order;
+  //   - only all_reduce with one dtype and op: coalesced into a single all_reduce;
+  //   - any other mix: one after the other.
+  // group_end() returns a Work for the whole group; each call's own Work completes with it.
+  // Waiting on a call's Work before group_end() throws invalid_argument (it could not start),
+  // so blocking calls cannot be used inside a group. Groups nest; the outermost end runs them.
+  void group_start();
+  Work group_end();
+
+  // ---- failure handling ----
+  CommState state() const;
+  // The failure that ended the communicator (ErrorCode::ok and "" while state() == ok).
+  ErrorCode error_code() const;
+  std::string error_message() const;
+  // Ends every pending operation of this rank with ErrorCode::aborted, closes the connections
+  // and tells the other ranks, whose pending and later operations then fail too (within
+  // seconds). Any thread may call it, also while another thread waits on a Work. Returns once
+  // this rank's pending operations have ended (bounded).
+  void abort(const std::string& reason = "abort() called");
+
+  // ---- groups ----
+  // Every rank of this communicator calls split(); ranks passing the same color form a new
+  // communicator, ranked by (key, rank here). color kNoColor returns a non-member handle
+  // (is_member() false). The new communicator has its own connections, sequence numbers and
+  // progress thread: it may be used from another thread at the same time as this one.
+  static constexpr int kNoColor = -1;
+  Communicator split(int color, int key);
+  // Every rank calls it with the same list; the listed ranks get a communicator ranked in list
+  // order, the others a non-member handle.
+  Communicator new_group(const std::vector<int>& ranks);
+  // False for a non-member handle (and a moved-from communicator): every other call throws.
+  bool is_member() const { return impl_ != nullptr; }
+
   // The algorithm the last completed collective used ("ring", "tree", ...), for tools.
   std::string last_algorithm() const;
   // The store this communicator met through (shared with the caller, e.g. for a barrier of its own).
@@ -91,7 +136,9 @@ class Communicator {
 
  private:
   friend class CommunicatorImpl;
+
   explicit Communicator(std::unique_ptr<CommunicatorImpl> impl);
+  CommunicatorImpl& impl() const;  // throws invalid_argument on a non-member handle
 
  public:
   // For braid's own runtime: wraps a communicator it built. Not for programs.

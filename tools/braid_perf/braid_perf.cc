@@ -105,11 +105,16 @@ void run(Case& c) {
   else if (op == "all_to_all") comm.all_to_all(c.sbuf(), c.rbuf(), cnt, c.dt());
   else if (op == "barrier") comm.barrier();
   else if (op == "sendrecv") {
-    // Each rank sends to the next and receives from the previous, both at once.
-    std::vector<size_t> sc(static_cast<size_t>(c.n()), 0), rc(static_cast<size_t>(c.n()), 0);
-    sc[static_cast<size_t>((c.r() + 1) % c.n())] += cnt;
-    rc[static_cast<size_t>((c.r() + c.n() - 1) % c.n())] += cnt;
-    comm.all_to_allv(c.sbuf(), sc, c.rbuf(), rc, c.dt());
+    // Each rank sends to the next and receives from the previous, both at once (one group).
+    int next = (c.r() + 1) % c.n(), prev = (c.r() + c.n() - 1) % c.n();
+    if (c.n() == 1) {  // a rank's message to itself
+      std::memcpy(c.rbuf(), c.sbuf(), cnt * c.esize);
+      return;
+    }
+    comm.group_start();
+    comm.send_async(c.sbuf(), cnt, c.dt(), next);
+    comm.recv_async(c.rbuf(), cnt, c.dt(), prev);
+    comm.group_end().wait();
   }
 }
 

@@ -1,6 +1,7 @@
 // A rank process for multi-process tests: rendezvous through the environment, then one mode.
 //   comm_rank join          - print who it is, exchange data through the store, all_reduce
 //   comm_rank leave_early   - rank 0 returns right after joining; the others use the store later
+//   comm_rank url URL       - like join, but through Communicator::from_url(URL) (tcp://, file://)
 #include <braid/braid.h>
 
 #include <chrono>
@@ -13,7 +14,8 @@
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "join";
   try {
-    braid::Communicator comm = braid::Communicator::from_env();
+    braid::Communicator comm =
+        mode == "url" && argc > 2 ? braid::Communicator::from_url(argv[2]) : braid::Communicator::from_env();
     int r = comm.rank(), n = comm.size();
     std::printf("rank %d of %d (local %d of %d) joined\n", r, n, comm.local_rank(), comm.local_size());
     std::fflush(stdout);

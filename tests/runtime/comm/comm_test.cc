@@ -61,6 +61,36 @@ TEST(Comm, EightRanksUnderBraidrun) {
   }
 }
 
+TEST(Comm, TcpUrlInitMethod) {
+  int port = testing::free_port();
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    std::string url = "tcp://127.0.0.1:" + std::to_string(port) + "?rank=" + std::to_string(r) + "&world_size=3";
+    ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "url", url},
+                                                 std::map<std::string, std::string>{{"RANK", "\x01"}, {"WORLD_SIZE", "\x01"}}));
+  }
+  for (auto& p : ranks) {
+    EXPECT_EQ(p->wait(kBound), 0) << p->output();
+    EXPECT_NE(p->output().find("all_reduce sum = 6"), std::string::npos) << p->output();
+  }
+}
+
+TEST(Comm, FileUrlInitMethod) {
+  char dir[] = "/tmp/braid-file-init-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string url = std::string("file://") + dir + "/store";
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "url", url},
+                                                 std::map<std::string, std::string>{{"RANK", std::to_string(r)}, {"WORLD_SIZE", "3"}}));
+  }
+  for (auto& p : ranks) {
+    EXPECT_EQ(p->wait(kBound), 0) << p->output();
+    EXPECT_NE(p->output().find("all_reduce sum = 6"), std::string::npos) << p->output();
+  }
+  std::system((std::string("rm -rf ") + dir).c_str());
+}
+
 // One process with a broken environment: it must fail at once with `expect` in its message.
 void expect_failure(const std::map<std::string, std::string>& env, const std::string& expect) {
   Subprocess p({testing::binary_from_env("COMM_RANK"), "join"}, env);

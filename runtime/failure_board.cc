@@ -1,0 +1,118 @@
+#include "runtime/failure_board.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+namespace braid {
+namespace {
+
+constexpr auto kPollInterval = std::chrono::milliseconds(50);
+
+std::string encode(const Failure& f) {
+  return std::to_string(static_cast<int>(f.code)) + "\n" + std::to_string(f.rank) + "\n" + f.message;
+}
+
+std::optional<Failure> decode(const std::string& v) {
+  const size_t a = v.find('\n');
+  const size_t b = a == std::string::npos ? a : v.find('\n', a + 1);
+  if (b == std::string::npos) return std::nullopt;
+  Failure f;
+  try {
+    f.code = static_cast<ErrorCode>(std::stoi(v.substr(0, a)));
+    f.rank = std::stoi(v.substr(a + 1, b - a - 1));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  f.message = v.substr(b + 1);
+  return f;
+}
+
+std::optional<Progress> decode_progress(const std::string& v) {
+  Progress p;
+  const size_t nl = v.find('\n');
+  if (nl == std::string::npos) return std::nullopt;
+  char* end = nullptr;
+  p.in_seq = std::strtoull(v.c_str(), &end, 10);
+  p.done_seq = std::strtoull(end, nullptr, 10);
+  p.text = v.substr(nl + 1);
+  return p;
+}
+
+}  // namespace
+
+FailureBoard::FailureBoard(std::shared_ptr<Store> store, int rank, int size)
+    : store_(std::move(store)), rank_(rank), size_(size) {}
+
+// Store calls throw; here an unreachable store only makes the messages poorer.
+template <typename F>
+bool FailureBoard::guarded(F&& f) {
+  if (!store_) return false;
+  try {
+    f();
+    return true;
+  } catch (const Error& e) {
+    store_problem_ = e.what();
+    return false;
+  }
+}
+
+Failure FailureBoard::publish(const Failure& f) {
+  std::string now;
+  if (!guarded([&] { now = store_->compare_set("abort", "", encode(f)); })) return f;
+  auto on_board = decode(now);
+  return on_board ? *on_board : f;
+}
+
+std::optional<Failure> FailureBoard::read() {
+  std::optional<Failure> out;
+  guarded([&] {
+    if (store_->check({"abort"})) out = decode(store_->get("abort"));
+  });
+  return out;
+}
+
+void FailureBoard::write_progress(const Progress& p) {
+  guarded([&] {
+    store_->set("progress/" + std::to_string(rank_),
+                std::to_string(p.in_seq) + " " + std::to_string(p.done_seq) + "\n" + p.text);
+  });
+}
+
+std::vector<std::optional<Progress>> FailureBoard::collect_progress(Deadline bound) {
+  std::vector<std::optional<Progress>> out(static_cast<size_t>(size_));
+  for (;;) {
+    bool missing = false;
+    for (int r = 0; r < size_; ++r) {
+      auto& slot = out[static_cast<size_t>(r)];
+      if (slot) continue;
+      const std::string key = "progress/" + std::to_string(r);
+      bool reachable = guarded([&] {
+        if (store_->check({key})) slot = decode_progress(store_->get(key));
+      });
+      if (!reachable) return out;
+      missing = missing || !slot;
+    }
+    if (!missing || bound.expired()) return out;
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
+void FailureBoard::write_report(const std::string& text) {
+  guarded([&] { store_->set("report", text); });
+}
+
+std::optional<std::string> FailureBoard::wait_report(Deadline bound) {
+  for (;;) {
+    std::optional<std::string> out;
+    if (!guarded([&] {
+          if (store_->check({"report"})) out = store_->get("report");
+        })) {
+      return std::nullopt;
+    }
+    if (out || bound.expired()) return out;
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
+}  // namespace braid

@@ -1,0 +1,66 @@
+// runtime/failure_board.h - how the ranks of a communicator tell each other that it failed.
+//
+// A rank that finds a failure itself (a mismatch, a timeout, a lost peer, abort()) writes it
+// here before it closes its connections, so a rank that then sees only "peer closed the
+// connection" can tell every caller the real reason. Nothing is written while all is well:
+// the board is read when an operation failed, when one has waited a second or more, and
+// by an idle progress thread once a second.
+//
+// Keys, in the communicator's own store namespace:
+//   abort         "<code>\n<rank>\n<message>" - the first failure; the first writer wins
+//   progress/<r>  "<in_seq> <done_seq>\n<text>" - rank r's progress, written once it learned
+//                 of the failure: the operation it is in (0: idle) and the last one it completed
+//   report        the timeout report, written by the rank that timed out first
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "braid/store.h"
+#include "common/deadline.h"
+#include "common/status.h"
+
+namespace braid {
+
+struct Failure {
+  ErrorCode code = ErrorCode::internal;
+  int rank = -1;        // the rank that found it
+  std::string message;  // complete in itself
+};
+
+struct Progress {
+  uint64_t in_seq = 0;    // the operation it is running, 0 when idle
+  uint64_t done_seq = 0;  // the last operation it completed
+  std::string text;
+};
+
+class FailureBoard {
+ public:
+  FailureBoard(std::shared_ptr<Store> store, int rank, int size);
+
+  // Writes `f` unless a failure is there already; returns the one on the board afterwards
+  // (`f` itself when the store cannot be reached).
+  Failure publish(const Failure& f);
+  // The failure on the board, without waiting; nullopt when none (or the store is gone).
+  std::optional<Failure> read();
+  void write_progress(const Progress& p);
+  // Every rank's progress; waits up to `bound` for missing ones (nullopt: no answer).
+  std::vector<std::optional<Progress>> collect_progress(Deadline bound);
+  void write_report(const std::string& text);
+  std::optional<std::string> wait_report(Deadline bound);
+  // The last store error seen ("" when none), for messages.
+  const std::string& store_problem() const { return store_problem_; }
+
+ private:
+  template <typename F>
+  bool guarded(F&& f);
+
+  std::shared_ptr<Store> store_;
+  int rank_;
+  int size_;
+  std::string store_problem_;
+};
+
+}  // namespace braid

@@ -1,0 +1,156 @@
+// CommunicatorImpl's group calls: operations enqueued between group_start() and group_end()
+// run as one unit on the progress thread.
+//   - only send/recv: all run at once (each rank may send to one peer while it receives from
+//     another, which one at a time would deadlock); two with the same peer and direction keep
+//     their order;
+//   - only all_reduce, one dtype and op: coalesced into one all_reduce over a staging buffer
+//     (one latency for many small tensors);
+//   - anything else: one after the other, as if there were no group.
+#include <cstring>
+
+#include "collectives/runner.h"
+#include "common/log.h"
+#include "runtime/communicator_impl.h"
+#include "runtime/op_run.h"
+
+namespace braid {
+namespace {
+
+using collectives::Kind;
+
+bool is_p2p(Kind k) { return k == Kind::send || k == Kind::recv; }
+
+}  // namespace
+
+void CommunicatorImpl::group_start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++group_depth_;
+}
+
+Work CommunicatorImpl::group_end() {
+  auto work = std::make_shared<detail::WorkState>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (group_depth_ == 0) throw Error(ErrorCode::invalid_argument, "group_end() without a matching group_start()");
+    if (--group_depth_ > 0) return Work();  // nested: the outermost group_end runs everything
+    std::vector<Pending> members;
+    members.swap(group_ops_);
+    for (auto& m : members) m.work->in_open_group.store(false);
+    if (members.empty()) return Work();
+    Pending g;
+    g.work = work;
+    g.seq = members.front().seq;
+    g.group = std::move(members);
+    queue_.push_back(std::move(g));
+    enqueued_.fetch_add(1, std::memory_order_release);
+  }
+  cv_.notify_one();
+  return Work(work);
+}
+
+void CommunicatorImpl::run_group(Pending& g) {
+  auto& members = g.group;
+  const std::string what = "group of " + std::to_string(members.size()) + " operations #" +
+                           std::to_string(members.front().seq) + "-#" + std::to_string(members.back().seq);
+  auto finish = [&](const Status& s) {
+    for (auto& m : members) {
+      if (!m.work->done()) m.work->complete(s);
+    }
+    g.work->complete(s);
+  };
+  if (state() != CommState::ok) {
+    finish(fail_fast_status(what));
+    return;
+  }
+  bool all_p2p = true, coalescible = members.size() > 1;
+  for (const auto& m : members) {
+    const auto& a = m.args;
+    all_p2p = all_p2p && is_p2p(a.kind);
+    coalescible = coalescible && a.kind == Kind::all_reduce && a.counts.empty() && a.dtype == members[0].args.dtype &&
+                  a.op == members[0].args.op;
+  }
+
+  if (coalescible) {
+    const size_t esize = dtype_size(members[0].args.dtype);
+    size_t total = 0;
+    for (const auto& m : members) total += m.args.count;
+    std::unique_ptr<std::byte[]> staging(new std::byte[total * esize]);
+    size_t at = 0;
+    for (const auto& m : members) {
+      std::memcpy(staging.get() + at, m.args.send, m.args.count * esize);
+      at += m.args.count * esize;
+    }
+    Pending one;
+    one.args = members[0].args;
+    one.args.send = staging.get();
+    one.args.recv = staging.get();
+    one.args.count = total;
+    one.work = std::make_shared<detail::WorkState>();
+    one.seq = members.back().seq;            // every rank coalesces alike, so these agree
+    one.match_seq = members.back().match_seq;
+    BRAID_LOG(trace) << what << ": " << members.size() << " all_reduce calls coalesced into one of " << total
+                     << " elements";
+    run_one(one);
+    Status s = one.work->status();
+    if (s.is_ok()) {
+      at = 0;
+      for (auto& m : members) {
+        std::memcpy(m.args.recv, staging.get() + at, m.args.count * esize);
+        at += m.args.count * esize;
+      }
+    }
+    finish(s);
+    return;
+  }
+
+  if (!all_p2p) {
+    Status first;
+    for (auto& m : members) {
+      run_one(m);
+      if (first.is_ok()) first = m.work->status();
+    }
+    finish(first);
+    return;
+  }
+
+  collectives::RunOptions options;
+  options.algo = forced_algo_;
+  options.chunk_bytes = cfg_.env.chunk_bytes;
+  options.deadline = Deadline::after_seconds(cfg_.env.timeout_s);
+  std::vector<std::unique_ptr<OpRun>> owned;
+  std::vector<OpRun*> runs;
+  std::vector<int> after;
+  std::vector<Pending*> of_run;
+  for (auto& m : members) {
+    options.op_id = m.seq & 0x7fffffffu;
+    auto prepared = collectives::prepare_collective(m.args, cfg_.rank, cfg_.size, transport_->capabilities(), peers_,
+                                                    options);
+    if (!prepared.is_ok()) {  // nothing was posted yet: the communicator stays usable
+      finish(prepared.status().with_context(what + ": "));
+      return;
+    }
+    if (prepared->executor == nullptr) continue;
+    int previous = -1;
+    for (size_t j = 0; j < of_run.size(); ++j) {
+      if (of_run[j]->args.peer == m.args.peer && of_run[j]->args.kind == m.args.kind) previous = static_cast<int>(j);
+    }
+    owned.push_back(std::make_unique<OpRun>(std::move(prepared).value(), m.args, cfg_.rank, cfg_.comm_id, m.seq,
+                                            m.match_seq, peers_));
+    runs.push_back(owned.back().get());
+    after.push_back(previous);
+    of_run.push_back(&m);
+  }
+  Status s;
+  if (!runs.empty()) {
+    std::optional<Failure> adopted;
+    s = drive(runs, after, what, options.deadline, &adopted);
+    if (!s.is_ok()) s = on_failure(std::move(s), what, members.back().seq, runs, std::move(adopted));
+  }
+  if (s.is_ok()) {
+    done_seq_ = members.back().seq;
+    done_what_ = what;
+  }
+  finish(s);
+}
+
+}  // namespace braid

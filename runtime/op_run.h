@@ -1,0 +1,52 @@
+// runtime/op_run.h - one operation on the progress thread: the schedule plus its headers.
+//
+// The executor carries an OpHeader in front of the first message to each peer and hands the
+// one in front of each peer's first message here before using its data (Executor::set_headers):
+// a mismatch fails the operation before any of that peer's bytes reach a buffer. The caller
+// polls the transport and feeds completions in.
+// Threading: the progress thread only (the connections' owner).
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/runner.h"
+#include "runtime/op_header.h"
+
+namespace braid {
+
+class OpRun {
+ public:
+  // `prepared` must have an executor.
+  OpRun(collectives::PreparedCollective prepared, const collectives::CollectiveArgs& args, int rank,
+        uint64_t comm_id, uint64_t issue_seq, uint64_t match_seq, const std::vector<transport::Connection*>& peers);
+
+  [[nodiscard]] Status start() { return prepared_.executor->progress(); }
+  // Feeds one completion; *ours is false when it belongs to another operation.
+  [[nodiscard]] Status on_completion(const transport::Completion& c, bool* ours) {
+    return prepared_.executor->on_completion(c, ours);
+  }
+  [[nodiscard]] Status progress() { return prepared_.executor->progress(); }
+  bool done() const { return prepared_.executor->done(); }
+  size_t outstanding() const { return prepared_.executor->outstanding(); }
+  std::string waiting_for() const { return prepared_.executor->waiting_for(); }
+  const std::string& name() const { return prepared_.name; }
+  collectives::Algo algo() const { return prepared_.algo; }
+  // True when a peer's first message was too large to read its header: that peer reads ours
+  // (the smaller message) and can describe the mismatch precisely, so it is worth waiting for.
+  bool header_unread() const { return header_unread_; }
+
+ private:
+  Status check(int peer, const unsigned char* data, size_t bytes, const Status& status) const;
+
+  collectives::PreparedCollective prepared_;
+  int rank_;
+  std::vector<transport::Connection*> peers_;
+  std::vector<OpHeader> mine_;                                     // per rank (peers only)
+  std::vector<std::array<unsigned char, OpHeader::kBytes>> wire_;  // mine_, encoded
+  mutable bool header_unread_ = false;
+};
+
+}  // namespace braid
