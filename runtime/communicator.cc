@@ -37,26 +37,28 @@ std::shared_ptr<Store> open_job_store(const JobInfo& job, const Env& env, std::u
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(env.rendezvous_timeout_s * 1000));
   if (job.rank == 0 && !job.agent_store) {
     try {
-      *server = TcpStoreServer::start(bind_host_for(job.master_addr), job.master_port);
+      *server = TcpStoreServer::start(bind_host_for(job.master_addr), job.store_port);
     } catch (const Error& e) {
-      throw Error(e.code(), "rank 0 cannot serve the rendezvous store on MASTER_PORT=" +
-                                std::to_string(job.master_port) + ": " + e.what() +
+      std::string port = job.store_port == job.master_port ? "MASTER_PORT=" + std::to_string(job.master_port)
+                                                           : "port " + std::to_string(job.store_port) +
+                                                                 " (MASTER_PORT+1 under torchrun, or BRAID_STORE_PORT)";
+      throw Error(e.code(), "rank 0 cannot serve the rendezvous store on " + port + ": " + e.what() +
                                 ". Is another job using that port? Pick another MASTER_PORT, or start under "
                                 "braidrun --standalone");
     }
   }
-  return std::shared_ptr<Store>(TcpStore::connect(job.master_addr, job.master_port, options).release());
+  return std::shared_ptr<Store>(TcpStore::connect(job.master_addr, job.store_port, options).release());
 }
 
 // The failure board (failure_board.h) gets a store connection of its own where it can, so its
 // reads never queue behind a long get() the program makes on comm.store().
 std::shared_ptr<Store> open_board_store(const std::shared_ptr<Store>& store, const JobInfo& job, const Env& env,
                                         int generation) {
-  if (dynamic_cast<TcpStore*>(store.get()) == nullptr || job.master_port == 0) return nullptr;
+  if (dynamic_cast<TcpStore*>(store.get()) == nullptr || job.store_port == 0) return nullptr;
   TcpStoreOptions options;
   options.timeout = std::chrono::milliseconds(static_cast<int64_t>(env.rendezvous_timeout_s * 1000));
   try {
-    std::shared_ptr<Store> base(TcpStore::connect(job.master_addr, job.master_port, options).release());
+    std::shared_ptr<Store> base(TcpStore::connect(job.master_addr, job.store_port, options).release());
     return std::make_shared<PrefixStore>("braid/c" + std::to_string(generation), base);
   } catch (const Error& e) {
     BRAID_LOG(warn) << "rank " << job.rank << ": failure reports share the program's store connection (" << e.what()

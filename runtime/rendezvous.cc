@@ -122,6 +122,15 @@ Result<JobInfo> resolve_env(const EnvLookup& lookup) {
     if (!lookup(s.local_size)) job.local_size = job.local_rank + 1;  // at least that many here
   }
   if (const char* v = lookup("BRAID_AGENT_STORE")) job.agent_store = std::string(v) == "1";
+  job.store_port = job.master_port;
+  const char* torch_agent = lookup("TORCHELASTIC_USE_AGENT_STORE");
+  if (!job.agent_store && torch_agent && (std::string(torch_agent) == "True" || std::string(torch_agent) == "1")) {
+    if (job.master_port == 65535) return invalid_argument("MASTER_PORT=65535 leaves no port for braid's store under torchrun");
+    job.store_port = static_cast<uint16_t>(job.master_port + 1);
+  }
+  if (const char* v = lookup("BRAID_STORE_PORT")) {
+    ASSIGN_OR_RETURN(job.store_port, parse_port("BRAID_STORE_PORT", v));
+  }
   return job;
 }
 
@@ -145,6 +154,7 @@ Result<JobInfo> resolve_tcp_url(const std::string& url, int rank, int size) {
     job.master_addr = job.master_addr.substr(1, job.master_addr.size() - 2);  // [::1]
   }
   ASSIGN_OR_RETURN(job.master_port, parse_port("port of the tcp:// URL", rest.substr(colon + 1).c_str()));
+  job.store_port = job.master_port;
   // query: rank=R&world_size=N
   size_t pos = 0;
   while (pos < query.size()) {

@@ -61,6 +61,41 @@ TEST(Comm, EightRanksUnderBraidrun) {
   }
 }
 
+// torchrun's agent holds MASTER_PORT with torch's own store (another protocol); the ranks
+// see TORCHELASTIC_USE_AGENT_STORE=True and meet in braid's store on the next port instead.
+TEST(Comm, UnderTorchrunStyleAgentStore) {
+  int agent = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  for (int attempt = 0; attempt < 20 && port == 0; ++attempt) {  // a port whose successor is free too
+    addr.sin_port = 0;
+    ASSERT_EQ(bind(agent, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    getsockname(agent, reinterpret_cast<sockaddr*>(&addr), &len);
+    int probe = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in next = addr;
+    next.sin_port = htons(static_cast<uint16_t>(ntohs(addr.sin_port) + 1));
+    if (bind(probe, reinterpret_cast<sockaddr*>(&next), sizeof(next)) == 0) port = ntohs(addr.sin_port);
+    close(probe);
+    if (port == 0) {
+      close(agent);
+      agent = socket(AF_INET, SOCK_STREAM, 0);
+    }
+  }
+  ASSERT_NE(port, 0);
+  ASSERT_EQ(listen(agent, 4), 0);
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    auto env = rank_env(port, r, 2);
+    env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+    ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "join"}, env));
+  }
+  for (auto& p : ranks) EXPECT_EQ(p->wait(kBound), 0) << p->output();
+  close(agent);
+}
+
 TEST(Comm, TcpUrlInitMethod) {
   int port = testing::free_port();
   std::vector<std::unique_ptr<Subprocess>> ranks;

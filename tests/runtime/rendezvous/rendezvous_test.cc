@@ -99,6 +99,19 @@ TEST(Rendezvous, AgentStoreFlag) {
   EXPECT_TRUE(job->agent_store);
 }
 
+TEST(Rendezvous, UnderTorchrunTheStoreMovesToTheNextPort) {
+  auto base = std::map<std::string, std::string>{{"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}, {"RANK", "0"},
+                                                 {"WORLD_SIZE", "2"}};
+  EXPECT_EQ(resolve_env(vars(base)).value().store_port, 29500);
+  base["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  EXPECT_EQ(resolve_env(vars(base)).value().store_port, 29501);
+  base["BRAID_STORE_PORT"] = "31000";
+  EXPECT_EQ(resolve_env(vars(base)).value().store_port, 31000);
+  base["BRAID_AGENT_STORE"] = "1";  // braidrun serves braid's store: MASTER_PORT or BRAID_STORE_PORT
+  base.erase("BRAID_STORE_PORT");
+  EXPECT_EQ(resolve_env(vars(base)).value().store_port, 29500);
+}
+
 TEST(Rendezvous, Nodelists) {
   EXPECT_EQ(first_host_of_nodelist("node[01-04,07]").value(), "node01");
   EXPECT_EQ(first_host_of_nodelist("a1,b2").value(), "a1");
