@@ -164,6 +164,17 @@ void CommunicatorImpl::run_one(Pending& op) {
     return;
   }
   last_algo_.store(static_cast<int>(prepared->algo), std::memory_order_relaxed);
+  // INFO says which algorithm each collective uses, once per (collective, algorithm, size class)
+  // rather than per call, so a training loop's log stays readable.
+  if (log_enabled(LogLevel::info) && prepared->executor != nullptr) {
+    size_t bytes = op.args.count * dtype_size(op.args.dtype);
+    int size_class = 0;
+    while (bytes > 1 && size_class < 63) bytes >>= 1, ++size_class;
+    if (algo_logged_.insert((static_cast<int>(op.args.kind) << 16) | (static_cast<int>(prepared->algo) << 8) | size_class).second) {
+      BRAID_LOG(info) << what << ": " << prepared->name << " for " << op.args.count << " x " << to_string(op.args.dtype)
+                      << " (" << op.args.count * dtype_size(op.args.dtype) << " bytes)";
+    }
+  }
   const auto started = Clock::now();
   BRAID_LOG(trace) << what << " (" << prepared->name << ") count " << op.args.count << " "
                    << to_string(op.args.dtype) << " starts";

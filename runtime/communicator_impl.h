@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -115,6 +116,7 @@ class CommunicatorImpl {
   bool stopping_ = false;
   uint64_t next_seq_ = 0;
   uint64_t collective_seq_ = 0;
+  std::set<int> algo_logged_;           // (kind, algo, log2 size) already shown at INFO
   std::vector<uint64_t> p2p_send_seq_;  // per peer: sends to it
   std::vector<uint64_t> p2p_recv_seq_;  // per peer: receives from it
   std::atomic<uint64_t> enqueued_{0};  // lets the progress thread spin on new work without the lock
