@@ -244,14 +244,16 @@ Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, 
   return impl().enqueue(args_of(Kind::all_to_all, send, recv, count, dtype));
 }
 Work Communicator::barrier_async() { return impl().enqueue(args_of(Kind::barrier, nullptr, nullptr, 0, DType::u8)); }
-Work Communicator::send_async(const void* buf, size_t count, DType dtype, int peer) {
+Work Communicator::send_async(const void* buf, size_t count, DType dtype, int peer, uint64_t tag) {
   auto a = args_of(Kind::send, buf, nullptr, count, dtype);
   a.peer = peer;
+  a.tag = tag;
   return impl().enqueue(std::move(a));
 }
-Work Communicator::recv_async(void* buf, size_t count, DType dtype, int peer) {
+Work Communicator::recv_async(void* buf, size_t count, DType dtype, int peer, uint64_t tag) {
   auto a = args_of(Kind::recv, nullptr, buf, count, dtype);
   a.peer = peer;
+  a.tag = tag;
   return impl().enqueue(std::move(a));
 }
 
@@ -299,7 +301,11 @@ void Communicator::all_to_allv(const void* send, const std::vector<size_t>& send
   impl().enqueue(std::move(a)).wait();
 }
 void Communicator::barrier() { barrier_async().wait(); }
-void Communicator::send(const void* buf, size_t count, DType dtype, int peer) { send_async(buf, count, dtype, peer).wait(); }
-void Communicator::recv(void* buf, size_t count, DType dtype, int peer) { recv_async(buf, count, dtype, peer).wait(); }
+void Communicator::send(const void* buf, size_t count, DType dtype, int peer, uint64_t tag) {
+  send_async(buf, count, dtype, peer, tag).wait();
+}
+void Communicator::recv(void* buf, size_t count, DType dtype, int peer, uint64_t tag) {
+  recv_async(buf, count, dtype, peer, tag).wait();
+}
 
 }  // namespace braid

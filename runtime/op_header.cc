@@ -50,7 +50,10 @@ OpHeader OpHeader::for_peer(const collectives::CollectiveArgs& args, int peer, u
   h.match_seq = match_seq;
   h.count = args.count;
   if (is_rooted(args.kind)) h.root = args.root;
-  if (is_p2p(args.kind)) h.root = args.peer;
+  if (is_p2p(args.kind)) {
+    h.root = args.peer;
+    h.aux = args.tag;
+  }
   if (!args.counts.empty()) {
     h.aux = hash_counts(args.counts);
     h.flags |= 1u;
@@ -118,6 +121,7 @@ std::string OpHeader::describe() const {
   if (is_rooted(kind)) o << " root " << root;
   if (kind == Kind::send) o << " to rank " << root;
   if (kind == Kind::recv) o << " from rank " << root;
+  if (is_p2p(kind) && aux != 0) o << " tag " << aux;
   o << ")";
   return o.str();
 }
@@ -127,7 +131,7 @@ Status check_headers(const OpHeader& mine, int rank, const OpHeader& theirs, int
   bool same_call;
   if (is_p2p(mine.kind) || is_p2p(theirs.kind)) {
     same_call = is_p2p(mine.kind) && is_p2p(theirs.kind) && mine.kind != theirs.kind &&
-                mine.count == theirs.count && mine.dtype == theirs.dtype;
+                mine.count == theirs.count && mine.dtype == theirs.dtype && mine.aux == theirs.aux;
   } else if (split_counts(mine) || split_counts(theirs)) {
     same_call = mine.kind == theirs.kind && split_counts(mine) && split_counts(theirs) &&
                 mine.count == theirs.aux && mine.aux == theirs.count && mine.dtype == theirs.dtype;

@@ -22,6 +22,7 @@
 //                         its receives from the sender the same way)
 //   32  u64  count        elements (all_to_allv: elements the sender sends to the receiver)
 //   40  u64  aux          all_to_allv: elements the sender expects from the receiver;
+//                         send/recv: the tag;
 //                         gatherv/scatterv forms: a hash of the per-rank counts; else 0
 //   48  i32  root         rooted kinds: the root; send/recv: the sender's peer; else -1
 //   52  u32  flags        bit 0: out-of-place per-rank counts are in use (v forms)

@@ -77,9 +77,11 @@ class Communicator {
   void all_to_allv(const void* send, const std::vector<size_t>& send_counts, void* recv,
                    const std::vector<size_t>& recv_counts, DType dtype);
   void barrier();
-  // Point to point. Messages between two ranks are matched in order.
-  void send(const void* buf, size_t count, DType dtype, int peer);
-  void recv(void* buf, size_t count, DType dtype, int peer);
+  // Point to point. Messages from one rank to another are matched in order: the k-th send from
+  // A to B meets B's k-th receive from A. The tag is checked, not searched for: a receive whose
+  // tag (or count or dtype) differs from the arriving send's fails both sides with mismatch.
+  void send(const void* buf, size_t count, DType dtype, int peer, uint64_t tag = 0);
+  void recv(void* buf, size_t count, DType dtype, int peer, uint64_t tag = 0);
 
   // ---- the same, asynchronous ----
   Work all_reduce_async(void* buf, size_t count, DType dtype, Op op);
@@ -90,8 +92,8 @@ class Communicator {
   Work reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype, Op op);
   Work all_to_all_async(const void* send, void* recv, size_t count, DType dtype);
   Work barrier_async();
-  Work send_async(const void* buf, size_t count, DType dtype, int peer);
-  Work recv_async(void* buf, size_t count, DType dtype, int peer);
+  Work send_async(const void* buf, size_t count, DType dtype, int peer, uint64_t tag = 0);
+  Work recv_async(void* buf, size_t count, DType dtype, int peer, uint64_t tag = 0);
 
   // ---- group calls ----
   // The *_async calls made between group_start() and group_end() run as one unit:

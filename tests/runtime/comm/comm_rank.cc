@@ -1,6 +1,7 @@
 // A rank process for multi-process tests: rendezvous through the environment, then one mode.
 //   comm_rank join          - print who it is, exchange data through the store, all_reduce
 //   comm_rank leave_early   - rank 0 returns right after joining; the others use the store later
+//   comm_rank tags          - 2 ranks: a tagged send/recv that match, then tags that differ
 //   comm_rank url URL       - like join, but through Communicator::from_url(URL) (tcp://, file://)
 #include <braid/braid.h>
 
@@ -27,6 +28,18 @@ int main(int argc, char** argv) {
       for (int q = 1; q < n; ++q) store->get("late/" + std::to_string(q));
       std::printf("rank %d used the store after rank 0 left\n", r);
       return 0;
+    }
+    if (mode == "tags") {
+      std::vector<int32_t> v(16, r == 0 ? 42 : 0);
+      if (r == 0) comm.send(v.data(), v.size(), braid::DType::i32, 1, /*tag=*/7);
+      if (r == 1) comm.recv(v.data(), v.size(), braid::DType::i32, 0, /*tag=*/7);
+      std::printf("rank %d: tag 7 matched, v[0] = %d\n", r, v[0]);
+      std::fflush(stdout);
+      if (r == 0) comm.send(v.data(), v.size(), braid::DType::i32, 1, /*tag=*/8);
+      if (r == 1) comm.recv(v.data(), v.size(), braid::DType::i32, 0, /*tag=*/9);
+      comm.barrier();  // the sender's send may finish locally; it learns of the mismatch here
+      std::printf("rank %d: tags 8 and 9 matched: wrong\n", r);
+      return 5;
     }
     auto store = comm.store();
     store->set("hello/" + std::to_string(r), "from rank " + std::to_string(r));

@@ -96,6 +96,18 @@ TEST(Comm, UnderTorchrunStyleAgentStore) {
   close(agent);
 }
 
+TEST(Comm, TagsAreChecked) {
+  auto ranks = start_ranks(2, "tags");
+  for (auto& p : ranks) {
+    int rc = p->wait(kBound);
+    EXPECT_EQ(rc, 1) << p->output();
+    EXPECT_NE(p->output().find("tag 7 matched, v[0] = 42"), std::string::npos) << p->output();
+    EXPECT_NE(p->output().find("mismatch"), std::string::npos) << p->output();
+    EXPECT_NE(p->output().find("tag 8"), std::string::npos) << p->output();
+    EXPECT_NE(p->output().find("tag 9"), std::string::npos) << p->output();
+  }
+}
+
 TEST(Comm, TcpUrlInitMethod) {
   int port = testing::free_port();
   std::vector<std::unique_ptr<Subprocess>> ranks;
