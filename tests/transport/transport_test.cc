@@ -355,6 +355,20 @@ TEST_P(TransportTest, ZeroCopySendsCompleteAfterTheirNotification) {
   EXPECT_LT(tcp->engine_stats().zero_copy_sends, st.zero_copy_sends + 40);
 }
 
+// Many zero-copy frames in flight, each followed by small ones: the frames' headers must not be
+// reused while the kernel may still read a zero-copy send (it was: "not a braid frame").
+TEST_P(TransportTest, ZeroCopyFramesStayIntactWithManyInFlight) {
+  if (GetParam() != "tcp") GTEST_SKIP() << "SEND_ZC is the io_uring engine's";
+  oa_.env.zcopy_bytes = ob_.env.zcopy_bytes = 64 << 10;
+  join();
+  for (int round = 0; round < 4; ++round) {
+    link_.done_a.clear(), link_.done_b.clear();
+    std::vector<size_t> sizes;
+    for (int i = 0; i < 8; ++i) sizes.insert(sizes.end(), {1u << 20, 7, (1u << 20) + 5, 33});
+    transfer(sizes);
+  }
+}
+
 size_t open_fds() {
   size_t n = 0;
   for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) n += e.is_symlink() ? 1 : 0;

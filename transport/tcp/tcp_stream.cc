@@ -33,6 +33,14 @@ size_t TcpStream::prepare_send(size_t zero_copy_bytes, bool* zero_copy, uint64_t
     if (n + 2 > kMaxIov) break;
     bool big = zero_copy_bytes != 0 && f.header.slice_len >= zero_copy_bytes;
     if (big && n > 0) break;  // a zero-copy frame travels alone so its notification names one message
+    if (big && f.sent < kFrameHeaderBytes) {
+      // The header lives in frames_, which drops the frame when the send completes - before the
+      // zero-copy notification, while the kernel may still read the pages. So the header goes
+      // by a plain (copying) send of its own, and only the caller's payload by zero-copy.
+      iov_[n++] = {reinterpret_cast<unsigned char*>(&f.header) + f.sent, kFrameHeaderBytes - f.sent};
+      bytes += kFrameHeaderBytes - f.sent;
+      break;
+    }
     // One sendmsg moves at most ~2 GiB (MAX_RW_COUNT); frames are at most 1 GiB.
     if (n > 0 && bytes + (f.total() - f.sent) > kMaxSendBytes) break;
     if (f.sent < kFrameHeaderBytes) {
