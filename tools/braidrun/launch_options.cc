@@ -104,6 +104,7 @@ constexpr FlagSpec kFlags[] = {
     {"role", Arity::one},           {"no-python", Arity::none},     {"module", Arity::none},
     {"run-path", Arity::none},      {"no-prefix", Arity::none},     {"log-dir", Arity::one},
     {"grace-s", Arity::one},        {"rdzv-timeout-s", Arity::one}, {"help", Arity::none},
+    {"cpu-bind", Arity::one},
 };
 
 const FlagSpec* find_flag(const std::string& name) {
@@ -157,6 +158,9 @@ Status apply(const std::string& flag, const std::string& v, LaunchOptions& o, Se
   } else if (flag == "log-dir") {
     if (v.empty()) return bad("--log-dir is empty");
     o.log_dir = v;
+  } else if (flag == "cpu-bind") {
+    if (v != "auto" && v != "none") return bad("--cpu-bind must be auto or none, not '" + v + "'");
+    o.cpu_bind = v == "auto";
   } else if (flag == "grace-s") {
     ASSIGN_OR_RETURN(o.grace_s, parse_seconds(flag, v, /*zero_ok=*/true));
   } else if (flag == "rdzv-timeout-s") {
@@ -254,6 +258,8 @@ braidrun flags:
   --no-prefix            do not put "[rank N] " in front of each output line
   --log-dir DIR          also write each rank's output to DIR/rank<N>.log
   --grace-s S            seconds between SIGTERM and SIGKILL when stopping ranks. Default 5
+  --cpu-bind auto|none   auto: when there is at least one CPU per local rank, bind each rank to
+                         its own share of the CPUs (stable timings on small machines). Default auto
   --rdzv-timeout-s S     how long nodes wait for each other. Default BRAID_RENDEZVOUS_TIMEOUT_S or 300
   -h, --help             this text
 

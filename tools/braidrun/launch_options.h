@@ -27,6 +27,9 @@ struct LaunchOptions {
   bool prefix_output = true;
   std::string log_dir;  // empty: no per-rank log files
   double grace_s = 5;
+  // --cpu-bind auto|none: with auto, when the node has at least one CPU per local rank, each
+  // rank gets its own share of the CPUs braidrun may use (as Open MPI binds by default).
+  bool cpu_bind = true;
   double rdzv_timeout_s = 300;
   bool help = false;
   std::vector<std::string> program;  // program and its arguments; empty only with help

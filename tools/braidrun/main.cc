@@ -72,6 +72,7 @@ int run(int argc, char** argv) {
 
   std::vector<std::string> base_env = current_environ();
   std::vector<RankSpec> specs;
+  const std::vector<int> cpus = o.cpu_bind ? allowed_cpus() : std::vector<int>{};
   for (int local = 0; local < o.nproc_per_node; ++local) {
     RankIdentity id{.rank = first_rank + local,
                     .local_rank = local,
@@ -82,7 +83,10 @@ int run(int argc, char** argv) {
                     .master_addr = rdzv.master_addr(),
                     .master_port = rdzv.master_port(),
                     .run_id = o.run_id};
-    SpawnRequest req{.path = *program, .argv = o.program, .env = build_rank_env(base_env, id)};
+    SpawnRequest req{.path = *program,
+                     .argv = o.program,
+                     .env = build_rank_env(base_env, id),
+                     .cpus = cpu_share(cpus, local, o.nproc_per_node)};
     specs.push_back(RankSpec{.rank = id.rank, .local_rank = local, .request = std::move(req)});
   }
 

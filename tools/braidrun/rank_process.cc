@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/close_range.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -30,7 +31,8 @@ std::vector<char*> to_c_array(const std::vector<std::string>& v) {
 
 // Everything after fork in the child: async-signal-safe calls only.
 [[noreturn]] void run_child(pid_t parent, int out_w, int err_w, int status_w, const char* path, char* const* argv,
-                            char* const* envp) {
+                            char* const* envp, const cpu_set_t* cpus) {
+  if (cpus != nullptr) sched_setaffinity(0, sizeof(cpu_set_t), cpus);  // best effort: a hint for speed
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -56,6 +58,23 @@ std::vector<char*> to_c_array(const std::vector<std::string>& v) {
 }
 
 }  // namespace
+
+std::vector<int> cpu_share(const std::vector<int>& available, int local, int nproc) {
+  if (nproc < 1 || local < 0 || local >= nproc || available.size() < static_cast<size_t>(nproc)) return {};
+  size_t per = available.size() / static_cast<size_t>(nproc);
+  auto first = available.begin() + static_cast<std::ptrdiff_t>(per * static_cast<size_t>(local));
+  return std::vector<int>(first, first + static_cast<std::ptrdiff_t>(per));
+}
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  std::vector<int> out;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) out.push_back(c);
+  }
+  return out;
+}
 
 Result<std::string> resolve_program(const std::string& program, const char* path_env) {
   if (program.empty()) return invalid_argument("empty program name");
@@ -92,9 +111,17 @@ Result<SpawnedRank> spawn_rank(const SpawnRequest& request) {
     close(out[0]), close(out[1]), close(err[0]), close(err[1]);
     return system_error("pipe2", e);
   }
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int c : request.cpus) {
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &cpus);
+  }
   pid_t parent = getpid();
   pid_t pid = fork();
-  if (pid == 0) run_child(parent, out[1], err[1], status[1], request.path.c_str(), argv.data(), envp.data());
+  if (pid == 0) {
+    run_child(parent, out[1], err[1], status[1], request.path.c_str(), argv.data(), envp.data(),
+              request.cpus.empty() ? nullptr : &cpus);
+  }
   int fork_errno = errno;
   close(out[1]), close(err[1]), close(status[1]);
   if (pid < 0) {

@@ -21,7 +21,15 @@ struct SpawnRequest {
   std::string path;               // resolved executable path (resolve_program)
   std::vector<std::string> argv;  // argv[0] included
   std::vector<std::string> env;   // "NAME=value"
+  std::vector<int> cpus;          // CPUs the rank is bound to; empty: not bound
 };
+
+// The CPUs of `available` that local rank `local` of `nproc` gets: an equal contiguous share
+// when there are at least as many CPUs as ranks, else none (oversubscribed: binding would only
+// pin ranks onto each other).
+std::vector<int> cpu_share(const std::vector<int>& available, int local, int nproc);
+// The CPUs this process may run on.
+std::vector<int> allowed_cpus();
 
 struct SpawnedRank {
   pid_t pid = -1;  // also the process group id

@@ -1,6 +1,8 @@
 // End-to-end tests of the braidrun executable on one machine (127.0.0.1).
 #include <signal.h>
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,6 +30,21 @@ TEST(Braidrun, Help) {
   RunResult r = run_braidrun({"--help"});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_TRUE(contains(r.out, "--nproc-per-node")) << r.out;
+}
+
+// Each rank gets its own share of the CPUs (when there are enough), or all of them with none.
+TEST(Braidrun, BindsRanksToTheirShareOfTheCpus) {
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  if (ncpu < 2) GTEST_SKIP() << "one CPU: nothing to share";
+  RunResult r = run_braidrun({"--standalone", "--nproc-per-node", "2", "grep", "Cpus_allowed_list", "/proc/self/status"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string first_half = ncpu == 2 ? "0" : "0-" + std::to_string(ncpu / 2 - 1);
+  EXPECT_TRUE(contains(r.out, "[rank 0] Cpus_allowed_list:\t" + first_half + "\n")) << r.out;
+  EXPECT_FALSE(contains(r.out, "[rank 1] Cpus_allowed_list:\t" + first_half + "\n")) << r.out;
+  r = run_braidrun({"--standalone", "--cpu-bind", "none", "--nproc-per-node", "2", "grep", "Cpus_allowed_list",
+                    "/proc/self/status"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "[rank 1] Cpus_allowed_list:\t0-" + std::to_string(ncpu - 1) + "\n")) << r.out;
 }
 
 TEST(Braidrun, BadFlagsFailClearly) {

@@ -1,4 +1,5 @@
 #include "tools/braidrun/launch_options.h"
+#include "tools/braidrun/rank_process.h"
 
 #include <gtest/gtest.h>
 
@@ -128,6 +129,34 @@ TEST(LaunchOptions, Help) {
   EXPECT_TRUE(parse_ok({"--help"}).help);
   EXPECT_TRUE(parse_ok({"-h"}).help);
   EXPECT_NE(launch_usage().find("--nproc-per-node"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace braid::braidrun
+
+namespace braid::braidrun {
+namespace {
+
+TEST(LaunchOptions, CpuBind) {
+  auto d = parse_launch_options({"./p"}, 300);
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_TRUE(d->cpu_bind);
+  auto n = parse_launch_options({"--cpu-bind", "none", "./p"}, 300);
+  ASSERT_TRUE(n.is_ok());
+  EXPECT_FALSE(n->cpu_bind);
+  auto bad = parse_launch_options({"--cpu-bind=cores", "./p"}, 300);
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_NE(bad.status().message().find("--cpu-bind must be auto or none"), std::string::npos);
+}
+
+TEST(CpuShare, EqualContiguousSharesOrNoneWhenOversubscribed) {
+  std::vector<int> cpus = {0, 1, 2, 3, 4, 5, 6, 7};
+  EXPECT_EQ(cpu_share(cpus, 0, 2), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(cpu_share(cpus, 1, 2), (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(cpu_share(cpus, 2, 3), (std::vector<int>{4, 5}));  // 8 / 3 = 2 each; CPUs 6-7 left free
+  EXPECT_EQ(cpu_share({2, 5}, 1, 2), (std::vector<int>{5}));
+  EXPECT_TRUE(cpu_share({0, 1}, 0, 4).empty());
+  EXPECT_TRUE(cpu_share({}, 0, 1).empty());
 }
 
 }  // namespace
