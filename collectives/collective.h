@@ -37,7 +37,8 @@ Result<Algo> parse_algo(const std::string& name);
 //   gather/scatter:  like all_gather/reduce_scatter's shapes, only at/from root
 //   all_to_all:      send[count * size] -> recv[count * size]; or send_counts/recv_counts per peer
 //   barrier:         no data
-//   send/recv:       count elements to/from `peer`, matched by `tag`
+//   send/recv:       count elements to/from `peer`; the k-th send to a peer meets its k-th recv
+//                    from us (the runtime checks `tag` in the operation header, it does not search)
 struct CollectiveArgs {
   Kind kind = Kind::all_reduce;
   const void* send = nullptr;

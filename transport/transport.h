@@ -6,7 +6,9 @@
 //
 // Threading: a Transport and its Connections are driven by one thread at a time (the owner:
 // the communicator's progress thread). post_*, poll and close are called only by the owner;
-// wake() may be called from any thread. An io_uring engine may therefore use SINGLE_ISSUER.
+// wake() may be called from any thread. An io_uring engine may therefore use SINGLE_ISSUER: its
+// ring belongs to the first thread that posts or polls, and another thread may take over only
+// while nothing is in flight (otherwise post/poll fail with ErrorCode::internal saying so).
 //
 // Messages: each post_send is one message. Messages on a connection arrive in the order they
 // were posted; each post_recv takes the next message. A message larger than the receive

@@ -130,11 +130,10 @@ int64_t check(Case& c) {
     }
   };
   auto expect_moved = [&](const void* buf, size_t at, int from, size_t offset, size_t items) {
+    alignas(8) char slot[8];  // one element, to compare in the dtype's own rounding
     for (size_t i = 0; i < items; ++i) {
-      double want = input_value(from, offset + i, Op::sum);
-      std::vector<char> tmp(c.esize);
-      store_value(tmp.data(), 0, c.dt(), want);  // compare in the dtype's own rounding
-      wrong += load_value(buf, at + i, c.dt()) != load_value(tmp.data(), 0, c.dt());
+      store_value(slot, 0, c.dt(), input_value(from, offset + i, Op::sum));
+      wrong += load_value(buf, at + i, c.dt()) != load_value(slot, 0, c.dt());
     }
   };
   if (op == "all_reduce") expect_reduced(c.rbuf(), cnt, 0);
