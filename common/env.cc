@@ -120,6 +120,11 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
     ASSIGN_OR_RETURN(int64_t n, parse_env_int("BRAID_SPIN_US", v, 0, 100000));
     e.spin_us = static_cast<int>(n);
   }
+  if (const char* v = lookup("BRAID_CALLER_PROGRESS")) {
+    std::string s = v;
+    RETURN_IF_ERROR(one_of("BRAID_CALLER_PROGRESS", s, {"0", "1"}));
+    e.caller_progress = s == "1";
+  }
   if (const char* v = lookup("BRAID_IB_HCA")) e.ib_hca = v;
   if (const char* v = lookup("BRAID_GDR")) {
     e.gdr = v;

@@ -47,6 +47,10 @@ struct Env {
   size_t zcopy_bytes = size_t{1} << 20;
   // BRAID_SPIN_US: how long a waiter spins before sleeping, microseconds (0..100000). Default 50.
   int spin_us = 50;
+  // BRAID_CALLER_PROGRESS: 0 | 1. A blocking call (or wait()) whose communicator has nothing
+  // else queued or running runs the operation on the calling thread instead of waking the
+  // progress thread. Default 1.
+  bool caller_progress = true;
   // BRAID_IB_HCA: HCA names for the ib transport (like NCCL_IB_HCA). Default: all.
   std::string ib_hca;
   // BRAID_GDR: 0 | 1 | auto - GPUDirect RDMA for CUDA buffers. Default auto.

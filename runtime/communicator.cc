@@ -220,6 +220,34 @@ CollectiveArgs args_of(Kind kind, const void* send, void* recv, size_t count, DT
   return a;
 }
 
+CollectiveArgs all_gatherv_args(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype) {
+  auto a = args_of(Kind::all_gather, send, recv, 0, dtype);
+  a.counts = counts;
+  return a;
+}
+
+CollectiveArgs reduce_scatterv_args(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype, Op op) {
+  auto a = args_of(Kind::reduce_scatter, send, recv, 0, dtype, op);
+  a.counts = counts;
+  return a;
+}
+
+CollectiveArgs all_to_allv_args(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                const std::vector<size_t>& recv_counts, DType dtype) {
+  auto a = args_of(Kind::all_to_all, send, recv, 0, dtype);
+  a.send_counts = send_counts;
+  a.recv_counts = recv_counts;
+  return a;
+}
+
+// send: the buffer is only read (recv stays null); recv: only written.
+CollectiveArgs p2p_args(Kind kind, void* buf, size_t count, DType dtype, int peer, uint64_t tag) {
+  auto a = kind == Kind::send ? args_of(kind, buf, nullptr, count, dtype) : args_of(kind, nullptr, buf, count, dtype);
+  a.peer = peer;
+  a.tag = tag;
+  return a;
+}
+
 }  // namespace
 
 Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DType dtype, Op op) {
@@ -245,67 +273,79 @@ Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, 
 }
 Work Communicator::barrier_async() { return impl().enqueue(args_of(Kind::barrier, nullptr, nullptr, 0, DType::u8)); }
 Work Communicator::send_async(const void* buf, size_t count, DType dtype, int peer, uint64_t tag) {
-  auto a = args_of(Kind::send, buf, nullptr, count, dtype);
-  a.peer = peer;
-  a.tag = tag;
-  return impl().enqueue(std::move(a));
+  return impl().enqueue(p2p_args(Kind::send, const_cast<void*>(buf), count, dtype, peer, tag));
 }
 Work Communicator::recv_async(void* buf, size_t count, DType dtype, int peer, uint64_t tag) {
-  auto a = args_of(Kind::recv, nullptr, buf, count, dtype);
-  a.peer = peer;
-  a.tag = tag;
-  return impl().enqueue(std::move(a));
+  return impl().enqueue(p2p_args(Kind::recv, buf, count, dtype, peer, tag));
+}
+Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DType dtype, int root) {
+  return impl().enqueue(args_of(Kind::broadcast, send, recv, count, dtype, Op::sum, root));
+}
+Work Communicator::all_gatherv_async(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype) {
+  return impl().enqueue(all_gatherv_args(send, recv, counts, dtype));
+}
+Work Communicator::reduce_scatterv_async(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype,
+                                         Op op) {
+  return impl().enqueue(reduce_scatterv_args(send, recv, counts, dtype, op));
+}
+Work Communicator::gather_async(const void* send, void* recv, size_t count, DType dtype, int root) {
+  return impl().enqueue(args_of(Kind::gather, send, recv, count, dtype, Op::sum, root));
+}
+Work Communicator::scatter_async(const void* send, void* recv, size_t count, DType dtype, int root) {
+  return impl().enqueue(args_of(Kind::scatter, send, recv, count, dtype, Op::sum, root));
+}
+Work Communicator::all_to_allv_async(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                                     const std::vector<size_t>& recv_counts, DType dtype) {
+  return impl().enqueue(all_to_allv_args(send, send_counts, recv, recv_counts, dtype));
 }
 
-void Communicator::all_reduce(void* buf, size_t count, DType dtype, Op op) { all_reduce_async(buf, count, dtype, op).wait(); }
-void Communicator::all_reduce(const void* send, void* recv, size_t count, DType dtype, Op op) {
-  all_reduce_async(send, recv, count, dtype, op).wait();
+// The blocking forms run on the calling thread when nothing else is queued (CommunicatorImpl::run).
+void Communicator::all_reduce(void* buf, size_t count, DType dtype, Op op) {
+  impl().run(args_of(Kind::all_reduce, buf, buf, count, dtype, op));
 }
-void Communicator::broadcast(void* buf, size_t count, DType dtype, int root) { broadcast_async(buf, count, dtype, root).wait(); }
+void Communicator::all_reduce(const void* send, void* recv, size_t count, DType dtype, Op op) {
+  impl().run(args_of(Kind::all_reduce, send, recv, count, dtype, op));
+}
+void Communicator::broadcast(void* buf, size_t count, DType dtype, int root) {
+  impl().run(args_of(Kind::broadcast, buf, buf, count, dtype, Op::sum, root));
+}
 void Communicator::broadcast(const void* send, void* recv, size_t count, DType dtype, int root) {
-  impl().enqueue(args_of(Kind::broadcast, send, recv, count, dtype, Op::sum, root)).wait();
+  impl().run(args_of(Kind::broadcast, send, recv, count, dtype, Op::sum, root));
 }
 void Communicator::reduce(const void* send, void* recv, size_t count, DType dtype, Op op, int root) {
-  reduce_async(send, recv, count, dtype, op, root).wait();
+  impl().run(args_of(Kind::reduce, send, recv, count, dtype, op, root));
 }
 void Communicator::all_gather(const void* send, void* recv, size_t count, DType dtype) {
-  all_gather_async(send, recv, count, dtype).wait();
+  impl().run(args_of(Kind::all_gather, send, recv, count, dtype));
 }
 void Communicator::all_gatherv(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype) {
-  auto a = args_of(Kind::all_gather, send, recv, 0, dtype);
-  a.counts = counts;
-  impl().enqueue(std::move(a)).wait();
+  impl().run(all_gatherv_args(send, recv, counts, dtype));
 }
 void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, Op op) {
-  reduce_scatter_async(send, recv, count, dtype, op).wait();
+  impl().run(args_of(Kind::reduce_scatter, send, recv, count, dtype, op));
 }
 void Communicator::reduce_scatterv(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype, Op op) {
-  auto a = args_of(Kind::reduce_scatter, send, recv, 0, dtype, op);
-  a.counts = counts;
-  impl().enqueue(std::move(a)).wait();
+  impl().run(reduce_scatterv_args(send, recv, counts, dtype, op));
 }
 void Communicator::gather(const void* send, void* recv, size_t count, DType dtype, int root) {
-  impl().enqueue(args_of(Kind::gather, send, recv, count, dtype, Op::sum, root)).wait();
+  impl().run(args_of(Kind::gather, send, recv, count, dtype, Op::sum, root));
 }
 void Communicator::scatter(const void* send, void* recv, size_t count, DType dtype, int root) {
-  impl().enqueue(args_of(Kind::scatter, send, recv, count, dtype, Op::sum, root)).wait();
+  impl().run(args_of(Kind::scatter, send, recv, count, dtype, Op::sum, root));
 }
 void Communicator::all_to_all(const void* send, void* recv, size_t count, DType dtype) {
-  all_to_all_async(send, recv, count, dtype).wait();
+  impl().run(args_of(Kind::all_to_all, send, recv, count, dtype));
 }
 void Communicator::all_to_allv(const void* send, const std::vector<size_t>& send_counts, void* recv,
                                const std::vector<size_t>& recv_counts, DType dtype) {
-  auto a = args_of(Kind::all_to_all, send, recv, 0, dtype);
-  a.send_counts = send_counts;
-  a.recv_counts = recv_counts;
-  impl().enqueue(std::move(a)).wait();
+  impl().run(all_to_allv_args(send, send_counts, recv, recv_counts, dtype));
 }
-void Communicator::barrier() { barrier_async().wait(); }
+void Communicator::barrier() { impl().run(args_of(Kind::barrier, nullptr, nullptr, 0, DType::u8)); }
 void Communicator::send(const void* buf, size_t count, DType dtype, int peer, uint64_t tag) {
-  send_async(buf, count, dtype, peer, tag).wait();
+  impl().run(p2p_args(Kind::send, const_cast<void*>(buf), count, dtype, peer, tag));
 }
 void Communicator::recv(void* buf, size_t count, DType dtype, int peer, uint64_t tag) {
-  recv_async(buf, count, dtype, peer, tag).wait();
+  impl().run(p2p_args(Kind::recv, buf, count, dtype, peer, tag));
 }
 
 }  // namespace braid

@@ -16,6 +16,9 @@ constexpr auto kPollSlice = std::chrono::milliseconds(100);
 // one store round trip per second of waiting, never one per operation.
 constexpr auto kBoardInterval = std::chrono::seconds(1);
 
+// Set on progress threads, so TRACE can say where an operation ran.
+thread_local bool t_progress_thread = false;
+
 bool is_p2p(collectives::Kind k) { return k == collectives::Kind::send || k == collectives::Kind::recv; }
 
 }  // namespace
@@ -89,6 +92,7 @@ Status CommunicatorImpl::connect_all() {
 }
 
 void CommunicatorImpl::progress_main() {
+  t_progress_thread = true;
   Status s = connect_all();
   if (s.is_ok()) {
     BRAID_LOG(info) << "communicator ready: rank " << cfg_.rank << " of " << cfg_.size << " (comm " << std::hex
@@ -104,7 +108,7 @@ void CommunicatorImpl::progress_main() {
   setup_cv_.notify_all();
   if (!s.is_ok()) return;
 
-  uint64_t taken = 0;
+  uint64_t taken = 0;  // operations pushed to the queue that have left it
   for (;;) {
     // A wake-up through the condition variable costs ~40 us here; back-to-back operations
     // (the common case in a training step or a benchmark) arrive within a short spin instead.
@@ -115,24 +119,29 @@ void CommunicatorImpl::progress_main() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, kBoardInterval, [&] {
-        return stopping_ || !queue_.empty() || (abort_requested_.load() && state() == CommState::ok);
+        return !busy_ && (stopping_ || !queue_.empty() || (abort_requested_.load() && state() == CommState::ok));
       });
+      // Another thread runs operations (a caller on its own thread): it watches the failure
+      // board while it waits, and hands back what it leaves queued when it is done.
+      if (busy_) continue;
+      busy_ = true;
       if (!queue_.empty()) {
         op = std::move(queue_.front());
         queue_.pop_front();
       } else {
         stop = stopping_;  // stopping, and everything queued has run
       }
+      taken = enqueued_.load(std::memory_order_relaxed) - queue_.size();
     }
     if (abort_requested_.load() && state() == CommState::ok) handle_abort();
     if (op) {
-      ++taken;
       run_one(*op);
     } else if (stop) {
-      break;
+      break;  // busy_ stays set: nothing runs after this
     } else {
       idle_check();
     }
+    release_busy();
   }
   close_connections({});
   connections_.clear();
@@ -177,7 +186,8 @@ void CommunicatorImpl::run_one(Pending& op) {
   }
   const auto started = Clock::now();
   BRAID_LOG(trace) << what << " (" << prepared->name << ") count " << op.args.count << " "
-                   << to_string(op.args.dtype) << " starts";
+                   << to_string(op.args.dtype) << " starts"
+                   << (t_progress_thread ? " on the progress thread" : " on the caller's thread");
   Status s;
   if (prepared->executor != nullptr) {
     OpRun run(std::move(prepared).value(), op.args, cfg_.rank, cfg_.comm_id, op.seq, op.match_seq, peers_);
@@ -270,29 +280,94 @@ std::string CommunicatorImpl::last_algorithm() const {
   return collectives::to_string(static_cast<collectives::Algo>(last_algo_.load(std::memory_order_relaxed)));
 }
 
+bool CommunicatorImpl::admit_locked(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
+                                    Pending* out) {
+  const uint64_t seq = ++next_seq_;
+  // The k-th send from A to B meets the k-th receive on B from A: one count per direction.
+  auto& p2p = args.kind == collectives::Kind::send ? p2p_send_seq_ : p2p_recv_seq_;
+  const uint64_t match = is_p2p(args.kind) ? ++p2p[static_cast<size_t>(args.peer)] : ++collective_seq_;
+  if (state() != CommState::ok || abort_requested_.load()) {
+    work->complete(fail_fast_status(std::string(collectives::to_string(args.kind)) + " #" + std::to_string(seq)));
+    return false;
+  }
+  if (cfg_.env.caller_progress) work->comm = this;
+  if (group_depth_ > 0) {
+    work->in_open_group.store(true);
+    group_ops_.push_back(Pending{std::move(args), work, seq, match, {}});
+    return false;
+  }
+  *out = Pending{std::move(args), work, seq, match, {}};
+  return true;
+}
+
 Work CommunicatorImpl::enqueue(collectives::CollectiveArgs args) {
   raise_if_error(collectives::validate_collective(args, cfg_.rank, cfg_.size));
   auto work = std::make_shared<detail::WorkState>();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const uint64_t seq = ++next_seq_;
-    // The k-th send from A to B meets the k-th receive on B from A: one count per direction.
-    auto& p2p = args.kind == collectives::Kind::send ? p2p_send_seq_ : p2p_recv_seq_;
-    const uint64_t match = is_p2p(args.kind) ? ++p2p[static_cast<size_t>(args.peer)] : ++collective_seq_;
-    if (state() != CommState::ok || abort_requested_.load()) {
-      work->complete(fail_fast_status(std::string(collectives::to_string(args.kind)) + " #" + std::to_string(seq)));
-      return Work(work);
-    }
-    if (group_depth_ > 0) {
-      work->in_open_group.store(true);
-      group_ops_.push_back(Pending{std::move(args), work, seq, match, {}});
-      return Work(work);
-    }
-    queue_.push_back(Pending{std::move(args), work, seq, match, {}});
+    Pending op;
+    if (!admit_locked(std::move(args), work, &op)) return Work(work);
+    queue_.push_back(std::move(op));
     enqueued_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_one();
   return Work(work);
+}
+
+void CommunicatorImpl::run(collectives::CollectiveArgs args) {
+  raise_if_error(collectives::validate_collective(args, cfg_.rank, cfg_.size));
+  auto work = std::make_shared<detail::WorkState>();
+  Pending op;
+  bool here = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (admit_locked(std::move(args), work, &op)) {
+      here = cfg_.env.caller_progress && !busy_ && queue_.empty();
+      if (here) {
+        busy_ = true;
+      } else {
+        queue_.push_back(std::move(op));
+        enqueued_.fetch_add(1, std::memory_order_release);
+      }
+    }
+  }
+  if (here) {
+    run_here(op);
+  } else {
+    cv_.notify_one();
+  }
+  Work(work).wait();  // done already when it ran here; raises its error
+}
+
+void CommunicatorImpl::help(const detail::WorkState& work) {
+  Pending op;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (busy_ || queue_.size() != 1 || work.done()) return;
+    const Pending& front = queue_.front();
+    bool mine = front.work.get() == &work;
+    for (const auto& m : front.group) mine = mine || m.work.get() == &work;
+    if (!mine) return;
+    op = std::move(queue_.front());
+    queue_.pop_front();
+    busy_ = true;
+  }
+  run_here(op);
+}
+
+void CommunicatorImpl::run_here(Pending& op) {
+  run_one(op);
+  release_busy();
+}
+
+void CommunicatorImpl::release_busy() {
+  bool more;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+    more = !queue_.empty() || stopping_ || abort_requested_.load();
+  }
+  if (more) cv_.notify_one();
 }
 
 void CommunicatorImpl::wake_transport() {

@@ -1,8 +1,13 @@
 // runtime/communicator_impl.h - what stands behind a braid::Communicator.
 //
-// One progress thread per communicator owns the transport: it builds the connections (so an
-// io_uring engine is created, submitted to and reaped by that one thread) and then runs queued
-// operations in issue order. Callers enqueue and get a Work; blocking calls wait on it.
+// One progress thread per communicator builds the connections and then runs queued operations
+// in issue order. Callers enqueue and get a Work. A blocking call (or Work::wait()) whose
+// communicator has nothing else queued or running runs the operation on the caller's own thread
+// instead (BRAID_CALLER_PROGRESS): waking the progress thread and then the caller again costs
+// two scheduler wake-ups (~40 us each on these VMs) per operation. Exactly one thread at a time
+// runs operations and touches the transport: the one that set busy_. The transport follows it
+// (an io_uring ring changes owner only while no I/O is in flight, which holds between
+// operations: a send completes only after its zero-copy notification).
 //
 // Failure (see failure_board.h): the first failed operation ends the communicator. The rank
 // that found the failure writes it to the store, then closes every connection, so peers
@@ -65,6 +70,12 @@ class CommunicatorImpl {
 
   // Validates `args` (throwing braid::Error before anything is sent) and queues it.
   Work enqueue(collectives::CollectiveArgs args);
+  // The blocking form: enqueue + wait, except that with nothing queued or running the operation
+  // runs right here. Throws the operation's error.
+  void run(collectives::CollectiveArgs args);
+  // Work::wait(): when `work` is the only operation queued and none is running, runs it on the
+  // calling thread. Returns at once otherwise (the progress thread has it).
+  void help(const detail::WorkState& work);
 
   CommState state() const { return state_.load(std::memory_order_acquire); }
   Status failure() const;
@@ -87,6 +98,13 @@ class CommunicatorImpl {
   };
 
   void progress_main();
+  // Queues (or, for an open group, holds) a new operation; under mu_. Returns false (and
+  // completes `work` with the reason) when the communicator can no longer run it.
+  bool admit_locked(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
+                    Pending* out);
+  // Runs `op` on the calling thread, which set busy_, then clears busy_.
+  void run_here(Pending& op);
+  void release_busy();
   Status connect_all();
   void run_one(Pending& op);
   void run_group(Pending& group);
@@ -113,6 +131,7 @@ class CommunicatorImpl {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;
+  bool busy_ = false;  // a thread runs an operation or touches the transport (see the top)
   bool stopping_ = false;
   uint64_t next_seq_ = 0;
   uint64_t collective_seq_ = 0;
@@ -131,7 +150,7 @@ class CommunicatorImpl {
   std::string abort_reason_;
   std::condition_variable state_cv_;
 
-  // Owned and touched by the progress thread only (after setup).
+  // Touched only by the thread that holds busy_ (after setup).
   std::unique_ptr<transport::Transport> transport_;
   std::mutex transport_mu_;  // guards transport_'s lifetime against wake() from other threads
   std::vector<std::unique_ptr<transport::Connection>> connections_;

@@ -39,6 +39,7 @@ Work CommunicatorImpl::group_end() {
     if (members.empty()) return Work();
     Pending g;
     g.work = work;
+    if (cfg_.env.caller_progress) work->comm = this;
     g.seq = members.front().seq;
     g.group = std::move(members);
     queue_.push_back(std::move(g));

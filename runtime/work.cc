@@ -3,6 +3,7 @@
 
 #include "braid/work.h"
 #include "common/env.h"
+#include "runtime/communicator_impl.h"
 #include "runtime/work_state.h"
 
 namespace braid {
@@ -62,6 +63,7 @@ void check_not_in_open_group(const detail::WorkState& state) {
 void Work::wait() {
   if (!state_) return;
   check_not_in_open_group(*state_);
+  if (state_->comm != nullptr && !state_->done()) state_->comm->help(*state_);
   state_->wait_until(Deadline::never(), detail::spin_us_setting());
   raise_if_error(state_->status());
 }
@@ -69,6 +71,7 @@ void Work::wait() {
 bool Work::wait_for(std::chrono::milliseconds timeout) {
   if (!state_) return true;
   check_not_in_open_group(*state_);
+  // No help() here: running the operation on this thread would not honour `timeout`.
   if (!state_->wait_until(Deadline::after(timeout), detail::spin_us_setting())) return false;
   raise_if_error(state_->status());
   return true;

@@ -11,6 +11,10 @@
 #include "common/deadline.h"
 #include "common/status.h"
 
+namespace braid {
+class CommunicatorImpl;
+}
+
 namespace braid::detail {
 
 struct WorkState {
@@ -24,6 +28,10 @@ struct WorkState {
   std::string what;  // "all_reduce #12", for messages
   // Issued inside group_start()/group_end() and the group not ended yet: waiting would hang.
   std::atomic<bool> in_open_group{false};
+  // Set when the caller may run the operation itself (BRAID_CALLER_PROGRESS): a waiter asks it
+  // to. Only read while the operation is not done, i.e. while the communicator is alive (its
+  // destructor completes every queued operation first).
+  CommunicatorImpl* comm = nullptr;
 
  private:
   std::atomic<int> done_{0};

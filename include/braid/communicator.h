@@ -4,7 +4,9 @@
 // collective of one rank meets the n-th collective of every other. Blocking calls return when
 // this rank's part is done; *_async calls return a Work at once and run in the background, in
 // issue order. Buffers are the caller's: they must stay valid until the call (or its Work) is
-// complete. Counts are in elements of `dtype`.
+// complete. Counts are in elements of `dtype`. A blocking call, or Work::wait(), on a
+// communicator with nothing else queued runs the operation on the calling thread rather than
+// waking the background one (BRAID_CALLER_PROGRESS=0 turns that off).
 //
 // Threading: a Communicator may be used from one thread at a time per call sequence; different
 // Communicators may be used concurrently from different threads. Move-only.
@@ -87,10 +89,17 @@ class Communicator {
   Work all_reduce_async(void* buf, size_t count, DType dtype, Op op);
   Work all_reduce_async(const void* send, void* recv, size_t count, DType dtype, Op op);
   Work broadcast_async(void* buf, size_t count, DType dtype, int root);
+  Work broadcast_async(const void* send, void* recv, size_t count, DType dtype, int root);
   Work reduce_async(const void* send, void* recv, size_t count, DType dtype, Op op, int root);
   Work all_gather_async(const void* send, void* recv, size_t count, DType dtype);
+  Work all_gatherv_async(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype);
   Work reduce_scatter_async(const void* send, void* recv, size_t count, DType dtype, Op op);
+  Work reduce_scatterv_async(const void* send, void* recv, const std::vector<size_t>& counts, DType dtype, Op op);
+  Work gather_async(const void* send, void* recv, size_t count, DType dtype, int root);
+  Work scatter_async(const void* send, void* recv, size_t count, DType dtype, int root);
   Work all_to_all_async(const void* send, void* recv, size_t count, DType dtype);
+  Work all_to_allv_async(const void* send, const std::vector<size_t>& send_counts, void* recv,
+                         const std::vector<size_t>& recv_counts, DType dtype);
   Work barrier_async();
   Work send_async(const void* buf, size_t count, DType dtype, int peer, uint64_t tag = 0);
   Work recv_async(void* buf, size_t count, DType dtype, int peer, uint64_t tag = 0);

@@ -2,6 +2,8 @@
 //   comm_rank join          - print who it is, exchange data through the store, all_reduce
 //   comm_rank leave_early   - rank 0 returns right after joining; the others use the store later
 //   comm_rank tags          - 2 ranks: a tagged send/recv that match, then tags that differ
+//   comm_rank mixed         - blocking all_reduces alone, then interleaved with async ones
+//                             (whichever thread runs them, the sums must be right)
 //   comm_rank url URL       - like join, but through Communicator::from_url(URL) (tcp://, file://)
 #include <braid/braid.h>
 
@@ -28,6 +30,54 @@ int main(int argc, char** argv) {
       for (int q = 1; q < n; ++q) store->get("late/" + std::to_string(q));
       std::printf("rank %d used the store after rank 0 left\n", r);
       return 0;
+    }
+    if (mode == "mixed") {
+      // Blocking calls with nothing queued run on this thread; an async one queued ahead of a
+      // blocking one makes the blocking one queue behind it; wait() on a lone queued one may
+      // run it here. The io_uring ring changes hands between threads along the way.
+      int wrong = 0;
+      for (int i = 0; i < 40; ++i) {
+        std::vector<int32_t> v(1000, r + i);
+        comm.all_reduce(v.data(), v.size(), braid::DType::i32, braid::Op::sum);
+        wrong += v[999] != n * i + n * (n - 1) / 2;
+      }
+      for (int i = 0; i < 40; ++i) {
+        std::vector<float> a(1 << 16, 1.0f), b(1000, static_cast<float>(r));
+        braid::Work w = comm.all_reduce_async(a.data(), a.size(), braid::DType::f32, braid::Op::sum);
+        comm.all_reduce(b.data(), b.size(), braid::DType::f32, braid::Op::max);
+        w.wait();
+        braid::Work lone = comm.broadcast_async(b.data(), b.size(), braid::DType::f32, i % n);
+        lone.wait();
+        wrong += a[12345] != static_cast<float>(n) || b[999] != static_cast<float>(n - 1);
+      }
+      // The uneven and rooted forms, asynchronous: issued together, waited for at the end.
+      std::vector<size_t> counts(n);
+      size_t total = 0;
+      for (int q = 0; q < n; ++q) total += counts[q] = static_cast<size_t>(q + 1);
+      std::vector<int32_t> mine(counts[r], r), gathered_v(total, -1), rs_in(total, 1), rs_out(counts[r], -1);
+      std::vector<int32_t> one(1, r * 10), gathered(n, -1), scattered(1, -1), scatter_src(n);
+      for (int q = 0; q < n; ++q) scatter_src[q] = 100 + q;
+      std::vector<size_t> a2a_counts(n, 2);
+      std::vector<int32_t> a2a_in(2 * n, r), a2a_out(2 * n, -1);
+      std::vector<int32_t> bcast_out(4, -1), bcast_in(4, 77);
+      std::vector<braid::Work> works;
+      works.push_back(comm.all_gatherv_async(mine.data(), gathered_v.data(), counts, braid::DType::i32));
+      works.push_back(comm.reduce_scatterv_async(rs_in.data(), rs_out.data(), counts, braid::DType::i32, braid::Op::sum));
+      works.push_back(comm.gather_async(one.data(), gathered.data(), 1, braid::DType::i32, 0));
+      works.push_back(comm.scatter_async(scatter_src.data(), scattered.data(), 1, braid::DType::i32, n - 1));
+      works.push_back(comm.all_to_allv_async(a2a_in.data(), a2a_counts, a2a_out.data(), a2a_counts, braid::DType::i32));
+      works.push_back(comm.broadcast_async(bcast_in.data(), bcast_out.data(), 4, braid::DType::i32, 0));
+      for (auto& w : works) w.wait();
+      for (int q = 0, at = 0; q < n; at += q + 1, ++q) wrong += gathered_v[at] != q || gathered_v[at + q] != q;
+      wrong += rs_out[0] != n || rs_out[counts[r] - 1] != n;
+      if (r == 0) {
+        for (int q = 0; q < n; ++q) wrong += gathered[q] != q * 10;
+      }
+      wrong += scattered[0] != 100 + r;
+      for (int q = 0; q < n; ++q) wrong += a2a_out[2 * q] != q || a2a_out[2 * q + 1] != q;
+      wrong += bcast_out[3] != 77;
+      std::printf("rank %d: mixed done, %d wrong\n", r, wrong);
+      return wrong == 0 ? 0 : 1;
     }
     if (mode == "tags") {
       std::vector<int32_t> v(16, r == 0 ? 42 : 0);
