@@ -203,6 +203,14 @@ Status Executor::progress() {
   }
 }
 
+bool Executor::all_posted() const {
+  if (started_ < steps_.size() || !reverse_posted_) return false;  // a started step has its receive posted
+  for (size_t i = head_; i < steps_.size(); ++i) {
+    if (steps_[i].has_send() && phase_[i] < Phase::sending) return false;
+  }
+  return true;
+}
+
 Status Executor::fail(const std::string& what) const {
   return protocol_error(options_.name + " on rank " + std::to_string(options_.rank) + ": " + what);
 }

@@ -77,6 +77,9 @@ class Executor {
   // Feeds one completion. Returns false (and does nothing) when its cookie is not ours.
   [[nodiscard]] Status on_completion(const transport::Completion& c, bool* ours = nullptr);
   bool done() const { return head_ == steps_.size() && header_ops_ == 0; }
+  // Every send and receive this run will make has been handed to the transport: whatever is
+  // posted on the same connections from now on queues behind all of it.
+  bool all_posted() const;
 
   // Posted operations not yet completed, and the peers they are with.
   size_t outstanding() const { return outstanding_; }

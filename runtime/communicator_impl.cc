@@ -149,63 +149,139 @@ void CommunicatorImpl::progress_main() {
   transport_.reset();
 }
 
-void CommunicatorImpl::run_one(Pending& op) {
+void CommunicatorImpl::run_one(Pending& op, bool may_stream) {
   if (!op.group.empty()) {
     run_group(op);
     return;
   }
-  const std::string what = std::string(collectives::to_string(op.args.kind)) + " #" + std::to_string(op.seq);
-  if (state() != CommState::ok) {
-    op.work->complete(fail_fast_status(what));
-    return;
-  }
-  collectives::RunOptions options;
-  // BRAID_ALGO is a preference for the whole job: collectives that have no such algorithm
-  // (all_to_all has only pairwise) keep the automatic choice instead of failing.
-  options.algo = collectives::supports(op.args.kind, forced_algo_) ? forced_algo_ : collectives::Algo::automatic;
-  options.chunk_bytes = cfg_.env.chunk_bytes;
-  options.deadline = Deadline::after_seconds(cfg_.env.timeout_s);
-  options.op_id = op.seq & 0x7fffffffu;  // executor cookies keep bit 63 clear (op_run.h)
-  auto prepared = collectives::prepare_collective(op.args, cfg_.rank, cfg_.size, transport_->capabilities(), peers_,
-                                                  options);
-  if (!prepared.is_ok()) {  // nothing was sent: the communicator stays usable
-    op.work->complete(prepared.status().with_context(what + ": "));
-    return;
-  }
-  last_algo_.store(static_cast<int>(prepared->algo), std::memory_order_relaxed);
-  // INFO says which algorithm each collective uses, once per (collective, algorithm, size class)
-  // rather than per call, so a training loop's log stays readable.
-  if (log_enabled(LogLevel::info) && prepared->executor != nullptr) {
-    size_t bytes = op.args.count * dtype_size(op.args.dtype);
-    int size_class = 0;
-    while (bytes > 1 && size_class < 63) bytes >>= 1, ++size_class;
-    if (algo_logged_.insert((static_cast<int>(op.args.kind) << 16) | (static_cast<int>(prepared->algo) << 8) | size_class).second) {
-      BRAID_LOG(info) << what << ": " << prepared->name << " for " << op.args.count << " x " << to_string(op.args.dtype)
-                      << " (" << op.args.count * dtype_size(op.args.dtype) << " bytes)";
+  run_stream(op, may_stream);
+}
+
+// One operation, plus (on the progress thread) the ones queued behind it, overlapped: the next
+// starts as soon as the newest has posted every send and receive, so its messages queue behind
+// those on each connection, which is all the in-order matching of connections needs. The tail
+// of one operation (its last segments crossing the ring) then overlaps the head of the next.
+void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
+  struct Active {
+    Pending& op;                     // `first` (the caller's), or *taken
+    std::unique_ptr<Pending> taken;  // an operation taken from the queue
+    std::string what;
+    std::unique_ptr<OpRun> run;
+    Deadline deadline;
+    Clock::time_point started;
+    bool completed = false;
+  };
+  std::deque<Active> active;  // references stay valid as it grows
+  std::vector<OpRun*> runs;
+  std::vector<int> after;
+
+  // Prepares `op`; an operation with nothing to move completes at once, one that failed to
+  // prepare completes with its error (nothing was sent: the communicator stays usable).
+  auto admit = [&](Pending& op, std::unique_ptr<Pending> taken) {
+    const std::string what = std::string(collectives::to_string(op.args.kind)) + " #" + std::to_string(op.seq);
+    if (state() != CommState::ok) {
+      op.work->complete(fail_fast_status(what));
+      return;
     }
-  }
-  const auto started = Clock::now();
-  BRAID_LOG(trace) << what << " (" << prepared->name << ") count " << op.args.count << " "
-                   << to_string(op.args.dtype) << " starts"
-                   << (t_progress_thread ? " on the progress thread" : " on the caller's thread");
-  Status s;
-  if (prepared->executor != nullptr) {
-    OpRun run(std::move(prepared).value(), op.args, cfg_.rank, cfg_.comm_id, op.seq, op.match_seq, peers_);
-    std::optional<Failure> adopted;
-    s = drive({&run}, {-1}, what, options.deadline, &adopted);
-    if (!s.is_ok()) s = on_failure(std::move(s), what, op.seq, {&run}, std::move(adopted));
-  }
+    collectives::RunOptions options;
+    // BRAID_ALGO is a preference for the whole job: collectives that have no such algorithm
+    // (all_to_all has only pairwise) keep the automatic choice instead of failing.
+    options.algo = collectives::supports(op.args.kind, forced_algo_) ? forced_algo_ : collectives::Algo::automatic;
+    options.chunk_bytes = cfg_.env.chunk_bytes;
+    options.deadline = Deadline::after_seconds(cfg_.env.timeout_s);
+    options.op_id = op.seq & 0x7fffffffu;  // executor cookies keep bit 63 clear (op_run.h)
+    auto prepared = collectives::prepare_collective(op.args, cfg_.rank, cfg_.size, transport_->capabilities(), peers_,
+                                                    options);
+    if (!prepared.is_ok()) {
+      op.work->complete(prepared.status().with_context(what + ": "));
+      return;
+    }
+    last_algo_.store(static_cast<int>(prepared->algo), std::memory_order_relaxed);
+    // INFO says which algorithm each collective uses, once per (collective, algorithm, size
+    // class) rather than per call, so a training loop's log stays readable.
+    if (log_enabled(LogLevel::info) && prepared->executor != nullptr) {
+      size_t bytes = op.args.count * dtype_size(op.args.dtype);
+      int size_class = 0;
+      while (bytes > 1 && size_class < 63) bytes >>= 1, ++size_class;
+      if (algo_logged_.insert((static_cast<int>(op.args.kind) << 16) | (static_cast<int>(prepared->algo) << 8) | size_class).second) {
+        BRAID_LOG(info) << what << ": " << prepared->name << " for " << op.args.count << " x "
+                        << to_string(op.args.dtype) << " (" << op.args.count * dtype_size(op.args.dtype) << " bytes)";
+      }
+    }
+    BRAID_LOG(trace) << what << " (" << prepared->name << ") count " << op.args.count << " "
+                     << to_string(op.args.dtype) << " starts"
+                     << (t_progress_thread ? " on the progress thread" : " on the caller's thread")
+                     << (active.empty() ? "" : " (overlapping " + active.back().what + ")");
+    if (prepared->executor == nullptr) {
+      done_seq_ = op.seq;
+      done_what_ = what;
+      op.work->complete(Status::ok());
+      return;
+    }
+    auto run = std::make_unique<OpRun>(std::move(prepared).value(), op.args, cfg_.rank, cfg_.comm_id, op.seq,
+                                       op.match_seq, peers_);
+    runs.push_back(run.get());
+    after.push_back(-1);
+    active.push_back(Active{op, std::move(taken), what, std::move(run), options.deadline, Clock::now()});
+  };
+  admit(first, nullptr);
+  if (active.empty()) return;
+
+  // The oldest unfinished operation: the one a timeout or failure is reported against.
+  std::string what = active.front().what;
+  Deadline deadline = active.front().deadline;
+  uint64_t seq = active.front().op.seq;
+  size_t oldest = 0;
+  auto complete_finished = [&] {
+    for (auto& a : active) {
+      if (a.completed || !a.run->done()) continue;
+      a.completed = true;
+      done_seq_ = std::max(done_seq_, a.op.seq);
+      done_what_ = a.what;
+      BRAID_LOG(trace) << a.what << " done in "
+                       << std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - a.started).count()
+                       << " us";
+      a.op.work->complete(Status::ok());
+    }
+    while (oldest < active.size() && active[oldest].completed) ++oldest;
+    if (oldest < active.size()) {
+      what = active[oldest].what;
+      deadline = active[oldest].deadline;
+      seq = active[oldest].op.seq;
+    }
+  };
+  // Only the progress thread takes more: a caller running its own blocking call returns with it.
+  auto between = [&] {
+    complete_finished();
+    if (!may_stream || !t_progress_thread || active.size() >= kMaxStream || !active.back().run->all_posted()) return;
+    std::unique_ptr<Pending> next;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!queue_.empty() && queue_.front().group.empty() && !abort_requested_.load()) {
+        next = std::make_unique<Pending>(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    if (next) {
+      Pending& op = *next;
+      admit(op, std::move(next));
+    }
+  };
+  std::optional<Failure> adopted;
+  Status s = drive(runs, after, what, deadline, &adopted, between);
   if (s.is_ok()) {
-    done_seq_ = op.seq;
-    done_what_ = what;
-    BRAID_LOG(trace) << what << " done in "
-                     << std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count() << " us";
+    complete_finished();
+    return;
   }
-  op.work->complete(std::move(s));
+  s = on_failure(std::move(s), what, seq, runs, std::move(adopted));
+  for (auto& a : active) {
+    if (!a.completed) a.op.work->complete(s);
+  }
 }
 
 Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vector<int>& after, const std::string& what,
-                               Deadline deadline, std::optional<Failure>* adopted) {
+                               const Deadline& deadline, std::optional<Failure>* adopted,
+                               const std::function<void()>& between) {
   const std::string me = " on rank " + std::to_string(cfg_.rank);
   std::vector<bool> started(runs.size(), false);
   auto all_done = [&] {
@@ -216,6 +292,8 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
   };
   // Starts what may start and lets every started run post what it can.
   auto step = [&]() -> Status {
+    if (between) between();  // may append runs
+    started.resize(runs.size(), false);
     for (size_t i = 0; i < runs.size(); ++i) {
       if (!started[i]) {
         if (after[i] >= 0 && !(started[static_cast<size_t>(after[i])] && runs[static_cast<size_t>(after[i])]->done())) {
@@ -244,7 +322,14 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
       return Status(ErrorCode::aborted, what + me + ": aborted on this rank");
     }
     if (deadline.expired()) {
-      return timeout_error(what + " (" + runs.front()->name() + me + ") did not finish within " +
+      std::string name = runs.front()->name();
+      for (size_t i = 0; i < runs.size(); ++i) {
+        if (started[i] && !runs[i]->done()) {
+          name = runs[i]->name();
+          break;
+        }
+      }
+      return timeout_error(what + " (" + name + me + ") did not finish within " +
                            std::to_string(static_cast<int>(cfg_.env.timeout_s)) + " s (BRAID_TIMEOUT_S); waiting for " +
                            waiting_for());
     }

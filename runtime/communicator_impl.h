@@ -18,6 +18,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -106,12 +107,20 @@ class CommunicatorImpl {
   void run_here(Pending& op);
   void release_busy();
   Status connect_all();
-  void run_one(Pending& op);
+  // Runs `op` (which stays the caller's). may_stream: operations queued behind it may be taken
+  // and overlapped with it (not inside a group, whose members must run as the group says).
+  void run_one(Pending& op, bool may_stream = true);
+  void run_stream(Pending& first, bool may_stream);
   void run_group(Pending& group);
   // Drives `runs` together; runs[i] starts once runs[after[i]] is done (after[i] < i), or at
-  // once when after[i] is -1 (group calls: messages to one peer keep their order).
+  // once when after[i] is -1 (group calls: messages to one peer keep their order). `between`,
+  // called before each pass, may append to runs and after, and change `what` and `deadline`
+  // (run_stream: they follow the oldest unfinished operation).
   Status drive(const std::vector<OpRun*>& runs, const std::vector<int>& after, const std::string& what,
-               Deadline deadline, std::optional<Failure>* adopted);
+               const Deadline& deadline, std::optional<Failure>* adopted, const std::function<void()>& between = {});
+  // At most this many operations in one run_stream() (the completions of all of them are
+  // matched against each run), after which the stream drains and the loop takes the next.
+  static constexpr size_t kMaxStream = 16;
   Status on_failure(Status s, const std::string& what, uint64_t seq, const std::vector<OpRun*>& runs,
                     std::optional<Failure> adopted);
   std::string timeout_report(uint64_t seq, const std::string& what);

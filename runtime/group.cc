@@ -91,7 +91,7 @@ void CommunicatorImpl::run_group(Pending& g) {
     one.match_seq = members.back().match_seq;
     BRAID_LOG(trace) << what << ": " << members.size() << " all_reduce calls coalesced into one of " << total
                      << " elements";
-    run_one(one);
+    run_one(one, /*may_stream=*/false);
     Status s = one.work->status();
     if (s.is_ok()) {
       at = 0;
@@ -107,7 +107,7 @@ void CommunicatorImpl::run_group(Pending& g) {
   if (!all_p2p) {
     Status first;
     for (auto& m : members) {
-      run_one(m);
+      run_one(m, /*may_stream=*/false);
       if (first.is_ok()) first = m.work->status();
     }
     finish(first);

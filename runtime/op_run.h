@@ -30,6 +30,7 @@ class OpRun {
   }
   [[nodiscard]] Status progress() { return prepared_.executor->progress(); }
   bool done() const { return prepared_.executor->done(); }
+  bool all_posted() const { return prepared_.executor->all_posted(); }
   size_t outstanding() const { return prepared_.executor->outstanding(); }
   std::string waiting_for() const { return prepared_.executor->waiting_for(); }
   const std::string& name() const { return prepared_.name; }

@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev  # tests and benchmarks
   iproute2 iperf3 procps psmisc             # network namespaces, link checks, process checks
   zlib1g-dev dataset-fashion-mnist          # the DDP training example and its data
+  libtorch-dev                              # the libtorch DDP adapter and its example (torch feature)
 )
 if [ "${BRAID_SETUP_ANCHORS:-0}" = 1 ]; then   # the Gloo/Open MPI side-by-side benchmarks
   packages+=(libgloo-dev openmpi-bin libopenmpi-dev hwloc-nox)

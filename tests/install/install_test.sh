@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the build into a scratch root, then checks what a user gets: every public header
 # compiles on its own with nothing but the installed include directory, and a program builds
-# with `c++ -std=c++20 prog.cc $(pkg-config --cflags --libs braid)` and runs as one rank.
+# with `c++ -std=c++20 prog.cc $(pkg-config --cflags --libs braid)` and runs as one rank (with
+# the `torch` feature, a libtorch program with braid-torch.pc too).
 set -euo pipefail
 build=$1 src=$2
 root=$(mktemp -d /tmp/braid-install-XXXXXX)
@@ -25,5 +26,22 @@ done < <(find "$inc/braid" -name '*.h')
 # shellcheck disable=SC2086
 c++ -std=c++20 "$src/outside_program.cc" $flags -o "$root/prog"
 libdir=$(pkg-config --variable=libdir braid)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-LD_LIBRARY_PATH=$libdir MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=0 WORLD_SIZE=1 timeout 60 "$root/prog"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+LD_LIBRARY_PATH=$libdir MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) RANK=0 WORLD_SIZE=1 timeout 60 "$root/prog"
+
+# The libtorch adapter: braid/ddp/torch.h (checked alone above: it names torch only in a forward
+# declaration) is installed exactly when libbraid_torch and braid-torch.pc are, with the
+# `torch` feature. Then a libtorch program must build from braid-torch.pc alone and run.
+torch_pc=$(find "$root" -name braid-torch.pc | head -1)
+if [ -f "$inc/braid/ddp/torch.h" ] && [ -z "$torch_pc" ]; then
+  echo "braid/ddp/torch.h was installed without libbraid_torch and braid-torch.pc"; exit 1
+fi
+if [ -n "$torch_pc" ]; then
+  [ -f "$inc/braid/ddp/torch.h" ] || { echo "braid-torch.pc was installed without braid/ddp/torch.h"; exit 1; }
+  # libtorch is not under the scratch root: undo the sysroot prefix should pkg-config add one.
+  torch_flags=$(pkg-config --cflags --libs braid-torch | sed "s| -isystem $root/| -isystem /|")
+  echo "pkg-config braid-torch: $torch_flags"
+  # shellcheck disable=SC2086
+  c++ -std=c++20 "$src/outside_torch_program.cc" $torch_flags -o "$root/torch_prog"
+  LD_LIBRARY_PATH=$libdir MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) RANK=0 WORLD_SIZE=1 timeout 60 "$root/torch_prog"
+fi

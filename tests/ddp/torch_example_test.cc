@@ -1,0 +1,71 @@
+// The libtorch Fashion-MNIST example end to end, on a subset for one epoch: alone, and under
+// braidrun with 2 ranks, it learns (loss below chance's ln 10) and prints the same losses, up
+// to rounding (TorchDdp takes the step one process takes on the whole batch).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "tests/support/subprocess.h"
+
+namespace braid::ddp {
+namespace {
+
+using braid::testing::Subprocess;
+constexpr auto kBound = std::chrono::seconds(150);
+constexpr int kSkipped = 77;
+
+struct Epoch {
+  double train_loss, train_acc, test_loss, test_acc;
+};
+
+// Every "epoch i/n: train loss L acc A% | test loss L acc A% | ..." line, in order.
+std::vector<Epoch> epochs(const std::string& out) {
+  std::vector<Epoch> result;
+  size_t pos = 0;
+  while ((pos = out.find("epoch ", pos)) != std::string::npos) {
+    Epoch e{};
+    int i = 0, n = 0;
+    if (std::sscanf(out.c_str() + pos, "epoch %d/%d: train loss %lf acc %lf%% | test loss %lf acc %lf%%", &i, &n,
+                    &e.train_loss, &e.train_acc, &e.test_loss, &e.test_acc) == 6) {
+      result.push_back(e);
+    }
+    pos += 6;
+  }
+  return result;
+}
+
+TEST(TorchTrainExample, OneEpochAloneAndOnTwoRanks) {
+  const std::string exe = braid::testing::binary_from_env("TRAIN_FASHION_MNIST_TORCH");
+  const std::vector<std::string> args = {"--epochs", "1", "--limit", "2048", "--batch", "32", "--lr", "0.1"};
+  std::vector<std::string> alone_argv = {exe};
+  alone_argv.insert(alone_argv.end(), args.begin(), args.end());
+  Subprocess alone(alone_argv, {{"WORLD_SIZE", "\x01"}, {"RANK", "\x01"}});
+  const int rc = alone.wait(kBound);
+  if (rc == kSkipped) GTEST_SKIP() << alone.output();
+  ASSERT_EQ(rc, 0) << alone.output();
+  const std::vector<Epoch> want = epochs(alone.output());
+  ASSERT_EQ(want.size(), 1u) << alone.output();
+  EXPECT_LT(want[0].train_loss, 2.0) << "no better than chance (ln 10 = 2.30)\n" << alone.output();
+  EXPECT_GT(want[0].test_acc, 50.0) << alone.output();
+
+  std::vector<std::string> argv = {braid::testing::binary_from_env("BRAIDRUN"), "--standalone", "--nproc-per-node", "2",
+                                   exe};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Subprocess run(argv, {{"BRAID_RENDEZVOUS_TIMEOUT_S", "60"}});
+  ASSERT_EQ(run.wait(kBound), 0) << run.output();
+  const std::vector<Epoch> got = epochs(run.output());
+  ASSERT_EQ(got.size(), 1u) << run.output();
+  EXPECT_NE(run.output().find("2 ranks x 16 = batch 32"), std::string::npos) << run.output();
+  // Summation order differs between one process and two, so allow rounding noise.
+  const std::string both = "2 ranks:\n" + run.output() + "\nalone:\n" + alone.output();
+  EXPECT_NEAR(got[0].train_loss, want[0].train_loss, 2e-3) << both;
+  EXPECT_NEAR(got[0].test_loss, want[0].test_loss, 2e-3) << both;
+  EXPECT_NEAR(got[0].train_acc, want[0].train_acc, 0.5) << both;
+  EXPECT_NEAR(got[0].test_acc, want[0].test_acc, 0.5) << both;
+}
+
+}  // namespace
+}  // namespace braid::ddp

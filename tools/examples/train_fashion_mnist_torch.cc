@@ -1,0 +1,247 @@
+// train_fashion_mnist_torch - the Fashion-MNIST example again, with the model, autograd and
+// optimizer from libtorch, and braid's TorchDdp averaging the gradients.
+//
+//   braidrun --standalone --nproc-per-node 4 train_fashion_mnist_torch --epochs 3 --batch 64 --lr 0.1
+//
+// Same flags and output format as train_fashion_mnist: a 784-128-10 MLP (torch::nn::Linear,
+// ReLU, cross-entropy), a global batch of --batch images split evenly over the ranks through
+// DistributedSampler, plain SGD. Adding DDP to the libtorch loop takes the two lines marked
+// "DDP" below: every rank starts from rank 0's weights, and after backward every gradient is
+// the average over ranks, so all ranks take the step one process would take on the whole
+// batch. Without braidrun (no WORLD_SIZE in the environment) it trains alone.
+//
+// Data: the IDX files of Debian's dataset-fashion-mnist package, in
+// /usr/share/datasets/fashion-mnist unless --data says otherwise. When they are missing it
+// says so and exits with 77 (meson's "skipped").
+#include <braid/braid.h>
+#include <braid/ddp.h>
+#include <braid/ddp/torch.h>
+#include <sys/stat.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tools/examples/idx_reader.h"
+
+namespace {
+
+using braid::examples::Images;
+
+struct Flags {
+  int epochs = 3;
+  size_t batch = 64;
+  double lr = 0.1;
+  size_t limit = 0;  // 0: every training image
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  std::string hook = "avg";
+  uint64_t seed = 1;
+};
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "train_fashion_mnist_torch: %s\n"
+               "usage: train_fashion_mnist_torch [--epochs N] [--batch GLOBAL_BATCH] [--lr LR] [--limit N_IMAGES]\n"
+               "                                 [--data DIR] [--hook avg|f16|bf16] [--seed S]\n",
+               why);
+  std::exit(2);
+}
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) usage(("missing value after " + a).c_str());
+    const char* v = argv[++i];
+    char* end = nullptr;
+    if (a == "--epochs")
+      f.epochs = static_cast<int>(std::strtol(v, &end, 10));
+    else if (a == "--batch")
+      f.batch = std::strtoull(v, &end, 10);
+    else if (a == "--lr")
+      f.lr = std::strtod(v, &end);
+    else if (a == "--limit")
+      f.limit = std::strtoull(v, &end, 10);
+    else if (a == "--seed")
+      f.seed = std::strtoull(v, &end, 10);
+    else if (a == "--data")
+      f.data = v;
+    else if (a == "--hook")
+      f.hook = v;
+    else
+      usage(("unknown flag " + a).c_str());
+    if (end && *end) usage(("bad value '" + std::string(v) + "' for " + a).c_str());
+  }
+  if (f.epochs < 0 || f.batch == 0 || !(f.lr > 0)) usage("--epochs must be >= 0, --batch and --lr > 0");
+  if (f.hook != "avg" && f.hook != "f16" && f.hook != "bf16") usage(("unknown --hook " + f.hook).c_str());
+  return f;
+}
+
+struct MlpImpl : torch::nn::Module {
+  MlpImpl(int64_t inputs, int64_t hidden, int64_t classes)
+      : fc1(register_module("fc1", torch::nn::Linear(inputs, hidden))),
+        fc2(register_module("fc2", torch::nn::Linear(hidden, classes))) {}
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::relu(fc1(x))); }
+
+  torch::nn::Linear fc1;
+  torch::nn::Linear fc2;
+};
+TORCH_MODULE(Mlp);
+
+// A world of one when the program was not started by braidrun or torchrun.
+braid::Communicator make_communicator(std::unique_ptr<braid::TcpStoreServer>& server) {
+  if (std::getenv("WORLD_SIZE")) return braid::Communicator::from_env();
+  server = braid::TcpStoreServer::start("127.0.0.1", 0);
+  std::shared_ptr<braid::Store> store = braid::TcpStore::connect("127.0.0.1", server->port());
+  return braid::Communicator::from_store(store, 0, 1);
+}
+
+std::shared_ptr<braid::ddp::CommHook> make_hook(const std::string& name) {
+  if (name == "f16") return braid::ddp::compress_hook(braid::DType::f16);
+  if (name == "bf16") return braid::ddp::compress_hook(braid::DType::bf16);
+  return braid::ddp::average_hook();
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// A [rows, 784] tensor over the pixels of `img` (no copy) and the matching int64 labels.
+torch::Tensor all_pixels(Images& img) {
+  return torch::from_blob(
+      img.pixels.data(), {static_cast<int64_t>(img.count), static_cast<int64_t>(img.rows * img.cols)}, torch::kFloat32);
+}
+torch::Tensor all_labels(const std::vector<int32_t>& labels) {
+  return torch::tensor(std::vector<int64_t>(labels.begin(), labels.end()), torch::kInt64);
+}
+
+// Loss and accuracy over this rank's contiguous share of the test set, summed over all ranks.
+void evaluate(braid::Communicator& comm, Mlp& model, const torch::Tensor& x, const torch::Tensor& y, double* loss,
+              double* acc) {
+  torch::NoGradGuard no_grad;
+  const int64_t n = x.size(0);
+  const int64_t world = comm.size();
+  const int64_t begin = n * comm.rank() / world;
+  const int64_t end = n * (comm.rank() + 1) / world;
+  double sums[3] = {0, 0, static_cast<double>(end - begin)};
+  if (end > begin) {
+    const torch::Tensor logits = model->forward(x.slice(0, begin, end));
+    const torch::Tensor labels = y.slice(0, begin, end);
+    sums[0] = torch::nn::functional::cross_entropy(
+                  logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                  .item<double>();
+    sums[1] = logits.argmax(1).eq(labels).sum().item<double>();
+  }
+  comm.all_reduce(sums, 3, braid::DType::f64, braid::Op::sum);
+  *loss = sums[0] / sums[2];
+  *acc = sums[1] / sums[2];
+}
+
+int run(const Flags& flags) {
+  const std::string dir = flags.data;
+  const std::string files[4] = {dir + "/train-images-idx3-ubyte.gz", dir + "/train-labels-idx1-ubyte.gz",
+                                dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz"};
+  for (const auto& f : files) {
+    if (!exists(f)) {
+      std::printf(
+          "train_fashion_mnist_torch: skipped: %s not found (apt-get install dataset-fashion-mnist, or --data DIR)\n",
+          f.c_str());
+      return 77;
+    }
+  }
+  std::unique_ptr<braid::TcpStoreServer> server;
+  braid::Communicator comm = make_communicator(server);
+  const auto rank = static_cast<size_t>(comm.rank());
+  const auto world = static_cast<size_t>(comm.size());
+  if (flags.batch % world != 0) {
+    if (rank == 0)
+      std::fprintf(stderr, "train_fashion_mnist_torch: --batch %zu does not split over %zu ranks\n", flags.batch,
+                   world);
+    return 2;
+  }
+  const size_t local_batch = flags.batch / world;
+
+  Images train = braid::examples::read_idx_images(files[0]);
+  const torch::Tensor train_y = all_labels(braid::examples::read_idx_labels(files[1]));
+  Images test = braid::examples::read_idx_images(files[2]);
+  const torch::Tensor test_y = all_labels(braid::examples::read_idx_labels(files[3]));
+  const torch::Tensor train_x = all_pixels(train);
+  const torch::Tensor test_x = all_pixels(test);
+  const size_t n_train = flags.limit ? std::min(flags.limit, train.count) : train.count;
+  if (rank == 0) {
+    std::printf(
+        "fashion-mnist (libtorch): %zu training images (of %zu), %zu test, %zux%zu; %zu ranks x %zu = batch %zu, "
+        "lr %g, hook %s\n",
+        n_train, train.count, test.count, train.rows, train.cols, world, local_batch, flags.batch, flags.lr,
+        flags.hook.c_str());
+    std::fflush(stdout);
+  }
+
+  torch::manual_seed(flags.seed);
+  Mlp model(static_cast<int64_t>(train.rows * train.cols), 128, 10);
+  torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(flags.lr));
+  // DDP, line 1: rank 0's weights everywhere; autograd reports each gradient to braid.
+  braid::ddp::TorchDdp ddp(comm, *model, braid::ddp::ReducerOptions{.hook = make_hook(flags.hook)});
+
+  braid::ddp::DistributedSampler sampler(
+      n_train, braid::ddp::SamplerOptions{.num_replicas = world, .rank = rank, .shuffle = true, .seed = flags.seed});
+  for (int epoch = 0; epoch < flags.epochs; ++epoch) {
+    const auto start = std::chrono::steady_clock::now();
+    sampler.set_epoch(static_cast<uint64_t>(epoch));
+    const std::vector<size_t> mine = sampler.indices();
+    const size_t steps = mine.size() / local_batch;
+    const torch::Tensor order = torch::tensor(
+        std::vector<int64_t>(mine.begin(), mine.begin() + static_cast<std::ptrdiff_t>(steps * local_batch)),
+        torch::kInt64);
+    double sums[3] = {0, 0, 0};  // loss, correct, images
+    for (size_t s = 0; s < steps; ++s) {
+      const torch::Tensor idx =
+          order.slice(0, static_cast<int64_t>(s * local_batch), static_cast<int64_t>((s + 1) * local_batch));
+      const torch::Tensor x = train_x.index_select(0, idx);
+      const torch::Tensor y = train_y.index_select(0, idx);
+      optimizer.zero_grad();
+      const torch::Tensor logits = model->forward(x);
+      const torch::Tensor loss = torch::nn::functional::cross_entropy(logits, y);
+      loss.backward();
+      ddp.synchronize();  // DDP, line 2: every parameter's grad() is now the average over ranks
+      optimizer.step();
+      sums[0] += loss.item<double>() * static_cast<double>(local_batch);
+      sums[1] += logits.argmax(1).eq(y).sum().item<double>();
+      sums[2] += static_cast<double>(local_batch);
+    }
+    comm.all_reduce(sums, 3, braid::DType::f64, braid::Op::sum);
+    double test_loss = 0, test_acc = 0;
+    evaluate(comm, model, test_x, test_y, &test_loss, &test_acc);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (rank == 0) {
+      std::printf("epoch %d/%d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %zu steps, %.1f s\n",
+                  epoch + 1, flags.epochs, sums[2] ? sums[0] / sums[2] : 0.0, sums[2] ? 100 * sums[1] / sums[2] : 0.0,
+                  test_loss, 100 * test_acc, steps, secs);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags flags = parse_flags(argc, argv);
+  try {
+    return run(flags);
+  } catch (const braid::Error& e) {
+    std::fprintf(stderr, "train_fashion_mnist_torch: %s (%s)\n", e.what(), braid::to_string(e.code()));
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_fashion_mnist_torch: %s\n", e.what());
+    return 1;
+  }
+}
