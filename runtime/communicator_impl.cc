@@ -5,6 +5,7 @@
 #include "collectives/runner.h"
 #include "collectives/validate.h"
 #include "common/log.h"
+#include "common/spin.h"
 #include "runtime/op_run.h"
 #include "transport/registry.h"
 
@@ -113,7 +114,10 @@ void CommunicatorImpl::progress_main() {
     // A wake-up through the condition variable costs ~40 us here; back-to-back operations
     // (the common case in a training step or a benchmark) arrive within a short spin instead.
     auto spin_end = Clock::now() + std::chrono::microseconds(cfg_.env.spin_us);
-    while (enqueued_.load(std::memory_order_acquire) == taken && Clock::now() < spin_end) std::this_thread::yield();
+    {
+      SpinScope spin;
+      while (enqueued_.load(std::memory_order_acquire) == taken && Clock::now() < spin_end) spin.pause();
+    }
     std::optional<Pending> op;
     bool stop = false;
     {

@@ -3,6 +3,7 @@
 
 #include "braid/work.h"
 #include "common/env.h"
+#include "common/spin.h"
 #include "runtime/communicator_impl.h"
 #include "runtime/work_state.h"
 
@@ -25,9 +26,12 @@ Status WorkState::status() const {
 
 bool WorkState::wait_until(Deadline deadline, int spin_us) const {
   auto spin_end = Clock::now() + std::chrono::microseconds(spin_us);
-  while (Clock::now() < spin_end) {
-    if (done()) return true;
-    std::this_thread::yield();  // with more spinners than CPUs, let the progress thread run
+  {
+    SpinScope spin;
+    while (Clock::now() < spin_end) {
+      if (done()) return true;
+      spin.pause();  // yields to the progress thread only when it spins on this CPU too
+    }
   }
   // std::atomic::wait has no timeout: sleep in short slices so the deadline is honoured.
   while (!done()) {

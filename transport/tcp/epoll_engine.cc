@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <optional>
 
+#include "common/spin.h"
 #include "transport/tcp/tcp_connection.h"
 #include "transport/tcp/tcp_stream.h"
 
@@ -168,6 +170,7 @@ Status EpollEngine::run(std::chrono::microseconds timeout, const std::function<b
   auto start = Clock::now();
   auto end = start + timeout;
   auto spin_end = start + std::min<std::chrono::microseconds>(timeout, std::chrono::microseconds(spin_us_));
+  std::optional<SpinScope> spin(std::in_place);  // counted as a spinner until it sleeps
   for (;;) {
     drive_dirty();
     if (ready() || woken_) return Status::ok();
@@ -175,7 +178,11 @@ Status EpollEngine::run(std::chrono::microseconds timeout, const std::function<b
     bool last = now >= end;  // even a 0 timeout looks at the sockets once
     auto left = last || now < spin_end ? std::chrono::microseconds(0)
                                        : std::chrono::duration_cast<std::chrono::microseconds>(end - now);
-    if (!last && now < spin_end) sched_yield();  // see UringEngine::run
+    if (!last && now < spin_end) {
+      spin->pause();  // yields only to other spinners (common/spin.h)
+    } else {
+      spin.reset();
+    }
     RETURN_IF_ERROR(wait(left));
     if (last) {
       drive_dirty();

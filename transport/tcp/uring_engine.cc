@@ -10,8 +10,10 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 #include "common/log.h"
+#include "common/spin.h"
 #include "transport/tcp/tcp_connection.h"
 #include "transport/tcp/tcp_stream.h"
 
@@ -295,6 +297,7 @@ Status UringEngine::run(std::chrono::microseconds timeout, const std::function<b
   auto start = Clock::now();
   auto end = start + timeout;
   auto spin_end = start + std::min<std::chrono::microseconds>(timeout, std::chrono::microseconds(spin_us_));
+  std::optional<SpinScope> spin(std::in_place);  // counted as a spinner until it sleeps
   for (;;) {
     int rc = io_uring_submit_and_get_events(ring_.get());
     if (rc < 0 && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN) return system_error("io_uring_enter", -rc);
@@ -303,11 +306,10 @@ Status UringEngine::run(std::chrono::microseconds timeout, const std::function<b
     auto now = Clock::now();
     if (now >= end) return Status::ok();
     if (now < spin_end) {
-      // Spinning pays only while the peer can run meanwhile; on a machine with fewer cores than
-      // busy threads, yielding lets it (the peer may be the one this core is keeping out).
-      sched_yield();
+      spin->pause();  // yields only to other spinners (common/spin.h)
       continue;
     }
+    spin.reset();
     RETURN_IF_ERROR(submit_and_wait(end - now));
     reap();
     if (ready() || woken_) return Status::ok();

@@ -1,0 +1,33 @@
+// common/spin.h - bounded spinning that knows when to give the CPU away.
+//
+// A waiter spins briefly before it sleeps because a wake-up costs ~40 us on these VMs. While it
+// spins it either busy-waits (pause) or calls sched_yield(). Yielding is right only when other
+// spinners need this CPU: then the thread it waits for may be one of them. Yielding to a thread
+// that computes is wrong: the scheduler hands that thread a whole slice (~2 ms here) and the
+// waiter's message sits unread meanwhile (bench/spin_cost.sh measured 1.9 ms per round trip for
+// a waiter sharing its CPU with a compute thread, against 28 us without spinning). So a spinner
+// yields only while this process has more spinning threads than CPUs it may run on.
+#pragma once
+
+namespace braid {
+
+// Counts the calling thread as spinning for the scope's lifetime.
+class SpinScope {
+ public:
+  SpinScope();
+  ~SpinScope();
+  SpinScope(const SpinScope&) = delete;
+  SpinScope& operator=(const SpinScope&) = delete;
+
+  // One pass of a spin loop: a pause instruction, or sched_yield() when this process's spinners
+  // outnumber the CPUs the calling thread may run on (sched_getaffinity, read once per thread).
+  void pause() const;
+};
+
+// For tests: threads of this process inside a SpinScope now, the CPUs the caller may use, and
+// how many times pause() has yielded in this process.
+int spinning_threads();
+int usable_cpus();
+long spin_yields();
+
+}  // namespace braid

@@ -1,0 +1,62 @@
+#include "common/spin.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <thread>
+
+namespace braid {
+namespace {
+
+// Runs `body` on a new thread allowed on CPU 0 only, so usable_cpus() is 1 there.
+template <typename F>
+void on_one_cpu(F body) {
+  std::thread t([&] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(0, &set);
+    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof set, &set), 0);
+    body();
+  });
+  t.join();
+}
+
+TEST(Spin, ScopesAreCounted) {
+  const int before = spinning_threads();
+  {
+    SpinScope a;
+    EXPECT_EQ(spinning_threads(), before + 1);
+    {
+      SpinScope b;
+      EXPECT_EQ(spinning_threads(), before + 2);
+    }
+    EXPECT_EQ(spinning_threads(), before + 1);
+  }
+  EXPECT_EQ(spinning_threads(), before);
+}
+
+TEST(Spin, UsableCpusFollowsTheThreadsAffinity) {
+  on_one_cpu([] { EXPECT_EQ(usable_cpus(), 1); });
+  EXPECT_GE(usable_cpus(), 1);
+}
+
+// A lone spinner must not give its CPU to a thread that computes (that costs a whole scheduler
+// slice): it pauses instead. Two spinners on one CPU must yield to each other.
+TEST(Spin, YieldsOnlyWhenSpinnersOutnumberCpus) {
+  on_one_cpu([] {
+    ASSERT_EQ(spinning_threads(), 0);
+    SpinScope alone;
+    const long before = spin_yields();
+    for (int i = 0; i < 1000; ++i) alone.pause();
+    EXPECT_EQ(spin_yields(), before);
+    SpinScope second;  // another spinner, counted as if it were a second thread on this CPU
+    for (int i = 0; i < 1000; ++i) alone.pause();
+    EXPECT_EQ(spin_yields(), before + 1000);
+  });
+}
+
+}  // namespace
+}  // namespace braid
