@@ -1,6 +1,7 @@
 #include "common/spin.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <thread>
@@ -10,6 +11,15 @@ namespace {
 
 std::atomic<int> g_spinners{0};
 std::atomic<long> g_yields{0};
+std::atomic<bool> g_node_oversubscribed{false};
+
+int online_cpus() {
+  static const int n = [] {
+    long v = sysconf(_SC_NPROCESSORS_ONLN);
+    return v > 0 ? static_cast<int>(v) : 1;
+  }();
+  return n;
+}
 
 }  // namespace
 
@@ -26,11 +36,15 @@ int usable_cpus() {
   return cpus > 0 ? cpus : 1;
 }
 
+void set_ranks_on_node(int ranks) {
+  if (ranks > online_cpus()) g_node_oversubscribed.store(true, std::memory_order_relaxed);
+}
+
 SpinScope::SpinScope() { g_spinners.fetch_add(1, std::memory_order_relaxed); }
 SpinScope::~SpinScope() { g_spinners.fetch_sub(1, std::memory_order_relaxed); }
 
 void SpinScope::pause() const {
-  if (spinning_threads() > usable_cpus()) {
+  if (spinning_threads() > usable_cpus() || g_node_oversubscribed.load(std::memory_order_relaxed)) {
     g_yields.fetch_add(1, std::memory_order_relaxed);
     sched_yield();
     return;

@@ -6,7 +6,9 @@
 // that computes is wrong: the scheduler hands that thread a whole slice (~2 ms here) and the
 // waiter's message sits unread meanwhile (bench/spin_cost.sh measured 1.9 ms per round trip for
 // a waiter sharing its CPU with a compute thread, against 28 us without spinning). So a spinner
-// yields only while this process has more spinning threads than CPUs it may run on.
+// yields only while this process has more spinning threads than CPUs it may run on, or when
+// this node runs more ranks than it has CPUs (their spinners then share CPUs too; spinners of
+// other processes are not visible here, so the rank count stands in for them).
 #pragma once
 
 namespace braid {
@@ -23,6 +25,10 @@ class SpinScope {
   // outnumber the CPUs the calling thread may run on (sched_getaffinity, read once per thread).
   void pause() const;
 };
+
+// Ranks on this node (LOCAL_WORLD_SIZE), told by the runtime: above the number of online CPUs
+// every spinner yields. The largest value told is kept.
+void set_ranks_on_node(int ranks);
 
 // For tests: threads of this process inside a SpinScope now, the CPUs the caller may use, and
 // how many times pause() has yielded in this process.

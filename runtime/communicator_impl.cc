@@ -31,6 +31,7 @@ CommunicatorImpl::CommunicatorImpl(CommunicatorConfig config)
       p2p_recv_seq_(static_cast<size_t>(cfg_.size), 0) {}
 
 Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::create(CommunicatorConfig config) {
+  set_ranks_on_node(config.local_size);
   std::unique_ptr<CommunicatorImpl> impl(new CommunicatorImpl(std::move(config)));
   ASSIGN_OR_RETURN(impl->forced_algo_, collectives::parse_algo(impl->cfg_.env.algo));
   impl->thread_ = std::thread([p = impl.get()] { p->progress_main(); });

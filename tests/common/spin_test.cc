@@ -58,5 +58,20 @@ TEST(Spin, YieldsOnlyWhenSpinnersOutnumberCpus) {
   });
 }
 
+// More ranks on the node than CPUs: their spinners share CPUs, so even a lone one yields.
+// (Last: the setting stays for the rest of the process.)
+TEST(Spin, YieldsWhenTheNodeHasMoreRanksThanCpus) {
+  on_one_cpu([] {
+    SpinScope alone;
+    set_ranks_on_node(1);
+    const long before = spin_yields();
+    alone.pause();
+    EXPECT_EQ(spin_yields(), before);
+    set_ranks_on_node(static_cast<int>(std::thread::hardware_concurrency()) + 1);
+    alone.pause();
+    EXPECT_EQ(spin_yields(), before + 1);
+  });
+}
+
 }  // namespace
 }  // namespace braid
