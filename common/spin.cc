@@ -12,6 +12,8 @@ namespace {
 std::atomic<int> g_spinners{0};
 std::atomic<long> g_yields{0};
 std::atomic<bool> g_node_oversubscribed{false};
+std::atomic<int> g_waiters{0};
+thread_local bool t_background = false;
 
 int online_cpus() {
   static const int n = [] {
@@ -35,6 +37,11 @@ int usable_cpus() {
   }();
   return cpus > 0 ? cpus : 1;
 }
+
+void spin_only_for_waiters() { t_background = true; }
+bool spin_allowed() { return !t_background || g_waiters.load(std::memory_order_relaxed) > 0; }
+WaitScope::WaitScope() { g_waiters.fetch_add(1, std::memory_order_relaxed); }
+WaitScope::~WaitScope() { g_waiters.fetch_sub(1, std::memory_order_relaxed); }
 
 void set_ranks_on_node(int ranks) {
   if (ranks > online_cpus()) g_node_oversubscribed.store(true, std::memory_order_relaxed);

@@ -26,6 +26,21 @@ class SpinScope {
   void pause() const;
 };
 
+// Whether a wait on the calling thread may spin at all. A background thread (the runtime's
+// progress thread) marks itself with spin_only_for_waiters(): it then spins only while some
+// thread of this process waits for a result (inside a WaitScope). Otherwise the program is
+// computing, and every microsecond spun is taken from it; sleeping in the kernel costs a
+// context switch instead.
+void spin_only_for_waiters();
+bool spin_allowed();
+class WaitScope {
+ public:
+  WaitScope();
+  ~WaitScope();
+  WaitScope(const WaitScope&) = delete;
+  WaitScope& operator=(const WaitScope&) = delete;
+};
+
 // Ranks on this node (LOCAL_WORLD_SIZE), told by the runtime: above the number of online CPUs
 // every spinner yields. The largest value told is kept.
 void set_ranks_on_node(int ranks);

@@ -95,6 +95,7 @@ Status CommunicatorImpl::connect_all() {
 
 void CommunicatorImpl::progress_main() {
   t_progress_thread = true;
+  spin_only_for_waiters();
   Status s = connect_all();
   if (s.is_ok()) {
     BRAID_LOG(info) << "communicator ready: rank " << cfg_.rank << " of " << cfg_.size << " (comm " << std::hex

@@ -25,6 +25,7 @@ Status WorkState::status() const {
 }
 
 bool WorkState::wait_until(Deadline deadline, int spin_us) const {
+  WaitScope waiting;  // lets the progress thread spin for us (common/spin.h)
   auto spin_end = Clock::now() + std::chrono::microseconds(spin_us);
   {
     SpinScope spin;

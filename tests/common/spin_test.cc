@@ -58,6 +58,21 @@ TEST(Spin, YieldsOnlyWhenSpinnersOutnumberCpus) {
   });
 }
 
+// A background thread spins only while someone waits for a result; other threads always may.
+TEST(Spin, BackgroundThreadsSpinOnlyForWaiters) {
+  EXPECT_TRUE(spin_allowed());
+  std::thread([] {
+    spin_only_for_waiters();
+    EXPECT_FALSE(spin_allowed());
+    {
+      WaitScope someone_waits;
+      EXPECT_TRUE(spin_allowed());
+    }
+    EXPECT_FALSE(spin_allowed());
+  }).join();
+  EXPECT_TRUE(spin_allowed());
+}
+
 // More ranks on the node than CPUs: their spinners share CPUs, so even a lone one yields.
 // (Last: the setting stays for the rest of the process.)
 TEST(Spin, YieldsWhenTheNodeHasMoreRanksThanCpus) {

@@ -169,8 +169,9 @@ Status EpollEngine::run(std::chrono::microseconds timeout, const std::function<b
   timeout = std::min<std::chrono::microseconds>(timeout, std::chrono::hours(24));
   auto start = Clock::now();
   auto end = start + timeout;
-  auto spin_end = start + std::min<std::chrono::microseconds>(timeout, std::chrono::microseconds(spin_us_));
-  std::optional<SpinScope> spin(std::in_place);  // counted as a spinner until it sleeps
+  const auto spin = std::chrono::microseconds(spin_allowed() ? spin_us_ : 0);  // common/spin.h
+  auto spin_end = start + std::min<std::chrono::microseconds>(timeout, spin);
+  std::optional<SpinScope> spinning(std::in_place);  // counted as a spinner until it sleeps
   for (;;) {
     drive_dirty();
     if (ready() || woken_) return Status::ok();
@@ -179,9 +180,9 @@ Status EpollEngine::run(std::chrono::microseconds timeout, const std::function<b
     auto left = last || now < spin_end ? std::chrono::microseconds(0)
                                        : std::chrono::duration_cast<std::chrono::microseconds>(end - now);
     if (!last && now < spin_end) {
-      spin->pause();  // yields only to other spinners (common/spin.h)
+      spinning->pause();  // yields only to other spinners (common/spin.h)
     } else {
-      spin.reset();
+      spinning.reset();
     }
     RETURN_IF_ERROR(wait(left));
     if (last) {

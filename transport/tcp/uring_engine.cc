@@ -296,8 +296,9 @@ Status UringEngine::run(std::chrono::microseconds timeout, const std::function<b
   timeout = std::min<std::chrono::microseconds>(timeout, std::chrono::hours(24));
   auto start = Clock::now();
   auto end = start + timeout;
-  auto spin_end = start + std::min<std::chrono::microseconds>(timeout, std::chrono::microseconds(spin_us_));
-  std::optional<SpinScope> spin(std::in_place);  // counted as a spinner until it sleeps
+  const auto spin = std::chrono::microseconds(spin_allowed() ? spin_us_ : 0);  // common/spin.h
+  auto spin_end = start + std::min<std::chrono::microseconds>(timeout, spin);
+  std::optional<SpinScope> spinning(std::in_place);  // counted as a spinner until it sleeps
   for (;;) {
     int rc = io_uring_submit_and_get_events(ring_.get());
     if (rc < 0 && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN) return system_error("io_uring_enter", -rc);
@@ -306,10 +307,10 @@ Status UringEngine::run(std::chrono::microseconds timeout, const std::function<b
     auto now = Clock::now();
     if (now >= end) return Status::ok();
     if (now < spin_end) {
-      spin->pause();  // yields only to other spinners (common/spin.h)
+      spinning->pause();  // yields only to other spinners (common/spin.h)
       continue;
     }
-    spin.reset();
+    spinning.reset();
     RETURN_IF_ERROR(submit_and_wait(end - now));
     reap();
     if (ready() || woken_) return Status::ok();
