@@ -56,13 +56,13 @@ Executor::Executor(const Schedule& schedule, const void* send, void* recv,
       peers_(peers),
       options_(std::move(options)) {
   window_ = std::max<size_t>(2, options_.window != 0 ? options_.window : schedule.window);
-  if (schedule.scratch_bytes != 0) scratch_.reset(new std::byte[schedule.scratch_bytes]);
+  if (schedule.scratch_bytes != 0) scratch_ = take_bytes(schedule.scratch_bytes);
   for (const Step& st : steps_) {
     if (st.reduces()) slot_bytes_ = std::max(slot_bytes_, st.dst.bytes);
   }
   // One landing slot per window position: step i uses slot i % window, and no two steps
   // within one window share a residue.
-  if (slot_bytes_ != 0) slots_.reset(new std::byte[slot_bytes_ * window_]);
+  if (slot_bytes_ != 0) slots_ = take_bytes(slot_bytes_ * window_);
 }
 
 std::byte* Executor::at(const Range& r) const {
@@ -294,7 +294,7 @@ Status Executor::post_first_recv(size_t i, int peer, std::byte* land, size_t byt
   PeerHeader& h = headers_[static_cast<size_t>(peer)];
   transport::Connection* conn = peers_[static_cast<size_t>(peer)];
   const size_t capacity = header_bytes_ + kInlineHeaderMax;
-  h.in.reset(new std::byte[capacity]);  // not zeroed: only received bytes are read
+  h.in = take_bytes(capacity);  // not zeroed: only received bytes are read
   if (bytes <= kInlineHeaderMax) {
     h.land = land;
     RETURN_IF_ERROR(conn->post_recv(h.in.get(), capacity, make_cookie(options_.op_id, i, false)));
@@ -342,7 +342,7 @@ Status Executor::post_reverse_headers() {
       h.out.assign(header, header + header_bytes_);
       s = peers_[p]->post_send(h.out.data(), header_bytes_, make_cookie(options_.op_id, cookie_index, true));
     } else {
-      h.in.reset(new std::byte[header_bytes_ + kInlineHeaderMax]);
+      h.in = take_bytes(header_bytes_ + kInlineHeaderMax);
       s = peers_[p]->post_recv(h.in.get(), header_bytes_ + kInlineHeaderMax,
                                make_cookie(options_.op_id, cookie_index, false));
     }

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "braid/types.h"
+#include "collectives/buffer_pool.h"
 #include "collectives/schedule.h"
 #include "common/status.h"
 #include "transport/transport.h"
@@ -114,8 +115,8 @@ class Executor {
   std::vector<Phase> phase_;
   const std::byte* send_;
   std::byte* recv_;
-  std::unique_ptr<std::byte[]> scratch_;
-  std::unique_ptr<std::byte[]> slots_;
+  PooledBytes scratch_;
+  PooledBytes slots_;
   size_t slot_bytes_ = 0;
   std::vector<transport::Connection*> peers_;
   ExecutorOptions options_;
@@ -131,7 +132,7 @@ class Executor {
     std::vector<std::byte> out;  // header + data (inline) or the header alone
     // A first receive takes up to header + kInlineHeaderMax bytes whatever it expects, so the
     // header of any first (or stale) message a disagreeing peer sends can still be read.
-    std::unique_ptr<std::byte[]> in;
+    PooledBytes in;
     std::byte* land = nullptr;   // where an inline first receive's data goes once checked
     bool header_recv_done = false;
   };

@@ -8,7 +8,9 @@
 // a waiter sharing its CPU with a compute thread, against 28 us without spinning). So a spinner
 // yields only while this process has more spinning threads than CPUs it may run on, or when
 // this node runs more ranks than it has CPUs (their spinners then share CPUs too; spinners of
-// other processes are not visible here, so the rank count stands in for them).
+// other processes are not visible here, so the rank count stands in for them). That is for
+// waits on another host or process (a transport poll). A thread that waits for another thread
+// of its own process must yield instead: that thread may be runnable on this very CPU.
 #pragma once
 
 namespace braid {

@@ -118,7 +118,8 @@ void CommunicatorImpl::progress_main() {
     auto spin_end = Clock::now() + std::chrono::microseconds(cfg_.env.spin_us);
     {
       SpinScope spin;
-      while (enqueued_.load(std::memory_order_acquire) == taken && Clock::now() < spin_end) spin.pause();
+      // Yield, never pause: the next operation comes from a caller that may share this CPU.
+      while (enqueued_.load(std::memory_order_acquire) == taken && Clock::now() < spin_end) std::this_thread::yield();
     }
     std::optional<Pending> op;
     bool stop = false;

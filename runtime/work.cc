@@ -31,7 +31,9 @@ bool WorkState::wait_until(Deadline deadline, int spin_us) const {
     SpinScope spin;
     while (Clock::now() < spin_end) {
       if (done()) return true;
-      spin.pause();  // yields to the progress thread only when it spins on this CPU too
+      // Yield, never pause: the thread this one waits for (the progress thread) may have just
+      // been woken on this very CPU, and a pausing spin would keep it off until the spin ends.
+      std::this_thread::yield();
     }
   }
   // std::atomic::wait has no timeout: sleep in short slices so the deadline is honoured.
