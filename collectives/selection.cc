@@ -107,4 +107,37 @@ Algo select_algorithm(const CollectiveArgs& args, int rank, int size, Algo force
   return best;
 }
 
+namespace {
+
+std::string size_text(size_t bytes) {
+  if (bytes >= (size_t{1} << 30) && bytes % (size_t{1} << 30) == 0) return std::to_string(bytes >> 30) + "G";
+  if (bytes >= (size_t{1} << 20) && bytes % (size_t{1} << 20) == 0) return std::to_string(bytes >> 20) + "M";
+  if (bytes >= 1024 && bytes % 1024 == 0) return std::to_string(bytes >> 10) + "K";
+  return std::to_string(bytes);
+}
+
+}  // namespace
+
+std::string describe_selection(int size) {
+  std::string out;
+  for (Kind kind : {Kind::all_reduce, Kind::broadcast, Kind::reduce, Kind::all_gather, Kind::reduce_scatter,
+                    Kind::gather, Kind::scatter, Kind::all_to_all}) {
+    CollectiveArgs args;
+    args.kind = kind;
+    args.dtype = DType::f32;
+    std::string line = std::string(to_string(kind)) + " ";
+    Algo last = Algo::automatic;
+    for (size_t bytes = 4; bytes <= (size_t{1} << 30); bytes <<= 1) {
+      args.count = bytes / 4;
+      const Algo a = select_algorithm(args, 0, size, Algo::automatic);
+      if (a == last) continue;
+      line += last == Algo::automatic ? std::string(to_string(a))
+                                      : ", " + std::string(to_string(a)) + " from " + size_text(bytes);
+      last = a;
+    }
+    out += (out.empty() ? "" : "; ") + line;
+  }
+  return out;
+}
+
 }  // namespace braid::collectives

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "collectives/collective.h"
 
@@ -25,5 +26,9 @@ struct CostModel {
 // Estimated seconds for `algo` to run `kind` on `bytes` (the whole buffer for all_reduce,
 // broadcast and reduce; the whole gathered buffer for the block collectives) over `size` ranks.
 double estimate_seconds(Kind kind, Algo algo, size_t bytes, int size, const CostModel& model = {});
+
+// The automatic choices for `size` ranks, by collective and f32 message size, in one line:
+// "all_reduce rd, ring from 128K; broadcast tree, chain from 2M; ..." (BRAID_DEBUG=INFO).
+std::string describe_selection(int size);
 
 }  // namespace braid::collectives

@@ -3,6 +3,7 @@
 #include "collectives/algorithms.h"
 
 #include "collectives/runner.h"
+#include "collectives/selection.h"
 #include "collectives/validate.h"
 #include "common/log.h"
 #include "common/spin.h"
@@ -99,9 +100,10 @@ void CommunicatorImpl::progress_main() {
   Status s = connect_all();
   if (s.is_ok()) {
     BRAID_LOG(info) << "communicator ready: rank " << cfg_.rank << " of " << cfg_.size << " (comm " << std::hex
-                    << cfg_.comm_id << std::dec << "), transport " << transport_->name() << ", algorithm "
-                    << cfg_.env.algo << (cfg_.env.algo == "auto" ? " (chosen per operation by size)" : " (forced)")
-                    << ", timeout " << cfg_.env.timeout_s << " s, operation headers on";
+                    << cfg_.comm_id << std::dec << "), transport " << transport_->describe() << ", timeout "
+                    << cfg_.env.timeout_s << " s, operation headers on, algorithms "
+                    << (cfg_.env.algo == "auto" ? "by size: " + collectives::describe_selection(cfg_.size)
+                                                : cfg_.env.algo + " (BRAID_ALGO) where the collective has it");
   }
   {
     std::lock_guard<std::mutex> lock(setup_mu_);

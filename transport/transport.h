@@ -91,6 +91,9 @@ class Transport {
   Transport& operator=(const Transport&) = delete;
 
   virtual const char* name() const = 0;  // "tcp (io_uring)", "tcp (epoll)", "inproc"
+  // One line for BRAID_DEBUG=INFO once connections are up: the engine, where it listens, how
+  // many sockets each peer gets.
+  virtual std::string describe() const { return name(); }
   virtual Capabilities capabilities() const = 0;
 
   // Starts listening; returns the opaque address to publish through the Store.

@@ -1,6 +1,7 @@
 #include "transport/tcp/tcp_transport.h"
 
 #include <fstream>
+#include <sstream>
 
 #include "braid_config.h"
 #include "common/log.h"
@@ -58,6 +59,17 @@ Result<std::string> TcpTransport::listen() {
   BRAID_LOG(info) << name() << " listening on " << address_
                   << (interface_name_.empty() ? "" : " (interface " + interface_name_ + ")");
   return address_;
+}
+
+std::string TcpTransport::describe() const {
+  std::ostringstream s;
+  s << name() << " on " << (interface_name_.empty() ? "" : interface_name_ + " ") << address_;
+  if (most_sockets_ > 0) {
+    s << ", " << fewest_sockets_;
+    if (most_sockets_ != fewest_sockets_) s << "-" << most_sockets_;
+    s << (most_sockets_ > 1 ? " sockets" : " socket") << " per peer" << (env_.nsocks > 0 ? " (BRAID_NSOCKS)" : "");
+  }
+  return s.str();
 }
 
 // BRAID_NSOCKS, or a cost model: one TCP flow keeps up with about 10 Gb/s on one core, so a
@@ -152,6 +164,9 @@ Result<std::unique_ptr<Connection>> TcpTransport::make_connection(const PeerIden
   setup.peer_rank = who.peer_rank;
   setup.peer_address = std::move(address);
   setup.peer_timeout_s = env_.peer_timeout_s;
+  const int n = static_cast<int>(sockets.size());
+  fewest_sockets_ = fewest_sockets_ == 0 ? n : std::min(fewest_sockets_, n);
+  most_sockets_ = std::max(most_sockets_, n);
   setup.sockets = std::move(sockets);
   auto conn = std::make_unique<TcpConnection>(std::move(setup));
   RETURN_IF_ERROR(conn->start());

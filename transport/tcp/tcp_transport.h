@@ -29,6 +29,7 @@ class TcpTransport final : public Transport {
   static Result<std::unique_ptr<Transport>> create(const TransportOptions& options, EngineKind kind);
 
   const char* name() const override { return engine_->name(); }
+  std::string describe() const override;
   Capabilities capabilities() const override;
   Result<std::string> listen() override;
   Result<std::unique_ptr<Connection>> connect(const std::string& address, const PeerIdentity& who,
@@ -56,6 +57,7 @@ class TcpTransport final : public Transport {
   std::string master_addr_;
   std::string listen_host_;
   std::string interface_name_;
+  int fewest_sockets_ = 0, most_sockets_ = 0;  // per peer, over the connections made
   std::unique_ptr<Engine> engine_;
   UniqueFd listen_fd_;
   std::string address_;

@@ -96,6 +96,34 @@ TEST_P(CallerProgress, BlockingCallsRunOnTheCallersThread) {
 
 INSTANTIATE_TEST_SUITE_P(Engines, CallerProgress, ::testing::Values("tcp", "tcp-poll"));
 
+// BRAID_DEBUG=INFO: one line per rank once connected: rank, transport and engine, interface
+// and address, sockets per peer, the algorithm table (or the forced algorithm).
+TEST(Comm, InfoPrintsOneInitLinePerRank) {
+  for (const char* algo : {"auto", "ring"}) {
+    int port = testing::free_port();
+    std::vector<std::unique_ptr<Subprocess>> ranks(2);
+    for (int r = 0; r < 2; ++r) {
+      auto env = rank_env(port, r, 2);
+      env["BRAID_DEBUG"] = "INFO";
+      env["BRAID_TRANSPORT"] = "tcp-poll";
+      env["BRAID_ALGO"] = algo;
+      ranks[r] = std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "join"}, env);
+    }
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(ranks[r]->wait(kBound), 0) << ranks[r]->output();
+      const std::string& out = ranks[r]->output();
+      EXPECT_EQ(count_of(out, "communicator ready: rank " + std::to_string(r) + " of 2"), 1) << out;
+      EXPECT_NE(out.find("transport tcp (epoll) on "), std::string::npos) << out;
+      EXPECT_NE(out.find("1 socket per peer"), std::string::npos) << out;
+      if (std::string(algo) == "auto") {
+        EXPECT_NE(out.find("algorithms by size: all_reduce "), std::string::npos) << out;
+      } else {
+        EXPECT_NE(out.find("algorithms ring (BRAID_ALGO)"), std::string::npos) << out;
+      }
+    }
+  }
+}
+
 TEST(Comm, RankZeroMayLeaveFirst) {
   auto ranks = start_ranks(3, "leave_early");
   for (auto& p : ranks) EXPECT_EQ(p->wait(kBound), 0) << p->output();
