@@ -13,7 +13,6 @@
 // When they are missing it says so and exits with 77 (meson's "skipped").
 #include <braid/braid.h>
 #include <braid/ddp.h>
-#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdio>
@@ -25,80 +24,14 @@
 #include <vector>
 
 #include "tools/examples/idx_reader.h"
+#include "tools/examples/train_setup.h"
 #include "tools/examples/mlp.h"
 
 namespace {
 
 using braid::examples::Images;
 using braid::examples::Mlp;
-
-struct Flags {
-  int epochs = 3;
-  size_t batch = 64;
-  float lr = 0.1f;
-  size_t limit = 0;  // 0: every training image
-  std::string data = "/usr/share/datasets/fashion-mnist";
-  std::string hook = "avg";
-  uint64_t seed = 1;
-};
-
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "train_fashion_mnist: %s\n"
-               "usage: train_fashion_mnist [--epochs N] [--batch GLOBAL_BATCH] [--lr LR] [--limit N_IMAGES]\n"
-               "                           [--data DIR] [--hook avg|f16|bf16] [--seed S]\n",
-               why);
-  std::exit(2);
-}
-
-Flags parse_flags(int argc, char** argv) {
-  Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (i + 1 >= argc) usage(("missing value after " + a).c_str());
-    const char* v = argv[++i];
-    char* end = nullptr;
-    if (a == "--epochs")
-      f.epochs = static_cast<int>(std::strtol(v, &end, 10));
-    else if (a == "--batch")
-      f.batch = std::strtoull(v, &end, 10);
-    else if (a == "--lr")
-      f.lr = std::strtof(v, &end);
-    else if (a == "--limit")
-      f.limit = std::strtoull(v, &end, 10);
-    else if (a == "--seed")
-      f.seed = std::strtoull(v, &end, 10);
-    else if (a == "--data")
-      f.data = v;
-    else if (a == "--hook")
-      f.hook = v;
-    else
-      usage(("unknown flag " + a).c_str());
-    if (end && *end) usage(("bad value '" + std::string(v) + "' for " + a).c_str());
-  }
-  if (f.epochs < 0 || f.batch == 0 || !(f.lr > 0)) usage("--epochs must be >= 0, --batch and --lr > 0");
-  return f;
-}
-
-// A world of one when the program was not started by braidrun or torchrun.
-braid::Communicator make_communicator(std::unique_ptr<braid::TcpStoreServer>& server) {
-  if (std::getenv("WORLD_SIZE")) return braid::Communicator::from_env();
-  server = braid::TcpStoreServer::start("127.0.0.1", 0);
-  std::shared_ptr<braid::Store> store = braid::TcpStore::connect("127.0.0.1", server->port());
-  return braid::Communicator::from_store(store, 0, 1);
-}
-
-std::shared_ptr<braid::ddp::CommHook> make_hook(const std::string& name) {
-  if (name == "avg") return braid::ddp::average_hook();
-  if (name == "f16") return braid::ddp::compress_hook(braid::DType::f16);
-  if (name == "bf16") return braid::ddp::compress_hook(braid::DType::bf16);
-  usage(("unknown --hook " + name).c_str());
-}
-
-bool exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
+using braid::examples::TrainFlags;
 
 // Loss and accuracy over this rank's stride of the test set, summed over all ranks.
 void evaluate(braid::Communicator& comm, const Mlp& mlp, const Images& img, const std::vector<int32_t>& labels,
@@ -116,19 +49,11 @@ void evaluate(braid::Communicator& comm, const Mlp& mlp, const Images& img, cons
   *acc = sums[1] / sums[2];
 }
 
-int run(const Flags& flags) {
-  const std::string dir = flags.data;
-  const std::string files[4] = {dir + "/train-images-idx3-ubyte.gz", dir + "/train-labels-idx1-ubyte.gz",
-                                dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz"};
-  for (const auto& f : files) {
-    if (!exists(f)) {
-      std::printf("train_fashion_mnist: skipped: %s not found (apt-get install dataset-fashion-mnist, or --data DIR)\n",
-                  f.c_str());
-      return 77;
-    }
-  }
+int run(const TrainFlags& flags) {
+  braid::examples::DatasetFiles files;
+  if (!braid::examples::find_dataset("train_fashion_mnist", flags, &files)) return 77;
   std::unique_ptr<braid::TcpStoreServer> server;
-  braid::Communicator comm = make_communicator(server);
+  braid::Communicator comm = braid::examples::make_communicator(server);
   const auto rank = static_cast<size_t>(comm.rank());
   const auto world = static_cast<size_t>(comm.size());
   if (flags.batch % world != 0) {
@@ -138,10 +63,10 @@ int run(const Flags& flags) {
   }
   const size_t local_batch = flags.batch / world;
 
-  Images train = braid::examples::read_idx_images(files[0]);
-  std::vector<int32_t> train_labels = braid::examples::read_idx_labels(files[1]);
-  Images test = braid::examples::read_idx_images(files[2]);
-  std::vector<int32_t> test_labels = braid::examples::read_idx_labels(files[3]);
+  Images train = braid::examples::read_idx_images(files.train_images);
+  std::vector<int32_t> train_labels = braid::examples::read_idx_labels(files.train_labels);
+  Images test = braid::examples::read_idx_images(files.test_images);
+  std::vector<int32_t> test_labels = braid::examples::read_idx_labels(files.test_labels);
   const size_t d = train.rows * train.cols;
   const size_t n_train = flags.limit ? std::min(flags.limit, train.count) : train.count;
   if (rank == 0) {
@@ -155,7 +80,7 @@ int run(const Flags& flags) {
   Mlp mlp(braid::examples::MlpShape{.inputs = d, .hidden = 128, .classes = 10}, flags.seed);
   std::vector<braid::ddp::Parameter> params;
   for (size_t i = 0; i < Mlp::kNumParams; ++i) params.push_back({mlp.param(i), nullptr, mlp.param_count(i)});
-  braid::ddp::Reducer reducer(comm, params, braid::ddp::ReducerOptions{.hook = make_hook(flags.hook)});
+  braid::ddp::Reducer reducer(comm, params, braid::ddp::ReducerOptions{.hook = braid::examples::make_hook(flags.hook)});
 
   braid::ddp::DistributedSampler sampler(
       n_train, braid::ddp::SamplerOptions{.num_replicas = world, .rank = rank, .shuffle = true, .seed = flags.seed});
@@ -202,7 +127,7 @@ int run(const Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Flags flags = parse_flags(argc, argv);
+  const TrainFlags flags = braid::examples::parse_train_flags("train_fashion_mnist", argc, argv);
   try {
     return run(flags);
   } catch (const braid::Error& e) {

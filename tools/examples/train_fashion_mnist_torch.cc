@@ -16,73 +16,25 @@
 #include <braid/braid.h>
 #include <braid/ddp.h>
 #include <braid/ddp/torch.h>
-#include <sys/stat.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "tools/examples/idx_reader.h"
+#include "tools/examples/train_setup.h"
 
 namespace {
 
 using braid::examples::Images;
 
-struct Flags {
-  int epochs = 3;
-  size_t batch = 64;
-  double lr = 0.1;
-  size_t limit = 0;  // 0: every training image
-  std::string data = "/usr/share/datasets/fashion-mnist";
-  std::string hook = "avg";
-  uint64_t seed = 1;
-};
-
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "train_fashion_mnist_torch: %s\n"
-               "usage: train_fashion_mnist_torch [--epochs N] [--batch GLOBAL_BATCH] [--lr LR] [--limit N_IMAGES]\n"
-               "                                 [--data DIR] [--hook avg|f16|bf16] [--seed S]\n",
-               why);
-  std::exit(2);
-}
-
-Flags parse_flags(int argc, char** argv) {
-  Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (i + 1 >= argc) usage(("missing value after " + a).c_str());
-    const char* v = argv[++i];
-    char* end = nullptr;
-    if (a == "--epochs")
-      f.epochs = static_cast<int>(std::strtol(v, &end, 10));
-    else if (a == "--batch")
-      f.batch = std::strtoull(v, &end, 10);
-    else if (a == "--lr")
-      f.lr = std::strtod(v, &end);
-    else if (a == "--limit")
-      f.limit = std::strtoull(v, &end, 10);
-    else if (a == "--seed")
-      f.seed = std::strtoull(v, &end, 10);
-    else if (a == "--data")
-      f.data = v;
-    else if (a == "--hook")
-      f.hook = v;
-    else
-      usage(("unknown flag " + a).c_str());
-    if (end && *end) usage(("bad value '" + std::string(v) + "' for " + a).c_str());
-  }
-  if (f.epochs < 0 || f.batch == 0 || !(f.lr > 0)) usage("--epochs must be >= 0, --batch and --lr > 0");
-  if (f.hook != "avg" && f.hook != "f16" && f.hook != "bf16") usage(("unknown --hook " + f.hook).c_str());
-  return f;
-}
+using braid::examples::TrainFlags;
 
 struct MlpImpl : torch::nn::Module {
   MlpImpl(int64_t inputs, int64_t hidden, int64_t classes)
@@ -94,25 +46,6 @@ struct MlpImpl : torch::nn::Module {
   torch::nn::Linear fc2;
 };
 TORCH_MODULE(Mlp);
-
-// A world of one when the program was not started by braidrun or torchrun.
-braid::Communicator make_communicator(std::unique_ptr<braid::TcpStoreServer>& server) {
-  if (std::getenv("WORLD_SIZE")) return braid::Communicator::from_env();
-  server = braid::TcpStoreServer::start("127.0.0.1", 0);
-  std::shared_ptr<braid::Store> store = braid::TcpStore::connect("127.0.0.1", server->port());
-  return braid::Communicator::from_store(store, 0, 1);
-}
-
-std::shared_ptr<braid::ddp::CommHook> make_hook(const std::string& name) {
-  if (name == "f16") return braid::ddp::compress_hook(braid::DType::f16);
-  if (name == "bf16") return braid::ddp::compress_hook(braid::DType::bf16);
-  return braid::ddp::average_hook();
-}
-
-bool exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
 
 // A [rows, 784] tensor over the pixels of `img` (no copy) and the matching int64 labels.
 torch::Tensor all_pixels(Images& img) {
@@ -145,20 +78,11 @@ void evaluate(braid::Communicator& comm, Mlp& model, const torch::Tensor& x, con
   *acc = sums[1] / sums[2];
 }
 
-int run(const Flags& flags) {
-  const std::string dir = flags.data;
-  const std::string files[4] = {dir + "/train-images-idx3-ubyte.gz", dir + "/train-labels-idx1-ubyte.gz",
-                                dir + "/t10k-images-idx3-ubyte.gz", dir + "/t10k-labels-idx1-ubyte.gz"};
-  for (const auto& f : files) {
-    if (!exists(f)) {
-      std::printf(
-          "train_fashion_mnist_torch: skipped: %s not found (apt-get install dataset-fashion-mnist, or --data DIR)\n",
-          f.c_str());
-      return 77;
-    }
-  }
+int run(const TrainFlags& flags) {
+  braid::examples::DatasetFiles files;
+  if (!braid::examples::find_dataset("train_fashion_mnist_torch", flags, &files)) return 77;
   std::unique_ptr<braid::TcpStoreServer> server;
-  braid::Communicator comm = make_communicator(server);
+  braid::Communicator comm = braid::examples::make_communicator(server);
   const auto rank = static_cast<size_t>(comm.rank());
   const auto world = static_cast<size_t>(comm.size());
   if (flags.batch % world != 0) {
@@ -169,10 +93,10 @@ int run(const Flags& flags) {
   }
   const size_t local_batch = flags.batch / world;
 
-  Images train = braid::examples::read_idx_images(files[0]);
-  const torch::Tensor train_y = all_labels(braid::examples::read_idx_labels(files[1]));
-  Images test = braid::examples::read_idx_images(files[2]);
-  const torch::Tensor test_y = all_labels(braid::examples::read_idx_labels(files[3]));
+  Images train = braid::examples::read_idx_images(files.train_images);
+  const torch::Tensor train_y = all_labels(braid::examples::read_idx_labels(files.train_labels));
+  Images test = braid::examples::read_idx_images(files.test_images);
+  const torch::Tensor test_y = all_labels(braid::examples::read_idx_labels(files.test_labels));
   const torch::Tensor train_x = all_pixels(train);
   const torch::Tensor test_x = all_pixels(test);
   const size_t n_train = flags.limit ? std::min(flags.limit, train.count) : train.count;
@@ -189,7 +113,7 @@ int run(const Flags& flags) {
   Mlp model(static_cast<int64_t>(train.rows * train.cols), 128, 10);
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(flags.lr));
   // DDP, line 1: rank 0's weights everywhere; autograd reports each gradient to braid.
-  braid::ddp::TorchDdp ddp(comm, *model, braid::ddp::ReducerOptions{.hook = make_hook(flags.hook)});
+  braid::ddp::TorchDdp ddp(comm, *model, braid::ddp::ReducerOptions{.hook = braid::examples::make_hook(flags.hook)});
 
   braid::ddp::DistributedSampler sampler(
       n_train, braid::ddp::SamplerOptions{.num_replicas = world, .rank = rank, .shuffle = true, .seed = flags.seed});
@@ -234,7 +158,7 @@ int run(const Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Flags flags = parse_flags(argc, argv);
+  const TrainFlags flags = braid::examples::parse_train_flags("train_fashion_mnist_torch", argc, argv);
   try {
     return run(flags);
   } catch (const braid::Error& e) {
