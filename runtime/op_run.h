@@ -4,7 +4,8 @@
 // one in front of each peer's first message here before using its data (Executor::set_headers):
 // a mismatch fails the operation before any of that peer's bytes reach a buffer. The caller
 // polls the transport and feeds completions in.
-// Threading: the progress thread only (the connections' owner).
+// Threading: the thread that runs operations at the time (the connections' owner: the progress
+// thread, or a caller running its own blocking call; CommunicatorImpl's busy_ decides).
 #pragma once
 
 #include <array>

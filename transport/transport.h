@@ -5,7 +5,8 @@
 // in error messages. Addresses are opaque strings the runtime exchanges through the Store.
 //
 // Threading: a Transport and its Connections are driven by one thread at a time (the owner:
-// the communicator's progress thread). post_*, poll and close are called only by the owner;
+// the communicator's progress thread, or a caller running its own blocking operation between
+// two of the progress thread's). post_*, poll and close are called only by the owner;
 // wake() may be called from any thread. An io_uring engine may therefore use SINGLE_ISSUER: its
 // ring belongs to the first thread that posts or polls, and another thread may take over only
 // while nothing is in flight (otherwise post/poll fail with ErrorCode::internal saying so).
