@@ -141,31 +141,13 @@ int run(const TrainFlags& flags) {
       sums[1] += logits.argmax(1).eq(y).sum().item<double>();
       sums[2] += static_cast<double>(local_batch);
     }
-    comm.all_reduce(sums, 3, braid::DType::f64, braid::Op::sum);
     double test_loss = 0, test_acc = 0;
     evaluate(comm, model, test_x, test_y, &test_loss, &test_acc);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (rank == 0) {
-      std::printf("epoch %d/%d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %zu steps, %.1f s\n",
-                  epoch + 1, flags.epochs, sums[2] ? sums[0] / sums[2] : 0.0, sums[2] ? 100 * sums[1] / sums[2] : 0.0,
-                  test_loss, 100 * test_acc, steps, secs);
-      std::fflush(stdout);
-    }
+    braid::examples::finish_epoch(comm, flags, epoch, sums, test_loss, test_acc, steps, start);
   }
   return 0;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const TrainFlags flags = braid::examples::parse_train_flags("train_fashion_mnist_torch", argc, argv);
-  try {
-    return run(flags);
-  } catch (const braid::Error& e) {
-    std::fprintf(stderr, "train_fashion_mnist_torch: %s (%s)\n", e.what(), braid::to_string(e.code()));
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "train_fashion_mnist_torch: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return braid::examples::train_main("train_fashion_mnist_torch", argc, argv, run); }

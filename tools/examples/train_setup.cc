@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 
 namespace braid::examples {
 namespace {
@@ -79,6 +80,31 @@ std::shared_ptr<ddp::CommHook> make_hook(const std::string& name) {
   if (name == "f16") return ddp::compress_hook(DType::f16);
   if (name == "bf16") return ddp::compress_hook(DType::bf16);
   return ddp::average_hook();
+}
+
+void finish_epoch(Communicator& comm, const TrainFlags& flags, int epoch, double train_sums[3], double test_loss,
+                  double test_acc, size_t steps, std::chrono::steady_clock::time_point start) {
+  comm.all_reduce(train_sums, 3, DType::f64, Op::sum);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (comm.rank() != 0) return;
+  const double n = train_sums[2];
+  std::printf("epoch %d/%d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %zu steps, %.1f s\n", epoch + 1,
+              flags.epochs, n ? train_sums[0] / n : 0.0, n ? 100 * train_sums[1] / n : 0.0, test_loss, 100 * test_acc,
+              steps, secs);
+  std::fflush(stdout);
+}
+
+int train_main(const char* program, int argc, char** argv, int (*run)(const TrainFlags&)) {
+  const TrainFlags flags = parse_train_flags(program, argc, argv);
+  try {
+    return run(flags);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: %s (%s)\n", program, e.what(), to_string(e.code()));
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  }
 }
 
 }  // namespace braid::examples

@@ -5,6 +5,7 @@
 #include <braid/braid.h>
 #include <braid/ddp.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -38,5 +39,14 @@ Communicator make_communicator(std::unique_ptr<TcpStoreServer>& server);
 
 // The DDP communication hook --hook names.
 std::shared_ptr<ddp::CommHook> make_hook(const std::string& name);
+
+// Ends an epoch: sums this rank's {loss * images, correct, images} over all ranks and prints the
+// epoch line on rank 0 (test loss and accuracy already summed over ranks). Collective.
+void finish_epoch(Communicator& comm, const TrainFlags& flags, int epoch, double train_sums[3], double test_loss,
+                  double test_acc, size_t steps, std::chrono::steady_clock::time_point start);
+
+// main() of an example: parses the flags, runs `run`, and turns an exception into one line
+// naming the program and exit code 1.
+int train_main(const char* program, int argc, char** argv, int (*run)(const TrainFlags&));
 
 }  // namespace braid::examples
