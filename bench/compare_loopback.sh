@@ -21,16 +21,9 @@ GLOO_ALGOS=${GLOO_ALGOS:-ring_chunked,halving_doubling}
 OUT=${OUT:-$ROOT/build-bench/compare-loopback}
 export ANCHOR_BUILD=$ROOT/build-bench/anchors ANCHOR_RESULTS=$OUT RUN_TIMEOUT=${RUN_TIMEOUT:-170}
 
-BRAID_SETUP_ANCHORS=1 scripts/setup.sh
-BUILD_DIR=${BUILD_DIR:-build}
-[ -f "$BUILD_DIR/build.ninja" ] || meson setup "$BUILD_DIR" >/dev/null
-ninja -C "$BUILD_DIR" >/dev/null
-# shellcheck source=/dev/null
-. "$ANCHORS/tools/common.sh"
-build_all
-mkdir -p "$OUT"
-OUTFILE=$OUT/results.tsv
-: > "$OUTFILE"
+# shellcheck source=bench/common.sh
+. bench/common.sh
+prepare_braid_and_anchors
 SWEEP=(--min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES")
 noprefix() { :; }
 

@@ -22,16 +22,9 @@ ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-5}
 OUT=${OUT:-$ROOT/build-bench/compare-netns}
 export ANC_NS_PREFIX=brd ANCHOR_BUILD=$ROOT/build-bench/anchors ANCHOR_RESULTS=$OUT RUN_TIMEOUT=${RUN_TIMEOUT:-300}
-BRAID_SETUP_ANCHORS=1 scripts/setup.sh
-BUILD_DIR=${BUILD_DIR:-build}
-[ -f "$BUILD_DIR/build.ninja" ] || meson setup "$BUILD_DIR" >/dev/null
-ninja -C "$BUILD_DIR" >/dev/null
-# shellcheck source=/dev/null
-. "$ANCHORS/tools/common.sh"
-build_all
-mkdir -p "$OUT"
-OUTFILE=$OUT/results.tsv
-: > "$OUTFILE"
+# shellcheck source=bench/common.sh
+. bench/common.sh
+prepare_braid_and_anchors
 
 netns=$ANCHORS/run-netns.sh
 bash "$netns" teardown "$K" >/dev/null 2>&1 || true
