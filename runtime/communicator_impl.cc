@@ -113,7 +113,7 @@ void CommunicatorImpl::progress_main() {
   setup_cv_.notify_all();
   if (!s.is_ok()) return;
 
-  uint64_t taken = 0;  // operations pushed to the queue that have left it
+  uint64_t taken = 0;  // operations pushed to the queue that had left it after the last pass
   for (;;) {
     // A wake-up through the condition variable costs ~40 us here; back-to-back operations
     // (the common case in a training step or a benchmark) arrive within a short spin instead.
@@ -140,7 +140,6 @@ void CommunicatorImpl::progress_main() {
       } else {
         stop = stopping_;  // stopping, and everything queued has run
       }
-      taken = enqueued_.load(std::memory_order_relaxed) - queue_.size();
     }
     if (abort_requested_.load() && state() == CommState::ok) handle_abort();
     if (op) {
@@ -151,6 +150,10 @@ void CommunicatorImpl::progress_main() {
       idle_check();
     }
     release_busy();
+    // What has left the queue by now: this loop's pop, what run_stream took, what callers ran
+    // themselves. The spin above waits for anything beyond that.
+    std::lock_guard<std::mutex> lock(mu_);
+    taken = enqueued_.load(std::memory_order_relaxed) - queue_.size();
   }
   close_connections({});
   connections_.clear();
