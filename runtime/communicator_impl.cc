@@ -149,11 +149,10 @@ void CommunicatorImpl::progress_main() {
     } else {
       idle_check();
     }
-    release_busy();
-    // What has left the queue by now: this loop's pop, what run_stream took, what callers ran
-    // themselves. The spin above waits for anything beyond that.
-    std::lock_guard<std::mutex> lock(mu_);
-    taken = enqueued_.load(std::memory_order_relaxed) - queue_.size();
+    // What has left the queue by now (this pass's pop, what run_stream took, what callers ran
+    // themselves) is read in the same critical section that releases busy_: the spin above
+    // waits for anything beyond it.
+    release_busy(&taken);
   }
   close_connections({});
   connections_.clear();
@@ -457,12 +456,13 @@ void CommunicatorImpl::run_here(Pending& op) {
   release_busy();
 }
 
-void CommunicatorImpl::release_busy() {
+void CommunicatorImpl::release_busy(uint64_t* dequeued) {
   bool more;
   {
     std::lock_guard<std::mutex> lock(mu_);
     busy_ = false;
     more = !queue_.empty() || stopping_ || abort_requested_.load();
+    if (dequeued != nullptr) *dequeued = enqueued_.load(std::memory_order_relaxed) - queue_.size();
   }
   if (more) cv_.notify_one();
 }

@@ -105,7 +105,9 @@ class CommunicatorImpl {
                     Pending* out);
   // Runs `op` on the calling thread, which set busy_, then clears busy_.
   void run_here(Pending& op);
-  void release_busy();
+  // Clears busy_ (and wakes the progress thread when it has work); *dequeued, when given, gets
+  // how many queued operations have left the queue so far.
+  void release_busy(uint64_t* dequeued = nullptr);
   Status connect_all();
   // Runs `op` (which stays the caller's). may_stream: operations queued behind it may be taken
   // and overlapped with it (not inside a group, whose members must run as the group says).
