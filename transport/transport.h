@@ -96,6 +96,13 @@ class Transport {
   // many sockets each peer gets.
   virtual std::string describe() const { return name(); }
   virtual Capabilities capabilities() const = 0;
+  // Whether `address` (as some rank's listen() returned it) is reachable only inside its own
+  // host, where bytes move by a CPU copy (TCP loopback, inproc) rather than over a link. Decided
+  // from the text alone, so every rank gives the same answer for the same address.
+  virtual bool is_host_local(const std::string& address) const {
+    (void)address;
+    return false;
+  }
 
   // Starts listening; returns the opaque address to publish through the Store.
   [[nodiscard]] virtual Result<std::string> listen() = 0;

@@ -79,5 +79,18 @@ TEST(SocketAddress, ParsesAndFormats) {
   }
 }
 
+TEST(SocketAddress, LoopbackIsHostLocal) {
+  for (const char* local : {"127.0.0.1:5000", "127.3.2.1:80", "[::1]:5000", "[::ffff:127.0.0.1]:5000"}) {
+    auto a = SocketAddress::parse(local);
+    ASSERT_TRUE(a.is_ok()) << local;
+    EXPECT_TRUE(a.value().is_loopback()) << local;
+  }
+  for (const char* remote : {"10.0.0.2:5000", "128.0.0.1:80", "[fd00::2]:5000", "[::ffff:10.0.0.1]:5000"}) {
+    auto a = SocketAddress::parse(remote);
+    ASSERT_TRUE(a.is_ok()) << remote;
+    EXPECT_FALSE(a.value().is_loopback()) << remote;
+  }
+}
+
 }  // namespace
 }  // namespace braid::transport::tcp

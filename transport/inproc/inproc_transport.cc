@@ -92,6 +92,8 @@ class InprocTransport final : public Transport {
 
   const char* name() const override { return "inproc"; }
 
+  bool is_host_local(const std::string&) const override { return true; }  // threads of one process
+
   Capabilities capabilities() const override {
     Capabilities caps;
     caps.max_in_flight = size_t{1} << 16;  // queues grow as needed; this bounds nothing but is honest

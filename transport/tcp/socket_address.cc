@@ -77,6 +77,19 @@ SocketAddress SocketAddress::from_sockaddr(const sockaddr* sa, socklen_t len) {
   return a;
 }
 
+bool SocketAddress::is_loopback() const {
+  if (family() == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&storage);
+    return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (family() == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&storage);
+    if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) return true;
+    return IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr) && in6->sin6_addr.s6_addr[12] == 127;
+  }
+  return false;
+}
+
 std::string peer_name(int fd) {
   SocketAddress a;
   a.length = sizeof a.storage;

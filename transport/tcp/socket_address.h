@@ -30,6 +30,8 @@ struct SocketAddress {
   // Parses the published form "host:port" / "[host]:port".
   static Result<SocketAddress> parse(const std::string& text);
   static SocketAddress from_sockaddr(const sockaddr* sa, socklen_t len);
+  // 127.0.0.0/8, ::1 or ::ffff:127.x.y.z.
+  bool is_loopback() const;
 };
 
 // The local and remote addresses of a connected socket, for messages.

@@ -41,6 +41,11 @@ Capabilities TcpTransport::capabilities() const {
   return c;
 }
 
+bool TcpTransport::is_host_local(const std::string& address) const {
+  auto parsed = SocketAddress::parse(address);
+  return parsed.is_ok() && parsed.value().is_loopback();
+}
+
 Result<std::string> TcpTransport::listen() {
   if (listen_fd_.get() >= 0) return address_;
   SocketAddress bind_to;

@@ -31,6 +31,7 @@ class TcpTransport final : public Transport {
   const char* name() const override { return engine_->name(); }
   std::string describe() const override;
   Capabilities capabilities() const override;
+  bool is_host_local(const std::string& address) const override;
   Result<std::string> listen() override;
   Result<std::unique_ptr<Connection>> connect(const std::string& address, const PeerIdentity& who,
                                               Deadline deadline) override;
