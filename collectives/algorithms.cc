@@ -48,7 +48,7 @@ std::string operation_name(Kind kind, Algo algo) {
   return std::string(to_string(kind)) + " (" + to_string(algo) + ")";
 }
 
-Plan make_plan(const CollectiveArgs& args, int rank, int size, size_t segment_bytes) {
+Plan make_plan(const CollectiveArgs& args, int rank, int size, size_t segment_bytes, size_t ring_depth) {
   Plan p;
   p.rank = rank;
   p.size = size;
@@ -60,6 +60,7 @@ Plan make_plan(const CollectiveArgs& args, int rank, int size, size_t segment_by
   p.send_counts = args.send_counts;
   p.recv_counts = args.recv_counts;
   p.segment_bytes = segment_bytes != 0 ? segment_bytes : kDefaultSegmentBytes;
+  p.ring_depth = std::max<size_t>(1, ring_depth);
   p.average = args.op == Op::avg;
   const bool same = args.send != nullptr && args.send == args.recv;
   p.in_place = same && (args.kind == Kind::all_reduce || args.kind == Kind::reduce ||

@@ -25,7 +25,7 @@ std::string operation_name(Kind kind, Algo algo);
 // (send points at this rank's block of recv) and reduce_scatter/scatter in place (recv points
 // at this rank's block of send), as NCCL defines them, need nothing special: the local copy
 // of this rank's block finds source and destination equal and is skipped.
-Plan make_plan(const CollectiveArgs& args, int rank, int size, size_t segment_bytes);
+Plan make_plan(const CollectiveArgs& args, int rank, int size, size_t segment_bytes, size_t ring_depth = 1);
 // This rank's schedule. `algo` must be concrete and supported (invalid_argument otherwise).
 Result<Schedule> build_schedule(const CollectiveArgs& args, Algo algo, const Plan& plan);
 

@@ -57,6 +57,7 @@ struct CollectiveArgs {
 struct RunOptions {
   Algo algo = Algo::automatic;  // BRAID_ALGO / --algo
   size_t chunk_bytes = 0;       // 0 = automatic (BRAID_CHUNK_BYTES)
+  size_t ring_depth = 1;        // Plan::ring_depth; the same on every rank (BRAID_RING_DEPTH)
   Deadline deadline = Deadline::never();
   uint64_t op_id = 0;           // unique per operation on this transport: goes into cookies
 };

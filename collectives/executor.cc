@@ -55,7 +55,7 @@ Executor::Executor(const Schedule& schedule, const void* send, void* recv,
       recv_(static_cast<std::byte*>(recv)),
       peers_(peers),
       options_(std::move(options)) {
-  window_ = std::max<size_t>(2, options_.window != 0 ? options_.window : schedule.window);
+  window_ = std::max<size_t>(std::max<size_t>(2, schedule.min_window), options_.window != 0 ? options_.window : schedule.window);
   if (schedule.scratch_bytes != 0) scratch_ = take_bytes(schedule.scratch_bytes);
   for (const Step& st : steps_) {
     if (st.reduces()) slot_bytes_ = std::max(slot_bytes_, st.dst.bytes);

@@ -25,6 +25,8 @@ struct PreparedCollective {
   std::string name;                     // "all_reduce (ring)"
   std::unique_ptr<Executor> executor;   // null: nothing to move (count 0, world size 1 in place)
   std::vector<int> peers;               // ranks the schedule sends to or receives from, ascending
+  size_t segment_bytes = 0;             // the Plan's pipelining settings: ranks must agree on them
+  size_t ring_depth = 1;
 };
 
 // Validates (invalid_argument before anything is sent), selects or checks the forced

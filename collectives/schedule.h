@@ -69,6 +69,10 @@ struct Schedule {
   std::vector<Step> steps;
   size_t scratch_bytes = 0;  // size of Buf::scratch
   size_t window = 2;         // steps in flight the algorithm pipelines with (at least 2)
+  // The smallest window the schedule cannot deadlock with when a send completes only once the
+  // peer has posted its receive (a transport without buffering): a caller's smaller window is
+  // raised to it. Ring columns in groups of d need d + 1: a send meets a receive d steps later.
+  size_t min_window = 2;
 };
 
 // What every algorithm is a pure function of. Counts are elements; offsets are computed from
@@ -84,6 +88,10 @@ struct Plan {
   std::vector<size_t> send_counts;  // all_to_all split sizes; empty: `count` each
   std::vector<size_t> recv_counts;
   size_t segment_bytes = 256 << 10; // the pipelining unit
+  // Segments a ring keeps moving per hop (ring.cc, add_columns): 1 where the links are host-local
+  // copies, more where a link's queueing and wake-ups would otherwise leave it idle between
+  // segments. Every rank must use the same value (it fixes the order of messages).
+  size_t ring_depth = 1;
   bool in_place = false;            // send == recv: reads of the input go to Buf::recv
   bool average = false;             // op was avg: reduce with sum, scale once by 1/size
 };

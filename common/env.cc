@@ -83,6 +83,10 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
   if (const char* v = lookup("BRAID_CHUNK_BYTES")) {
     ASSIGN_OR_RETURN(e.chunk_bytes, parse_bytes("BRAID_CHUNK_BYTES", v, 4096, size_t{64} << 20));
   }
+  if (const char* v = lookup("BRAID_RING_DEPTH")) {
+    ASSIGN_OR_RETURN(int64_t n, parse_env_int("BRAID_RING_DEPTH", v, 0, 16));
+    e.ring_depth = static_cast<int>(n);
+  }
   if (const char* v = lookup("BRAID_ALGO")) {
     e.algo = v;
     RETURN_IF_ERROR(one_of("BRAID_ALGO", e.algo, {"auto", "ring", "tree", "rd", "chain", "pairwise"}));

@@ -31,6 +31,10 @@ struct Env {
   int nsocks = 0;
   // BRAID_CHUNK_BYTES: pipelining segment size of collectives, 4 KiB..64 MiB; 0 = automatic.
   size_t chunk_bytes = 0;
+  // BRAID_RING_DEPTH: segments each hop of a ring keeps moving, 1..16; 0 = automatic: 1 when
+  // every rank's transport address is host-local (all on loopback), else 2. Like
+  // BRAID_CHUNK_BYTES it must be the same on every rank (operation headers check both).
+  int ring_depth = 0;
   // BRAID_ALGO: auto | ring | tree | rd (recursive doubling) | chain | pairwise. Default auto.
   std::string algo = "auto";
   // BRAID_TIMEOUT_S: bound on every collective, seconds (> 0). Default 600.

@@ -1,5 +1,7 @@
 #include "runtime/communicator_impl.h"
 
+#include <algorithm>
+
 #include "collectives/algorithms.h"
 
 #include "collectives/runner.h"
@@ -81,6 +83,19 @@ Status CommunicatorImpl::connect_all() {
   } catch (const Error& e) {
     return Status(e.code(), std::string("exchanging transport addresses: ") + e.what());
   }
+  // Every rank sees the same addresses, so every rank picks the same depth (it fixes the order
+  // of a ring's messages). Host-local links are CPU copies: more in flight only evicts the bytes
+  // from cache (2 ranks on loopback, 8 MiB all_reduce: 2.3 ms at depth 1, 3.7 ms at depth 4).
+  addresses[rank] = address;
+  if (cfg_.env.ring_depth > 0) {
+    ring_depth_ = static_cast<size_t>(cfg_.env.ring_depth);
+    ring_depth_why_ = "BRAID_RING_DEPTH";
+  } else {
+    const bool local = std::all_of(addresses.begin(), addresses.end(),
+                                   [&](const std::string& a) { return transport_->is_host_local(a); });
+    ring_depth_ = local ? 1 : 2;
+    ring_depth_why_ = local ? "every rank on a host-local address" : "links leave the host";
+  }
   for (int r = 0; r < size; ++r) {
     if (r == rank) continue;
     transport::PeerIdentity who{cfg_.comm_id, rank, r};
@@ -101,7 +116,8 @@ void CommunicatorImpl::progress_main() {
   if (s.is_ok()) {
     BRAID_LOG(info) << "communicator ready: rank " << cfg_.rank << " of " << cfg_.size << " (comm " << std::hex
                     << cfg_.comm_id << std::dec << "), transport " << transport_->describe() << ", timeout "
-                    << cfg_.env.timeout_s << " s, operation headers on, algorithms "
+                    << cfg_.env.timeout_s << " s, operation headers on, ring depth " << ring_depth_ << " ("
+                    << ring_depth_why_ << "), algorithms "
                     << (cfg_.env.algo == "auto" ? "by size: " + collectives::describe_selection(cfg_.size)
                                                 : cfg_.env.algo + " (BRAID_ALGO) where the collective has it");
   }
@@ -199,6 +215,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
     // (all_to_all has only pairwise) keep the automatic choice instead of failing.
     options.algo = collectives::supports(op.args.kind, forced_algo_) ? forced_algo_ : collectives::Algo::automatic;
     options.chunk_bytes = cfg_.env.chunk_bytes;
+    options.ring_depth = ring_depth_;
     options.deadline = Deadline::after_seconds(cfg_.env.timeout_s);
     options.op_id = op.seq & 0x7fffffffu;  // executor cookies keep bit 63 clear (op_run.h)
     auto prepared = collectives::prepare_collective(op.args, cfg_.rank, cfg_.size, transport_->capabilities(), peers_,

@@ -137,6 +137,10 @@ class CommunicatorImpl {
 
   CommunicatorConfig cfg_;
   collectives::Algo forced_algo_ = collectives::Algo::automatic;
+  // Plan::ring_depth for every collective: BRAID_RING_DEPTH, else 1 when every rank's address is
+  // host-local and 2 otherwise. Set by connect_all from what every rank sees alike.
+  size_t ring_depth_ = 1;
+  std::string ring_depth_why_;
   FailureBoard board_;
 
   std::mutex mu_;

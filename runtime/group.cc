@@ -117,6 +117,7 @@ void CommunicatorImpl::run_group(Pending& g) {
   collectives::RunOptions options;
   options.algo = forced_algo_;
   options.chunk_bytes = cfg_.env.chunk_bytes;
+  options.ring_depth = ring_depth_;
   options.deadline = Deadline::after_seconds(cfg_.env.timeout_s);
   std::vector<std::unique_ptr<OpRun>> owned;
   std::vector<OpRun*> runs;

@@ -81,6 +81,8 @@ void OpHeader::encode(unsigned char out[kBytes]) const {
   put<uint64_t>(out, 40, aux);
   put<int32_t>(out, 48, root);
   put<uint32_t>(out, 52, flags);
+  put<uint32_t>(out, 56, segment);
+  put<uint16_t>(out, 60, ring_depth);
 }
 
 Result<OpHeader> OpHeader::decode(const unsigned char* in, size_t bytes) {
@@ -104,6 +106,8 @@ Result<OpHeader> OpHeader::decode(const unsigned char* in, size_t bytes) {
   h.aux = take<uint64_t>(in, 40);
   h.root = take<int32_t>(in, 48);
   h.flags = take<uint32_t>(in, 52);
+  h.segment = take<uint32_t>(in, 56);
+  h.ring_depth = take<uint16_t>(in, 60);
   return h;
 }
 
@@ -140,6 +144,16 @@ Status check_headers(const OpHeader& mine, int rank, const OpHeader& theirs, int
                 mine.op == theirs.op && mine.root == theirs.root && mine.aux == theirs.aux && mine.flags == theirs.flags;
   }
   const bool same_place = mine.match_seq == theirs.match_seq && mine.comm_id == theirs.comm_id;
+  const bool same_pipeline = mine.segment == theirs.segment && mine.ring_depth == theirs.ring_depth;
+  if (same_call && same_place && !same_pipeline) {
+    return Status(ErrorCode::mismatch,
+                  std::string(collectives::to_string(mine.kind)) + " #" + std::to_string(mine.issue_seq) + " on rank " +
+                      std::to_string(rank) + ": rank " + std::to_string(peer) + " (" + peer_address +
+                      ") pipelines in segments of " + std::to_string(theirs.segment) + " bytes at ring depth " +
+                      std::to_string(theirs.ring_depth) + ", this rank in " + std::to_string(mine.segment) +
+                      " bytes at depth " + std::to_string(mine.ring_depth) +
+                      ". Set BRAID_CHUNK_BYTES and BRAID_RING_DEPTH alike on every rank (or leave them unset)");
+  }
   if (same_call && same_place) return Status::ok();
   std::ostringstream m;
   m << collectives::to_string(mine.kind) << " #" << mine.issue_seq << " on rank " << rank << ": mismatch with rank "

@@ -26,7 +26,11 @@
 //                         gatherv/scatterv forms: a hash of the per-rank counts; else 0
 //   48  i32  root         rooted kinds: the root; send/recv: the sender's peer; else -1
 //   52  u32  flags        bit 0: out-of-place per-rank counts are in use (v forms)
-//   56  u64  reserved     0
+//   56  u32  segment      the pipelining segment in bytes (BRAID_CHUNK_BYTES or its default)
+//   60  u16  ring_depth   ring columns per group (BRAID_RING_DEPTH or its automatic choice)
+//   62  u16  reserved     0
+// Ranks that cut segments differently would pair messages of different sizes or order, so
+// segment and ring_depth are checked like the call itself.
 #pragma once
 
 #include <cstddef>
@@ -40,7 +44,7 @@ namespace braid {
 
 struct OpHeader {
   static constexpr uint32_t kMagic = 0x48445242;
-  static constexpr uint8_t kVersion = 1;
+  static constexpr uint8_t kVersion = 2;
   static constexpr size_t kBytes = 64;
 
   collectives::Kind kind = collectives::Kind::all_reduce;
@@ -53,6 +57,8 @@ struct OpHeader {
   uint64_t aux = 0;
   int32_t root = -1;
   uint32_t flags = 0;
+  uint32_t segment = 0;
+  uint16_t ring_depth = 0;
 
   // The header `rank` sends to `peer` for `args`.
   static OpHeader for_peer(const collectives::CollectiveArgs& args, int peer, uint64_t comm_id, uint64_t issue_seq,

@@ -9,6 +9,8 @@ OpRun::OpRun(collectives::PreparedCollective prepared, const collectives::Collec
   for (int peer : prepared_.peers) {
     const auto p = static_cast<size_t>(peer);
     mine_[p] = OpHeader::for_peer(args, peer, comm_id, issue_seq, match_seq);
+    mine_[p].segment = static_cast<uint32_t>(prepared_.segment_bytes);
+    mine_[p].ring_depth = static_cast<uint16_t>(prepared_.ring_depth);
     mine_[p].encode(wire_[p].data());
   }
   prepared_.executor->set_headers(

@@ -52,12 +52,13 @@ struct Params {
   bool uneven = false;
   Algo algo = Algo::automatic;
   size_t seg = 0;
+  size_t ring_depth = 1;
 
   std::string str() const {
     std::ostringstream o;
     o << to_string(kind) << (uneven ? "v" : "") << " n=" << n << " count=" << count << " " << to_string(dtype) << " "
       << to_string(op) << " root=" << root << (in_place ? " in-place" : "") << " algo=" << to_string(algo)
-      << " seg=" << seg;
+      << " seg=" << seg << " depth=" << ring_depth;
     return o.str();
   }
 };
@@ -194,6 +195,7 @@ void run_case(const Params& p) {
   RunOptions opt;
   opt.algo = p.algo;
   opt.chunk_bytes = p.seg;
+  opt.ring_depth = p.ring_depth;
   opt.op_id = op_id;
   opt.deadline = Deadline::after_seconds(30);
   auto st = c.run([&](int r) {
@@ -230,12 +232,12 @@ std::vector<Algo> algorithms_of(Kind k) {
 }
 
 // One covering design per collective; parameter order: world, count class, dtype, op, root
-// class, in place, uneven, algorithm, segment.
+// class, in place, uneven, algorithm, segment, ring depth.
 void sweep(Kind kind) {
   const std::vector<Algo> algos = algorithms_of(kind);
   const std::vector<size_t> segs = {0, 64, 4096};
   const std::vector<size_t> domains = {8, 6, 8, reduces(kind) ? 8u : 1u, rooted(kind) ? 4u : 1u, 2,
-                                       has_v(kind) ? 2u : 1u, algos.size() + 1, segs.size()};
+                                       has_v(kind) ? 2u : 1u, algos.size() + 1, segs.size(), 3};
   auto valid = [&](const std::vector<size_t>& c) {
     const DType t = kDTypes[c[2]];
     const Op op = kOps[c[3]];
@@ -262,6 +264,7 @@ void sweep(Kind kind) {
     p.uneven = c[6] == 1;
     p.algo = c[7] == 0 ? Algo::automatic : algos[c[7] - 1];
     p.seg = segs[c[8]];
+    p.ring_depth = c[9] + 1;
     run_case(p);
     if (::testing::Test::HasFatalFailure() || ::testing::Test::HasNonfatalFailure()) return;
   }

@@ -42,21 +42,22 @@ size_t sum(const std::vector<size_t>& v, size_t count, int size) {
 
 class Simulator {
  public:
-  Simulator(const std::vector<CollectiveArgs>& per_rank, Algo algo, size_t segment_bytes, size_t window)
+  Simulator(const std::vector<CollectiveArgs>& per_rank, Algo algo, size_t segment_bytes, size_t window,
+            size_t ring_depth)
       : n_(static_cast<int>(per_rank.size())), full_(n_ >= 32 ? ~0u : (1u << n_) - 1) {
     const int size = n_;
     ranks_.resize(static_cast<size_t>(size));
     for (int r = 0; r < size; ++r) {
       const CollectiveArgs& args = per_rank[static_cast<size_t>(r)];
       RankSim& rs = ranks_[static_cast<size_t>(r)];
-      const Plan plan = make_plan(args, r, size, segment_bytes);
+      const Plan plan = make_plan(args, r, size, segment_bytes, ring_depth);
       auto built = build_schedule(args, algo, plan);
       if (!built.is_ok()) {
         fail(r, 0, built.status().message());
         return;
       }
       rs.sched = built.value();
-      rs.window = std::max<size_t>(2, window != 0 ? window : rs.sched.window);
+      rs.window = std::max<size_t>(std::max<size_t>(2, rs.sched.min_window), window != 0 ? window : rs.sched.window);
       rs.phase.assign(rs.sched.steps.size(), Phase::idle);
       rs.send.resize(send_bytes(args, r, size));
       for (size_t b = 0; b < rs.send.size(); ++b) rs.send[b] = Symbol{1u << r, static_cast<uint32_t>(b), 0};
@@ -306,13 +307,15 @@ size_t recv_bytes(const CollectiveArgs& a, int rank, int size) {
   }
 }
 
-SimResult simulate(const std::vector<CollectiveArgs>& per_rank, Algo algo, size_t segment_bytes, size_t window) {
-  Simulator sim(per_rank, algo, segment_bytes, window);
+SimResult simulate(const std::vector<CollectiveArgs>& per_rank, Algo algo, size_t segment_bytes, size_t window,
+                   size_t ring_depth) {
+  Simulator sim(per_rank, algo, segment_bytes, window, ring_depth);
   return sim.run();
 }
 
-SimResult simulate(const CollectiveArgs& args, Algo algo, int size, size_t segment_bytes, size_t window) {
-  return simulate(std::vector<CollectiveArgs>(static_cast<size_t>(size), args), algo, segment_bytes, window);
+SimResult simulate(const CollectiveArgs& args, Algo algo, int size, size_t segment_bytes, size_t window,
+                   size_t ring_depth) {
+  return simulate(std::vector<CollectiveArgs>(static_cast<size_t>(size), args), algo, segment_bytes, window, ring_depth);
 }
 
 }  // namespace braid::collectives::testing

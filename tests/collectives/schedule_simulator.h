@@ -35,11 +35,13 @@ struct SimResult {
 
 // Simulates `args` (pointers are only compared: pass distinct non-null dummies, or equal ones
 // for in place) on `size` ranks with `algo`, segment size `segment_bytes` and at most
-// `window` steps in flight (0: each schedule's own). Each rank's send buffer starts as
+// `window` steps in flight (0: each schedule's own), ring columns in groups of `ring_depth`. Each rank's send buffer starts as
 // {1 << rank, byte position}; a broadcast root's recv likewise.
-SimResult simulate(const CollectiveArgs& args, Algo algo, int size, size_t segment_bytes, size_t window);
+SimResult simulate(const CollectiveArgs& args, Algo algo, int size, size_t segment_bytes, size_t window,
+                   size_t ring_depth = 1);
 // The same with each rank's own arguments (all_to_all split sizes differ per rank).
-SimResult simulate(const std::vector<CollectiveArgs>& per_rank, Algo algo, size_t segment_bytes, size_t window);
+SimResult simulate(const std::vector<CollectiveArgs>& per_rank, Algo algo, size_t segment_bytes, size_t window,
+                   size_t ring_depth = 1);
 
 // Bytes of the send and recv buffer rank `rank` needs for `args`.
 size_t send_bytes(const CollectiveArgs& args, int rank, int size);

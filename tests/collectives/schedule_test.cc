@@ -8,6 +8,7 @@
 
 #include "collectives/algorithms.h"
 #include "collectives/double_binary_tree.h"
+#include "collectives/ring.h"
 #include "collectives/schedule.h"
 #include "tests/collectives/schedule_simulator.h"
 
@@ -95,9 +96,9 @@ struct Case {
 };
 
 // Runs one configuration and checks the results; returns false (after reporting) on failure.
-bool check(const std::vector<CollectiveArgs>& all, Algo algo, size_t seg, size_t window) {
+bool check(const std::vector<CollectiveArgs>& all, Algo algo, size_t seg, size_t window, size_t ring_depth = 1) {
   const int n = static_cast<int>(all.size());
-  testing::SimResult res = testing::simulate(all, algo, seg, window);
+  testing::SimResult res = testing::simulate(all, algo, seg, window, ring_depth);
   if (!res.ok) {
     ADD_FAILURE() << res.error;
     return false;
@@ -178,6 +179,52 @@ TEST(Schedules, EveryAlgorithmAndWorldSizeReducesEachContributionOnce) {
         }
       }
     }
+  }
+}
+
+// Ring schedules with segment columns interleaved in groups (Plan::ring_depth): still every
+// contribution once, and no deadlock even with the smallest window.
+TEST(Schedules, RingColumnsInterleavedInGroups) {
+  int failures = 0;
+  for (const Case& c : {Case{Kind::all_reduce, false}, Case{Kind::all_gather, false}, Case{Kind::all_gather, true},
+                        Case{Kind::reduce_scatter, false}, Case{Kind::reduce_scatter, true}}) {
+    for (int n = 2; n <= 6; ++n) {
+      for (size_t depth : {size_t{2}, size_t{3}, size_t{8}}) {
+        for (size_t count : {size_t{1}, size_t{37}, size_t{1003}}) {
+          for (size_t window : {size_t{0}, size_t{2}, size_t{5}}) {
+            for (bool in_place : {false, true}) {
+              if (in_place && (c.kind != Kind::all_reduce || c.uneven)) continue;
+              const Op op = count == 37 ? Op::avg : Op::sum;
+              auto all = make_args(c.kind, n, count, 0, in_place, c.uneven, op);
+              SCOPED_TRACE(std::string(to_string(c.kind)) + (c.uneven ? "v" : "") + " n=" + std::to_string(n) +
+                           " depth=" + std::to_string(depth) + " count=" + std::to_string(count) + " window=" +
+                           std::to_string(window) + (in_place ? " in place" : ""));
+              if (!check(all, Algo::ring, 16, window, depth) && ++failures > 5) return;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// With depth d, a ring all_reduce starts by sending d segments of its own input before it
+// waits for anything: the next rank's step k of a column then depends on a message sent d
+// messages earlier, which is what keeps the link busy (ring.cc, add_columns).
+TEST(Schedules, RingDepthOrdersSendsGroupByGroup) {
+  static char send_dummy, recv_dummy;
+  CollectiveArgs a;
+  a.kind = Kind::all_reduce;
+  a.count = 4 * 64;  // 4 ranks, 64 floats each share: 4 segments of 16 floats
+  a.send = &send_dummy;
+  a.recv = &recv_dummy;
+  for (size_t depth : {size_t{1}, size_t{2}, size_t{4}}) {
+    const Schedule s = ring_all_reduce(make_plan(a, 1, 4, 64, depth));
+    ASSERT_EQ(s.steps.size(), 4u * 7u);  // 4 columns of 2n-1 steps
+    size_t leading_sends = 0;
+    while (leading_sends < s.steps.size() && s.steps[leading_sends].kind == StepKind::send) ++leading_sends;
+    EXPECT_EQ(leading_sends, depth) << "depth " << depth;
+    EXPECT_GE(s.window, 4u * 3u * depth) << "two groups of columns in flight";
   }
 }
 

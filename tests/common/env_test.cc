@@ -35,7 +35,7 @@ TEST(Env, ReadsEveryVariable) {
   auto e = parse({{"BRAID_TRANSPORT", "tcp-poll"}, {"BRAID_NSOCKS", "4"}, {"BRAID_CHUNK_BYTES", "512K"},
                   {"BRAID_ALGO", "ring"}, {"BRAID_TIMEOUT_S", "2.5"}, {"BRAID_PORT_RANGE", "40000-40100"},
                   {"BRAID_DEBUG", "info"}, {"BRAID_SOCKET_IFNAME", "^docker,eth"},
-                  {"BRAID_CALLER_PROGRESS", "0"}});
+                  {"BRAID_CALLER_PROGRESS", "0"}, {"BRAID_RING_DEPTH", "3"}});
   ASSERT_TRUE(e.is_ok()) << e.status().message();
   EXPECT_EQ(e->transport, "tcp-poll");
   EXPECT_EQ(e->nsocks, 4);
@@ -47,6 +47,7 @@ TEST(Env, ReadsEveryVariable) {
   EXPECT_EQ(e->debug, LogLevel::info);
   EXPECT_EQ(e->socket_ifname, "^docker,eth");
   EXPECT_FALSE(e->caller_progress);
+  EXPECT_EQ(e->ring_depth, 3);
 }
 
 struct BadValue {
@@ -68,7 +69,8 @@ TEST_P(EnvBadValue, IsAnErrorNamingTheVariableAndValue) {
 INSTANTIATE_TEST_SUITE_P(All, EnvBadValue,
                          ::testing::Values(BadValue{"BRAID_TRANSPORT", "carrier-pigeon"}, BadValue{"BRAID_NSOCKS", "-1"},
                                            BadValue{"BRAID_NSOCKS", "four"}, BadValue{"BRAID_NSOCKS", "65"},
-                                           BadValue{"BRAID_CHUNK_BYTES", "12"}, BadValue{"BRAID_ALGO", "fastest"},
+                                           BadValue{"BRAID_CHUNK_BYTES", "12"}, BadValue{"BRAID_RING_DEPTH", "17"},
+                                           BadValue{"BRAID_RING_DEPTH", "deep"}, BadValue{"BRAID_ALGO", "fastest"},
                                            BadValue{"BRAID_TIMEOUT_S", "0"}, BadValue{"BRAID_TIMEOUT_S", "10s"},
                                            BadValue{"BRAID_RENDEZVOUS_TIMEOUT_S", ""},
                                            BadValue{"BRAID_PEER_TIMEOUT_S", "-3"},

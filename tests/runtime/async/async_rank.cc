@@ -83,6 +83,19 @@ void mismatch(braid::Communicator& comm, const std::string& how) {
   }
 }
 
+// One 4 MiB all_reduce (a ring of several segments); the test sets BRAID_RING_DEPTH or
+// BRAID_CHUNK_BYTES differently on one rank.
+void pipeline(braid::Communicator& comm) {
+  std::vector<float> buf(size_t{1} << 20, 1.0f);
+  auto t = Clock::now();
+  try {
+    comm.all_reduce(buf.data(), buf.size(), DType::f32, Op::sum);
+    std::printf("OK rank=%d sum=%g\n", comm.rank(), static_cast<double>(buf[0]));
+  } catch (const braid::Error& e) {
+    report(comm.rank(), e, t);
+  }
+}
+
 // Rank LATE_RANK sleeps before operation #2; BRAID_TIMEOUT_S is short.
 void timeout(braid::Communicator& comm) {
   const int r = comm.rank();
@@ -277,6 +290,7 @@ int main(int argc, char** argv) {
       rank = comm.rank();
       if (mode.rfind("mismatch_", 0) == 0) mismatch(comm, mode.substr(9));
       else if (mode == "timeout") timeout(comm);
+      else if (mode == "pipeline") pipeline(comm);
       else if (mode == "abort") abort_mode(comm);
       else if (mode == "kill") loop_until_killed(comm);
       else if (mode == "split") split_mode(comm);

@@ -87,6 +87,30 @@ TEST(AsyncMismatch, DifferentDtype) { expect_mismatch_everywhere("dtype", {"coun
 TEST(AsyncMismatch, DifferentRoot) { expect_mismatch_everywhere("root", {"broadcast #2 (count 1024 f32 root 1)"}); }
 TEST(AsyncMismatch, DifferentOp) { expect_mismatch_everywhere("op", {"f32 max", "f32 sum"}); }
 
+// Ranks that cut a ring into segments differently would pair messages wrongly: the operation
+// headers carry the pipelining settings, so every rank fails with a mismatch naming the knob.
+void expect_pipeline_mismatch(const std::string& var, const std::string& odd_value, const std::string& message) {
+  int port = testing::free_port();
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    auto env = rank_env(port, r, 3);
+    if (r == 1) env[var] = odd_value;
+    ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("ASYNC_RANK"), "pipeline"}, env));
+  }
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_EQ(ranks[r]->wait(kBound), 0) << ranks[r]->output();
+    const std::string failed = line_of(ranks[r]->output(), "FAILED", r);
+    EXPECT_TRUE(has(failed, "code=mismatch")) << "rank " << r << ": " << ranks[r]->output();
+    EXPECT_TRUE(has(failed, message)) << failed;
+    EXPECT_LT(elapsed_ms(failed), 10000) << failed;
+  }
+}
+
+TEST(AsyncMismatch, DifferentRingDepth) { expect_pipeline_mismatch("BRAID_RING_DEPTH", "3", "depth 3"); }
+TEST(AsyncMismatch, DifferentChunkBytes) {
+  expect_pipeline_mismatch("BRAID_CHUNK_BYTES", "64K", "65536 bytes");
+}
+
 void expect_timeout_report(const std::vector<std::string>& outputs, int late) {
   for (int r = 0; r < static_cast<int>(outputs.size()); ++r) {
     const std::string failed = line_of(outputs[r], "FAILED", r);
