@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "tools/braid_perf/perf_check.h"
 #include "tools/braid_perf/perf_data.h"
 #include "tools/braid_perf/perf_options.h"
 
@@ -38,6 +39,7 @@ struct Case {
   size_t count = 0;  // per-rank elements (the unit the call takes)
   size_t esize = 0;
   std::vector<char> send, recv;
+  Expected expected;  // inputs and results, computed once per size
 
   int n() const { return comm.size(); }
   int r() const { return comm.rank(); }
@@ -73,22 +75,13 @@ void prepare(Case& c) {
   bool split_out = op == "all_gather" || op == "all_to_all" || op == "gather";
   c.send.assign(std::max<size_t>(1, (split_in ? cnt * n : cnt) * es), 0);
   c.recv.assign(std::max<size_t>(1, (split_out ? cnt * n : cnt) * es), 0);
+  c.expected = expected_for(op, c.n(), c.r(), c.root(), cnt, c.dt(), c.op());
 }
 
 // Restores the inputs (in-place ops overwrite them).
 void fill(Case& c) {
-  const std::string& op = c.opt.op;
-  size_t n = static_cast<size_t>(c.n()), cnt = c.count;
-  Op vop = op == "all_reduce" || op == "reduce" || op == "reduce_scatter" ? c.op() : Op::sum;
-  if (op == "all_reduce") {
-    fill_input(c.rbuf(), cnt, c.dt(), c.r(), 0, vop);  // in place
-  } else if (op == "broadcast") {
-    fill_input(c.rbuf(), cnt, c.dt(), c.r() == c.root() ? c.root() : c.r() + 1000, 0, vop);
-  } else if (op == "reduce_scatter" || op == "all_to_all" || op == "scatter") {
-    fill_input(c.send.data(), cnt * n, c.dt(), c.r(), 0, vop);
-  } else {
-    fill_input(c.send.data(), cnt, c.dt(), c.r(), 0, vop);
-  }
+  const std::vector<char>& in = c.expected.input;
+  if (!in.empty()) std::memcpy(c.expected.input_in_recv ? c.recv.data() : c.send.data(), in.data(), in.size());
 }
 
 void run(Case& c) {
@@ -119,44 +112,13 @@ void run(Case& c) {
 }
 
 // Counts the elements of this rank's result that differ from what they must be.
-int64_t check(Case& c) {
-  const std::string& op = c.opt.op;
-  size_t n = static_cast<size_t>(c.n()), cnt = c.count;
-  int64_t wrong = 0;
-  auto expect_reduced = [&](const void* buf, size_t items, size_t offset) {
-    for (size_t i = 0; i < items; ++i) {
-      double want = expected_reduction(c.n(), offset + i, c.dt(), c.op());
-      wrong += !close_enough(load_value(buf, i, c.dt()), want, c.dt(), c.op());
-    }
-  };
-  auto expect_moved = [&](const void* buf, size_t at, int from, size_t offset, size_t items) {
-    alignas(8) char slot[8];  // one element, to compare in the dtype's own rounding
-    for (size_t i = 0; i < items; ++i) {
-      store_value(slot, 0, c.dt(), input_value(from, offset + i, Op::sum));
-      wrong += load_value(buf, at + i, c.dt()) != load_value(slot, 0, c.dt());
-    }
-  };
-  if (op == "all_reduce") expect_reduced(c.rbuf(), cnt, 0);
-  else if (op == "reduce" && c.r() == c.root()) expect_reduced(c.rbuf(), cnt, 0);
-  else if (op == "reduce_scatter") expect_reduced(c.rbuf(), cnt, static_cast<size_t>(c.r()) * cnt);
-  else if (op == "broadcast") expect_moved(c.rbuf(), 0, c.root(), 0, cnt);
-  else if (op == "all_gather" || (op == "gather" && c.r() == c.root())) {
-    for (size_t q = 0; q < n; ++q) expect_moved(c.rbuf(), q * cnt, static_cast<int>(q), 0, cnt);
-  } else if (op == "scatter") {
-    expect_moved(c.rbuf(), 0, c.root(), static_cast<size_t>(c.r()) * cnt, cnt);
-  } else if (op == "all_to_all") {
-    for (size_t q = 0; q < n; ++q) expect_moved(c.rbuf(), q * cnt, static_cast<int>(q), static_cast<size_t>(c.r()) * cnt, cnt);
-  } else if (op == "sendrecv") {
-    expect_moved(c.rbuf(), 0, (c.r() + c.n() - 1) % c.n(), 0, cnt);
-  }
-  return wrong;
-}
+int64_t check(Case& c) { return count_wrong(c.rbuf(), c.expected, c.dt(), c.op()); }
 
 // Whether every rank ends with bitwise the same result (for results every rank holds).
 bool result_is_shared(const std::string& op) { return op == "all_reduce" || op == "all_gather" || op == "broadcast"; }
 
 Row measure(Communicator& comm, const PerfOptions& opt, size_t bytes) {
-  Case c{comm, opt, 0, 0, {}, {}};
+  Case c{comm, opt, 0, 0, {}, {}, {}};
   c.esize = dtype_size(opt.dtype);
   c.count = opt.op == "barrier" ? 0 : per_rank_count(opt.op, bytes, c.esize, comm.size());
   prepare(c);
