@@ -13,6 +13,7 @@ std::atomic<int> g_spinners{0};
 std::atomic<long> g_yields{0};
 std::atomic<bool> g_node_oversubscribed{false};
 std::atomic<int> g_waiters{0};
+std::atomic<int> g_shared_cpu_peers{0};
 thread_local bool t_background = false;
 
 int online_cpus() {
@@ -27,6 +28,7 @@ int online_cpus() {
 
 int spinning_threads() { return g_spinners.load(std::memory_order_relaxed); }
 long spin_yields() { return g_yields.load(std::memory_order_relaxed); }
+int cpu_sharing_peers() { return g_shared_cpu_peers.load(std::memory_order_relaxed); }
 
 int usable_cpus() {
   thread_local int cpus = [] {
@@ -39,7 +41,10 @@ int usable_cpus() {
 }
 
 void spin_only_for_waiters() { t_background = true; }
-bool spin_allowed() { return !t_background || g_waiters.load(std::memory_order_relaxed) > 0; }
+bool spin_allowed() {
+  if (cpu_sharing_peers() > 0) return false;
+  return !t_background || g_waiters.load(std::memory_order_relaxed) > 0;
+}
 WaitScope::WaitScope() { g_waiters.fetch_add(1, std::memory_order_relaxed); }
 WaitScope::~WaitScope() { g_waiters.fetch_sub(1, std::memory_order_relaxed); }
 
@@ -47,11 +52,15 @@ void set_ranks_on_node(int ranks) {
   if (ranks > online_cpus()) g_node_oversubscribed.store(true, std::memory_order_relaxed);
 }
 
+SharedCpuPeer::SharedCpuPeer() { g_shared_cpu_peers.fetch_add(1, std::memory_order_relaxed); }
+SharedCpuPeer::~SharedCpuPeer() { g_shared_cpu_peers.fetch_sub(1, std::memory_order_relaxed); }
+
 SpinScope::SpinScope() { g_spinners.fetch_add(1, std::memory_order_relaxed); }
 SpinScope::~SpinScope() { g_spinners.fetch_sub(1, std::memory_order_relaxed); }
 
 void SpinScope::pause() const {
-  if (spinning_threads() > usable_cpus() || g_node_oversubscribed.load(std::memory_order_relaxed)) {
+  if (spinning_threads() > usable_cpus() || g_node_oversubscribed.load(std::memory_order_relaxed) ||
+      cpu_sharing_peers() > 0) {
     g_yields.fetch_add(1, std::memory_order_relaxed);
     sched_yield();
     return;

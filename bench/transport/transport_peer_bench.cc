@@ -24,7 +24,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <string>
 #include <vector>
@@ -94,17 +93,18 @@ class Peer {
 
   Connection& conn() { return *conn_; }
 
-  // The next finished operation; a failed one ends the benchmark.
+  // The next finished operation; a failed one ends the benchmark. The list polled into is
+  // reused: allocating one per poll cost ~0.2 us a message, charged to the transport against the
+  // blocking-socket yardstick, which allocates nothing.
   Completion next() {
-    while (queue_.empty()) {
-      std::vector<Completion> got;
-      Status s = transport_->poll(got, std::chrono::milliseconds(100));
+    while (next_ == done_.size()) {
+      done_.clear();
+      next_ = 0;
+      Status s = transport_->poll(done_, std::chrono::milliseconds(100));
       if (!s.is_ok()) die("poll: " + s.message());
-      queue_.insert(queue_.end(), got.begin(), got.end());
-      if (queue_.empty() && deadline_.expired()) die("no completion before the deadline (peer gone?)");
+      if (done_.empty() && deadline_.expired()) die("no completion before the deadline (peer gone?)");
     }
-    Completion c = queue_.front();
-    queue_.pop_front();
+    Completion c = std::move(done_[next_++]);
     if (!c.status.is_ok()) die(std::string(c.is_send ? "send" : "recv") + " failed: " + c.status.message());
     return c;
   }
@@ -123,7 +123,8 @@ class Peer {
   Deadline deadline_;
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Connection> conn_;
-  std::deque<Completion> queue_;
+  std::vector<Completion> done_;
+  size_t next_ = 0;  // done_[next_] is the next completion to hand out
 };
 
 void transport_bw_server(const Args& a, Peer& p) {

@@ -73,6 +73,35 @@ TEST(Spin, BackgroundThreadsSpinOnlyForWaiters) {
   EXPECT_TRUE(spin_allowed());
 }
 
+// A peer process on our only CPU cannot answer while we spin: no waiter spins while one is
+// known, and a spinner that spins anyway yields. Both end with the last SharedCpuPeer.
+TEST(Spin, APeerOnOurOnlyCpuStopsSpinning) {
+  on_one_cpu([] {
+    ASSERT_EQ(cpu_sharing_peers(), 0);
+    ASSERT_TRUE(spin_allowed());
+    SpinScope alone;
+    long before = spin_yields();
+    alone.pause();
+    ASSERT_EQ(spin_yields(), before) << "a lone spinner yields already; the test would prove nothing";
+    {
+      SharedCpuPeer first;
+      std::optional<SharedCpuPeer> second(std::in_place);
+      EXPECT_EQ(cpu_sharing_peers(), 2);
+      EXPECT_FALSE(spin_allowed());
+      for (int i = 0; i < 100; ++i) alone.pause();
+      EXPECT_EQ(spin_yields(), before + 100);
+      second.reset();  // one connection closed, the other still shares the CPU
+      EXPECT_EQ(cpu_sharing_peers(), 1);
+      EXPECT_FALSE(spin_allowed());
+    }
+    EXPECT_EQ(cpu_sharing_peers(), 0);
+    EXPECT_TRUE(spin_allowed());
+    before = spin_yields();
+    alone.pause();
+    EXPECT_EQ(spin_yields(), before);
+  });
+}
+
 // More ranks on the node than CPUs: their spinners share CPUs, so even a lone one yields.
 // (Last: the setting stays for the rest of the process.)
 TEST(Spin, YieldsWhenTheNodeHasMoreRanksThanCpus) {

@@ -2,12 +2,16 @@
 //
 // Started with fork+exec (posix_spawn) by tcp_process_test, possibly inside a network namespace.
 // Arguments are key=value; what it does is printed one line at a time on stdout:
-//   TRANSPORT <name> | ADDR <address> | CONNECTED | WAITING | OK | LOST <code> <message> | ERROR <message>
+//   TRANSPORT <name> | ADDR <address> | CONNECTED | WAITING | SHARED_CPU_PEERS <n> | OK |
+//   LOST <code> <message> | ERROR <message>
 // deny_io_uring=1 installs a seccomp filter first that makes io_uring_setup fail with ENOSYS,
-// as container runtimes' default profiles do, so the fallback path runs for real.
+// as container runtimes' default profiles do, so the fallback path runs for real. cpu=N pins the
+// process to CPU N first, as `taskset -c N` would. After the echo and pingpong scripts it says
+// how many of its peers share its only CPU (common/spin.h), while the connection still lives.
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -20,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/spin.h"
 #include "transport/registry.h"
 
 namespace {
@@ -150,6 +155,7 @@ int run(const Args& a) {
       if (back != buf) return fail(internal_error("echo " + std::to_string(i) + " differs"));
     }
   }
+  say("SHARED_CPU_PEERS " + std::to_string(cpu_sharing_peers()));
   say("OK");
   std::this_thread::sleep_for(200ms);  // let the last bytes leave before the socket closes
   return 0;
@@ -163,6 +169,15 @@ int main(int argc, char** argv) {
     std::string s = argv[i];
     size_t eq = s.find('=');
     if (eq != std::string::npos) a.kv[s.substr(0, eq)] = s.substr(eq + 1);
+  }
+  if (!a.get("cpu").empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(std::stoi(a.get("cpu")), &set);
+    if (sched_setaffinity(0, sizeof set, &set) != 0) {
+      say("ERROR cannot pin to CPU " + a.get("cpu"));
+      return 2;
+    }
   }
   if (a.get("deny_io_uring") == "1" && !deny_io_uring()) {
     say("ERROR cannot install the seccomp filter");

@@ -2,6 +2,7 @@
 // with SIGKILL, io_uring denied by seccomp, and (as root) peers in network namespaces joined by
 // a veth link, one of which goes silent.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -165,6 +166,58 @@ TEST(Fallback, TcpDemandsIoUringAndSaysWhy) {
 #endif
   EXPECT_NE(peer.output().find("tcp-poll"), std::string::npos) << peer.output();
 }
+
+// Two rank processes started as `taskset -c N` starts them: pinned to one CPU, each must learn
+// from the handshake (the acceptor) or its answer (the connector) that its peer shares that
+// CPU, so neither spins while the other needs the CPU to answer; pinned to two CPUs, neither.
+class PinnedPairTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    auto t = create_transport(GetParam(), loopback_options());
+    if (!t.is_ok()) GTEST_SKIP() << t.status().message();
+  }
+  // The SHARED_CPU_PEERS line of the listening and of the connecting process.
+  std::pair<std::string, std::string> run_pair(int listen_cpu, int connect_cpu) {
+    Subprocess a({peer_binary(), "transport=" + GetParam(), "role=listen", "rank=0", "peer=1",
+                  "cpu=" + std::to_string(listen_cpu), "script=echo", "count=200", "bytes=8"});
+    std::string addr = wait_line(a, "ADDR ", 20s).value_or("");
+    EXPECT_FALSE(addr.empty()) << a.output();
+    Subprocess b({peer_binary(), "transport=" + GetParam(), "role=connect", "addr=" + addr, "rank=1", "peer=0",
+                  "cpu=" + std::to_string(connect_cpu), "script=pingpong", "count=200", "bytes=8"});
+    EXPECT_EQ(b.wait(60s), 0) << b.output();
+    EXPECT_EQ(a.wait(20s), 0) << a.output();
+    return {wait_line(a, "SHARED_CPU_PEERS ", 1s).value_or("missing: " + a.output()),
+            wait_line(b, "SHARED_CPU_PEERS ", 1s).value_or("missing: " + b.output())};
+  }
+};
+
+// The n-th CPU this process may use (CPU 0 may be outside a container's cpuset); -1 if none.
+int usable_cpu(int n) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set) && n-- == 0) return c;
+  }
+  return -1;
+}
+
+TEST_P(PinnedPairTest, OnOneCpuBothEndsStopSpinning) {
+  auto [listener, connector] = run_pair(usable_cpu(0), usable_cpu(0));
+  EXPECT_EQ(listener, "1");
+  EXPECT_EQ(connector, "1");
+}
+
+TEST_P(PinnedPairTest, OnTwoCpusNeitherDoes) {
+  if (usable_cpu(1) < 0) GTEST_SKIP() << "needs two CPUs; this process may use one";
+  auto [listener, connector] = run_pair(usable_cpu(0), usable_cpu(1));
+  EXPECT_EQ(listener, "0");
+  EXPECT_EQ(connector, "0");
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, PinnedPairTest, ::testing::Values("tcp", "tcp-poll"), [](const auto& info) {
+  return std::string(info.param == "tcp" ? "io_uring" : "epoll");
+});
 
 // Two network namespaces joined by a veth pair; names carry the pid so parallel runs differ.
 class NamespacePair {

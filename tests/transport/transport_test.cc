@@ -251,10 +251,10 @@ TEST_P(TransportTest, StrangersAreRefusedAndTheListenerKeepsServing) {
   const char garbage[] = "GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxx";
   tcp::Handshake other_comm;
   other_comm.comm_id = 99, other_comm.from_rank = 1, other_comm.to_rank = 0;
-  tcp::Handshake old_version;
-  old_version.version = 0, old_version.comm_id = 7, old_version.from_rank = 1;
-  std::vector<int> fds = {raw_connect(garbage, 32), raw_connect(nullptr, 0), raw_connect(&other_comm, 32),
-                          raw_connect(&old_version, 32)};
+  tcp::Handshake old_version;  // a version 1 peer: its handshake had 32 bytes
+  old_version.version = 1, old_version.comm_id = 7, old_version.from_rank = 1;
+  std::vector<int> fds = {raw_connect(garbage, 32), raw_connect(nullptr, 0),
+                          raw_connect(&other_comm, sizeof other_comm), raw_connect(&old_version, 32)};
   auto d = Deadline::after(20s);
   auto from1 = b.value()->connect(addr.value(), PeerIdentity{7, 1, 0}, d);
   ASSERT_TRUE(from1.is_ok());

@@ -17,7 +17,7 @@ namespace braid::transport::tcp {
 namespace {
 constexpr uint64_t kWakeKey = ~uint64_t{0};
 constexpr int kMaxEvents = 64;
-constexpr uint32_t kUnwatched = ~uint32_t{0};  // removed from the epoll set after an error/hang-up
+constexpr std::chrono::microseconds kRetryAfter{1000};  // a send that met ENOBUFS
 }  // namespace
 
 Result<std::unique_ptr<Engine>> EpollEngine::create(const Env& env) {
@@ -57,8 +57,10 @@ Status EpollEngine::add(TcpStream* s) {
   s->slot = free_slots_.back();
   free_slots_.pop_back();
   slots_[s->slot] = s;
-  s->epoll_events = 0;
   epoll_event ev{};
+  // Edge-triggered (see the header); errors and hang-ups are reported once as well, so a dead
+  // socket nobody uses is not reported on every pass.
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = s->slot;
   if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, s->fd(), &ev) != 0) return system_error("epoll_ctl(ADD)", errno);
   return Status::ok();
@@ -66,29 +68,17 @@ Status EpollEngine::add(TcpStream* s) {
 
 void EpollEngine::remove(TcpStream* s, Deadline) {
   // Plain system calls hold no buffer after they return: nothing to wait for.
-  if (s->epoll_events != kUnwatched) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s->fd(), nullptr);
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s->fd(), nullptr);
   slots_[s->slot] = nullptr;
   free_slots_.push_back(s->slot);
 }
 
 void EpollEngine::kick(TcpStream* s) { dirty_.push_back(s->slot); }
 
-void EpollEngine::watch(TcpStream* s, uint32_t events) {
-  if (s->epoll_events == events) return;
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.u64 = s->slot;
-  if (events == kUnwatched) {
-    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s->fd(), nullptr);
-  } else {
-    epoll_ctl(epoll_fd_, s->epoll_events == kUnwatched ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, s->fd(), &ev);
-  }
-  s->epoll_events = events;
-}
-
+// With edge-triggered events a socket must be driven until it would block, or until there is
+// nothing to do: then the next kick (new work) or edge (new bytes, new space) drives it again.
 void EpollEngine::drive(TcpStream* s) {
   TcpConnection* conn = s->connection();
-  uint32_t events = 0;
   for (;;) {  // send until the socket buffer is full or nothing is queued
     bool zero_copy = false;
     uint64_t seq = 0;
@@ -96,8 +86,10 @@ void EpollEngine::drive(TcpStream* s) {
     ssize_t n = ::sendmsg(s->fd(), s->send_msg(), MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       s->on_sent(static_cast<size_t>(n));
-    } else if (errno == EAGAIN || errno == ENOBUFS) {
-      events |= EPOLLOUT;
+    } else if (errno == EAGAIN) {
+      break;
+    } else if (errno == ENOBUFS) {  // short of memory, not of buffer space: no edge will come
+      retry_.push_back(s->slot);
       break;
     } else if (errno != EINTR) {
       s->on_error(errno, true);
@@ -114,16 +106,12 @@ void EpollEngine::drive(TcpStream* s) {
       s->on_eof();
       break;
     } else if (errno == EAGAIN) {
-      events |= EPOLLIN;
       break;
     } else if (errno != EINTR) {
       s->on_error(errno, false);
       break;
     }
   }
-  if (conn->failed()) events = kUnwatched;
-  if (events == 0 && s->epoll_events == kUnwatched) events = kUnwatched;
-  watch(s, events);
   conn->after_io();
 }
 
@@ -152,14 +140,7 @@ Status EpollEngine::wait(std::chrono::microseconds timeout) {
       continue;
     }
     auto slot = static_cast<uint32_t>(events[i].data.u64);
-    TcpStream* s = slot < slots_.size() ? slots_[slot] : nullptr;
-    if (s == nullptr) continue;
-    // An error or hang-up is reported even with no events asked for: stop watching; the next
-    // attempt to use the socket meets the error directly.
-    if ((events[i].events & (EPOLLERR | EPOLLHUP)) && !s->has_send() && s->recv_target().empty()) {
-      watch(s, kUnwatched);
-    }
-    dirty_.push_back(slot);
+    if (slot < slots_.size() && slots_[slot] != nullptr) dirty_.push_back(slot);
   }
   return Status::ok();
 }
@@ -171,7 +152,8 @@ Status EpollEngine::run(std::chrono::microseconds timeout, const std::function<b
   auto end = start + timeout;
   const auto spin = std::chrono::microseconds(spin_allowed() ? spin_us_ : 0);  // common/spin.h
   auto spin_end = start + std::min<std::chrono::microseconds>(timeout, spin);
-  std::optional<SpinScope> spinning(std::in_place);  // counted as a spinner until it sleeps
+  std::optional<SpinScope> spinning;  // counted as a spinner while it spins
+  if (start < spin_end) spinning.emplace();
   for (;;) {
     drive_dirty();
     if (ready() || woken_) return Status::ok();
@@ -184,7 +166,10 @@ Status EpollEngine::run(std::chrono::microseconds timeout, const std::function<b
     } else {
       spinning.reset();
     }
+    if (!retry_.empty()) left = std::min(left, kRetryAfter);
     RETURN_IF_ERROR(wait(left));
+    dirty_.insert(dirty_.end(), retry_.begin(), retry_.end());
+    retry_.clear();
     if (last) {
       drive_dirty();
       return Status::ok();

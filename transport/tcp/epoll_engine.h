@@ -1,9 +1,12 @@
 // transport/tcp/epoll_engine.h - the fallback engine: non-blocking sockets and epoll.
 //
 // Used where io_uring cannot be set up (seccomp profiles of container runtimes,
-// kernel.io_uring_disabled, old kernels). Sockets with new work are tried directly; only a socket
-// that answered EAGAIN is watched by epoll, for exactly the direction it is blocked in, so idle
-// connections cost nothing. wake() writes an eventfd that epoll watches.
+// kernel.io_uring_disabled, old kernels). Sockets with new work are tried directly until they
+// would block; epoll then says when that changed. Every socket is registered once, edge-triggered
+// for both directions: a level-triggered registration would have to follow what each socket waits
+// for with an epoll_ctl per change (two per small message in a ping-pong), or report a socket
+// with unread bytes and no receive posted on every pass. An edge comes only when bytes or buffer
+// space arrive, so an idle connection costs nothing. wake() writes an eventfd that epoll watches.
 #pragma once
 
 #include <memory>
@@ -30,7 +33,6 @@ class EpollEngine final : public Engine {
  private:
   EpollEngine(int epoll_fd, int wake_fd, int spin_us);
   void drive(TcpStream* s);   // sends and receives until the socket would block
-  void watch(TcpStream* s, uint32_t events);
   void drive_dirty();
   Status wait(std::chrono::microseconds timeout);
 
@@ -41,6 +43,7 @@ class EpollEngine final : public Engine {
   std::vector<TcpStream*> slots_;
   std::vector<uint32_t> free_slots_;
   std::vector<uint32_t> dirty_;  // slots with new work since the last pass
+  std::vector<uint32_t> retry_;  // slots whose send met ENOBUFS: tried again after kRetryAfter
 };
 
 }  // namespace braid::transport::tcp

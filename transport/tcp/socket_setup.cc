@@ -133,12 +133,29 @@ Status read_exact(int fd, void* data, size_t bytes, Deadline deadline) {
   return Status::ok();
 }
 
-Status check_handshake(const Handshake& h, uint64_t comm_id, int self_rank) {
+namespace {
+
+Status check_magic_and_version(const Handshake& h) {
   if (h.magic != kHandshakeMagic) return protocol_error("not a braid handshake (bad magic)");
   if (h.version != kProtocolVersion) {
     return protocol_error("braid protocol version " + std::to_string(h.version) + ", this build speaks " +
                           std::to_string(kProtocolVersion) + " (mixed braid versions?)");
   }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Handshake> read_handshake(int fd, Deadline deadline) {
+  unsigned char buf[kHandshakeBytes] = {};
+  RETURN_IF_ERROR(read_exact(fd, buf, kHandshakePrefixBytes, deadline));
+  RETURN_IF_ERROR(check_magic_and_version(decode_handshake(buf)));
+  RETURN_IF_ERROR(read_exact(fd, buf + kHandshakePrefixBytes, kHandshakeBytes - kHandshakePrefixBytes, deadline));
+  return decode_handshake(buf);
+}
+
+Status check_handshake(const Handshake& h, uint64_t comm_id, int self_rank) {
+  RETURN_IF_ERROR(check_magic_and_version(h));
   if (h.comm_id != comm_id) {
     return protocol_error("communicator id " + std::to_string(h.comm_id) + " is not ours (" + std::to_string(comm_id) +
                           "): another job or communicator?");

@@ -55,7 +55,13 @@ Status write_exact(int fd, const void* data, size_t bytes, Deadline deadline);
 // Fails with ErrorCode::timeout when the deadline passes, peer_lost on EOF.
 Status read_exact(int fd, void* data, size_t bytes, Deadline deadline);
 
-// Checks a received handshake against what this acceptor expects; the message says why not.
+// Reads a handshake from `fd`: magic and version first (kHandshakePrefixBytes), so a stranger or
+// another protocol version is refused with the reason before waiting for a body whose size it
+// does not know; then the rest. Fails with ErrorCode::protocol, timeout or peer_lost.
+Result<Handshake> read_handshake(int fd, Deadline deadline);
+
+// Checks a received handshake (or the acceptor's answer to ours) against what this end expects:
+// the communicator and this rank; the message says why not.
 Status check_handshake(const Handshake& h, uint64_t comm_id, int self_rank);
 
 // Options of a data socket: non-blocking, TCP_NODELAY, socket buffers, and keepalive +

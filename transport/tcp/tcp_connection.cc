@@ -16,13 +16,18 @@ constexpr size_t kMaxFrameBytes = size_t{1} << 30;
 TcpConnection::TcpConnection(ConnectionSetup setup)
     : engine_(setup.engine),
       completions_(setup.completions),
+      comm_id_(setup.comm_id),
       self_rank_(setup.self_rank),
       peer_rank_(setup.peer_rank),
       peer_address_(std::move(setup.peer_address)),
-      peer_timeout_s_(setup.peer_timeout_s) {
+      peer_timeout_s_(setup.peer_timeout_s),
+      self_host_(setup.self_host) {
+  const bool await_answer = !setup.peer_host.has_value();
   for (size_t i = 0; i < setup.sockets.size(); ++i) {
-    streams_.push_back(std::make_unique<TcpStream>(this, static_cast<int>(i), std::move(setup.sockets[i])));
+    streams_.push_back(
+        std::make_unique<TcpStream>(this, static_cast<int>(i), std::move(setup.sockets[i]), await_answer));
   }
+  if (setup.peer_host) learn_peer_host(*setup.peer_host);
 }
 
 TcpConnection::~TcpConnection() { close(); }
@@ -95,6 +100,28 @@ Status TcpConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
 
 void TcpConnection::kick_all() {
   for (auto& s : streams_) engine_->kick(s.get());
+}
+
+void TcpConnection::on_handshake_answer(TcpStream* stream, const Handshake& answer) {
+  Status st = check_handshake(answer, comm_id_, self_rank_);
+  if (st.is_ok() && (answer.from_rank != peer_rank_ || answer.socket_index != stream->index())) {
+    st = protocol_error("sent by rank " + std::to_string(answer.from_rank) + " for socket " +
+                        std::to_string(answer.socket_index) + ", expected rank " + std::to_string(peer_rank_) +
+                        " socket " + std::to_string(stream->index()));
+  }
+  if (!st.is_ok()) {
+    return on_stream_failed(stream, protocol_error("bad answer to our handshake: " + st.message() +
+                                                   " (is another program listening at this address?)"));
+  }
+  if (!peer_host_known_) learn_peer_host(HostIdentity{answer.boot_id, answer.cpu_mask});
+}
+
+void TcpConnection::learn_peer_host(const HostIdentity& peer) {
+  peer_host_known_ = true;
+  if (!shares_single_cpu(self_host_, peer)) return;
+  shared_cpu_.emplace();
+  BRAID_LOG(info) << "rank " << self_rank_ << " and " << describe_peer() << " both run on CPU "
+                  << describe_cpus(self_host_.cpus) << " only: waits sleep at once instead of spinning";
 }
 
 void TcpConnection::on_frame_header(TcpStream* stream) {
@@ -238,6 +265,7 @@ void TcpConnection::close() {
   }
   flush_failures();
   streams_.clear();
+  shared_cpu_.reset();
 }
 
 }  // namespace braid::transport::tcp

@@ -10,16 +10,25 @@
 // of failed operations are held back until the kernel has let go of every buffer (no send or
 // receive in flight), so a caller may free a buffer as soon as its completion arrives.
 //
+// Shared CPU: when the peer runs on this host confined to the same single CPU as this process
+// (host_identity.h), the connection holds a SharedCpuPeer (common/spin.h) so that waits sleep
+// at once, giving the peer the CPU it needs to answer, instead of spinning on it. The acceptor knows the peer's host from
+// its handshake at once; the connector learns it from the acceptor's answer (wire_format.h),
+// which it reads before its first frame.
+//
 // Lifetime: owned by the caller; must be destroyed before the TcpTransport that made it.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/spin.h"
 #include "transport/tcp/engine.h"
+#include "transport/tcp/host_identity.h"
 #include "transport/tcp/tcp_stream.h"
 #include "transport/transport.h"
 
@@ -28,9 +37,14 @@ namespace braid::transport::tcp {
 struct ConnectionSetup {
   Engine* engine = nullptr;
   std::vector<Completion>* completions = nullptr;  // the transport's ready list
+  uint64_t comm_id = 0;
   int self_rank = 0;
   int peer_rank = 0;
   std::string peer_address;
+  HostIdentity self_host;  // as sent in our handshake (or answer)
+  // The acceptor's side: the peer's, from its handshake. The connector's side: nullopt; every
+  // socket then starts with the acceptor's answer, which carries it.
+  std::optional<HostIdentity> peer_host;
   double peer_timeout_s = 30;
   std::vector<UniqueFd> sockets;  // index = socket_index of the handshake
 };
@@ -51,10 +65,17 @@ class TcpConnection final : public Connection {
   int peer_rank() const override { return peer_rank_; }
   const std::string& peer_address() const override { return peer_address_; }
   size_t socket_count() const { return streams_.size(); }
+  // Whether the peer competes with us for one CPU (see above); on the connector's side false
+  // until the acceptor's answer has been read.
+  bool peer_shares_cpu() const { return shared_cpu_.has_value(); }
 
   // --- called by streams and engines
   bool failed() const { return !failed_.is_ok(); }
   bool recv_wanted() const { return failed_.is_ok() && !recvs_.empty(); }
+  // The next message is expected to be small (its receive holds at most `bytes`): a stream then
+  // reads the frame header together with what follows it (TcpStream's inbox).
+  bool small_recv_next(size_t bytes) const { return !recvs_.empty() && recvs_.front().capacity <= bytes; }
+  void on_handshake_answer(TcpStream* stream, const Handshake& answer);
   void on_frame_header(TcpStream* stream);
   void on_slice_received(uint64_t seq, size_t bytes);
   void on_frame_sent(uint64_t seq);
@@ -88,14 +109,19 @@ class TcpConnection final : public Connection {
   void complete_sends();
   void complete_recvs();
   void kick_all();
+  void learn_peer_host(const HostIdentity& peer);
 
   Engine* engine_;
   std::vector<Completion>* completions_;
+  uint64_t comm_id_;
   int self_rank_;
   int peer_rank_;
   std::string peer_address_;
   double peer_timeout_s_;
   std::vector<std::unique_ptr<TcpStream>> streams_;
+  HostIdentity self_host_;
+  bool peer_host_known_ = false;
+  std::optional<SharedCpuPeer> shared_cpu_;
 
   std::deque<SendOp> sends_;  // sends_[i] is message first_send_seq_ + i
   uint64_t first_send_seq_ = 0;

@@ -12,8 +12,11 @@ constexpr size_t kDrainBytes = 64 << 10;
 constexpr size_t kMaxSendBytes = size_t{1} << 30;
 }
 
-TcpStream::TcpStream(TcpConnection* connection, int index, UniqueFd fd)
-    : connection_(connection), index_(index), fd_(std::move(fd)) {}
+TcpStream::TcpStream(TcpConnection* connection, int index, UniqueFd fd, bool await_answer)
+    : connection_(connection),
+      index_(index),
+      fd_(std::move(fd)),
+      state_(await_answer ? RecvState::answer : RecvState::header) {}
 
 void TcpStream::shutdown() {
   if (fd_.get() >= 0) ::shutdown(fd_.get(), SHUT_RDWR);
@@ -80,9 +83,11 @@ void TcpStream::on_sent(size_t bytes) {
 std::span<char> TcpStream::recv_target() {
   if (connection_->failed()) return {};
   switch (state_) {
-    case RecvState::header:
+    case RecvState::answer:
       if (!connection_->recv_wanted()) return {};
-      return {reinterpret_cast<char*>(header_buf_) + header_got_, kFrameHeaderBytes - header_got_};
+      return {reinterpret_cast<char*>(answer_buf_) + answer_got_, kHandshakeBytes - answer_got_};
+    case RecvState::header:
+      return connection_->recv_wanted() ? inbox_space() : std::span<char>();
     case RecvState::parked:
       return {};
     case RecvState::payload:
@@ -94,26 +99,66 @@ std::span<char> TcpStream::recv_target() {
   return {};
 }
 
+// Room after the bytes the inbox holds (less than a header: process_inbox parses every whole
+// one): the rest of a header, and behind it as much as the inbox takes when the next message
+// is expected to be small.
+std::span<char> TcpStream::inbox_space() {
+  if (inbox_begin_ > 0) {
+    std::memmove(inbox_, inbox_ + inbox_begin_, inbox_end_ - inbox_begin_);
+    inbox_end_ -= inbox_begin_;
+    inbox_begin_ = 0;
+  }
+  const bool small = connection_->small_recv_next(kInboxBytes - kFrameHeaderBytes);
+  return {reinterpret_cast<char*>(inbox_) + inbox_end_, (small ? kInboxBytes : kFrameHeaderBytes) - inbox_end_};
+}
+
 void TcpStream::on_received(size_t bytes) {
-  if (state_ == RecvState::header) {
-    header_got_ += bytes;
-    if (header_got_ < kFrameHeaderBytes) return;
-    header_got_ = 0;
-    header_ = decode_frame(header_buf_);
-    payload_got_ = 0;
-    if (header_.magic != kFrameMagic || header_.type != FrameType::data) {
-      connection_->on_stream_failed(this, protocol_error("received bytes that are not a braid frame"));
-      return;
-    }
-    dispatch_header();
+  if (state_ == RecvState::answer) {
+    answer_got_ += bytes;
+    if (answer_got_ < kHandshakeBytes) return;
+    state_ = RecvState::header;
+    connection_->on_handshake_answer(this, decode_handshake(answer_buf_));
     return;
   }
-  payload_got_ += bytes;
-  if (payload_got_ == header_.slice_len) {
-    slice_finished();
-  } else if (state_ == RecvState::payload) {
-    tune_low_watermark();
+  if (state_ == RecvState::header) {
+    inbox_end_ += bytes;
+  } else {  // payload or drain: bytes went straight to their place
+    payload_got_ += bytes;
+    if (payload_got_ == header_.slice_len) slice_finished();
   }
+  process_inbox();
+}
+
+// Parses the headers the inbox holds and hands the payload bytes that came with them to their
+// buffers, until the inbox is empty, holds less than a header, or its frame waits for a receive
+// to be posted (parked). The rest of a payload is then read directly (recv_target).
+void TcpStream::process_inbox() {
+  while (!connection_->failed()) {
+    const size_t held = inbox_end_ - inbox_begin_;
+    if (state_ == RecvState::header) {
+      if (held < kFrameHeaderBytes) break;
+      header_ = decode_frame(inbox_ + inbox_begin_);
+      inbox_begin_ += kFrameHeaderBytes;
+      payload_got_ = 0;
+      if (header_.magic != kFrameMagic || header_.type != FrameType::data) {
+        connection_->on_stream_failed(this, protocol_error("received bytes that are not a braid frame"));
+        return;
+      }
+      connection_->on_frame_header(this);  // lands, drains or parks us
+    } else if (state_ == RecvState::payload || state_ == RecvState::drain) {
+      const size_t take = std::min(held, header_.slice_len - payload_got_);
+      if (state_ == RecvState::payload && take > 0) std::memcpy(dest_ + payload_got_, inbox_ + inbox_begin_, take);
+      inbox_begin_ += take;
+      payload_got_ += take;
+      if (payload_got_ < header_.slice_len) break;  // the inbox is empty; the rest comes directly
+      slice_finished();
+    } else {
+      break;  // parked (or the answer): the bytes wait
+    }
+  }
+  if (inbox_begin_ == inbox_end_) inbox_begin_ = inbox_end_ = 0;
+  // Only now: the watermark must not ask for more than is still to come on the socket.
+  if (state_ == RecvState::payload) tune_low_watermark();
 }
 
 // A large payload arrives in many small pieces on a fast link; waking the receiver for each
@@ -132,7 +177,7 @@ void TcpStream::tune_low_watermark() {
 
 void TcpStream::dispatch_header() {
   connection_->on_frame_header(this);  // lands, drains or parks us
-  if ((state_ == RecvState::payload || state_ == RecvState::drain) && header_.slice_len == 0) slice_finished();
+  process_inbox();                     // payload bytes that arrived with the header, and more
 }
 
 void TcpStream::slice_finished() {

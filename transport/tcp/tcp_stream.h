@@ -3,8 +3,15 @@
 //
 // Send side: a FIFO of frames (header + slice of a user buffer); an engine asks for the unsent
 // bytes as an iovec list and reports how many the kernel took (short sends simply leave the rest
-// queued). Receive side: read a 32-byte header, ask the connection where its slice goes (a posted
-// buffer, or nowhere yet), then read the payload straight into that buffer.
+// queued). Receive side: on a connector's socket, first the acceptor's answer to the handshake
+// (wire_format.h), handed to the connection; then, per frame, a 32-byte header, after which the
+// connection says where its slice goes (a posted buffer, or nowhere yet), and the payload. When
+// the next posted receive is small, the header is read into an inbox together with whatever
+// follows it, up to kInboxBytes, so a small message (header and payload) costs one receive, not
+// two, and a run of them shares one; their payloads are copied from there. Otherwise only the
+// header is read, and the payload straight into its buffer: a large message is not copied twice.
+// Bytes are read only while the connection wants to receive, so a connection that only sends has
+// no receive in flight.
 #pragma once
 
 #include <sys/socket.h>
@@ -25,8 +32,11 @@ class TcpConnection;
 class TcpStream {
  public:
   static constexpr int kMaxIov = 64;
+  // Two pages: a message of a page (and its header) arrives whole.
+  static constexpr size_t kInboxBytes = 8192;
 
-  TcpStream(TcpConnection* connection, int index, UniqueFd fd);
+  // `await_answer`: the socket starts with the acceptor's answer to our handshake.
+  TcpStream(TcpConnection* connection, int index, UniqueFd fd, bool await_answer);
   TcpStream(const TcpStream&) = delete;
   TcpStream& operator=(const TcpStream&) = delete;
 
@@ -52,10 +62,7 @@ class TcpStream {
   // Asks the connection where the payload of the header just read goes, and acts on it.
   void dispatch_header();
   // Called by the connection in answer to on_frame_header.
-  void land_payload(char* dest) {
-    state_ = RecvState::payload, dest_ = dest;
-    tune_low_watermark();
-  }
+  void land_payload(char* dest) { state_ = RecvState::payload, dest_ = dest; }
   void drain_payload() { state_ = RecvState::drain; }
   void park() { state_ = RecvState::parked; }
   bool parked() const { return state_ == RecvState::parked; }
@@ -72,13 +79,12 @@ class TcpStream {
   int zero_copy_copied_streak = 0;  // notifications in a row saying the kernel copied anyway
   bool zero_copy_off = false;       // ...so many that zero-copy is given up on this socket
   uint32_t slot = 0;
-  uint32_t epoll_events = 0;
   bool in_flight() const { return send_in_flight || recv_in_flight || zero_copy_pending > 0; }
 
  private:
   void tune_low_watermark();
 
-  enum class RecvState : uint8_t { header, parked, payload, drain };
+  enum class RecvState : uint8_t { answer, header, parked, payload, drain };
   struct OutFrame {
     FrameHeader header;
     const char* data;
@@ -87,6 +93,8 @@ class TcpStream {
   };
 
   void slice_finished();
+  void process_inbox();
+  std::span<char> inbox_space();
 
   TcpConnection* connection_;
   int index_;
@@ -97,9 +105,11 @@ class TcpStream {
   msghdr msg_{};
 
   RecvState state_ = RecvState::header;
-  unsigned char header_buf_[kFrameHeaderBytes];
-  size_t header_got_ = 0;
+  unsigned char answer_buf_[kHandshakeBytes];
+  size_t answer_got_ = 0;
   FrameHeader header_;
+  unsigned char inbox_[kInboxBytes];
+  size_t inbox_begin_ = 0, inbox_end_ = 0;  // bytes received and not yet parsed or delivered
   int low_watermark_ = 1;  // SO_RCVLOWAT now set on the socket
   char* dest_ = nullptr;
   size_t payload_got_ = 0;

@@ -99,6 +99,7 @@ Result<std::unique_ptr<Connection>> TcpTransport::connect(const std::string& add
   auto to = SocketAddress::parse(address);
   if (!to.is_ok()) return to.status().with_context(where);
   int n = sockets_towards(to.value());
+  const HostIdentity self_host = local_host_identity();
   std::vector<UniqueFd> sockets;
   for (int i = 0; i < n; ++i) {
     auto fd = connect_with_retry(to.value(), deadline);
@@ -109,6 +110,8 @@ Result<std::unique_ptr<Connection>> TcpTransport::connect(const std::string& add
     h.from_rank = who.self_rank;
     h.to_rank = who.peer_rank;
     h.socket_index = static_cast<uint16_t>(i);
+    h.boot_id = self_host.boot_id;
+    h.cpu_mask = self_host.cpus;
     unsigned char buf[kHandshakeBytes];
     encode(h, buf);
     Status st = write_exact(fd.value().get(), buf, sizeof buf, deadline);
@@ -116,7 +119,8 @@ Result<std::unique_ptr<Connection>> TcpTransport::connect(const std::string& add
     if (!st.is_ok()) return st.with_context(where);
     sockets.push_back(std::move(fd).value());
   }
-  return make_connection(who, address, std::move(sockets));
+  // The acceptor's host arrives later, in its answer on each socket (wire_format.h).
+  return make_connection(who, address, std::move(sockets), self_host, std::nullopt);
 }
 
 Result<std::unique_ptr<Connection>> TcpTransport::accept(const PeerIdentity& who, Deadline deadline) {
@@ -130,7 +134,7 @@ Result<std::unique_ptr<Connection>> TcpTransport::accept(const PeerIdentity& who
         Pending p = std::move(it->second);
         pending_.erase(it);
         for (auto& s : p.sockets) RETURN_IF_ERROR(tune_data_socket(s.get(), env_));
-        return make_connection(who, p.address, std::move(p.sockets));
+        return make_connection(who, p.address, std::move(p.sockets), p.self_host, p.peer_host);
       }
     }
     if (deadline.expired()) {
@@ -141,11 +145,25 @@ Result<std::unique_ptr<Connection>> TcpTransport::accept(const PeerIdentity& who
     ASSIGN_OR_RETURN(UniqueFd fd, accept_one(listen_fd_.get(), deadline.remaining_ms(100)));
     if (fd.get() < 0) continue;
     std::string from = peer_name(fd.get());
-    unsigned char buf[kHandshakeBytes];
     // Bounded: a port scanner that connects and sends nothing costs kHandshakeTimeout at most.
-    Status st = read_exact(fd.get(), buf, sizeof buf, Deadline::after(kHandshakeTimeout));
-    Handshake h = decode_handshake(buf);
+    const Deadline handshake_deadline = Deadline::after(kHandshakeTimeout);
+    auto got = read_handshake(fd.get(), handshake_deadline);
+    Status st = got.status();
+    Handshake h = got.is_ok() ? got.value() : Handshake{};
     if (st.is_ok()) st = check_handshake(h, who.comm_id, who.self_rank);
+    // The answer: our host, so the connector can tell whether we share its CPU. A fresh
+    // socket's send buffer is empty, so this never waits.
+    const HostIdentity self_host = local_host_identity();
+    if (st.is_ok()) {
+      Handshake answer = h;
+      answer.from_rank = h.to_rank;
+      answer.to_rank = h.from_rank;
+      answer.boot_id = self_host.boot_id;
+      answer.cpu_mask = self_host.cpus;
+      unsigned char buf[kHandshakeBytes];
+      encode(answer, buf);
+      st = write_exact(fd.get(), buf, sizeof buf, handshake_deadline);
+    }
     if (!st.is_ok()) {
       BRAID_LOG(warn) << "rank " << who.self_rank << " on " << address_ << " refused a connection from " << from
                       << ": " << st.message();
@@ -153,18 +171,27 @@ Result<std::unique_ptr<Connection>> TcpTransport::accept(const PeerIdentity& who
     }
     Pending& p = pending_[h.from_rank];
     if (p.comm_id != h.comm_id || p.sockets.size() != h.nsocks) {
-      p = Pending{h.comm_id, std::vector<UniqueFd>(h.nsocks), from};
+      p = Pending{h.comm_id, std::vector<UniqueFd>(h.nsocks), from, {}, {}};
     }
-    if (h.socket_index == 0) p.address = from;
+    if (h.socket_index == 0) {
+      p.address = from;
+      p.self_host = self_host;
+      p.peer_host = HostIdentity{h.boot_id, h.cpu_mask};
+    }
     p.sockets[h.socket_index] = std::move(fd);
   }
 }
 
 Result<std::unique_ptr<Connection>> TcpTransport::make_connection(const PeerIdentity& who, std::string address,
-                                                                  std::vector<UniqueFd> sockets) {
+                                                                  std::vector<UniqueFd> sockets,
+                                                                  const HostIdentity& self_host,
+                                                                  std::optional<HostIdentity> peer_host) {
   ConnectionSetup setup;
   setup.engine = engine_.get();
   setup.completions = &ready_;
+  setup.comm_id = who.comm_id;
+  setup.self_host = self_host;
+  setup.peer_host = std::move(peer_host);
   setup.self_rank = who.self_rank;
   setup.peer_rank = who.peer_rank;
   setup.peer_address = std::move(address);

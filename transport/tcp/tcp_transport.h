@@ -8,11 +8,13 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "transport/registry.h"
 #include "transport/tcp/engine.h"
+#include "transport/tcp/host_identity.h"
 #include "transport/tcp/socket_setup.h"
 #include "transport/transport.h"
 
@@ -44,14 +46,17 @@ class TcpTransport final : public Transport {
  private:
   TcpTransport(const TransportOptions& options, std::unique_ptr<Engine> engine);
   int sockets_towards(const SocketAddress& to) const;
+  // `peer_host`: known on the acceptor's side (from the handshake), nullopt on the connector's.
   Result<std::unique_ptr<Connection>> make_connection(const PeerIdentity& who, std::string address,
-                                                      std::vector<UniqueFd> sockets);
+                                                      std::vector<UniqueFd> sockets, const HostIdentity& self_host,
+                                                      std::optional<HostIdentity> peer_host);
 
   // Sockets of a peer whose connection is not complete or not yet asked for by accept().
   struct Pending {
     uint64_t comm_id = 0;
     std::vector<UniqueFd> sockets;
     std::string address;
+    HostIdentity self_host, peer_host;  // as exchanged on socket 0 (every socket carries the same)
   };
 
   Env env_;

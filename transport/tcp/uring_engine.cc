@@ -49,6 +49,13 @@ constexpr int kCopiedStreakLimit = 8;
 
 bool retryable(int err) { return err == EAGAIN || err == ENOBUFS || err == EINTR; }
 
+// gettid() is a system call every time (~80 ns here), and check_owner runs on every post and
+// poll: a ping-pong paid four per round trip. A thread's id does not change.
+pid_t this_thread_id() {
+  thread_local const pid_t tid = gettid();
+  return tid;
+}
+
 }  // namespace
 
 namespace {
@@ -108,7 +115,7 @@ UringEngine::~UringEngine() {
 }
 
 Status UringEngine::check_owner() {
-  pid_t self = gettid();
+  pid_t self = this_thread_id();
   if (enabled_ && (!single_issuer_ || owner_ == self)) return Status::ok();
   if (enabled_) {
     // Another thread takes over ("one thread at a time", transport.h). A SINGLE_ISSUER ring
@@ -298,22 +305,24 @@ Status UringEngine::run(std::chrono::microseconds timeout, const std::function<b
   auto end = start + timeout;
   const auto spin = std::chrono::microseconds(spin_allowed() ? spin_us_ : 0);  // common/spin.h
   auto spin_end = start + std::min<std::chrono::microseconds>(timeout, spin);
-  std::optional<SpinScope> spinning(std::in_place);  // counted as a spinner until it sleeps
-  for (;;) {
-    int rc = io_uring_submit_and_get_events(ring_.get());
-    if (rc < 0 && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN) return system_error("io_uring_enter", -rc);
-    reap();
-    if (ready() || woken_) return Status::ok();
-    auto now = Clock::now();
-    if (now >= end) return Status::ok();
-    if (now < spin_end) {
-      spinning->pause();  // yields only to other spinners (common/spin.h)
-      continue;
+  std::optional<SpinScope> spinning;  // counted as a spinner while it spins
+  if (start < spin_end) spinning.emplace();
+  for (auto now = start;; now = Clock::now()) {
+    if (now < spin_end || now >= end) {
+      // A pass that does not sleep: while spinning, and the one pass a 0 timeout makes.
+      int rc = io_uring_submit_and_get_events(ring_.get());
+      if (rc < 0 && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN) return system_error("io_uring_enter", -rc);
+    } else {
+      // Submitting and sleeping in one io_uring_enter: with no spin (a peer sharing our CPU,
+      // BRAID_SPIN_US=0) a non-blocking pass first would only add a system call per wait.
+      spinning.reset();
+      RETURN_IF_ERROR(submit_and_wait(end - now));
     }
-    spinning.reset();
-    RETURN_IF_ERROR(submit_and_wait(end - now));
     reap();
     if (ready() || woken_) return Status::ok();
+    now = Clock::now();
+    if (now >= end) return Status::ok();
+    if (now < spin_end) spinning->pause();  // yields only to other spinners (common/spin.h)
   }
 }
 

@@ -1,0 +1,343 @@
+// The tcp connection handshake (wire_format.h): versions, the acceptor's answer, and the host
+// identity both carry, which decides whether a connection's peer shares our only CPU.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "common/spin.h"
+#include "tests/transport/transport_link.h"
+#include "transport/tcp/host_identity.h"
+#include "transport/tcp/socket_setup.h"
+#include "transport/tcp/tcp_connection.h"
+#include "transport/tcp/wire_format.h"
+
+namespace braid::transport::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using tcp::Handshake;
+using tcp::HostIdentity;
+
+// Runs `body` on a thread allowed on `cpu` only, as `taskset -c cpu` would run a process.
+void on_cpu(int cpu, const std::function<void()>& body) {
+  std::thread t([&] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof set, &set), 0) << "cannot pin a thread to CPU " << cpu;
+    body();
+  });
+  t.join();
+}
+
+int usable_cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+// The n-th CPU this process may use (CPU 0 may be outside a container's cpuset); -1 if none.
+int usable_cpu(int n) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set) && n-- == 0) return c;
+  }
+  return -1;
+}
+
+tcp::TcpConnection* as_tcp(const std::unique_ptr<Connection>& c) { return dynamic_cast<tcp::TcpConnection*>(c.get()); }
+
+TEST(Handshake, ChecksNameWhatIsWrong) {
+  Handshake h;
+  h.comm_id = 7, h.from_rank = 1, h.to_rank = 0, h.nsocks = 2, h.socket_index = 1;
+  EXPECT_TRUE(tcp::check_handshake(h, 7, 0).is_ok());
+  Handshake old = h;
+  old.version = 1;
+  Status s = tcp::check_handshake(old, 7, 0);
+  EXPECT_EQ(s.code(), ErrorCode::protocol);
+  EXPECT_NE(s.message().find("protocol version 1, this build speaks 2"), std::string::npos) << s.message();
+  s = tcp::check_handshake(h, 8, 0);
+  EXPECT_NE(s.message().find("communicator id 7 is not ours (8)"), std::string::npos) << s.message();
+  s = tcp::check_handshake(h, 7, 3);
+  EXPECT_NE(s.message().find("meant for rank 0, this is rank 3"), std::string::npos) << s.message();
+  Handshake bad_index = h;
+  bad_index.socket_index = 2;
+  EXPECT_EQ(tcp::check_handshake(bad_index, 7, 0).code(), ErrorCode::protocol);
+}
+
+// A handshake of another version is refused on its first bytes: a version 1 peer sends only 32,
+// and waiting for the 176 of ours would end in a timeout that says nothing about versions.
+TEST(Handshake, AnotherVersionIsRefusedWithoutWaitingForItsBody) {
+  int fds[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  Handshake v1;
+  v1.version = 1, v1.comm_id = 7, v1.from_rank = 1;
+  ASSERT_EQ(::send(fds[1], &v1, 32, 0), 32);
+  auto got = tcp::read_handshake(fds[0], Deadline::after(30s));
+  ASSERT_FALSE(got.is_ok());
+  EXPECT_EQ(got.status().code(), ErrorCode::protocol) << got.status().message();
+  EXPECT_NE(got.status().message().find("protocol version 1"), std::string::npos) << got.status().message();
+  ::close(fds[0]);  // as the acceptor does with a refused socket
+  ::close(fds[1]);
+  // Ours, whole: every field arrives, the host identity included.
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  Handshake h;
+  h.comm_id = 7, h.from_rank = 1, h.to_rank = 0;
+  h.boot_id = tcp::local_host_identity().boot_id;
+  h.cpu_mask = tcp::cpu_mask_of({3, 1000});
+  ASSERT_EQ(::send(fds[1], &h, sizeof h, 0), static_cast<ssize_t>(sizeof h));
+  got = tcp::read_handshake(fds[0], Deadline::after(30s));
+  ASSERT_TRUE(got.is_ok()) << got.status().message();
+  EXPECT_EQ(got.value().comm_id, 7u);
+  EXPECT_EQ(got.value().boot_id, h.boot_id);
+  EXPECT_EQ(got.value().cpu_mask, h.cpu_mask);
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
+// A listening socket that plays the acceptor by hand, to send answers a real one would not.
+class FakeAcceptor {
+ public:
+  FakeAcceptor() {
+    listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    EXPECT_EQ(bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+    EXPECT_EQ(::listen(listen_fd_, 4), 0);
+    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len);
+    address_ = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+  }
+  ~FakeAcceptor() {
+    if (fd_ >= 0) ::close(fd_);
+    ::close(listen_fd_);
+  }
+  const std::string& address() const { return address_; }
+
+  // Accepts the connector's socket and reads its handshake.
+  Handshake accept_handshake() {
+    fd_ = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    EXPECT_GE(fd_, 0);
+    timeval tv{20, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    Handshake h;
+    EXPECT_EQ(::recv(fd_, &h, sizeof h, MSG_WAITALL), static_cast<ssize_t>(sizeof h));
+    return h;
+  }
+  // Sends `answer` and an 8-byte message (seq 0) in one write: the connector must split them.
+  void answer_and_send(const Handshake& answer, uint64_t payload) {
+    unsigned char bytes[sizeof(Handshake) + tcp::kFrameHeaderBytes + 8];
+    tcp::FrameHeader f;
+    f.slice_len = 8, f.seq = 0, f.total_len = 8, f.offset = 0;
+    std::memcpy(bytes, &answer, sizeof answer);
+    std::memcpy(bytes + sizeof answer, &f, sizeof f);
+    std::memcpy(bytes + sizeof answer + sizeof f, &payload, 8);
+    EXPECT_EQ(::send(fd_, bytes, sizeof bytes, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof bytes));
+  }
+
+ private:
+  int listen_fd_ = -1, fd_ = -1;
+  std::string address_;
+};
+
+// Skips an engine this machine cannot run (io_uring denied), as transport_test does.
+class TcpEngineTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    for (const auto& e : transport_registry()) {
+      if (e.name == GetParam() && !e.available) GTEST_SKIP() << e.name << " unavailable: " << e.unavailable_reason;
+    }
+  }
+};
+
+class AnswerTest : public TcpEngineTest {
+ protected:
+  // On a thread pinned to one CPU (usable_cpu(0)): connects to a FakeAcceptor as rank 1 of communicator 7, lets
+  // `make_answer` turn the handshake it received into the answer, and receives one message.
+  // Returns the receive's completion; *shares says what the connection decided.
+  Completion connect_and_receive(const std::function<Handshake(Handshake)>& make_answer, bool* shares,
+                                 uint64_t* payload) {
+    auto t = create_transport(GetParam(), loopback_options());
+    if (!t.is_ok()) {
+      ADD_FAILURE() << t.status().message();
+      return {};
+    }
+    FakeAcceptor acceptor;
+    Completion done;
+    const int cpu = usable_cpu(0);
+    on_cpu(cpu, [&] {
+      Result<std::unique_ptr<Connection>> c = Status(ErrorCode::internal, "connect did not run");
+      std::thread peer([&] {
+        Handshake h = acceptor.accept_handshake();
+        EXPECT_EQ(h.version, tcp::kProtocolVersion);
+        EXPECT_EQ(h.from_rank, 1);
+        EXPECT_EQ(h.boot_id, tcp::local_host_identity().boot_id);
+        EXPECT_EQ(h.cpu_mask, tcp::cpu_mask_of({size_t(cpu)})) << "the connecting thread is pinned to CPU " << cpu;
+        acceptor.answer_and_send(make_answer(h), 0x1122334455667788);
+      });
+      c = t.value()->connect(acceptor.address(), PeerIdentity{7, 1, 0}, Deadline::after(20s));
+      peer.join();
+      ASSERT_TRUE(c.is_ok()) << c.status().message();
+      EXPECT_FALSE(as_tcp(c.value())->peer_shares_cpu()) << "decided before the answer was read";
+      ASSERT_TRUE(c.value()->post_recv(payload, 8, 1).is_ok());
+      std::vector<Completion> out;
+      auto end = std::chrono::steady_clock::now() + 20s;
+      while (out.empty() && std::chrono::steady_clock::now() < end) ASSERT_TRUE(t.value()->poll(out, 50ms).is_ok());
+      ASSERT_EQ(out.size(), 1u);
+      done = out[0];
+      *shares = as_tcp(c.value())->peer_shares_cpu();
+      EXPECT_EQ(cpu_sharing_peers(), *shares ? 1 : 0);
+    });
+    EXPECT_EQ(cpu_sharing_peers(), 0) << "the connection is gone, its vote must be too";
+    return done;
+  }
+
+  // What a real acceptor pinned to `cpus` on host `boot_id` answers.
+  static std::function<Handshake(Handshake)> answer_from(tcp::BootId boot_id, tcp::CpuMask cpus) {
+    return [=](Handshake h) {
+      std::swap(h.from_rank, h.to_rank);
+      h.boot_id = boot_id;
+      h.cpu_mask = cpus;
+      return h;
+    };
+  }
+};
+
+TEST_P(AnswerTest, AnAcceptorOnOurCpuIsSeenFromItsAnswer) {
+  bool shares = false;
+  uint64_t payload = 0;
+  const size_t cpu = static_cast<size_t>(usable_cpu(0));
+  Completion c = connect_and_receive(answer_from(tcp::local_host_identity().boot_id, tcp::cpu_mask_of({cpu})),
+                                     &shares, &payload);
+  ASSERT_TRUE(c.status.is_ok()) << c.status.message();
+  EXPECT_EQ(payload, 0x1122334455667788u) << "the frame after the answer was misread";
+  EXPECT_TRUE(shares);
+}
+
+TEST_P(AnswerTest, AnAcceptorElsewhereIsNot) {
+  const tcp::BootId here = tcp::local_host_identity().boot_id;
+  tcp::BootId elsewhere = here;
+  elsewhere[0] ^= 1;
+  const size_t cpu = static_cast<size_t>(usable_cpu(0));  // ours; the answers name others
+  for (const auto& [boot_id, cpus] : {std::pair{here, tcp::cpu_mask_of({cpu + 1})},
+                                      std::pair{here, tcp::cpu_mask_of({cpu, cpu + 1})},
+                                      std::pair{elsewhere, tcp::cpu_mask_of({cpu})}}) {
+    bool shares = true;
+    uint64_t payload = 0;
+    Completion c = connect_and_receive(answer_from(boot_id, cpus), &shares, &payload);
+    ASSERT_TRUE(c.status.is_ok()) << c.status.message();
+    EXPECT_EQ(payload, 0x1122334455667788u);
+    EXPECT_FALSE(shares) << "answered from CPUs " << tcp::describe_cpus(cpus);
+  }
+}
+
+TEST_P(AnswerTest, AWrongAnswerFailsTheConnectionAndSaysWhy) {
+  bool shares = false;
+  uint64_t payload = 0;
+  Completion c = connect_and_receive(
+      [](Handshake h) {
+        h.from_rank = 5;  // someone else answers: not the rank we connected to
+        h.to_rank = 1;
+        return h;
+      },
+      &shares, &payload);
+  EXPECT_EQ(c.status.code(), ErrorCode::protocol) << c.status.message();
+  EXPECT_NE(c.status.message().find("bad answer to our handshake"), std::string::npos) << c.status.message();
+  EXPECT_NE(c.status.message().find("rank 5"), std::string::npos) << c.status.message();
+  EXPECT_NE(c.status.message().find("connection to rank 0 (127.0.0.1:"), std::string::npos) << c.status.message();
+  EXPECT_FALSE(shares);
+}
+
+// Two real transports of this process whose connecting and accepting threads are pinned as two
+// `taskset`-started ranks would be. Both ends must reach the same decision.
+class SharedCpuTest : public TcpEngineTest {
+ protected:
+  void link_on(int accept_cpu, int connect_cpu) {
+    auto ta = create_transport(GetParam(), loopback_options());
+    auto tb = create_transport(GetParam(), loopback_options());
+    ASSERT_TRUE(ta.is_ok() && tb.is_ok());
+    link_.a = std::move(ta).value();
+    link_.b = std::move(tb).value();
+    auto addr = link_.a->listen();
+    ASSERT_TRUE(addr.is_ok());
+    Result<std::unique_ptr<Connection>> accepted = Status(ErrorCode::internal, "accept did not run");
+    Result<std::unique_ptr<Connection>> connected = Status(ErrorCode::internal, "connect did not run");
+    std::thread acceptor([&] { on_cpu(accept_cpu, [&] { accepted = link_.a->accept({7, 0, 1}, Deadline::after(20s)); }); });
+    on_cpu(connect_cpu, [&] { connected = link_.b->connect(addr.value(), {7, 1, 0}, Deadline::after(20s)); });
+    acceptor.join();
+    ASSERT_TRUE(accepted.is_ok()) << accepted.status().message();
+    ASSERT_TRUE(connected.is_ok()) << connected.status().message();
+    link_.ca = std::move(accepted).value();
+    link_.cb = std::move(connected).value();
+  }
+  // One message each way (the connector reads the acceptor's answer before its first frame).
+  void exchange() {
+    uint64_t ping = 1, pong = 2, got_a = 0, got_b = 0;
+    ASSERT_TRUE(link_.ca->post_recv(&got_a, 8, 1).is_ok());
+    ASSERT_TRUE(link_.cb->post_recv(&got_b, 8, 2).is_ok());
+    ASSERT_TRUE(link_.cb->post_send(&ping, 8, 3).is_ok());
+    ASSERT_TRUE(link_.ca->post_send(&pong, 8, 4).is_ok());
+    ASSERT_TRUE(link_.drive([&] { return link_.done_a.size() == 2 && link_.done_b.size() == 2; }, 20s))
+        << link_.error.message();
+    for (const auto& c : link_.done_a) EXPECT_TRUE(c.status.is_ok()) << c.status.message();
+    for (const auto& c : link_.done_b) EXPECT_TRUE(c.status.is_ok()) << c.status.message();
+    EXPECT_EQ(got_a, ping);
+    EXPECT_EQ(got_b, pong);
+  }
+  Link link_;
+};
+
+TEST_P(SharedCpuTest, PeersPinnedToOneCpuStopSpinning) {
+  ASSERT_EQ(cpu_sharing_peers(), 0);
+  link_on(usable_cpu(0), usable_cpu(0));
+  EXPECT_TRUE(as_tcp(link_.ca)->peer_shares_cpu()) << "the acceptor knows from the handshake";
+  exchange();
+  EXPECT_TRUE(as_tcp(link_.ca)->peer_shares_cpu());
+  EXPECT_TRUE(as_tcp(link_.cb)->peer_shares_cpu()) << "the connector knows from the answer";
+  EXPECT_EQ(cpu_sharing_peers(), 2);
+  EXPECT_FALSE(spin_allowed());
+  link_.ca->close();
+  EXPECT_EQ(cpu_sharing_peers(), 1);
+  link_.cb.reset();
+  EXPECT_EQ(cpu_sharing_peers(), 0);
+  EXPECT_TRUE(spin_allowed());
+}
+
+TEST_P(SharedCpuTest, PeersOnTwoCpusKeepSpinning) {
+  if (usable_cpu_count() < 2) GTEST_SKIP() << "needs two CPUs; this process may use " << usable_cpu_count();
+  link_on(usable_cpu(0), usable_cpu(1));
+  exchange();
+  EXPECT_FALSE(as_tcp(link_.ca)->peer_shares_cpu());
+  EXPECT_FALSE(as_tcp(link_.cb)->peer_shares_cpu());
+  EXPECT_EQ(cpu_sharing_peers(), 0);
+  EXPECT_TRUE(spin_allowed());
+}
+
+// Unpinned threads (every CPU each): two spinners, two CPUs, nothing to give away.
+TEST_P(SharedCpuTest, UnpinnedPeersKeepSpinning) {
+  if (usable_cpu_count() < 2) GTEST_SKIP() << "needs two CPUs; this process may use " << usable_cpu_count();
+  Status s = make_link(GetParam(), loopback_options(), loopback_options(), link_);
+  ASSERT_TRUE(s.is_ok()) << s.message();
+  exchange();
+  EXPECT_FALSE(as_tcp(link_.ca)->peer_shares_cpu());
+  EXPECT_FALSE(as_tcp(link_.cb)->peer_shares_cpu());
+}
+
+auto engine_name = [](const auto& info) { return std::string(info.param == "tcp" ? "io_uring" : "epoll"); };
+INSTANTIATE_TEST_SUITE_P(Engines, AnswerTest, ::testing::Values("tcp", "tcp-poll"), engine_name);
+INSTANTIATE_TEST_SUITE_P(Engines, SharedCpuTest, ::testing::Values("tcp", "tcp-poll"), engine_name);
+
+}  // namespace
+}  // namespace braid::transport::testing

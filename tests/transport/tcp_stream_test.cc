@@ -1,0 +1,86 @@
+// How a tcp stream cuts the bytes it reads into frames (tcp_stream.h): small messages are read
+// with their headers into an inbox, several at a time; a frame whose receive is not posted yet
+// waits there; large payloads go straight into their buffers.
+#include <gtest/gtest.h>
+
+#include "tests/transport/transport_link.h"
+#include "transport/tcp/tcp_stream.h"
+
+namespace braid::transport::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+class TcpStreamTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    for (const auto& e : transport_registry()) {
+      if (e.name == GetParam() && !e.available) GTEST_SKIP() << e.name << " unavailable: " << e.unavailable_reason;
+    }
+    Status s = make_link(GetParam(), loopback_options(), loopback_options(), link_);
+    ASSERT_TRUE(s.is_ok()) << s.message();
+  }
+  Link link_;
+};
+
+constexpr size_t kInboxPayload = tcp::TcpStream::kInboxBytes - tcp::kFrameHeaderBytes;
+
+// Every message is sent (and has reached a's socket) before any receive is posted; receives are
+// then posted one at a time, each sized to its message, so the inbox holds frames whose
+// receives are not posted yet, frames cut at every place, and a large one between them.
+TEST_P(TcpStreamTest, FramesWaitInTheInboxForTheirReceives) {
+  const std::vector<size_t> sizes = {8, 0, 1, 100, kInboxPayload, kInboxPayload + 1, 3000, 7, (300 << 10) + 3,
+                                     5,  8, 4096, 31, 32, 33, 2 * kInboxPayload, 0, 12};
+  std::vector<std::vector<unsigned char>> out(sizes.size()), in(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    out[i].resize(sizes[i]);
+    fill(out[i], i);
+    in[i].assign(sizes[i], 0);
+    ASSERT_TRUE(link_.cb->post_send(out[i].data(), sizes[i], i).is_ok());
+  }
+  // Let the bytes reach a's socket (all of them, where its buffer holds them) before a reads.
+  link_.drive([&] { return link_.done_b.size() == sizes.size(); }, 2s);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ASSERT_TRUE(link_.ca->post_recv(in[i].data(), in[i].size(), i).is_ok());
+    ASSERT_TRUE(link_.drive([&] { return link_.done_a.size() == i + 1; }, 20s))
+        << "message " << i << " of " << sizes[i] << " bytes never completed " << link_.error.message();
+    const Completion& c = link_.done_a[i];
+    ASSERT_TRUE(c.status.is_ok()) << "message " << i << ": " << c.status.message();
+    EXPECT_EQ(c.cookie, i);
+    EXPECT_EQ(c.bytes, sizes[i]);
+    EXPECT_TRUE(check(in[i].data(), sizes[i], i)) << "message " << i << " of " << sizes[i] << " bytes differs";
+  }
+  ASSERT_TRUE(link_.drive([&] { return link_.done_b.size() == sizes.size(); }, 20s)) << link_.error.message();
+  for (const Completion& c : link_.done_b) EXPECT_TRUE(c.status.is_ok()) << c.status.message();
+}
+
+// A small receive posted for a message that turns out larger: that receive fails, the message
+// is skipped whether its bytes sit in the inbox or still in the socket, and the next one lands.
+TEST_P(TcpStreamTest, AnOversizeMessageIsSkippedFromTheInboxToo) {
+  const std::vector<size_t> sizes = {20, 5000, (100 << 10) + 1, 9};
+  std::vector<std::vector<unsigned char>> out(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    out[i].resize(sizes[i]);
+    fill(out[i], i);
+    ASSERT_TRUE(link_.cb->post_send(out[i].data(), sizes[i], i).is_ok());
+  }
+  std::vector<unsigned char> first(20), too_small(16), also_too_small(64), last(9);
+  ASSERT_TRUE(link_.ca->post_recv(first.data(), first.size(), 0).is_ok());
+  ASSERT_TRUE(link_.ca->post_recv(too_small.data(), too_small.size(), 1).is_ok());
+  ASSERT_TRUE(link_.ca->post_recv(also_too_small.data(), also_too_small.size(), 2).is_ok());
+  ASSERT_TRUE(link_.ca->post_recv(last.data(), last.size(), 3).is_ok());
+  ASSERT_TRUE(link_.drive([&] { return link_.done_a.size() == 4; }, 20s)) << link_.error.message();
+  EXPECT_TRUE(link_.done_a[0].status.is_ok());
+  EXPECT_TRUE(check(first.data(), 20, 0));
+  EXPECT_EQ(link_.done_a[1].status.code(), ErrorCode::protocol) << link_.done_a[1].status.message();
+  EXPECT_EQ(link_.done_a[2].status.code(), ErrorCode::protocol) << link_.done_a[2].status.message();
+  EXPECT_TRUE(link_.done_a[3].status.is_ok()) << link_.done_a[3].status.message();
+  EXPECT_TRUE(check(last.data(), 9, 3));
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, TcpStreamTest, ::testing::Values("tcp", "tcp-poll"), [](const auto& info) {
+  return std::string(info.param == "tcp" ? "io_uring" : "epoll");
+});
+
+}  // namespace
+}  // namespace braid::transport::testing
