@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -95,6 +96,16 @@ std::string Subprocess::output() const {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+int usable_cpu(int n) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set) && n-- == 0) return c;
+  }
+  return -1;
 }
 
 int free_port() {

@@ -38,6 +38,8 @@ class Subprocess {
 
 // A TCP port on 127.0.0.1 that was free a moment ago (bind port 0, read it, close).
 int free_port();
+// The n-th CPU this process may use (CPU 0 may be outside a container's cpuset); -1 if none.
+int usable_cpu(int n);
 // Path of a built helper binary, from the environment variable `var` set by meson.
 std::string binary_from_env(const char* var);
 

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/spin.h"
+#include "tests/support/subprocess.h"
 #include "tests/transport/transport_link.h"
 #include "transport/tcp/host_identity.h"
 #include "transport/tcp/socket_setup.h"
@@ -24,6 +25,7 @@ namespace braid::transport::testing {
 namespace {
 
 using namespace std::chrono_literals;
+using braid::testing::usable_cpu;
 using tcp::Handshake;
 using tcp::HostIdentity;
 
@@ -43,17 +45,6 @@ int usable_cpu_count() {
   cpu_set_t set;
   CPU_ZERO(&set);
   return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-}
-
-// The n-th CPU this process may use (CPU 0 may be outside a container's cpuset); -1 if none.
-int usable_cpu(int n) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set) && n-- == 0) return c;
-  }
-  return -1;
 }
 
 tcp::TcpConnection* as_tcp(const std::unique_ptr<Connection>& c) { return dynamic_cast<tcp::TcpConnection*>(c.get()); }

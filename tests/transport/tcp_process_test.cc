@@ -20,6 +20,7 @@ namespace braid::transport::testing {
 namespace {
 
 using namespace std::chrono_literals;
+using braid::testing::usable_cpu;
 using braid::testing::Subprocess;
 
 std::string peer_binary() {
@@ -190,17 +191,6 @@ class PinnedPairTest : public ::testing::TestWithParam<std::string> {
             wait_line(b, "SHARED_CPU_PEERS ", 1s).value_or("missing: " + b.output())};
   }
 };
-
-// The n-th CPU this process may use (CPU 0 may be outside a container's cpuset); -1 if none.
-int usable_cpu(int n) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set) && n-- == 0) return c;
-  }
-  return -1;
-}
 
 TEST_P(PinnedPairTest, OnOneCpuBothEndsStopSpinning) {
   auto [listener, connector] = run_pair(usable_cpu(0), usable_cpu(0));
