@@ -107,6 +107,7 @@ TEST(Comm, InfoPrintsOneInitLinePerRank) {
       env["BRAID_DEBUG"] = "INFO";
       env["BRAID_TRANSPORT"] = "tcp-poll";
       env["BRAID_ALGO"] = algo;
+      if (std::string(algo) == "ring") env["BRAID_RING_DEPTH"] = "3";
       ranks[r] = std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "join"}, env);
     }
     for (int r = 0; r < 2; ++r) {
@@ -117,8 +118,10 @@ TEST(Comm, InfoPrintsOneInitLinePerRank) {
       EXPECT_NE(out.find("1 socket per peer"), std::string::npos) << out;
       if (std::string(algo) == "auto") {
         EXPECT_NE(out.find("algorithms by size: all_reduce "), std::string::npos) << out;
+        EXPECT_NE(out.find("ring depth 1 (every rank on a host-local address)"), std::string::npos) << out;
       } else {
         EXPECT_NE(out.find("algorithms ring (BRAID_ALGO)"), std::string::npos) << out;
+        EXPECT_NE(out.find("ring depth 3 (BRAID_RING_DEPTH)"), std::string::npos) << out;
       }
     }
   }
