@@ -30,9 +30,16 @@ void copy_input(const Plan& p, Schedule& s, Span whole, double factor) {
 // Deadlock-free with a window of depth + 1 steps or more (Schedule::min_window): step k of a
 // column waits only for step k-1 of that column on the previous rank, `depth` steps earlier in
 // its program, and a send meets its receive `depth` steps later in the next rank's program.
+// The window of a ring built with add_columns: `per_depth` is its window at depth 1 (two
+// columns' steps); at depth d it holds two groups of d columns. Plus the smallest window that
+// cannot deadlock.
+void set_ring_window(Schedule& s, const Plan& p, size_t per_depth) {
+  s.window = per_depth * p.ring_depth;
+  s.min_window = p.ring_depth + 1;
+}
+
 template <class StepOf>
 void add_columns(size_t nseg, size_t depth, int hops, StepOf step) {
-  depth = std::max<size_t>(1, depth);
   for (size_t g0 = 0; g0 < nseg; g0 += depth) {
     const size_t g1 = std::min(nseg, g0 + depth);
     for (int k = 0; k < hops; ++k) {
@@ -95,8 +102,7 @@ Schedule ring_all_reduce(const Plan& p) {
                   range(Buf::recv, c)));
     }
   });
-  s.window = 4 * static_cast<size_t>(n - 1) * std::max<size_t>(1, p.ring_depth);
-  s.min_window = std::max<size_t>(1, p.ring_depth) + 1;
+  set_ring_window(s, p, 4 * static_cast<size_t>(n - 1));
   return s;
 }
 
@@ -125,8 +131,7 @@ Schedule ring_all_gather(const Plan& p) {
     add(s, make_step(j < n - 1 ? StepKind::recv_copy_send : StepKind::recv, prev, j < n - 1 ? next : -1,
                 range(Buf::recv, b)));
   });
-  s.window = 2 * static_cast<size_t>(n) * std::max<size_t>(1, p.ring_depth);
-  s.min_window = std::max<size_t>(1, p.ring_depth) + 1;
+  set_ring_window(s, p, 2 * static_cast<size_t>(n));
   return s;
 }
 
@@ -162,8 +167,7 @@ Schedule ring_reduce_scatter(const Plan& p) {
       add(s, make_step(StepKind::recv_reduce, prev, -1, range(Buf::recv, out), range(Buf::send, c), average_factor(p)));
     }
   });
-  s.window = 2 * static_cast<size_t>(n) * std::max<size_t>(1, p.ring_depth);
-  s.min_window = std::max<size_t>(1, p.ring_depth) + 1;
+  set_ring_window(s, p, 2 * static_cast<size_t>(n));
   return s;
 }
 

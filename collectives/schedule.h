@@ -90,7 +90,8 @@ struct Plan {
   size_t segment_bytes = 256 << 10; // the pipelining unit
   // Segments a ring keeps moving per hop (ring.cc, add_columns): 1 where the links are host-local
   // copies, more where a link's queueing and wake-ups would otherwise leave it idle between
-  // segments. Every rank must use the same value (it fixes the order of messages).
+  // segments. Every rank must use the same value (it fixes the order of messages). At least 1
+  // (make_plan clamps it).
   size_t ring_depth = 1;
   bool in_place = false;            // send == recv: reads of the input go to Buf::recv
   bool average = false;             // op was avg: reduce with sum, scale once by 1/size

@@ -85,7 +85,7 @@ Status CommunicatorImpl::connect_all() {
   }
   // Every rank sees the same addresses, so every rank picks the same depth (it fixes the order
   // of a ring's messages). Host-local links are CPU copies: more in flight only evicts the bytes
-  // from cache (2 ranks on loopback, 8 MiB all_reduce: 2.3 ms at depth 1, 3.7 ms at depth 4).
+  // from cache (2 ranks on loopback, 8 MiB all_reduce: 1.93 ms at depth 1, 1.90 at 2, 3.4 at 4).
   addresses[rank] = address;
   if (cfg_.env.ring_depth > 0) {
     ring_depth_ = static_cast<size_t>(cfg_.env.ring_depth);

@@ -59,34 +59,35 @@ double process_cpu_ms() {
   return ms(ru.ru_utime) + ms(ru.ru_stime);
 }
 
-// Machine-wide irq + softirq time (all CPUs). Without CONFIG_IRQ_TIME_ACCOUNTING the emulated
-// network's softirq work (veth, bridge, tbf) is charged to whatever thread it interrupted, often
-// the compute thread, so rusage alone cannot tell it from compute; this shows its size.
-// Tick-resolution (1/CLK_TCK s): only meaningful summed over many steps.
-double irq_ms() {
-  FILE* f = std::fopen("/proc/stat", "r");
-  if (f == nullptr) return 0;
-  unsigned long long user = 0, nice = 0, sys = 0, idle = 0, iowait = 0, irq = 0, softirq = 0;
-  const int n = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu", &user, &nice, &sys, &idle, &iowait, &irq, &softirq);
-  std::fclose(f);
-  if (n != 7) return 0;
-  return static_cast<double>(irq + softirq) * 1e3 / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
+// Machine-wide CPU time from /proc/stat's first line (all CPUs), in ms. Tick-resolution
+// (1/CLK_TCK s): only meaningful summed over many steps.
+//   irq   irq + softirq. Without CONFIG_IRQ_TIME_ACCOUNTING the emulated network's softirq work
+//         (veth, bridge, tbf) is charged to whatever thread it interrupted, often the compute
+//         thread, so rusage alone cannot tell it from compute; this shows its size.
+//   busy  user, nice, system, irq, softirq, steal. The difference between an overlapped step and
+//         a compute-alone step is all the CPU the communication made the machine spend: the
+//         ranks' threads, the kernel's TCP work charged to the thread it interrupted, and what
+//         ran in kernel threads (ksoftirqd) that no rusage of ours can see.
+struct MachineCpu {
+  double irq = 0, busy = 0;
+  MachineCpu operator-(const MachineCpu& o) const { return {irq - o.irq, busy - o.busy}; }
+  MachineCpu& operator+=(const MachineCpu& o) {
+    irq += o.irq, busy += o.busy;
+    return *this;
+  }
+};
 
-// Machine-wide busy CPU time (all CPUs: user, nice, system, irq, softirq, steal), in ms. The
-// difference between an overlapped step and a compute-alone step is all the CPU the
-// communication made the machine spend: the ranks' own threads, the kernel's TCP work charged to
-// whatever thread it interrupted, and what ran in kernel threads (ksoftirqd) that no rusage of
-// ours can see. Tick-resolution, like irq_ms(): summed over all steps before it is divided.
-double busy_ms() {
+MachineCpu machine_cpu() {
   FILE* f = std::fopen("/proc/stat", "r");
-  if (f == nullptr) return 0;
+  if (f == nullptr) return {};
   unsigned long long user = 0, nice = 0, sys = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
   const int n = std::fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice, &sys, &idle, &iowait, &irq,
                             &softirq, &steal);
   std::fclose(f);
-  if (n != 8) return 0;
-  return static_cast<double>(user + nice + sys + irq + softirq + steal) * 1e3 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  if (n != 8) return {};
+  const double ms_per_tick = 1e3 / static_cast<double>(sysconf(_SC_CLK_TCK));
+  return {static_cast<double>(irq + softirq) * ms_per_tick,
+          static_cast<double>(user + nice + sys + irq + softirq + steal) * ms_per_tick};
 }
 
 double median(std::vector<double> v) {
@@ -182,18 +183,16 @@ Row measure(braid::Communicator& comm, uint64_t iters, size_t bytes, size_t step
   std::vector<float> buf(count, 0.0f);  // zeros: a sum of them stays finite however often it runs
   comm.all_reduce(buf.data(), count, braid::DType::f32, braid::Op::sum);  // connections, buffers
   std::vector<double> compute, alone, alone_cpu, overlapped, comm_cpu, ovl_compute, ovl_wait, alone_loop, ovl_loop;
-  double irq_alone = 0, irq_ovl = 0, busy_alone = 0, busy_ovl = 0;
+  MachineCpu alone_machine, ovl_machine;  // sums over steps
   for (size_t s = 0; s < steps; ++s) {
     comm.barrier();
-    double i0 = irq_ms();
-    double b0 = busy_ms();
+    MachineCpu m0 = machine_cpu();
     auto t0 = Clock::now();
     const double a0 = thread_cpu_ms();
     spin(iters);
     alone_loop.push_back(thread_cpu_ms() - a0);
     compute.push_back(ms_since(t0));
-    irq_alone += irq_ms() - i0;
-    busy_alone += busy_ms() - b0;
+    alone_machine += machine_cpu() - m0;
 
     comm.barrier();
     double p0 = process_cpu_ms();
@@ -203,8 +202,7 @@ Row measure(braid::Communicator& comm, uint64_t iters, size_t bytes, size_t step
     alone_cpu.push_back(process_cpu_ms() - p0);
 
     comm.barrier();
-    i0 = irq_ms();
-    b0 = busy_ms();
+    m0 = machine_cpu();
     p0 = process_cpu_ms();
     t0 = Clock::now();
     braid::Work w = comm.all_reduce_async(buf.data(), count, braid::DType::f32, braid::Op::sum);
@@ -217,14 +215,13 @@ Row measure(braid::Communicator& comm, uint64_t iters, size_t bytes, size_t step
     ovl_compute.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
     ovl_wait.push_back(ms_since(t1));
     ovl_loop.push_back(spin_cpu);
-    irq_ovl += irq_ms() - i0;
-    busy_ovl += busy_ms() - b0;
+    ovl_machine += machine_cpu() - m0;
     comm_cpu.push_back(process_cpu_ms() - p0 - spin_cpu);
   }
   return Row{median(compute), median(alone), median(overlapped), median(comm_cpu), median(alone_cpu),
              median(ovl_compute), median(ovl_wait), median(alone_loop), median(ovl_loop),
-             irq_alone / static_cast<double>(steps), irq_ovl / static_cast<double>(steps),
-             busy_alone / static_cast<double>(steps), busy_ovl / static_cast<double>(steps)};
+             alone_machine.irq / static_cast<double>(steps), ovl_machine.irq / static_cast<double>(steps),
+             alone_machine.busy / static_cast<double>(steps), ovl_machine.busy / static_cast<double>(steps)};
 }
 
 }  // namespace

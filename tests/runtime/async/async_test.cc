@@ -27,13 +27,16 @@ std::map<std::string, std::string> rank_env(int port, int rank, int size) {
           {"WORLD_SIZE", std::to_string(size)}, {"BRAID_RENDEZVOUS_TIMEOUT_S", "15"}, {"BRAID_TIMEOUT_S", "30"}};
 }
 
+// `extra` goes to every rank's environment, `only[r]` to rank r's alone.
 std::vector<std::unique_ptr<Subprocess>> start_ranks(int size, const std::string& mode,
-                                                     std::map<std::string, std::string> extra = {}) {
+                                                     std::map<std::string, std::string> extra = {},
+                                                     std::map<int, std::map<std::string, std::string>> only = {}) {
   int port = testing::free_port();
   std::vector<std::unique_ptr<Subprocess>> ranks;
   for (int r = 0; r < size; ++r) {
     auto env = rank_env(port, r, size);
     for (auto& [k, v] : extra) env[k] = v;
+    for (auto& [k, v] : only[r]) env[k] = v;
     ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("ASYNC_RANK"), mode}, env));
   }
   return ranks;
@@ -90,13 +93,7 @@ TEST(AsyncMismatch, DifferentOp) { expect_mismatch_everywhere("op", {"f32 max", 
 // Ranks that cut a ring into segments differently would pair messages wrongly: the operation
 // headers carry the pipelining settings, so every rank fails with a mismatch naming the knob.
 void expect_pipeline_mismatch(const std::string& var, const std::string& odd_value, const std::string& message) {
-  int port = testing::free_port();
-  std::vector<std::unique_ptr<Subprocess>> ranks;
-  for (int r = 0; r < 3; ++r) {
-    auto env = rank_env(port, r, 3);
-    if (r == 1) env[var] = odd_value;
-    ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("ASYNC_RANK"), "pipeline"}, env));
-  }
+  auto ranks = start_ranks(3, "pipeline", {}, {{1, {{var, odd_value}}}});
   for (int r = 0; r < 3; ++r) {
     ASSERT_EQ(ranks[r]->wait(kBound), 0) << ranks[r]->output();
     const std::string failed = line_of(ranks[r]->output(), "FAILED", r);
@@ -170,19 +167,25 @@ TEST(AsyncLifetime, DestroyingClosesEveryDescriptor) {
   }
 }
 
+// Until every rank has printed READY (it has rendezvoused and run its first operation), at most
+// 20 s; a rank that never does shows up in the assertions that follow.
+void wait_until_ready(const std::vector<std::unique_ptr<Subprocess>>& ranks) {
+  const auto deadline = std::chrono::steady_clock::now() + seconds(20);
+  for (;;) {
+    bool all = true;
+    for (size_t r = 0; r < ranks.size(); ++r) all = all && has(ranks[r]->output(), "READY rank=" + std::to_string(r));
+    if (all || std::chrono::steady_clock::now() >= deadline) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 TEST(AsyncKill, EverySurvivorFailsFastNamingTheDeadRank) {
   std::mt19937 rng(42);
   const int trials = 20, size = 3;
   for (int trial = 0; trial < trials; ++trial) {
     auto ranks = start_ranks(size, "kill", {{"BRAID_PEER_TIMEOUT_S", "30"}});
     const int victim = 1 + static_cast<int>(rng() % (size - 1));  // rank 0 serves the store here
-    auto ready = std::chrono::steady_clock::now() + seconds(20);
-    while (std::chrono::steady_clock::now() < ready) {
-      bool all = true;
-      for (int r = 0; r < size; ++r) all = all && has(ranks[r]->output(), "READY rank=" + std::to_string(r));
-      if (all) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    wait_until_ready(ranks);
     std::this_thread::sleep_for(std::chrono::milliseconds(50 + rng() % 400));
     ranks[victim]->kill(SIGKILL);
     const auto killed_at = std::chrono::steady_clock::now();
@@ -213,13 +216,7 @@ TEST(AsyncKill, SurvivorsDestroyTheirCommunicatorAndExitCleanly) {
   const int size = 3;
   for (int victim : {1, 2}) {
     auto ranks = start_ranks(size, "kill", {{"BRAID_PEER_TIMEOUT_S", "30"}});
-    auto ready = std::chrono::steady_clock::now() + seconds(20);
-    while (std::chrono::steady_clock::now() < ready) {
-      bool all = true;
-      for (int r = 0; r < size; ++r) all = all && has(ranks[r]->output(), "READY rank=" + std::to_string(r));
-      if (all) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    wait_until_ready(ranks);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     ranks[victim]->kill(SIGKILL);
     for (int r = 0; r < size; ++r) {
