@@ -39,11 +39,13 @@ class SpinScope {
   void pause() const;
 };
 
-// Whether a wait on the calling thread may spin at all. A background thread (the runtime's
-// progress thread) marks itself with spin_only_for_waiters(): it then spins only while some
-// thread of this process waits for a result (inside a WaitScope). Otherwise the program is
-// computing, and every microsecond spun is taken from it; sleeping in the kernel costs a
-// context switch instead. No thread spins while a SharedCpuPeer is held.
+// Whether a transport wait (the engines' spin before they sleep in the kernel) may spin at all.
+// A background thread (the runtime's progress thread) marks itself with
+// spin_only_for_waiters(): its transport waits then spin only while some thread of this process
+// waits for a result (inside a WaitScope). Otherwise the program is computing, and every
+// microsecond spun is taken from it; sleeping in the kernel costs a context switch instead.
+// No transport wait spins while a SharedCpuPeer is held. The runtime's own short waits for
+// another thread of the process (its queue, Work::wait) do not ask: they always yield.
 void spin_only_for_waiters();
 bool spin_allowed();
 class WaitScope {
@@ -55,7 +57,7 @@ class WaitScope {
 };
 
 // Ranks on this node (LOCAL_WORLD_SIZE), told by the runtime: above the number of online CPUs
-// every spinner yields. The largest value told is kept.
+// every spinner yields. Once a value above the CPU count has been told, it stays so.
 void set_ranks_on_node(int ranks);
 
 // Held while a peer process is confined to the same single CPU as this one (the tcp transport

@@ -98,7 +98,10 @@ class Transport {
   virtual Capabilities capabilities() const = 0;
   // Whether `address` (as some rank's listen() returned it) is reachable only inside its own
   // host, where bytes move by a CPU copy (TCP loopback, inproc) rather than over a link. Decided
-  // from the text alone, so every rank gives the same answer for the same address.
+  // from the text alone, so every rank gives the same answer for the same address. Narrower
+  // than "same host": two ranks of one machine talking over its eth0 address are not
+  // host-local here (the runtime then picks the ring depth for a link), though tcp gives them
+  // one socket each as it does any peer on a local interface.
   virtual bool is_host_local(const std::string& address) const {
     (void)address;
     return false;

@@ -137,6 +137,11 @@ class FakeAcceptor {
     std::memcpy(bytes + sizeof answer + sizeof f, &payload, 8);
     EXPECT_EQ(::send(fd_, bytes, sizeof bytes, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof bytes));
   }
+  // Closes the socket without answering, as an acceptor does with a handshake it refuses.
+  void refuse() {
+    ::close(fd_);
+    fd_ = -1;
+  }
 
  private:
   int listen_fd_ = -1, fd_ = -1;
@@ -156,7 +161,8 @@ class TcpEngineTest : public ::testing::TestWithParam<std::string> {
 class AnswerTest : public TcpEngineTest {
  protected:
   // On a thread pinned to one CPU (usable_cpu(0)): connects to a FakeAcceptor as rank 1 of communicator 7, lets
-  // `make_answer` turn the handshake it received into the answer, and receives one message.
+  // `make_answer` turn the handshake it received into the answer (magic 0: refuse, closing the
+  // socket unanswered), and receives one message.
   // Returns the receive's completion; *shares says what the connection decided.
   Completion connect_and_receive(const std::function<Handshake(Handshake)>& make_answer, bool* shares,
                                  uint64_t* payload) {
@@ -176,7 +182,12 @@ class AnswerTest : public TcpEngineTest {
         EXPECT_EQ(h.from_rank, 1);
         EXPECT_EQ(h.boot_id, tcp::local_host_identity().boot_id);
         EXPECT_EQ(h.cpu_mask, tcp::cpu_mask_of({size_t(cpu)})) << "the connecting thread is pinned to CPU " << cpu;
-        acceptor.answer_and_send(make_answer(h), 0x1122334455667788);
+        const Handshake answer = make_answer(h);
+        if (answer.magic == 0) {
+          acceptor.refuse();
+        } else {
+          acceptor.answer_and_send(answer, 0x1122334455667788);
+        }
       });
       c = t.value()->connect(acceptor.address(), PeerIdentity{7, 1, 0}, Deadline::after(20s));
       peer.join();
@@ -249,6 +260,16 @@ TEST_P(AnswerTest, AWrongAnswerFailsTheConnectionAndSaysWhy) {
   EXPECT_NE(c.status.message().find("rank 5"), std::string::npos) << c.status.message();
   EXPECT_NE(c.status.message().find("connection to rank 0 (127.0.0.1:"), std::string::npos) << c.status.message();
   EXPECT_FALSE(shares);
+}
+
+TEST_P(AnswerTest, ARefusedHandshakeIsNamedAsSuch) {
+  bool shares = false;
+  uint64_t payload = 0;
+  Completion c = connect_and_receive([](Handshake) { return Handshake{.magic = 0}; }, &shares, &payload);
+  EXPECT_EQ(c.status.code(), ErrorCode::peer_lost) << c.status.message();
+  EXPECT_NE(c.status.message().find("before answering our handshake: it refused it"), std::string::npos)
+      << c.status.message();
+  EXPECT_NE(c.status.message().find("rank 0 (127.0.0.1:"), std::string::npos) << c.status.message();
 }
 
 // Two real transports of this process whose connecting and accepting threads are pinned as two

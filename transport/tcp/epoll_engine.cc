@@ -102,6 +102,9 @@ void EpollEngine::drive(TcpStream* s) {
     ssize_t n = ::recv(s->fd(), target.data(), target.size(), MSG_DONTWAIT);
     if (n > 0) {
       s->on_received(static_cast<size_t>(n));
+      // Fewer bytes than asked for: the socket is drained, and bytes that come later raise a new
+      // edge. Asking again would only return EAGAIN (one recv per ping-pong message saved).
+      if (static_cast<size_t>(n) < target.size()) break;
     } else if (n == 0) {
       s->on_eof();
       break;

@@ -5,8 +5,8 @@
 // these VMs. When the peer it waits for is confined to the same single CPU, the peer cannot
 // answer while we spin: an 8-byte ping-pong took 55 us one way with a 50 us spin against 2.9 us
 // for blocking sockets. common/spin.h yields when this process's spinners outnumber its CPUs;
-// this is the same rule across processes, two spinners (us and the peer) on fewer than two
-// CPUs, and what follows from it is in common/spin.h. The connection handshake and its answer
+// this is the same test across processes, two spinners (us and the peer) on fewer than two
+// CPUs; what follows from it (transport waits do not spin at all) is in common/spin.h. The connection handshake and its answer
 // carry a HostIdentity each way (wire_format.h).
 //
 // Same host: the kernel's boot id (/proc/sys/kernel/random/boot_id) is random per boot and

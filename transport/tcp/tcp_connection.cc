@@ -218,7 +218,11 @@ void TcpConnection::on_stream_lost(TcpStream* stream, int err, bool sending) {
     m << "failed (" << std::strerror(err) << ")";
   }
   m << " during a " << (sending ? "send" : "receive") << " on socket " << stream->index();
-  if (err == ETIMEDOUT) {
+  if (stream->awaiting_answer() && (err == 0 || err == EPIPE || err == ECONNRESET)) {
+    // An acceptor closes a socket whose handshake it refuses, before any answer.
+    m << " before answering our handshake: it refused it (another braid version, or another job or "
+         "communicator at that address?) - its log says why";
+  } else if (err == ETIMEDOUT) {
     m << "; the host or the network path to it is probably down";
   } else {
     m << "; it probably exited or crashed - check its output";

@@ -66,6 +66,8 @@ class TcpStream {
   void drain_payload() { state_ = RecvState::drain; }
   void park() { state_ = RecvState::parked; }
   bool parked() const { return state_ == RecvState::parked; }
+  // A connector's socket whose acceptor has not answered our handshake yet.
+  bool awaiting_answer() const { return state_ == RecvState::answer; }
   const FrameHeader& header() const { return header_; }
 
   // --- failures, reported by engines: EOF, or a socket error (errno) while sending/receiving
