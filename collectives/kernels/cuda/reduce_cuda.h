@@ -1,9 +1,8 @@
 // collectives/kernels/cuda/reduce_cuda.h - reductions on CUDA device memory.
 //
 // Built only with the `cuda` feature (nvcc from /usr/local/cuda, architectures from the
-// gpu_archs option). The same contract as kernels/reduce.h, for device pointers, asynchronous on
-// `stream` (a cudaStream_t passed as void* so that this header needs no CUDA header). Returns 0
-// or the cudaError_t of the launch. Not yet called by the runtime: CUDA buffers are a later step.
+// gpu_archs option). Not called by the runtime yet: its device-buffer path
+// (runtime/device_staging.h) stages through pinned host memory and reduces there.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +11,14 @@
 
 namespace braid::collectives {
 
-// dst[i] = dst[i] op src[i] for f32, f64, f16, bf16 (sum, prod, min, max) and i32/i64/u8/i8.
+// dst[i] = dst[i] op src[i] on device memory, with the contract of reduce_into in
+// kernels/reduce.h: the same results bit for bit (NaN payloads aside), pointers may be
+// unaligned (slower), dst may equal src. avg reduces as sum (the caller scales once).
+// Asynchronous on `stream` (a cudaStream_t passed as void*, so that this header needs no CUDA
+// header; nullptr is the legacy default stream); both buffers must stay valid until the stream
+// reaches this point. Returns 0 (cudaSuccess), or a cudaError_t: cudaErrorInvalidValue for a
+// bitwise op (band, bor, bxor) on a floating dtype or an unknown dtype or op - checked before
+// anything is launched, whatever the count - else the error of the launch.
 int cuda_reduce_into(void* dst, const void* src, size_t count, DType dtype, Op op, void* stream);
 
 }  // namespace braid::collectives
