@@ -181,6 +181,8 @@ CommState Communicator::state() const { return impl().state(); }
 ErrorCode Communicator::error_code() const { return impl().failure().code(); }
 std::string Communicator::error_message() const { return impl().failure().message(); }
 void Communicator::abort(const std::string& reason) { impl().abort(reason); }
+void Communicator::set_stream(void* cuda_stream) { impl().set_stream(cuda_stream); }
+void* Communicator::stream() const { return impl().stream(); }
 void Communicator::group_start() { impl().group_start(); }
 Work Communicator::group_end() { return impl().group_end(); }
 

@@ -218,6 +218,13 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
     options.ring_depth = ring_depth_;
     options.deadline = Deadline::after_seconds(cfg_.env.timeout_s);
     options.op_id = op.seq & 0x7fffffffu;  // executor cookies keep bit 63 clear (op_run.h)
+    if (op.device) {  // the GPU must have finished what was queued before the call
+      Status ready = op.device->wait_input(options.deadline, [this] { return abort_requested_.load(); });
+      if (!ready.is_ok()) {
+        op.work->complete(ready.with_context(what + " on rank " + std::to_string(cfg_.rank) + ": "));
+        return;
+      }
+    }
     auto prepared = collectives::prepare_collective(op.args, cfg_.rank, cfg_.size, transport_->capabilities(), peers_,
                                                     options);
     if (!prepared.is_ok()) {
@@ -243,7 +250,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
     if (prepared->executor == nullptr) {
       done_seq_ = op.seq;
       done_what_ = what;
-      op.work->complete(Status::ok());
+      op.work->complete(finish_device(op, options.deadline, what));
       return;
     }
     auto run = std::make_unique<OpRun>(std::move(prepared).value(), op.args, cfg_.rank, cfg_.comm_id, op.seq,
@@ -269,7 +276,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
       BRAID_LOG(trace) << a.what << " done in "
                        << std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - a.started).count()
                        << " us";
-      a.op.work->complete(Status::ok());
+      a.op.work->complete(finish_device(a.op, a.deadline, a.what));
     }
     while (oldest < active.size() && active[oldest].completed) ++oldest;
     if (oldest < active.size()) {
@@ -285,7 +292,10 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
     std::unique_ptr<Pending> next;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!queue_.empty() && queue_.front().group.empty() && !abort_requested_.load()) {
+      // An operation on GPU buffers joins only once the GPU has passed its input: waiting for
+      // it here would stall the operations already running.
+      if (!queue_.empty() && queue_.front().group.empty() && !abort_requested_.load() &&
+          (!queue_.front().device || queue_.front().device->input_ready())) {
         next = std::make_unique<Pending>(std::move(queue_.front()));
         queue_.pop_front();
       }
@@ -406,20 +416,47 @@ bool CommunicatorImpl::admit_locked(collectives::CollectiveArgs&& args, const st
   if (cfg_.env.caller_progress) work->comm = this;
   if (group_depth_ > 0) {
     work->in_open_group.store(true);
-    group_ops_.push_back(Pending{std::move(args), work, seq, match, {}});
+    group_ops_.push_back(Pending{std::move(args), work, seq, match, {}, nullptr});
     return false;
   }
-  *out = Pending{std::move(args), work, seq, match, {}};
+  *out = Pending{std::move(args), work, seq, match, {}, nullptr};
   return true;
+}
+
+std::unique_ptr<DeviceStaging> CommunicatorImpl::stage_device(collectives::CollectiveArgs& args,
+                                                              const std::shared_ptr<detail::WorkState>& work) {
+  const auto what = [&] { return std::string(collectives::to_string(args.kind)) + " on rank " + std::to_string(cfg_.rank) + ": "; };
+  auto staged = DeviceStaging::stage(device_api(), args, cfg_.rank, cfg_.size, stream());
+  if (!staged.is_ok()) raise_if_error(staged.status().with_context(what()));
+  std::unique_ptr<DeviceStaging> device = std::move(staged).value();
+  if (!device) return device;  // host buffers: the common case costs a pointer lookup or two
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (group_depth_ > 0) {
+      raise_if_error(invalid_argument(what() + "GPU buffers inside group_start()/group_end() are not supported yet: "
+                                               "issue the call outside the group"));
+    }
+  }
+  // The stream's hold outlasts the operation's own timeout by a margin: the Work ends by then.
+  Status held = device->hold_stream(work, cfg_.env.timeout_s + 60);
+  if (!held.is_ok()) raise_if_error(held.with_context(what()));
+  return device;
+}
+
+Status CommunicatorImpl::finish_device(Pending& op, const Deadline& deadline, const std::string& what) {
+  if (!op.device) return Status::ok();
+  return op.device->finish(deadline).with_context(what + ": ");
 }
 
 Work CommunicatorImpl::enqueue(collectives::CollectiveArgs args) {
   raise_if_error(collectives::validate_collective(args, cfg_.rank, cfg_.size));
   auto work = std::make_shared<detail::WorkState>();
+  std::unique_ptr<DeviceStaging> device = stage_device(args, work);
   {
     std::lock_guard<std::mutex> lock(mu_);
     Pending op;
     if (!admit_locked(std::move(args), work, &op)) return Work(work);
+    op.device = std::move(device);
     queue_.push_back(std::move(op));
     enqueued_.fetch_add(1, std::memory_order_release);
   }
@@ -430,11 +467,13 @@ Work CommunicatorImpl::enqueue(collectives::CollectiveArgs args) {
 void CommunicatorImpl::run(collectives::CollectiveArgs args) {
   raise_if_error(collectives::validate_collective(args, cfg_.rank, cfg_.size));
   auto work = std::make_shared<detail::WorkState>();
+  std::unique_ptr<DeviceStaging> device = stage_device(args, work);
   Pending op;
   bool here = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (admit_locked(std::move(args), work, &op)) {
+      op.device = std::move(device);
       here = cfg_.env.caller_progress && !busy_ && queue_.empty();
       if (here) {
         busy_ = true;

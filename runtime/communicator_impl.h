@@ -32,6 +32,7 @@
 #include "braid/work.h"
 #include "collectives/collective.h"
 #include "common/env.h"
+#include "runtime/device_staging.h"
 #include "runtime/failure_board.h"
 #include "runtime/work_state.h"
 #include "transport/transport.h"
@@ -78,6 +79,10 @@ class CommunicatorImpl {
   // calling thread. Returns at once otherwise (the progress thread has it).
   void help(const detail::WorkState& work);
 
+  // The CUDA stream that operations on device buffers are ordered on (device_staging.h).
+  void set_stream(void* stream) { stream_.store(stream, std::memory_order_relaxed); }
+  void* stream() const { return stream_.load(std::memory_order_relaxed); }
+
   CommState state() const { return state_.load(std::memory_order_acquire); }
   Status failure() const;
   void abort(const std::string& reason);
@@ -96,7 +101,15 @@ class CommunicatorImpl {
     uint64_t seq = 0;
     uint64_t match_seq = 0;  // see op_header.h
     std::vector<Pending> group;  // group_start() ... group_end(): the members (this one has no args)
+    std::unique_ptr<DeviceStaging> device;  // set when a buffer is on a GPU (args point at pinned copies)
   };
+
+  // When `args` touches device memory: stages it (args then point at pinned buffers) and holds
+  // the stream until `work` completes. Throws braid::Error, naming the operation, on failure.
+  std::unique_ptr<DeviceStaging> stage_device(collectives::CollectiveArgs& args,
+                                              const std::shared_ptr<detail::WorkState>& work);
+  // How an operation that ran without error ends: its result copied back to the GPU, if any.
+  static Status finish_device(Pending& op, const Deadline& deadline, const std::string& what);
 
   void progress_main();
   // Queues (or, for an open group, holds) a new operation; under mu_. Returns false (and
@@ -174,6 +187,7 @@ class CommunicatorImpl {
   std::string done_what_;
 
   std::atomic<int> last_algo_{0};
+  std::atomic<void*> stream_{nullptr};
   std::mutex setup_mu_;
   std::condition_variable setup_cv_;
   bool setup_done_ = false;

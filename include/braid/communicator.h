@@ -116,6 +116,26 @@ class Communicator {
   void group_start();
   Work group_end();
 
+  // ---- CUDA device buffers (in builds with the `cuda` feature) ----
+  // Any buffer may be CUDA device (or managed) memory. Such an operation is ordered on this
+  // stream, a cudaStream_t (nullptr, the default: the legacy default stream): it reads its input
+  // after the work queued on the stream before the call, and the stream's later work waits until
+  // it is done. Work::wait() returning means the result is in the device buffer; a failed
+  // operation leaves the device buffer as it was. The bytes travel through pinned host buffers
+  // and are reduced on the host. Not yet inside group_start()/group_end().
+  // An operation holds its stream until every rank has joined it. Several ranks in one process
+  // on one GPU therefore need care, as with NCCL: give them non-blocking streams
+  // (cudaStreamNonBlocking: a held legacy default stream holds every blocking stream), and
+  // allocate or free device memory only while no operation is pending (cudaMalloc and cudaFree
+  // may wait for the whole GPU, including the stream another rank's operation holds until this
+  // rank joins it). Either mistake ends in the operation's timeout, not a result.
+  // Copies to or from pageable host memory queued on the stream behind an operation: use pinned
+  // memory there (cudaMallocHost). A pageable copy waiting behind the operation stalls other GPU
+  // copies of the process, the one that brings the operation's result back included, so the
+  // operation ends in its timeout (seen on an H100 with CUDA 13).
+  void set_stream(void* cuda_stream);
+  void* stream() const;
+
   // ---- failure handling ----
   CommState state() const;
   // The failure that ended the communicator (ErrorCode::ok and "" while state() == ok).

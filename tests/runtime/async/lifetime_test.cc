@@ -9,9 +9,8 @@
 // child communicators past the death of what made them: those are the likely use-after-free
 // spots. Valgrind is no help here: it cannot see io_uring's kernel-side writes.
 //
-// The communicators are built from CommunicatorConfig (not Communicator::from_store), because
-// several ranks of one process must meet in one store namespace, and because inproc needs a
-// Fabric that only the config can carry.
+// The communicators come from tests/support/in_process_job.h, which says why they are built from
+// a CommunicatorConfig.
 #include <dirent.h>
 #include <gtest/gtest.h>
 
@@ -26,6 +25,7 @@
 #include "braid/communicator.h"
 #include "braid/store.h"
 #include "runtime/communicator_impl.h"
+#include "tests/support/in_process_job.h"
 #include "transport/inproc/inproc_transport.h"
 #include "transport/registry.h"
 
@@ -70,53 +70,13 @@ void expect_back_to(const ProcessCounts& before, const std::string& what) {
   EXPECT_EQ(now.threads, before.threads) << what << ": threads left running after every communicator was destroyed";
 }
 
-// One job: a store served in this process, an inproc fabric, and the settings every rank shares.
-class Job {
- public:
-  explicit Job(std::string engine) : engine_(std::move(engine)), server_(TcpStoreServer::start("127.0.0.1", 0)) {}
-
-  // Builds rank `rank`'s communicator; returns once every rank of the job has built its own.
-  Communicator make(int rank) {
-    TcpStoreOptions options;
-    options.timeout = kBound;
-    CommunicatorConfig cfg;
-    cfg.rank = rank;
-    cfg.size = kRanks;
-    cfg.local_rank = rank;
-    cfg.local_size = kRanks;
-    cfg.comm_id = 0x11fe71e;
-    cfg.store = std::shared_ptr<Store>(TcpStore::connect("127.0.0.1", server_->port(), options).release());
-    cfg.master_addr = "127.0.0.1";
-    cfg.env.transport = engine_;
-    cfg.env.timeout_s = 20;
-    cfg.env.rendezvous_timeout_s = 20;
-    cfg.env.peer_timeout_s = 10;
-    cfg.inproc_fabric = &fabric_;
-    return Communicator::from_impl_(value_or_raise(CommunicatorImpl::create(std::move(cfg))));
-  }
-
-  transport::inproc::Fabric& fabric() { return fabric_; }
-
- private:
-  std::string engine_;
-  std::unique_ptr<TcpStoreServer> server_;
-  transport::inproc::Fabric fabric_;
+// One job of kRanks ranks on `engine` (tcp, tcp-poll or inproc).
+struct Job : testing::InProcessJob {
+  explicit Job(std::string engine) : InProcessJob({std::move(engine), kRanks}) {}
 };
 
 // Runs body(rank) on one thread per rank; a braid::Error escaping a body fails the case.
-void on_every_rank(const std::function<void(int)>& body) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (const Error& e) {
-        ADD_FAILURE() << "rank " << r << ": " << to_string(e.code()) << ": " << e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-}
+void on_every_rank(const std::function<void(int)>& body) { testing::run_ranks(kRanks, body); }
 
 // The code a Work ended with, waiting at most kBound (a Work still running is a failure).
 ErrorCode outcome(Work& w, int rank) {

@@ -1,0 +1,170 @@
+// The CUDA DeviceApi (runtime/device_api.h), built with the `cuda` feature.
+#include <cuda_runtime.h>
+#include <link.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "runtime/device_api.h"
+
+namespace braid {
+namespace {
+
+int is_cuda_driver(dl_phdr_info* info, size_t, void*) {
+  return info->dlpi_name != nullptr && std::strstr(info->dlpi_name, "libcuda.so") != nullptr;
+}
+
+// Whether this process has started CUDA: the driver library is loaded by the first CUDA call.
+// A program that never touched CUDA has no device buffers, and asking the runtime about a
+// pointer would start CUDA (a context on the GPU, hundreds of MiB) for nothing. The loaded
+// libraries are scanned (~0.1 us) until the driver shows up; dlopen(RTLD_NOLOAD) would be
+// simpler but costs ~10 us, a whole small operation.
+bool cuda_started() {
+  static std::atomic<bool> started{false};
+  if (started.load(std::memory_order_relaxed)) return true;
+  if (dl_iterate_phdr(is_cuda_driver, nullptr) == 0) return false;
+  started.store(true, std::memory_order_relaxed);
+  return true;
+}
+
+Status cuda_error(const std::string& what, cudaError_t e) {
+  return internal_error(what + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+
+// Makes `device` current for the scope and restores the caller's device after.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (device < 0 || cudaGetDevice(&previous_) != cudaSuccess || previous_ == device) return;
+    switched_ = cudaSetDevice(device) == cudaSuccess;
+  }
+  ~DeviceScope() {
+    if (switched_) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
+  bool switched_ = false;
+};
+
+void run_host_function(void* p) {
+  auto* fn = static_cast<std::function<void()>*>(p);
+  (*fn)();
+  delete fn;
+}
+
+class CudaDeviceApi final : public DeviceApi {
+ public:
+  const char* name() const override { return "cuda"; }
+
+  DevicePointer classify(const void* p) override {
+    if (!cuda_started()) return {};
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      (void)cudaGetLastError();  // not a pointer CUDA knows: host memory
+      return {};
+    }
+    if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) return {true, a.device};
+    return {};
+  }
+
+  Result<void*> alloc_pinned(size_t bytes) override {
+    void* p = nullptr;
+    cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess) return cuda_error("cudaHostAlloc of " + std::to_string(bytes) + " bytes", e);
+    return p;
+  }
+
+  void free_pinned(void* p) override { cudaFreeHost(p); }
+
+  Status copy_to_host_async(void* dst, const void* src, size_t bytes, int device, void* stream) override {
+    DeviceScope scope(device);
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream));
+    return e == cudaSuccess ? Status::ok() : cuda_error("cudaMemcpyAsync (GPU " + std::to_string(device) + " to host)", e);
+  }
+
+  Status copy_to_device(void* dst, const void* src, size_t bytes, int device, const Deadline& deadline) override {
+    DeviceScope scope(device);
+    ASSIGN_OR_RETURN(cudaStream_t s, copy_stream(device));
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s);
+    if (e != cudaSuccess) return cuda_error("cudaMemcpyAsync (host to GPU " + std::to_string(device) + ")", e);
+    for (int pass = 0;; ++pass) {
+      e = cudaStreamQuery(s);
+      if (e == cudaSuccess) return Status::ok();
+      if (e != cudaErrorNotReady) return cuda_error("copying the result to GPU " + std::to_string(device), e);
+      if (deadline.expired()) {
+        return timeout_error("copying the result to GPU " + std::to_string(device) + " did not finish in time");
+      }
+      if (pass < 64) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+    }
+  }
+
+  Result<Event> record(int device, void* stream) override {
+    DeviceScope scope(device);
+    cudaEvent_t event = nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+    if (e != cudaSuccess) return cuda_error("cudaEventCreateWithFlags", e);
+    e = cudaEventRecord(event, static_cast<cudaStream_t>(stream));
+    if (e != cudaSuccess) {
+      cudaEventDestroy(event);
+      return cuda_error("cudaEventRecord on the communicator's stream", e);
+    }
+    return static_cast<Event>(event);
+  }
+
+  Result<bool> done(Event event) override {
+    cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (e == cudaSuccess) return true;
+    if (e == cudaErrorNotReady) return false;
+    return cuda_error("waiting for the GPU work queued before the operation", e);
+  }
+
+  void destroy(Event event) override { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+
+  Status enqueue_host_function(int device, void* stream, std::function<void()> fn) override {
+    DeviceScope scope(device);
+    auto* boxed = new std::function<void()>(std::move(fn));
+    cudaError_t e = cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), run_host_function, boxed);
+    if (e != cudaSuccess) {
+      delete boxed;
+      return cuda_error("cudaLaunchHostFunc on the communicator's stream", e);
+    }
+    return Status::ok();
+  }
+
+ private:
+  // One stream of our own per GPU for results going back: it must not wait for the legacy
+  // default stream, which the caller's stream may be (and which our host function holds).
+  Result<cudaStream_t> copy_stream(int device) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = streams_.find(device);
+    if (it != streams_.end()) return it->second;
+    cudaStream_t s = nullptr;
+    cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e != cudaSuccess) return cuda_error("cudaStreamCreateWithFlags", e);
+    streams_[device] = s;
+    return s;
+  }
+
+  std::mutex mu_;
+  std::map<int, cudaStream_t> streams_;
+};
+
+}  // namespace
+
+DeviceApi* cuda_device_api() {
+  static auto* api = new CudaDeviceApi;  // never destroyed: CUDA may be torn down first at exit
+  return api;
+}
+
+}  // namespace braid

@@ -1,0 +1,65 @@
+// runtime/device_api.h - the few CUDA calls the runtime makes for device buffers, as a seam.
+//
+// A collective on device memory is staged through pinned host buffers (device_staging.h). What
+// that needs from CUDA is small: tell a device pointer from a host one, pinned host memory,
+// copies in both directions, events, and a host function queued on a stream. This interface
+// names exactly that, so the staging logic runs in CI against a fake (tests/runtime/device)
+// and on a GPU against CUDA (cuda_device_api.cc, built with the `cuda` feature).
+//
+// A device pointer's GPU (`device`) travels with every call that touches it: the calling thread
+// may have another current device, which the CUDA implementation restores before returning.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+#include "common/deadline.h"
+#include "common/status.h"
+
+namespace braid {
+
+struct DevicePointer {
+  bool on_device = false;  // device (or managed) memory: reached only through copies
+  int device = -1;         // its GPU
+};
+
+class DeviceApi {
+ public:
+  virtual ~DeviceApi() = default;
+  virtual const char* name() const = 0;
+
+  // Never fails: anything that is not known device memory is host memory.
+  virtual DevicePointer classify(const void* p) = 0;
+
+  // Page-locked host memory, which copies reach at full speed and asynchronously.
+  virtual Result<void*> alloc_pinned(size_t bytes) = 0;
+  virtual void free_pinned(void* p) = 0;
+
+  // Queued on `stream` (a cudaStream_t; nullptr: the default stream), after what is queued there.
+  virtual Status copy_to_host_async(void* dst, const void* src, size_t bytes, int device, void* stream) = 0;
+  // Copies host -> device on a stream of braid's own that waits for no other stream (the
+  // caller's stream may be held back by a host wait for this very operation), and returns when
+  // the copy is done or `deadline` passed.
+  virtual Status copy_to_device(void* dst, const void* src, size_t bytes, int device, const Deadline& deadline) = 0;
+
+  // An event marking what is queued on `stream` now; done() says whether the GPU got there.
+  using Event = void*;
+  virtual Result<Event> record(int device, void* stream) = 0;
+  virtual Result<bool> done(Event event) = 0;
+  virtual void destroy(Event event) = 0;
+
+  // Queues `fn` on `stream`: the stream's later work starts only after fn returned. fn runs on a
+  // thread of the driver's and must not call CUDA.
+  virtual Status enqueue_host_function(int device, void* stream, std::function<void()> fn) = 0;
+};
+
+// The process's DeviceApi: the CUDA one when braid was built with CUDA, else nullptr. A
+// program that never touched CUDA has no device buffers, and braid does not start CUDA for it.
+DeviceApi* device_api();
+// Tests: replaces the process's DeviceApi (nullptr restores the built-in one).
+void set_device_api_for_testing(DeviceApi* api);
+
+// The built-in CUDA implementation (nullptr without the `cuda` feature).
+DeviceApi* cuda_device_api();
+
+}  // namespace braid

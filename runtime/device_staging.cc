@@ -1,0 +1,247 @@
+#include "runtime/device_staging.h"
+
+#include <algorithm>
+#include <mutex>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "common/log.h"
+#include "runtime/work_state.h"
+
+namespace braid {
+
+using collectives::CollectiveArgs;
+using collectives::Kind;
+
+namespace {
+
+size_t sum(const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.end(), size_t{0}); }
+
+// Pinned allocations take milliseconds (the pages are locked), so buffers are kept for reuse:
+// a training loop stages the same few sizes every step. At most kKeep stay cached; one is
+// reused for a request of at least a quarter of its size.
+class PinnedPool {
+ public:
+  Result<char*> take(DeviceApi* api, size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      collect_later_locked();
+      auto best = free_.end();
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if (it->api == api && it->bytes >= bytes && it->bytes / 4 <= bytes &&
+            (best == free_.end() || it->bytes < best->bytes)) {
+          best = it;
+        }
+      }
+      if (best != free_.end()) {
+        char* p = best->data;
+        free_.erase(best);
+        return p;
+      }
+    }
+    ASSIGN_OR_RETURN(void* p, api->alloc_pinned(bytes));
+    std::lock_guard<std::mutex> lock(mu_);
+    known_.push_back(Entry{api, static_cast<char*>(p), bytes});
+    return static_cast<char*>(p);
+  }
+
+  // Buffers a copy on the GPU may still write (its operation ended first): they come back
+  // once `event` is done, checked whenever a buffer is taken.
+  void give_later(DeviceApi* api, DeviceApi::Event event, std::vector<char*> buffers) {
+    std::lock_guard<std::mutex> lock(mu_);
+    later_.push_back(Later{api, event, std::move(buffers)});
+  }
+
+  void give(DeviceApi* api, char* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    give_locked(api, p);
+  }
+
+ private:
+  void collect_later_locked() {
+    for (size_t i = 0; i < later_.size();) {
+      Result<bool> done = later_[i].api->done(later_[i].event);
+      if (done.is_ok() && !done.value()) {
+        ++i;
+        continue;
+      }
+      later_[i].api->destroy(later_[i].event);
+      for (char* p : later_[i].buffers) give_locked(later_[i].api, p);
+      later_.erase(later_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+
+  void give_locked(DeviceApi* api, char* p) {
+    auto it = std::find_if(known_.begin(), known_.end(), [&](const Entry& e) { return e.data == p; });
+    if (it == known_.end()) return;
+    free_.push_back(*it);
+    if (free_.size() > kKeep) {  // the smallest goes: big ones are the expensive ones to make
+      auto smallest = std::min_element(free_.begin(), free_.end(),
+                                       [](const Entry& a, const Entry& b) { return a.bytes < b.bytes; });
+      char* gone = smallest->data;
+      DeviceApi* owner = smallest->api;
+      free_.erase(smallest);
+      known_.erase(std::find_if(known_.begin(), known_.end(), [&](const Entry& e) { return e.data == gone; }));
+      owner->free_pinned(gone);
+    }
+    (void)api;
+  }
+
+  static constexpr size_t kKeep = 8;
+  struct Entry {
+    DeviceApi* api;
+    char* data;
+    size_t bytes;
+  };
+  std::mutex mu_;
+  std::vector<Entry> known_;  // every buffer this pool made and still holds or lent, with its size
+  std::vector<Entry> free_;
+  struct Later {
+    DeviceApi* api;
+    DeviceApi::Event event;
+    std::vector<char*> buffers;
+  };
+  std::vector<Later> later_;
+};
+
+PinnedPool& pool() {
+  static auto* p = new PinnedPool;  // never destroyed: CUDA may be gone at exit
+  return *p;
+}
+
+}  // namespace
+
+BufferExtents buffer_extents(const CollectiveArgs& a, int rank, int size) {
+  const size_t e = dtype_size(a.dtype);
+  const size_t n = a.count * e, all = a.count * static_cast<size_t>(size) * e;
+  const bool root = rank == a.root;
+  const auto at = [&](const std::vector<size_t>& v) { return v[static_cast<size_t>(rank)] * e; };
+  switch (a.kind) {
+    case Kind::all_reduce: return {n, n};
+    case Kind::broadcast: return {root ? n : 0, n};
+    case Kind::reduce: return {n, root ? n : 0};
+    case Kind::all_gather: return a.counts.empty() ? BufferExtents{n, all} : BufferExtents{at(a.counts), sum(a.counts) * e};
+    case Kind::reduce_scatter:
+      return a.counts.empty() ? BufferExtents{all, n} : BufferExtents{sum(a.counts) * e, at(a.counts)};
+    case Kind::gather: return {n, root ? all : 0};
+    case Kind::scatter: return {root ? all : 0, n};
+    case Kind::all_to_all:
+      return a.send_counts.empty() ? BufferExtents{all, all}
+                                   : BufferExtents{sum(a.send_counts) * e, sum(a.recv_counts) * e};
+    case Kind::barrier: return {};
+    case Kind::send: return {n, 0};
+    case Kind::recv: return {0, n};
+  }
+  return {};
+}
+
+Result<std::unique_ptr<DeviceStaging>> DeviceStaging::stage(DeviceApi* api, CollectiveArgs& args, int rank, int size,
+                                                            void* stream) {
+  if (api == nullptr) return std::unique_ptr<DeviceStaging>();
+  const BufferExtents x = buffer_extents(args, rank, size);
+  const auto* send = static_cast<const char*>(args.send);
+  auto* recv = static_cast<char*>(args.recv);
+  const DevicePointer ps = x.send > 0 && send != nullptr ? api->classify(send) : DevicePointer{};
+  const DevicePointer pr = x.recv == 0 || recv == nullptr ? DevicePointer{}
+                           : static_cast<const void*>(recv) == args.send && x.send > 0 ? ps
+                                                                                       : api->classify(recv);
+  if (!ps.on_device && !pr.on_device) return std::unique_ptr<DeviceStaging>();
+  if (ps.on_device && pr.on_device && ps.device != pr.device) {
+    return invalid_argument("the send buffer is on GPU " + std::to_string(ps.device) + " and the receive buffer on GPU " +
+                            std::to_string(pr.device) + ": both must be on the same GPU");
+  }
+  const int device = ps.on_device ? ps.device : pr.device;
+  std::unique_ptr<DeviceStaging> st(new DeviceStaging(api, device, stream));
+  if (ps.on_device && pr.on_device && send < recv + x.recv && recv < send + x.send) {
+    // In place, or the input inside the output (all_gather's own block): one buffer for both,
+    // filled whole so that what the operation does not write comes back unchanged.
+    const char* lo = std::min<const char*>(send, recv);
+    const char* hi = std::max<const char*>(send + x.send, recv + x.recv);
+    ASSIGN_OR_RETURN(char* buf, st->take(static_cast<size_t>(hi - lo)));
+    RETURN_IF_ERROR(api->copy_to_host_async(buf, lo, static_cast<size_t>(hi - lo), device, stream));
+    args.send = buf + (send - lo);
+    args.recv = buf + (recv - lo);
+    st->out_host_ = buf + (recv - lo);
+  } else {
+    if (ps.on_device) {
+      ASSIGN_OR_RETURN(char* buf, st->take(x.send));
+      RETURN_IF_ERROR(api->copy_to_host_async(buf, send, x.send, device, stream));
+      args.send = buf;
+    }
+    if (pr.on_device) {  // every operation writes the whole of this rank's output
+      ASSIGN_OR_RETURN(char* buf, st->take(x.recv));
+      args.recv = buf;
+      st->out_host_ = buf;
+    }
+  }
+  if (pr.on_device) {
+    st->out_device_ = recv;
+    st->out_bytes_ = x.recv;
+  }
+  ASSIGN_OR_RETURN(st->input_, api->record(device, stream));
+  return st;
+}
+
+Result<char*> DeviceStaging::take(size_t bytes) {
+  ASSIGN_OR_RETURN(char* p, pool().take(api_, std::max<size_t>(bytes, 1)));
+  pinned_[npinned_++] = Pinned{p, bytes};
+  return p;
+}
+
+DeviceStaging::~DeviceStaging() {
+  std::vector<char*> buffers;
+  for (int i = 0; i < npinned_; ++i) buffers.push_back(pinned_[i].data);
+  // An operation that failed before its input arrived: the copy may still write into a pinned
+  // buffer, which goes back to the pool only once the GPU has passed the event.
+  if (!input_ready()) {
+    pool().give_later(api_, input_, std::move(buffers));
+    return;
+  }
+  if (input_ != nullptr) api_->destroy(input_);
+  for (char* p : buffers) pool().give(api_, p);
+}
+
+Status DeviceStaging::hold_stream(std::shared_ptr<detail::WorkState> work, double bound_s) {
+  return api_->enqueue_host_function(device_, stream_, [work = std::move(work), bound_s] {
+    work->wait_until(Deadline::after_seconds(bound_s), 50);
+  });
+}
+
+bool DeviceStaging::input_ready() {
+  if (input_done_ || input_ == nullptr) return true;
+  Result<bool> r = api_->done(input_);
+  if (r.is_ok() && !r.value()) return false;
+  input_done_ = r.is_ok();
+  return true;
+}
+
+Status DeviceStaging::wait_input(const Deadline& deadline, const std::function<bool()>& stop) {
+  if (input_done_ || input_ == nullptr) return Status::ok();
+  for (int pass = 0;; ++pass) {
+    ASSIGN_OR_RETURN(bool done, api_->done(input_));
+    if (done) {
+      input_done_ = true;
+      return Status::ok();
+    }
+    if (stop()) return Status(ErrorCode::aborted, "stopped while waiting for the GPU");
+    if (deadline.expired()) {
+      return timeout_error("the GPU work queued on the stream before this operation (and the copy of its input) "
+                           "did not finish in time (BRAID_TIMEOUT_S); is a kernel on GPU " + std::to_string(device_) +
+                           " stuck, or is the stream waiting for another rank?");
+    }
+    // A kernel that is still running: poll often at first, then every 100 us.
+    if (pass < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+}
+
+Status DeviceStaging::finish(const Deadline& deadline) {
+  if (out_bytes_ == 0) return Status::ok();
+  return api_->copy_to_device(out_device_, out_host_, out_bytes_, device_, deadline);
+}
+
+}  // namespace braid

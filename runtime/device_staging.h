@@ -1,0 +1,85 @@
+// runtime/device_staging.h - collectives on CUDA device buffers, staged through pinned host memory.
+//
+// When a call's buffer is device memory, the operation runs on pinned host copies, ordered on
+// the communicator's CUDA stream (Communicator::set_stream):
+//   at the call    the device input is copied into a pinned buffer on that stream and an event is
+//                  recorded after it (recorded even when nothing is copied: it marks the GPU
+//                  work queued before the call); then a host function is queued on the stream
+//                  that holds the stream's later work until the operation's Work completes;
+//   when it runs   the operation waits (bounded by its timeout) for the event, runs on the pinned
+//                  buffers like any host operation, and on success copies the result into the
+//                  device buffer before its Work completes.
+// So Work::wait() returning means the device buffer holds the result, and work queued on the
+// stream after the call sees it. A failed operation leaves the device buffer untouched.
+// This first form reduces on the host and copies whole buffers once in and once out; chunks are
+// not yet pipelined against the network, and reductions do not yet run as CUDA kernels.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+#include "collectives/collective.h"
+#include "common/deadline.h"
+#include "common/status.h"
+#include "runtime/device_api.h"
+
+namespace braid {
+
+namespace detail {
+struct WorkState;
+}
+
+// The bytes of this rank's send and recv buffers that the operation reads and writes.
+struct BufferExtents {
+  size_t send = 0;
+  size_t recv = 0;
+};
+BufferExtents buffer_extents(const collectives::CollectiveArgs& args, int rank, int size);
+
+class DeviceStaging {
+ public:
+  // When `args` reads or writes device memory: queues the input copy and the event on `stream`,
+  // points args at pinned buffers and returns the staging; nullptr when no buffer is on a GPU
+  // (or `api` is null). Fails when the buffers are on two different GPUs or CUDA refuses a call.
+  static Result<std::unique_ptr<DeviceStaging>> stage(DeviceApi* api, collectives::CollectiveArgs& args, int rank,
+                                                      int size, void* stream);
+  // Returns the pinned buffers once the input copy is surely done (bounded; leaks them rather
+  // than free memory a copy may still write).
+  ~DeviceStaging();
+  DeviceStaging(const DeviceStaging&) = delete;
+  DeviceStaging& operator=(const DeviceStaging&) = delete;
+
+  // Queues the host function that holds the stream until `work` completes (at most `bound_s`).
+  Status hold_stream(std::shared_ptr<detail::WorkState> work, double bound_s);
+  // Whether the GPU has passed the event (an error counts as ready: waiting reports it).
+  bool input_ready();
+  // Waits until the GPU has passed the event, `deadline` passes or `stop()` says so.
+  Status wait_input(const Deadline& deadline, const std::function<bool()>& stop);
+  // After the operation succeeded: copies the result into the device buffer.
+  Status finish(const Deadline& deadline);
+
+  int device() const { return device_; }
+
+ private:
+  struct Pinned {
+    char* data = nullptr;
+    size_t bytes = 0;
+  };
+  DeviceStaging(DeviceApi* api, int device, void* stream) : api_(api), device_(device), stream_(stream) {}
+  Result<char*> take(size_t bytes);
+
+  DeviceApi* api_;
+  int device_;
+  void* stream_;
+  Pinned pinned_[2];
+  int npinned_ = 0;
+  DeviceApi::Event input_ = nullptr;
+  bool input_done_ = false;
+  // The result's way back: `bytes` from `host` (pinned) to `device_ptr`.
+  void* out_device_ = nullptr;
+  const char* out_host_ = nullptr;
+  size_t out_bytes_ = 0;
+};
+
+}  // namespace braid

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh - build braid's CUDA code and run it on this machine's NVIDIA GPU: the
+# device reduction kernels checked against the host ones (reduce_cuda_test), collectives on
+# device buffers ordered on CUDA streams (cuda_comm_test), then the kernels' throughput next to
+# a device-to-device copy (reduce_cuda_bench).
+#
+#   scripts/gpu_check.sh [BUILD_DIR [extra meson setup arguments...]]
+#
+# BUILD_DIR defaults to build-gpu. Kernels are compiled for the GPU that nvidia-smi reports
+# (GPU_ARCHS=90 or GPU_ARCHS=80,90 overrides). Needs the CUDA toolkit in /usr/local/cuda (where
+# meson.build looks), a GPU with its driver, meson, ninja, GoogleTest and Google Benchmark.
+# Exits 0 when every test ran and passed; 1 when a build or a test failed; 2 when no nvcc or no
+# GPU is found, or the test was skipped anyway - never a silent pass without a GPU.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+build=${1:-build-gpu}
+shift || true
+nvcc=/usr/local/cuda/bin/nvcc
+
+fail() { echo "gpu_check: $1" >&2; exit "${2:-1}"; }
+
+[[ -x $nvcc ]] || fail "no nvcc at $nvcc: install the CUDA toolkit there (meson.build looks for CUDA in /usr/local/cuda only)" 2
+command -v nvidia-smi >/dev/null || fail "nvidia-smi not found: no NVIDIA driver on this machine, so no GPU to run on" 2
+gpus=$(nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1) ||
+  fail "nvidia-smi found no usable GPU: $gpus" 2
+[[ -n $gpus ]] || fail "nvidia-smi lists no GPU" 2
+echo "gpu_check: GPU(s): $gpus"
+echo "gpu_check: $($nvcc --version | tail -1)"
+
+# "9.0" -> "90"; one architecture per distinct GPU model.
+archs=${GPU_ARCHS:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | tr -d '. ' | sort -u | paste -sd, -)}
+setup=(-Dcuda=enabled -Dtests=true -Dbenchmarks=true -Dbuildtype=release "-Dgpu_archs=$archs" "$@")
+if [[ -f $build/build.ninja ]]; then
+  meson configure "$build" "${setup[@]}" >/dev/null
+else
+  meson setup "$build" "${setup[@]}" >/dev/null || fail "meson setup $build failed (see $build/meson-logs/meson-log.txt)"
+fi
+grep -q "BRAID_HAVE_CUDA 1" "$build/braid_config.h" || fail "meson did not find CUDA (cudart) in /usr/local/cuda" 2
+ninja -C "$build" tests/collectives/kernels/reduce_cuda_test tests/runtime/device/cuda_comm_test \
+  bench/collectives/reduce_cuda_bench || fail "build failed"
+
+# run_test NAME PATH WHAT: runs a GoogleTest program; a skip counts as a failure here.
+run_test() {
+  local name=$1 path=$2 log=$build/$1.log status=0
+  echo "gpu_check: $name ($3)"
+  timeout 600 "$path" 2>&1 | tee "$log" || status=$?  # a hang is a failure, not a stuck check
+  if grep -q '^\[  SKIPPED \]' "$log"; then
+    fail "$name skipped its tests although a GPU is present (the reason is in $log)" 2
+  fi
+  ((status == 0)) || fail "$name failed (exit $status); the log is $log"
+}
+run_test reduce_cuda_test "$build/tests/collectives/kernels/reduce_cuda_test" "the device kernels against the host kernels"
+run_test cuda_comm_test "$build/tests/runtime/device/cuda_comm_test" "collectives on device buffers, two ranks on one GPU"
+
+echo "gpu_check: reduce_cuda_bench (output bytes/s, CUDA events)"
+"$build/bench/collectives/reduce_cuda_bench" --benchmark_min_time=0.5 || fail "reduce_cuda_bench failed"
+echo "gpu_check: all passed on: $gpus"

@@ -1,0 +1,302 @@
+// Collectives on device buffers, through the staging seam (runtime/device_staging.h) with a fake
+// device (fake_device.h): ranks as threads on the inproc transport, each with its own stream.
+// What is checked is what a CUDA user relies on: the operation reads its input only after the
+// work queued on the stream before the call, the stream's later work waits for the operation,
+// Work::wait() means the result is in the device buffer, a failure leaves that buffer alone,
+// a stuck GPU is a bounded error naming it, and what cannot be done is refused at the call.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "braid/communicator.h"
+#include "runtime/device_staging.h"
+#include "tests/runtime/device/fake_device.h"
+#include "tests/support/in_process_job.h"
+
+namespace braid {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::FakeDevice;
+using testing::FakeStream;
+
+constexpr auto kBound = 30s;
+
+FakeDevice& fake() {
+  static auto* f = new FakeDevice;  // one for the whole run: the pinned pool remembers its owner
+  return *f;
+}
+
+// Ranks as threads on the inproc transport, each with its own fake stream.
+class Job : public testing::InProcessJob {
+ public:
+  explicit Job(int ranks, double timeout_s = 20) : InProcessJob({"inproc", ranks, timeout_s, 10, 0xde71ce}) {}
+  void on_every_rank(const std::function<void(int)>& body) { testing::run_ranks(ranks(), body); }
+};
+
+class DeviceStagingTest : public ::testing::Test {
+ protected:
+  void SetUp() override { set_device_api_for_testing(&fake()); }
+  void TearDown() override { set_device_api_for_testing(nullptr); }
+};
+
+// How `w` ended, waiting at most kBound (braid::Error does not escape: a rank that throws
+// would leave the others and the fake streams waiting).
+ErrorCode outcome(Work& w) {
+  try {
+    if (!w.wait_for(std::chrono::duration_cast<std::chrono::milliseconds>(kBound))) return ErrorCode::internal;
+    return ErrorCode::ok;
+  } catch (const Error& e) {
+    return e.code();
+  }
+}
+
+// The index of the first element that is not first + step * (i % 97) (n: none).
+size_t first_wrong(const float* p, size_t n, float first, float step) {
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i] != first + step * static_cast<float>(i % 97)) return i;
+  }
+  return n;
+}
+
+float* device_floats(size_t n, int gpu = 0) { return static_cast<float*>(fake().alloc(n * sizeof(float), gpu)); }
+
+// A "kernel": fills `p` on the stream, after a pause long enough that an operation reading the
+// buffer without waiting for the stream would read what was there before.
+void fill_later(FakeStream& s, float* p, size_t n, float first, float step) {
+  s.push([=] {
+    std::this_thread::sleep_for(30ms);
+    for (size_t i = 0; i < n; ++i) p[i] = first + step * static_cast<float>(i % 97);
+  });
+}
+
+TEST_F(DeviceStagingTest, AllReduceWaitsForTheStreamAndHoldsItsLaterWork) {
+  constexpr int kRanks = 3;
+  constexpr size_t kCount = 100003;
+  Job job(kRanks);
+  job.on_every_rank([&](int r) {
+    Communicator comm = job.make(r);
+    FakeStream stream;
+    comm.set_stream(&stream);
+    EXPECT_EQ(comm.stream(), &stream);
+    float* buf = device_floats(kCount);
+    fill_later(stream, buf, kCount, static_cast<float>(r + 1), 1.0f);
+    Work w = comm.all_reduce_async(buf, kCount, DType::f32, Op::sum);
+    // The next "kernel" on the stream reads the buffer: it must see the sum, and the operation done.
+    std::vector<float> seen(kCount);
+    std::atomic<bool> done_when_read{false};
+    stream.push([&] {
+      done_when_read = w.test();
+      std::copy(buf, buf + kCount, seen.begin());
+    });
+    EXPECT_EQ(outcome(w), ErrorCode::ok) << w.error_message();
+    // Work::wait() returning means the device buffer holds the result already.
+    EXPECT_EQ(first_wrong(buf, kCount, 6.0f, 3.0f), kCount) << "rank " << r << ": wrong result in the device buffer";
+    // (No early return before this: the stream's queued work refers to this scope's variables.)
+    ASSERT_TRUE(stream.synchronize(kBound));
+    EXPECT_TRUE(done_when_read) << "work queued on the stream after the call ran before the operation ended";
+    EXPECT_EQ(first_wrong(seen.data(), kCount, 6.0f, 3.0f), kCount) << "rank " << r << ": later work saw another result";
+  });
+}
+
+TEST_F(DeviceStagingTest, EveryShapeOfBufferIsStagedRight) {
+  constexpr int kRanks = 3;
+  constexpr size_t kCount = 1031;
+  Job job(kRanks);
+  job.on_every_rank([&](int r) {
+    Communicator comm = job.make(r);
+    FakeStream stream;
+    comm.set_stream(&stream);
+
+    // broadcast in place from rank 1 (blocking form)
+    float* b = device_floats(kCount);
+    fill_later(stream, b, kCount, r == 1 ? 7.0f : -1.0f, 0.5f);
+    comm.broadcast(b, kCount, DType::f32, 1);
+    for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(b[i], 7.0f + 0.5f * static_cast<float>(i % 97)) << i;
+
+    // all_gather with the input inside the output (this rank's block): one staged buffer
+    float* g = device_floats(kCount * kRanks);
+    fill_later(stream, g + r * kCount, kCount, static_cast<float>(10 * r), 0.0f);
+    comm.all_gather(g + r * kCount, g, kCount, DType::f32);
+    for (int q = 0; q < kRanks; ++q) ASSERT_EQ(g[q * kCount + 5], static_cast<float>(10 * q)) << "block " << q;
+
+    // reduce_scatter from host memory into device memory (mixed)
+    std::vector<float> host_in(kCount * kRanks);
+    for (size_t i = 0; i < host_in.size(); ++i) host_in[i] = static_cast<float>(i / kCount + r);
+    float* rs = device_floats(kCount);
+    comm.reduce_scatter(host_in.data(), rs, kCount, DType::f32, Op::sum);
+    ASSERT_EQ(rs[0], static_cast<float>(kRanks * r + 0 + 1 + 2));
+
+    // send/recv in a ring on device buffers (async, then wait)
+    float* out = device_floats(kCount);
+    float* in = device_floats(kCount);
+    fill_later(stream, out, kCount, static_cast<float>(100 + r), 0.0f);
+    // Sends complete when the peer takes the data: even ranks send first, odd ranks receive first.
+    Work s, v;
+    if (r % 2 == 0) s = comm.send_async(out, kCount, DType::f32, (r + 1) % kRanks);
+    v = comm.recv_async(in, kCount, DType::f32, (r + kRanks - 1) % kRanks);
+    if (r % 2 == 1) s = comm.send_async(out, kCount, DType::f32, (r + 1) % kRanks);
+    s.wait();
+    v.wait();
+    ASSERT_EQ(in[kCount - 1], static_cast<float>(100 + (r + kRanks - 1) % kRanks));
+
+    // i32 all_reduce, out of place, device to device
+    auto* xi = static_cast<int32_t*>(fake().alloc(kCount * sizeof(int32_t)));
+    auto* yi = static_cast<int32_t*>(fake().alloc(kCount * sizeof(int32_t)));
+    for (size_t i = 0; i < kCount; ++i) xi[i] = static_cast<int32_t>(i) * (r + 1);
+    comm.all_reduce(xi, yi, kCount, DType::i32, Op::sum);
+    ASSERT_EQ(yi[kCount - 1], static_cast<int32_t>(kCount - 1) * 6);
+    ASSERT_EQ(xi[kCount - 1], static_cast<int32_t>(kCount - 1) * (r + 1)) << "the input must not change";
+    ASSERT_TRUE(stream.synchronize(kBound));
+  });
+  // Buffers go back to a pool and are reused: a handful made for ~30 staged calls.
+  EXPECT_LE(fake().pinned_allocs.load(), 8 * 3 + 8);
+}
+
+TEST_F(DeviceStagingTest, AFailedOperationLeavesTheDeviceBufferAsItWasAndReleasesTheStream) {
+  constexpr int kRanks = 2;
+  Job job(kRanks);
+  const int copies_before = fake().copies_back.load();
+  job.on_every_rank([&](int r) {
+    Communicator comm = job.make(r);
+    FakeStream stream;
+    comm.set_stream(&stream);
+    float* buf = device_floats(64);
+    for (int i = 0; i < 64; ++i) buf[i] = 42.0f;
+    // The ranks disagree on the size: a mismatch, on both.
+    Work w = comm.all_reduce_async(buf, r == 0 ? 64 : 32, DType::f32, Op::sum);
+    std::atomic<bool> released{false};
+    stream.push([&] { released = true; });
+    EXPECT_EQ(outcome(w), ErrorCode::mismatch) << "rank " << r << ": " << w.error_message();
+    ASSERT_TRUE(stream.synchronize(kBound)) << "the stream stayed held after the operation failed";
+    EXPECT_TRUE(released);
+    for (int i = 0; i < 64; ++i) ASSERT_EQ(buf[i], 42.0f) << "rank " << r << " element " << i;
+  });
+  EXPECT_EQ(fake().copies_back.load(), copies_before) << "a failed operation copied a result back";
+}
+
+TEST_F(DeviceStagingTest, AStuckGpuIsABoundedErrorThatNamesIt) {
+  Job job(1, /*timeout_s=*/1);
+  job.on_every_rank([&](int) {
+    Communicator comm = job.make(0);
+    FakeStream stream;
+    comm.set_stream(&stream);
+    float* buf = device_floats(16);
+    std::atomic<bool> release{false};
+    stream.push([&] {  // a kernel that runs far past the operation's timeout
+      while (!release) std::this_thread::sleep_for(1ms);
+    });
+    const auto start = std::chrono::steady_clock::now();
+    Work w = comm.all_reduce_async(buf, 16, DType::f32, Op::sum);
+    EXPECT_EQ(outcome(w), ErrorCode::timeout) << w.error_message();
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "the wait for the GPU was not bounded by BRAID_TIMEOUT_S";
+    EXPECT_NE(w.error_message().find("all_reduce"), std::string::npos) << w.error_message();
+    EXPECT_NE(w.error_message().find("GPU 0"), std::string::npos) << w.error_message();
+    // The communicator is not held up by the stuck copy: its next operation runs (the pinned
+    // buffers the stuck copy may still write are set aside, not reused).
+    float* other = device_floats(16);
+    for (int i = 0; i < 16; ++i) other[i] = 5.0f;
+    Work next = comm.all_reduce_async(other, 16, DType::f32, Op::sum);
+    release = true;
+    EXPECT_EQ(outcome(next), ErrorCode::ok) << next.error_message();
+    EXPECT_EQ(other[15], 5.0f);
+    ASSERT_TRUE(stream.synchronize(kBound));
+  });
+}
+
+TEST_F(DeviceStagingTest, WhatCannotBeDoneIsRefusedAtTheCall) {
+  Job job(1);
+  job.on_every_rank([&](int) {
+    Communicator comm = job.make(0);
+    FakeStream stream;
+    comm.set_stream(&stream);
+    float* on0 = device_floats(8, 0);
+    float* on1 = device_floats(8, 1);
+    try {
+      comm.all_reduce(on0, on1, 8, DType::f32, Op::sum);
+      ADD_FAILURE() << "buffers on two GPUs were accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find("GPU 0"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("GPU 1"), std::string::npos) << e.what();
+    }
+    comm.group_start();
+    try {
+      comm.all_reduce_async(on0, 8, DType::f32, Op::sum);
+      ADD_FAILURE() << "a GPU buffer inside a group was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find("group"), std::string::npos) << e.what();
+    }
+    comm.group_end().wait();
+    // The communicator is still usable.
+    for (int i = 0; i < 8; ++i) on0[i] = 3.0f;
+    comm.all_reduce(on0, 8, DType::f32, Op::max);
+    EXPECT_EQ(on0[7], 3.0f);
+    ASSERT_TRUE(stream.synchronize(kBound));
+  });
+}
+
+TEST(BufferExtents, EachKindReadsAndWritesWhatItsShapeSays) {
+  collectives::CollectiveArgs a;
+  a.dtype = DType::f64;
+  a.count = 10;
+  a.root = 1;
+  using collectives::Kind;
+  struct Case {
+    Kind kind;
+    int rank;
+    size_t send, recv;
+  };
+  const Case cases[] = {
+      {Kind::all_reduce, 0, 80, 80},  {Kind::broadcast, 1, 80, 80}, {Kind::broadcast, 0, 0, 80},
+      {Kind::reduce, 0, 80, 0},       {Kind::reduce, 1, 80, 80},    {Kind::all_gather, 2, 80, 320},
+      {Kind::reduce_scatter, 2, 320, 80}, {Kind::gather, 1, 80, 320}, {Kind::gather, 3, 80, 0},
+      {Kind::scatter, 1, 320, 80},    {Kind::scatter, 0, 0, 80},    {Kind::all_to_all, 0, 320, 320},
+      {Kind::barrier, 0, 0, 0},       {Kind::send, 0, 80, 0},       {Kind::recv, 0, 0, 80},
+  };
+  for (const Case& c : cases) {
+    a.kind = c.kind;
+    BufferExtents x = buffer_extents(a, c.rank, 4);
+    EXPECT_EQ(x.send, c.send) << collectives::to_string(c.kind) << " rank " << c.rank;
+    EXPECT_EQ(x.recv, c.recv) << collectives::to_string(c.kind) << " rank " << c.rank;
+  }
+  a.kind = Kind::all_gather;  // gatherv: own count in, all counts out
+  a.counts = {1, 2, 3, 4};
+  EXPECT_EQ(buffer_extents(a, 2, 4).send, 24u);
+  EXPECT_EQ(buffer_extents(a, 2, 4).recv, 80u);
+  a.kind = Kind::reduce_scatter;
+  EXPECT_EQ(buffer_extents(a, 3, 4).send, 80u);
+  EXPECT_EQ(buffer_extents(a, 3, 4).recv, 32u);
+  a.counts.clear();
+  a.kind = Kind::all_to_all;
+  a.send_counts = {1, 1, 1, 1};
+  a.recv_counts = {2, 2, 2, 2};
+  EXPECT_EQ(buffer_extents(a, 0, 4).send, 32u);
+  EXPECT_EQ(buffer_extents(a, 0, 4).recv, 64u);
+}
+
+TEST(DeviceApi, WithoutCudaOrATestDeviceEveryBufferIsHostMemory) {
+  set_device_api_for_testing(nullptr);
+  collectives::CollectiveArgs a;
+  a.count = 4;
+  float x[4] = {};
+  a.send = x;
+  a.recv = x;
+  auto st = DeviceStaging::stage(nullptr, a, 0, 1, nullptr);
+  ASSERT_TRUE(st.is_ok());
+  EXPECT_EQ(st.value(), nullptr);
+  if (cuda_device_api() != nullptr) {
+    // Built with CUDA: a host array is still host memory, whether or not this process uses CUDA.
+    EXPECT_FALSE(cuda_device_api()->classify(x).on_device);
+  }
+}
+
+}  // namespace
+}  // namespace braid

@@ -1,0 +1,84 @@
+// tests/support/in_process_job.h - the ranks of one job as threads of the test process.
+//
+// A store served in this process, an inproc fabric (for the inproc transport) and the settings
+// every rank shares. make(rank) builds that rank's communicator from a CommunicatorConfig rather
+// than Communicator::from_store: several ranks of one process must meet in one store namespace,
+// and inproc needs a Fabric that only the config can carry. It returns once every rank of the
+// job has built its own, so each rank calls it on its own thread (run_ranks).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "braid/communicator.h"
+#include "braid/store.h"
+#include "runtime/communicator_impl.h"
+#include "transport/inproc/inproc_transport.h"
+
+namespace braid::testing {
+
+struct JobSettings {
+  std::string transport = "inproc";  // or tcp, tcp-poll, auto
+  int ranks = 3;
+  double timeout_s = 20;       // BRAID_TIMEOUT_S
+  double peer_timeout_s = 10;  // BRAID_PEER_TIMEOUT_S
+  uint64_t comm_id = 0x11fe71e;
+};
+
+class InProcessJob {
+ public:
+  explicit InProcessJob(JobSettings settings)
+      : settings_(std::move(settings)), server_(TcpStoreServer::start("127.0.0.1", 0)) {}
+
+  // Rank `rank` of the job (or of a job of `size` ranks on the same store, e.g. 1).
+  Communicator make(int rank, int size = 0) {
+    if (size == 0) size = settings_.ranks;
+    TcpStoreOptions options;
+    options.timeout = std::chrono::seconds(30);
+    CommunicatorConfig cfg;
+    cfg.rank = rank;
+    cfg.size = size;
+    cfg.local_rank = rank;
+    cfg.local_size = size;
+    cfg.comm_id = settings_.comm_id;
+    cfg.store = std::shared_ptr<Store>(TcpStore::connect("127.0.0.1", server_->port(), options).release());
+    cfg.master_addr = "127.0.0.1";
+    cfg.env.transport = settings_.transport;
+    cfg.env.timeout_s = settings_.timeout_s;
+    cfg.env.rendezvous_timeout_s = 20;
+    cfg.env.peer_timeout_s = settings_.peer_timeout_s;
+    cfg.inproc_fabric = &fabric_;
+    return Communicator::from_impl_(value_or_raise(CommunicatorImpl::create(std::move(cfg))));
+  }
+
+  int ranks() const { return settings_.ranks; }
+  transport::inproc::Fabric& fabric() { return fabric_; }
+
+ private:
+  JobSettings settings_;
+  std::unique_ptr<TcpStoreServer> server_;
+  transport::inproc::Fabric fabric_;
+};
+
+// Runs body(rank) for ranks 0..n-1, one thread each; a braid::Error escaping a body fails the case.
+inline void run_ranks(int n, const std::function<void(int)>& body) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (const Error& e) {
+        ADD_FAILURE() << "rank " << r << ": " << to_string(e.code()) << ": " << e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace braid::testing
