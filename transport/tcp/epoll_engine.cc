@@ -120,12 +120,14 @@ void EpollEngine::drive(TcpStream* s) {
 
 void EpollEngine::drive_dirty() {
   // drive() may make other streams dirty (a completed receive lets a parked socket go on).
+  // The two lists trade places, so neither is reallocated once grown (a fresh list per pass cost
+  // an allocation per message).
   while (!dirty_.empty()) {
-    std::vector<uint32_t> batch;
-    batch.swap(dirty_);
-    for (uint32_t slot : batch) {
+    batch_.swap(dirty_);
+    for (uint32_t slot : batch_) {
       if (slot < slots_.size() && slots_[slot] != nullptr) drive(slots_[slot]);
     }
+    batch_.clear();
   }
 }
 

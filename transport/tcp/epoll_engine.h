@@ -43,6 +43,7 @@ class EpollEngine final : public Engine {
   std::vector<TcpStream*> slots_;
   std::vector<uint32_t> free_slots_;
   std::vector<uint32_t> dirty_;  // slots with new work since the last pass
+  std::vector<uint32_t> batch_;  // the slots drive_dirty() works through now
   std::vector<uint32_t> retry_;  // slots whose send met ENOBUFS: tried again after kRetryAfter
 };
 
