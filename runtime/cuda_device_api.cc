@@ -14,21 +14,42 @@
 namespace braid {
 namespace {
 
-int is_cuda_driver(dl_phdr_info* info, size_t, void*) {
-  return info->dlpi_name != nullptr && std::strstr(info->dlpi_name, "libcuda.so") != nullptr;
-}
-
 // Whether this process has started CUDA: the driver library is loaded by the first CUDA call.
 // A program that never touched CUDA has no device buffers, and asking the runtime about a
 // pointer would start CUDA (a context on the GPU, hundreds of MiB) for nothing. The loaded
-// libraries are scanned (~0.1 us) until the driver shows up; dlopen(RTLD_NOLOAD) would be
-// simpler but costs ~10 us, a whole small operation.
+// objects are scanned for the driver only when their count of loads changed since the last look
+// (~10 ns otherwise); dlopen(RTLD_NOLOAD) would say the same in ~10 us, a whole small operation.
+struct DriverProbe {
+  unsigned long long known_adds;
+  unsigned long long adds = 0;
+  bool first = true;
+  bool unchanged = false;
+  bool found = false;
+};
+
+int probe_object(dl_phdr_info* info, size_t, void* arg) {
+  auto* p = static_cast<DriverProbe*>(arg);
+  if (p->first) {
+    p->first = false;
+    p->adds = info->dlpi_adds;
+    if (p->adds == p->known_adds) return p->unchanged = true;
+  }
+  if (info->dlpi_name != nullptr && std::strstr(info->dlpi_name, "libcuda.so") != nullptr) return p->found = true;
+  return 0;
+}
+
 bool cuda_started() {
   static std::atomic<bool> started{false};
+  static std::atomic<unsigned long long> scanned_adds{~0ull};
   if (started.load(std::memory_order_relaxed)) return true;
-  if (dl_iterate_phdr(is_cuda_driver, nullptr) == 0) return false;
-  started.store(true, std::memory_order_relaxed);
-  return true;
+  DriverProbe probe{scanned_adds.load(std::memory_order_relaxed)};
+  dl_iterate_phdr(probe_object, &probe);
+  if (probe.found) {
+    started.store(true, std::memory_order_relaxed);
+    return true;
+  }
+  if (!probe.unchanged) scanned_adds.store(probe.adds, std::memory_order_relaxed);
+  return false;
 }
 
 Status cuda_error(const std::string& what, cudaError_t e) {
