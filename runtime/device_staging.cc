@@ -53,9 +53,9 @@ class PinnedPool {
     later_.push_back(Later{api, event, std::move(buffers)});
   }
 
-  void give(DeviceApi* api, char* p) {
+  void give(char* p) {
     std::lock_guard<std::mutex> lock(mu_);
-    give_locked(api, p);
+    give_locked(p);
   }
 
  private:
@@ -67,12 +67,12 @@ class PinnedPool {
         continue;
       }
       later_[i].api->destroy(later_[i].event);
-      for (char* p : later_[i].buffers) give_locked(later_[i].api, p);
+      for (char* p : later_[i].buffers) give_locked(p);
       later_.erase(later_.begin() + static_cast<std::ptrdiff_t>(i));
     }
   }
 
-  void give_locked(DeviceApi* api, char* p) {
+  void give_locked(char* p) {
     auto it = std::find_if(known_.begin(), known_.end(), [&](const Entry& e) { return e.data == p; });
     if (it == known_.end()) return;
     free_.push_back(*it);
@@ -85,7 +85,6 @@ class PinnedPool {
       known_.erase(std::find_if(known_.begin(), known_.end(), [&](const Entry& e) { return e.data == gone; }));
       owner->free_pinned(gone);
     }
-    (void)api;
   }
 
   static constexpr size_t kKeep = 8;
@@ -185,13 +184,13 @@ Result<std::unique_ptr<DeviceStaging>> DeviceStaging::stage(DeviceApi* api, Coll
 
 Result<char*> DeviceStaging::take(size_t bytes) {
   ASSIGN_OR_RETURN(char* p, pool().take(api_, std::max<size_t>(bytes, 1)));
-  pinned_[npinned_++] = Pinned{p, bytes};
+  pinned_[npinned_++] = p;
   return p;
 }
 
 DeviceStaging::~DeviceStaging() {
   std::vector<char*> buffers;
-  for (int i = 0; i < npinned_; ++i) buffers.push_back(pinned_[i].data);
+  for (int i = 0; i < npinned_; ++i) buffers.push_back(pinned_[i]);
   // An operation that failed before its input arrived: the copy may still write into a pinned
   // buffer, which goes back to the pool only once the GPU has passed the event.
   if (!input_ready()) {
@@ -199,7 +198,7 @@ DeviceStaging::~DeviceStaging() {
     return;
   }
   if (input_ != nullptr) api_->destroy(input_);
-  for (char* p : buffers) pool().give(api_, p);
+  for (char* p : buffers) pool().give(p);
 }
 
 Status DeviceStaging::hold_stream(std::shared_ptr<detail::WorkState> work, double bound_s) {

@@ -62,17 +62,13 @@ class DeviceStaging {
   int device() const { return device_; }
 
  private:
-  struct Pinned {
-    char* data = nullptr;
-    size_t bytes = 0;
-  };
   DeviceStaging(DeviceApi* api, int device, void* stream) : api_(api), device_(device), stream_(stream) {}
   Result<char*> take(size_t bytes);
 
   DeviceApi* api_;
   int device_;
   void* stream_;
-  Pinned pinned_[2];
+  char* pinned_[2] = {};  // at most one for the input and one for the output
   int npinned_ = 0;
   DeviceApi::Event input_ = nullptr;
   bool input_done_ = false;
