@@ -33,6 +33,7 @@ class ScriptedConnection final : public transport::Connection {
   void close() override {}
   int peer_rank() const override { return peer_; }
   const std::string& peer_address() const override { return address_; }
+  std::string stall_hint() const override { return hint; }
 
   // Completes the oldest posted operation (ok, full size).
   transport::Completion complete_front(Status status = Status::ok(), size_t bytes = ~size_t{0}) {
@@ -41,6 +42,7 @@ class ScriptedConnection final : public transport::Connection {
     return transport::Completion{this, p.cookie, p.is_send, bytes == ~size_t{0} ? p.bytes : bytes, status};
   }
   std::deque<Posted> posted;
+  std::string hint;  // what stall_hint() says
 
  private:
   int peer_;
@@ -146,6 +148,22 @@ TEST(Executor, ErrorsNameTheOperationRankAndPeer) {
   Status lost = (*ex2)->on_completion(left.complete_front(peer_lost("rank 1 (10.0.0.9:4000) reset the connection")));
   EXPECT_EQ(lost.code(), ErrorCode::peer_lost);
   EXPECT_EQ(lost.message(), "all_reduce (ring) on rank 2: rank 1 (10.0.0.9:4000) reset the connection");
+}
+
+TEST(Executor, WhatItWaitsForCarriesTheConnectionsStallHint) {
+  Plan p;
+  p.rank = 0, p.size = 2, p.count = 8;
+  std::vector<float> in(8), out(8);
+  ScriptedConnection other(1);
+  std::vector<transport::Connection*> peers{nullptr, &other};
+  auto ex = Executor::create(ring_all_reduce(p), in.data(), out.data(), peers, options("all_reduce (ring)", 0, 3, 0));
+  ASSERT_TRUE(ex.is_ok());
+  ASSERT_TRUE((*ex)->progress().is_ok());
+  EXPECT_EQ((*ex)->waiting_for().find("(it has"), std::string::npos) << (*ex)->waiting_for();
+  other.hint = "it has not answered our connection handshake";
+  EXPECT_NE((*ex)->waiting_for().find("rank 1 (10.0.0.9:4000) to send (it has not answered our connection handshake)"),
+            std::string::npos)
+      << (*ex)->waiting_for();
 }
 
 TEST(Executor, RefusesASchedulePeerWithoutConnection) {

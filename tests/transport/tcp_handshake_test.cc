@@ -272,6 +272,37 @@ TEST_P(AnswerTest, ARefusedHandshakeIsNamedAsSuch) {
   EXPECT_NE(c.status.message().find("rank 0 (127.0.0.1:"), std::string::npos) << c.status.message();
 }
 
+// A listener that takes the handshake and never answers (a stranger, or a hung peer): the
+// connection says so, for the timeout report of the operation that waits on it.
+TEST_P(AnswerTest, AnAcceptorThatHasNotAnsweredIsNamedInTheStallHint) {
+  auto t = create_transport(GetParam(), loopback_options());
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  FakeAcceptor acceptor;
+  Handshake h;
+  std::thread peer([&] { h = acceptor.accept_handshake(); });
+  auto c = t.value()->connect(acceptor.address(), PeerIdentity{7, 1, 0}, Deadline::after(20s));
+  peer.join();
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  uint64_t payload = 0;
+  ASSERT_TRUE(c.value()->post_recv(&payload, 8, 1).is_ok());
+  std::vector<Completion> out;
+  ASSERT_TRUE(t.value()->poll(out, 200ms).is_ok());
+  EXPECT_TRUE(out.empty());
+  const std::string hint = c.value()->stall_hint();
+  EXPECT_NE(hint.find("has not answered our connection handshake"), std::string::npos) << hint;
+  EXPECT_NE(hint.find(acceptor.address()), std::string::npos) << hint;
+  // Once the answer is in, nothing is left to hint at.
+  tcp::BootId elsewhere = tcp::local_host_identity().boot_id;
+  elsewhere[0] ^= 1;
+  acceptor.answer_and_send(answer_from(elsewhere, tcp::cpu_mask_of({0}))(h), 0x55);
+  auto end = std::chrono::steady_clock::now() + 20s;
+  while (out.empty() && std::chrono::steady_clock::now() < end) ASSERT_TRUE(t.value()->poll(out, 50ms).is_ok());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(out[0].status.is_ok()) << out[0].status.message();
+  EXPECT_EQ(payload, 0x55u);
+  EXPECT_EQ(c.value()->stall_hint(), "");
+}
+
 // Two real transports of this process whose connecting and accepting threads are pinned as two
 // `taskset`-started ranks would be. Both ends must reach the same decision.
 class SharedCpuTest : public TcpEngineTest {

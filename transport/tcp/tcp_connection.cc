@@ -37,6 +37,17 @@ Status TcpConnection::start() {
   return Status::ok();
 }
 
+std::string TcpConnection::stall_hint() const {
+  if (failed()) return {};
+  for (const auto& s : streams_) {
+    if (s->awaiting_answer()) {
+      return "it has not answered our connection handshake: is another program, or another braid version, "
+             "listening at " + peer_address_ + "?";
+    }
+  }
+  return {};
+}
+
 std::string TcpConnection::describe_peer() const {
   return "rank " + std::to_string(peer_rank_) + " (" + peer_address_ + ")";
 }
