@@ -46,13 +46,13 @@ if [ $# -eq 0 ]; then
   dir=build-ci-asan
   configure "$dir" -Dwerror=true -Db_sanitize=address -Db_lundef=false -Dbuildtype=debugoptimized \
     -Dliburing=enabled -Dibverbs=disabled -Dcuda=disabled -Dtorch=disabled -Dbenchmarks=false
-  echo "== asan build: lifetime tests (io_uring, epoll, inproc)"
+  echo "== asan build: lifetime tests (io_uring, epoll, inproc) and device-buffer staging (fake device)"
   ninja -C "$dir" tests/runtime/async/lifetime_test tests/runtime/async/async_lifetime_asan_test \
-    tests/runtime/async/async_rank >/dev/null
+    tests/runtime/async/async_rank tests/runtime/device/device_staging_test >/dev/null
   asan_logs=$PWD/$dir/asan-reports
   rm -rf "$asan_logs" && mkdir -p "$asan_logs"
   if ! ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:log_path=$asan_logs/report \
-      meson test -C "$dir" --no-rebuild --print-errorlogs lifetime async_lifetime_asan; then
+      meson test -C "$dir" --no-rebuild --print-errorlogs lifetime async_lifetime_asan device_staging; then
     status=1
   fi
   if compgen -G "$asan_logs/report*" >/dev/null; then
