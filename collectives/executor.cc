@@ -401,8 +401,8 @@ std::string Executor::waiting_for() const {
     const int peer = is_send ? steps_[i].send_peer : steps_[i].recv_peer;
     if (!seen.insert({peer, is_send}).second) continue;
     o << sep << peer_name(peer) << (is_send ? " to take our data" : " to send");
-    const transport::Connection* c = peer >= 0 && static_cast<size_t>(peer) < peers_.size() ? peers_[static_cast<size_t>(peer)] : nullptr;
-    if (c != nullptr && !c->stall_hint().empty()) o << " (" << c->stall_hint() << ")";
+    const transport::Connection* c = peers_[static_cast<size_t>(peer)];  // create() checked every peer has one
+    if (const std::string hint = c->stall_hint(); !hint.empty()) o << " (" << hint << ")";
     sep = ", ";
   }
   if (seen.empty()) o << "no peer (step " << head_ << " of " << steps_.size() << " is blocked locally)";

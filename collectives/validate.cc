@@ -1,5 +1,6 @@
 #include "collectives/validate.h"
 
+#include <numeric>
 #include <string>
 
 namespace braid::collectives {
@@ -60,9 +61,8 @@ Status validate_collective(const CollectiveArgs& a, int rank, int size) {
   }
   // Bytes each buffer must hold on this rank; a null buffer is fine only when it is 0.
   const size_t e = dtype_size(a.dtype);
-  size_t whole = 0, mine = a.count, send_total = 0, recv_total = 0;
+  size_t whole = 0, send_total = 0, recv_total = 0;
   bool ok = sum_counts(a.counts, a.count, size, &whole);
-  if (!a.counts.empty()) mine = a.counts[static_cast<size_t>(rank)];
   if (a.kind == Kind::all_to_all) {
     ok = ok && sum_counts(a.send_counts, a.count, size, &send_total) &&
          sum_counts(a.recv_counts, a.count, size, &recv_total);
@@ -72,28 +72,36 @@ Status validate_collective(const CollectiveArgs& a, int rank, int size) {
       __builtin_mul_overflow(recv_total, e, &ignored)) {
     return bad("the buffer size overflows (count " + std::to_string(a.count) + " of " + to_string(a.dtype) + ")");
   }
-  const bool is_root = a.root == rank;
-  size_t send_elems = 0, recv_elems = 0;
-  switch (a.kind) {
-    case Kind::all_reduce: send_elems = recv_elems = a.count; break;
-    case Kind::broadcast: recv_elems = a.count; break;
-    case Kind::reduce: send_elems = a.count; recv_elems = is_root ? a.count : 0; break;
-    case Kind::all_gather: send_elems = mine; recv_elems = whole; break;
-    case Kind::reduce_scatter: send_elems = whole; recv_elems = mine; break;
-    case Kind::gather: send_elems = mine; recv_elems = is_root ? whole : 0; break;
-    case Kind::scatter: send_elems = is_root ? whole : 0; recv_elems = mine; break;
-    case Kind::all_to_all: send_elems = send_total; recv_elems = recv_total; break;
-    case Kind::barrier: break;
-    case Kind::send: send_elems = a.count; break;
-    case Kind::recv: recv_elems = a.count; break;
+  const BufferExtents x = buffer_extents(a, rank, size);
+  if (x.send != 0 && a.send == nullptr) {
+    return bad("send buffer is null but " + std::to_string(x.send) + " elements are to be read from it");
   }
-  if (send_elems != 0 && a.send == nullptr) {
-    return bad("send buffer is null but " + std::to_string(send_elems) + " elements are to be read from it");
-  }
-  if (recv_elems != 0 && a.recv == nullptr) {
-    return bad("recv buffer is null but " + std::to_string(recv_elems) + " elements are to be written to it");
+  if (x.recv != 0 && a.recv == nullptr) {
+    return bad("recv buffer is null but " + std::to_string(x.recv) + " elements are to be written to it");
   }
   return Status::ok();
+}
+
+BufferExtents buffer_extents(const CollectiveArgs& a, int rank, int size) {
+  const auto total = [](const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.end(), size_t{0}); };
+  const size_t mine = a.counts.empty() ? a.count : a.counts[static_cast<size_t>(rank)];
+  const size_t whole = a.counts.empty() ? a.count * static_cast<size_t>(size) : total(a.counts);
+  const bool is_root = a.root == rank;
+  switch (a.kind) {
+    case Kind::all_reduce: return {a.count, a.count};
+    case Kind::broadcast: return {is_root && a.send != nullptr ? a.count : 0, a.count};
+    case Kind::reduce: return {a.count, is_root ? a.count : 0};
+    case Kind::all_gather: return {mine, whole};
+    case Kind::reduce_scatter: return {whole, mine};
+    case Kind::gather: return {mine, is_root ? whole : 0};
+    case Kind::scatter: return {is_root ? whole : 0, mine};
+    case Kind::all_to_all:
+      return a.send_counts.empty() ? BufferExtents{whole, whole} : BufferExtents{total(a.send_counts), total(a.recv_counts)};
+    case Kind::barrier: return {};
+    case Kind::send: return {a.count, 0};
+    case Kind::recv: return {0, a.count};
+  }
+  return {};
 }
 
 }  // namespace braid::collectives

@@ -16,4 +16,13 @@ namespace braid::collectives {
 // overflow size_t.
 Status validate_collective(const CollectiveArgs& args, int rank, int size);
 
+// The elements of this rank's send and recv buffers that `args` reads and writes (0: the buffer
+// is not touched here). Broadcast reads `send` only at the root and only when one is given (the
+// root may broadcast from recv). Assumes the counts passed validate_collective.
+struct BufferExtents {
+  size_t send = 0;
+  size_t recv = 0;
+};
+BufferExtents buffer_extents(const CollectiveArgs& args, int rank, int size);
+
 }  // namespace braid::collectives

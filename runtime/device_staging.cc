@@ -2,21 +2,18 @@
 
 #include <algorithm>
 #include <mutex>
-#include <numeric>
 #include <thread>
 #include <vector>
 
+#include "collectives/validate.h"
 #include "common/log.h"
 #include "runtime/work_state.h"
 
 namespace braid {
 
 using collectives::CollectiveArgs;
-using collectives::Kind;
 
 namespace {
-
-size_t sum(const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.end(), size_t{0}); }
 
 // Pinned allocations take milliseconds (the pages are locked), so buffers are kept for reuse:
 // a training loop stages the same few sizes every step. At most kKeep stay cached; one is
@@ -111,40 +108,17 @@ PinnedPool& pool() {
 
 }  // namespace
 
-BufferExtents buffer_extents(const CollectiveArgs& a, int rank, int size) {
-  const size_t e = dtype_size(a.dtype);
-  const size_t n = a.count * e, all = a.count * static_cast<size_t>(size) * e;
-  const bool root = rank == a.root;
-  const auto at = [&](const std::vector<size_t>& v) { return v[static_cast<size_t>(rank)] * e; };
-  switch (a.kind) {
-    case Kind::all_reduce: return {n, n};
-    case Kind::broadcast: return {root ? n : 0, n};
-    case Kind::reduce: return {n, root ? n : 0};
-    case Kind::all_gather: return a.counts.empty() ? BufferExtents{n, all} : BufferExtents{at(a.counts), sum(a.counts) * e};
-    case Kind::reduce_scatter:
-      return a.counts.empty() ? BufferExtents{all, n} : BufferExtents{sum(a.counts) * e, at(a.counts)};
-    case Kind::gather: return {n, root ? all : 0};
-    case Kind::scatter: return {root ? all : 0, n};
-    case Kind::all_to_all:
-      return a.send_counts.empty() ? BufferExtents{all, all}
-                                   : BufferExtents{sum(a.send_counts) * e, sum(a.recv_counts) * e};
-    case Kind::barrier: return {};
-    case Kind::send: return {n, 0};
-    case Kind::recv: return {0, n};
-  }
-  return {};
-}
-
 Result<std::unique_ptr<DeviceStaging>> DeviceStaging::stage(DeviceApi* api, CollectiveArgs& args, int rank, int size,
                                                             void* stream) {
   if (api == nullptr) return std::unique_ptr<DeviceStaging>();
-  const BufferExtents x = buffer_extents(args, rank, size);
+  collectives::BufferExtents x = collectives::buffer_extents(args, rank, size);
+  x.send *= dtype_size(args.dtype);  // bytes from here on
+  x.recv *= dtype_size(args.dtype);
   const auto* send = static_cast<const char*>(args.send);
   auto* recv = static_cast<char*>(args.recv);
   const DevicePointer ps = x.send > 0 && send != nullptr ? api->classify(send) : DevicePointer{};
-  const DevicePointer pr = x.recv == 0 || recv == nullptr ? DevicePointer{}
-                           : static_cast<const void*>(recv) == args.send && x.send > 0 ? ps
-                                                                                       : api->classify(recv);
+  DevicePointer pr;  // in place: the same buffer, asked about once
+  if (x.recv > 0 && recv != nullptr) pr = x.send > 0 && static_cast<const void*>(recv) == args.send ? ps : api->classify(recv);
   if (!ps.on_device && !pr.on_device) return std::unique_ptr<DeviceStaging>();
   if (ps.on_device && pr.on_device && ps.device != pr.device) {
     return invalid_argument("the send buffer is on GPU " + std::to_string(ps.device) + " and the receive buffer on GPU " +
@@ -153,12 +127,13 @@ Result<std::unique_ptr<DeviceStaging>> DeviceStaging::stage(DeviceApi* api, Coll
   const int device = ps.on_device ? ps.device : pr.device;
   std::unique_ptr<DeviceStaging> st(new DeviceStaging(api, device, stream));
   if (ps.on_device && pr.on_device && send < recv + x.recv && recv < send + x.send) {
-    // In place, or the input inside the output (all_gather's own block): one buffer for both,
-    // filled whole so that what the operation does not write comes back unchanged.
+    // In place, or one buffer inside the other (all_gather's own block, reduce_scatter's): one
+    // pinned buffer for both. Only the input is copied in: every operation writes the whole of
+    // its output, so the rest would only be overwritten (all_gather in place: 1/size of it).
     const char* lo = std::min<const char*>(send, recv);
     const char* hi = std::max<const char*>(send + x.send, recv + x.recv);
     ASSIGN_OR_RETURN(char* buf, st->take(static_cast<size_t>(hi - lo)));
-    RETURN_IF_ERROR(api->copy_to_host_async(buf, lo, static_cast<size_t>(hi - lo), device, stream));
+    RETURN_IF_ERROR(api->copy_to_host_async(buf + (send - lo), send, x.send, device, stream));
     args.send = buf + (send - lo);
     args.recv = buf + (recv - lo);
     st->out_host_ = buf + (recv - lo);

@@ -30,13 +30,6 @@ namespace detail {
 struct WorkState;
 }
 
-// The bytes of this rank's send and recv buffers that the operation reads and writes.
-struct BufferExtents {
-  size_t send = 0;
-  size_t recv = 0;
-};
-BufferExtents buffer_extents(const collectives::CollectiveArgs& args, int rank, int size);
-
 class DeviceStaging {
  public:
   // When `args` reads or writes device memory: queues the input copy and the event on `stream`,

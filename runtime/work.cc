@@ -14,9 +14,9 @@ void WorkState::complete(Status s) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     status_ = std::move(s);
+    done_.store(1, std::memory_order_release);  // under mu_: a waiter checks it under mu_ too
   }
-  done_.store(1, std::memory_order_release);
-  done_.notify_all();
+  done_cv_.notify_all();
 }
 
 Status WorkState::status() const {
@@ -36,16 +36,14 @@ bool WorkState::wait_until(Deadline deadline, int spin_us) const {
       std::this_thread::yield();
     }
   }
-  // std::atomic::wait has no timeout: sleep in short slices so the deadline is honoured.
-  while (!done()) {
-    if (deadline.expired()) return false;
-    if (deadline.at() == Clock::time_point::max()) {
-      done_.wait(0, std::memory_order_acquire);
-    } else {
-      std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(deadline.remaining(), std::chrono::milliseconds(1)));
-    }
+  // A condition variable, not sleeps in slices: the waiter wakes as the operation completes
+  // (a CUDA stream held for an operation resumed up to a slice late), and still by the deadline.
+  std::unique_lock<std::mutex> lock(mu_);
+  if (deadline.at() == Clock::time_point::max()) {
+    done_cv_.wait(lock, [&] { return done(); });
+    return true;
   }
-  return true;
+  return done_cv_.wait_until(lock, deadline.at(), [&] { return done(); });
 }
 
 int spin_us_setting() {

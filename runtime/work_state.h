@@ -1,10 +1,12 @@
 // runtime/work_state.h - the shared state behind a braid::Work.
 //
 // Completion is an event: the progress thread calls complete() once; waiters spin briefly
-// (a blocking wake-up costs ~40 us on these VMs) and then sleep on the atomic flag.
+// (a blocking wake-up costs ~40 us on these VMs) and then sleep on a condition variable until it
+// completes or their deadline passes.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 
@@ -34,8 +36,9 @@ struct WorkState {
   CommunicatorImpl* comm = nullptr;
 
  private:
-  std::atomic<int> done_{0};
+  std::atomic<int> done_{0};  // set under mu_; read without it by done()
   mutable std::mutex mu_;
+  mutable std::condition_variable done_cv_;
   Status status_;
 };
 

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "collectives/kernels/half_float.h"
+#include "bench/collectives/sum_inputs.h"
 #include "collectives/kernels/kernel_isa.h"
 #include "collectives/kernels/reduce.h"
 
@@ -40,19 +40,8 @@ void BM_SumInPlace(benchmark::State& state) {
     return;
   }
   const size_t count = bytes / dtype_size(kType);
-  std::vector<uint8_t> a(bytes), b(bytes);
-  // Small finite values: the sums stay ordinary numbers (no inf/NaN/subnormal slow paths).
-  for (size_t i = 0; i < count; ++i) {
-    if (kType == DType::f32) {
-      const float one = 1.0f, tiny = 1e-3f;
-      std::memcpy(a.data() + 4 * i, &one, 4);
-      std::memcpy(b.data() + 4 * i, &tiny, 4);
-    } else {
-      const uint16_t one = f32_to_bf16(1.0f), tiny = f32_to_bf16(1e-3f);
-      std::memcpy(a.data() + 2 * i, &one, 2);
-      std::memcpy(b.data() + 2 * i, &tiny, 2);
-    }
-  }
+  std::vector<uint8_t> a, b;
+  bench::fill_sum_inputs(kType, bytes, &a, &b);
   for (auto _ : state) {
     reduce_into(a.data(), b.data(), count, kType, Op::sum);
     benchmark::DoNotOptimize(a.data());

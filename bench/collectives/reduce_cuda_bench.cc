@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "collectives/kernels/cuda/reduce_cuda.h"
-#include "collectives/kernels/half_float.h"
+#include "bench/collectives/sum_inputs.h"
 
 namespace braid::collectives {
 namespace {
@@ -120,19 +120,8 @@ void BM_CudaSumInPlace(benchmark::State& state) {
   const size_t count = bytes / dtype_size(kType);
   DeviceRig rig(bytes);
   if (!rig.ok()) return state.SkipWithError("cannot allocate device buffers, stream or events");
-  // Small finite values: the sums stay ordinary numbers (no inf/NaN/subnormal), as in reduce_bench.
-  std::vector<uint8_t> a(bytes), b(bytes);
-  for (size_t i = 0; i < count; ++i) {
-    if (kType == DType::f32) {
-      const float one = 1.0f, tiny = 1e-3f;
-      std::memcpy(a.data() + 4 * i, &one, 4);
-      std::memcpy(b.data() + 4 * i, &tiny, 4);
-    } else {
-      const uint16_t one = f32_to_bf16(1.0f), tiny = f32_to_bf16(1e-3f);
-      std::memcpy(a.data() + 2 * i, &one, 2);
-      std::memcpy(b.data() + 2 * i, &tiny, 2);
-    }
-  }
+  std::vector<uint8_t> a, b;
+  bench::fill_sum_inputs(kType, bytes, &a, &b);
   if (cudaMemcpy(rig.a(), a.data(), bytes, cudaMemcpyHostToDevice) != cudaSuccess ||
       cudaMemcpy(rig.b(), b.data(), bytes, cudaMemcpyHostToDevice) != cudaSuccess) {
     return state.SkipWithError("cannot fill the device buffers");

@@ -128,7 +128,8 @@ class Communicator {
   // (cudaStreamNonBlocking: a held legacy default stream holds every blocking stream), and
   // allocate or free device memory only while no operation is pending (cudaMalloc and cudaFree
   // may wait for the whole GPU, including the stream another rank's operation holds until this
-  // rank joins it). Either mistake ends in the operation's timeout, not a result.
+  // rank joins it). The first follows from CUDA's stream rules; the second is our explanation
+  // of a test that hung inside CUDA on an H100 until it allocated up front.
   // Copies to or from pageable host memory queued on the stream behind an operation: use pinned
   // memory there (cudaMallocHost). A pageable copy waiting behind the operation stalls other GPU
   // copies of the process, the one that brings the operation's result back included, so the

@@ -130,5 +130,50 @@ TEST(Selection, CostModelGrowsWithBytesAndRanks) {
   EXPECT_LT(estimate_seconds(Kind::all_reduce, Algo::ring, 1 << 20, 2), estimate_seconds(Kind::all_reduce, Algo::ring, 1 << 20, 8));
 }
 
+// What the device staging (runtime/device_staging.h) copies in and out, and what validation
+// requires to be non-null: one table for both.
+TEST(BufferExtents, EachKindReadsAndWritesWhatItsShapeSays) {
+  double src[1];
+  CollectiveArgs a;
+  a.dtype = DType::f64;
+  a.count = 10;
+  a.root = 1;
+  a.send = src;
+  struct Case {
+    Kind kind;
+    int rank;
+    size_t send, recv;
+  };
+  const Case cases[] = {
+      {Kind::all_reduce, 0, 10, 10},  {Kind::broadcast, 1, 10, 10}, {Kind::broadcast, 0, 0, 10},
+      {Kind::reduce, 0, 10, 0},       {Kind::reduce, 1, 10, 10},    {Kind::all_gather, 2, 10, 40},
+      {Kind::reduce_scatter, 2, 40, 10}, {Kind::gather, 1, 10, 40}, {Kind::gather, 3, 10, 0},
+      {Kind::scatter, 1, 40, 10},     {Kind::scatter, 0, 0, 10},    {Kind::all_to_all, 0, 40, 40},
+      {Kind::barrier, 0, 0, 0},       {Kind::send, 0, 10, 0},       {Kind::recv, 0, 0, 10},
+  };
+  for (const Case& c : cases) {
+    a.kind = c.kind;
+    BufferExtents x = buffer_extents(a, c.rank, 4);
+    EXPECT_EQ(x.send, c.send) << to_string(c.kind) << " rank " << c.rank;
+    EXPECT_EQ(x.recv, c.recv) << to_string(c.kind) << " rank " << c.rank;
+  }
+  a.kind = Kind::broadcast;  // the root broadcasting from recv reads no send buffer
+  a.send = nullptr;
+  EXPECT_EQ(buffer_extents(a, 1, 4).send, 0u);
+  a.kind = Kind::all_gather;  // gatherv: own count in, all counts out
+  a.counts = {1, 2, 3, 4};
+  EXPECT_EQ(buffer_extents(a, 2, 4).send, 3u);
+  EXPECT_EQ(buffer_extents(a, 2, 4).recv, 10u);
+  a.kind = Kind::reduce_scatter;
+  EXPECT_EQ(buffer_extents(a, 3, 4).send, 10u);
+  EXPECT_EQ(buffer_extents(a, 3, 4).recv, 4u);
+  a.counts.clear();
+  a.kind = Kind::all_to_all;
+  a.send_counts = {1, 1, 1, 1};
+  a.recv_counts = {2, 2, 2, 2};
+  EXPECT_EQ(buffer_extents(a, 0, 4).send, 4u);
+  EXPECT_EQ(buffer_extents(a, 0, 4).recv, 8u);
+}
+
 }  // namespace
 }  // namespace braid::collectives

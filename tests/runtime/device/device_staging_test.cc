@@ -5,9 +5,11 @@
 // Work::wait() means the result is in the device buffer, a failure leaves that buffer alone,
 // a stuck GPU is a bounded error naming it, and what cannot be done is refused at the call.
 #include <gtest/gtest.h>
+#include <link.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <numeric>
 #include <string>
@@ -243,45 +245,6 @@ TEST_F(DeviceStagingTest, WhatCannotBeDoneIsRefusedAtTheCall) {
   });
 }
 
-TEST(BufferExtents, EachKindReadsAndWritesWhatItsShapeSays) {
-  collectives::CollectiveArgs a;
-  a.dtype = DType::f64;
-  a.count = 10;
-  a.root = 1;
-  using collectives::Kind;
-  struct Case {
-    Kind kind;
-    int rank;
-    size_t send, recv;
-  };
-  const Case cases[] = {
-      {Kind::all_reduce, 0, 80, 80},  {Kind::broadcast, 1, 80, 80}, {Kind::broadcast, 0, 0, 80},
-      {Kind::reduce, 0, 80, 0},       {Kind::reduce, 1, 80, 80},    {Kind::all_gather, 2, 80, 320},
-      {Kind::reduce_scatter, 2, 320, 80}, {Kind::gather, 1, 80, 320}, {Kind::gather, 3, 80, 0},
-      {Kind::scatter, 1, 320, 80},    {Kind::scatter, 0, 0, 80},    {Kind::all_to_all, 0, 320, 320},
-      {Kind::barrier, 0, 0, 0},       {Kind::send, 0, 80, 0},       {Kind::recv, 0, 0, 80},
-  };
-  for (const Case& c : cases) {
-    a.kind = c.kind;
-    BufferExtents x = buffer_extents(a, c.rank, 4);
-    EXPECT_EQ(x.send, c.send) << collectives::to_string(c.kind) << " rank " << c.rank;
-    EXPECT_EQ(x.recv, c.recv) << collectives::to_string(c.kind) << " rank " << c.rank;
-  }
-  a.kind = Kind::all_gather;  // gatherv: own count in, all counts out
-  a.counts = {1, 2, 3, 4};
-  EXPECT_EQ(buffer_extents(a, 2, 4).send, 24u);
-  EXPECT_EQ(buffer_extents(a, 2, 4).recv, 80u);
-  a.kind = Kind::reduce_scatter;
-  EXPECT_EQ(buffer_extents(a, 3, 4).send, 80u);
-  EXPECT_EQ(buffer_extents(a, 3, 4).recv, 32u);
-  a.counts.clear();
-  a.kind = Kind::all_to_all;
-  a.send_counts = {1, 1, 1, 1};
-  a.recv_counts = {2, 2, 2, 2};
-  EXPECT_EQ(buffer_extents(a, 0, 4).send, 32u);
-  EXPECT_EQ(buffer_extents(a, 0, 4).recv, 64u);
-}
-
 TEST(DeviceApi, WithoutCudaOrATestDeviceEveryBufferIsHostMemory) {
   set_device_api_for_testing(nullptr);
   collectives::CollectiveArgs a;
@@ -293,8 +256,20 @@ TEST(DeviceApi, WithoutCudaOrATestDeviceEveryBufferIsHostMemory) {
   ASSERT_TRUE(st.is_ok());
   EXPECT_EQ(st.value(), nullptr);
   if (cuda_device_api() != nullptr) {
-    // Built with CUDA: a host array is still host memory, whether or not this process uses CUDA.
+    // Built with CUDA: a host array is still host memory, and asking did not start CUDA in this
+    // process, which never used it (the driver library is still not loaded).
     EXPECT_FALSE(cuda_device_api()->classify(x).on_device);
+    EXPECT_FALSE(cuda_device_api()->classify(x + 1).on_device);
+    bool driver_loaded = false;
+    dl_iterate_phdr(
+        [](dl_phdr_info* info, size_t, void* found) {
+          if (info->dlpi_name != nullptr && std::strstr(info->dlpi_name, "libcuda.so") != nullptr) {
+            *static_cast<bool*>(found) = true;
+          }
+          return 0;
+        },
+        &driver_loaded);
+    EXPECT_FALSE(driver_loaded) << "classifying a host pointer loaded the CUDA driver";
   }
 }
 
