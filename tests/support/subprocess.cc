@@ -12,6 +12,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -108,8 +109,35 @@ int usable_cpu(int n) {
   return -1;
 }
 
+namespace {
+
+bool bindable(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  if (fd >= 0) close(fd);
+  return ok;
+}
+
+}  // namespace
+
+// Ports the kernel hands out to outgoing connections (ip_local_port_range) are avoided: between
+// this check and the test's own bind, any connection of a test running beside it could take one
+// as its source port (two braidrun nodes given such a port then both fail to serve the store).
+// Below that range only another test picking the same random port could.
 int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  int lo = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> lo;
+  static thread_local unsigned seed = static_cast<unsigned>(getpid()) * 2654435761u ^ static_cast<unsigned>(clock());
+  for (int attempt = 0; lo > 12000 && attempt < 200; ++attempt) {
+    seed = seed * 1103515245u + 12345u;
+    const int port = 10000 + static_cast<int>((seed >> 8) % static_cast<unsigned>(lo - 10000));
+    if (bindable(port)) return port;
+  }
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);  // no room below the range: any free one
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

@@ -36,7 +36,8 @@ class Subprocess {
   std::string output_path_;
 };
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bind port 0, read it, close).
+// A TCP port on 127.0.0.1 that was free a moment ago, chosen below the kernel's range for
+// outgoing connections when there is room (see subprocess.cc).
 int free_port();
 // The n-th CPU this process may use (CPU 0 may be outside a container's cpuset); -1 if none.
 int usable_cpu(int n);

@@ -122,8 +122,8 @@ Status NodeRendezvous::serve_or_connect(const LaunchOptions& o, int signal_fd) {
   std::string connect_host = o.endpoint_host;
   master_addr_ = o.endpoint_host;
   master_port_ = o.endpoint_port;
+  std::string first_error;  // why this node could not serve the store, when it tried
   if (may_serve) {
-    std::string first_error;
     // Node 0 named by --node-rank may sit behind an address it cannot bind (NAT, a name for
     // a load balancer): then it serves on every interface, as torchrun's agent does.
     std::vector<std::string> hosts = {o.endpoint_host};
@@ -150,9 +150,12 @@ Status NodeRendezvous::serve_or_connect(const LaunchOptions& o, int signal_fd) {
   while (!store_) {
     if (auto sig = take_stop_signal(signal_fd)) return aborted_by(*sig);
     if (deadline.expired()) {
+      // A node that tried to serve and could not says why: the port may be taken by something
+      // that does not serve a store, in which case no node of the job will.
+      const std::string not_served = may_serve && !server_ ? "; this node could not serve it either: " + first_error : "";
       return timeout_error("cannot reach the job's store at " + addr + " within " + std::to_string(o.rdzv_timeout_s) +
-                           " s (" + last_error + "); start braidrun with --node-rank 0 (or on the endpoint's host) " +
-                           "first, or raise --rdzv-timeout-s");
+                           " s (" + last_error + ")" + not_served + "; start braidrun with --node-rank 0 (or on the " +
+                           "endpoint's host) first, pick another port, or raise --rdzv-timeout-s");
     }
     auto attempt = std::min<milliseconds>(milliseconds(1000), std::chrono::duration_cast<milliseconds>(deadline.remaining()) + milliseconds(1));
     try {

@@ -22,6 +22,8 @@
 
 extern char** environ;
 
+#include "tests/support/subprocess.h"
+
 namespace braid::braidrun::testing {
 
 inline std::string braidrun_path() {
@@ -127,21 +129,7 @@ inline RunResult run_braidrun(const std::vector<std::string>& args, double timeo
   return BraidrunProcess(args).wait(timeout_s);
 }
 
-// A port nobody listens on right now (bound to 0 and released).
-inline int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  close(fd);
-  return port;
-}
+using ::braid::testing::free_port;  // tests/support/subprocess.h
 
 // Alive = listed in /proc and not a zombie.
 inline bool pid_alive(pid_t pid) {

@@ -223,6 +223,27 @@ TEST(Braidrun, TwoNodesOnOneHostFormOneJob) {
   EXPECT_TRUE(contains(ra.out + rb.out, "[rank 0] got from3=x"));
 }
 
+// The endpoint's port held by a socket that serves nothing: no node can serve the store there,
+// and the timeout says so instead of only "cannot reach".
+TEST(Braidrun, AnEndpointPortHeldByAnotherProgramIsNamed) {
+  int port = free_port();
+  int holder = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ASSERT_EQ(bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);  // bound, not listening
+  RunResult r = run_braidrun(with_rank({"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint",
+                                        "127.0.0.1:" + std::to_string(port), "--rdzv-timeout-s", "1.5"},
+                                       {"env"}),
+                             40);
+  close(holder);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_TRUE(contains(r.err, "cannot reach the job's store at 127.0.0.1:" + std::to_string(port))) << r.err;
+  EXPECT_TRUE(contains(r.err, "this node could not serve it either")) << r.err;
+  EXPECT_TRUE(r.out.empty()) << "no rank may start: " << r.out;
+}
+
 TEST(Braidrun, NodesMustAgreeOnNprocPerNode) {
   int port = free_port();
   BraidrunProcess a(with_rank(node_flags(port, 2), {"env"}));
