@@ -29,24 +29,6 @@ using braid::testing::usable_cpu;
 using tcp::Handshake;
 using tcp::HostIdentity;
 
-// Runs `body` on a thread allowed on `cpu` only, as `taskset -c cpu` would run a process.
-void on_cpu(int cpu, const std::function<void()>& body) {
-  std::thread t([&] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof set, &set), 0) << "cannot pin a thread to CPU " << cpu;
-    body();
-  });
-  t.join();
-}
-
-int usable_cpu_count() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-}
-
 tcp::TcpConnection* as_tcp(const std::unique_ptr<Connection>& c) { return dynamic_cast<tcp::TcpConnection*>(c.get()); }
 
 TEST(Handshake, ChecksNameWhatIsWrong) {
@@ -308,22 +290,8 @@ TEST_P(AnswerTest, AnAcceptorThatHasNotAnsweredIsNamedInTheStallHint) {
 class SharedCpuTest : public TcpEngineTest {
  protected:
   void link_on(int accept_cpu, int connect_cpu) {
-    auto ta = create_transport(GetParam(), loopback_options());
-    auto tb = create_transport(GetParam(), loopback_options());
-    ASSERT_TRUE(ta.is_ok() && tb.is_ok());
-    link_.a = std::move(ta).value();
-    link_.b = std::move(tb).value();
-    auto addr = link_.a->listen();
-    ASSERT_TRUE(addr.is_ok());
-    Result<std::unique_ptr<Connection>> accepted = Status(ErrorCode::internal, "accept did not run");
-    Result<std::unique_ptr<Connection>> connected = Status(ErrorCode::internal, "connect did not run");
-    std::thread acceptor([&] { on_cpu(accept_cpu, [&] { accepted = link_.a->accept({7, 0, 1}, Deadline::after(20s)); }); });
-    on_cpu(connect_cpu, [&] { connected = link_.b->connect(addr.value(), {7, 1, 0}, Deadline::after(20s)); });
-    acceptor.join();
-    ASSERT_TRUE(accepted.is_ok()) << accepted.status().message();
-    ASSERT_TRUE(connected.is_ok()) << connected.status().message();
-    link_.ca = std::move(accepted).value();
-    link_.cb = std::move(connected).value();
+    Status s = make_pinned_link(GetParam(), accept_cpu, connect_cpu, link_);
+    ASSERT_TRUE(s.is_ok()) << s.message();
   }
   // One message each way (the connector reads the acceptor's answer before its first frame).
   void exchange() {

@@ -2,6 +2,10 @@
 // both driven from the test's thread.
 #pragma once
 
+#include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
+
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -60,6 +64,53 @@ inline Status make_link(const std::string& name, const TransportOptions& oa, con
   });
   auto accepted = link.a->accept(PeerIdentity{comm_id, 0, 1}, Deadline::after(std::chrono::seconds(20)));
   connector.join();
+  if (!accepted.is_ok()) return accepted.status();
+  if (!connected.is_ok()) return connected.status();
+  link.ca = std::move(accepted).value();
+  link.cb = std::move(connected).value();
+  return Status::ok();
+}
+
+// Runs `body` on a thread allowed on `cpu` only, as `taskset -c cpu` would run a process.
+inline void on_cpu(int cpu, const std::function<void()>& body) {
+  std::thread t([&] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (pthread_setaffinity_np(pthread_self(), sizeof set, &set) != 0) {
+      ADD_FAILURE() << "cannot pin a thread to CPU " << cpu;
+      return;
+    }
+    body();
+  });
+  t.join();
+}
+
+inline int usable_cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+// Like make_link, with the accepting and the connecting thread pinned as two `taskset`-started
+// ranks would be: the handshake carries each end's CPUs, which decides whether the peer shares
+// our only CPU (transport/tcp/host_identity.h).
+inline Status make_pinned_link(const std::string& name, int accept_cpu, int connect_cpu, Link& link) {
+  auto ta = create_transport(name, loopback_options());
+  if (!ta.is_ok()) return ta.status();
+  auto tb = create_transport(name, loopback_options());
+  if (!tb.is_ok()) return tb.status();
+  link.a = std::move(ta).value();
+  link.b = std::move(tb).value();
+  auto addr = link.a->listen();
+  if (!addr.is_ok()) return addr.status();
+  Result<std::unique_ptr<Connection>> accepted = Status(ErrorCode::internal, "accept did not run");
+  Result<std::unique_ptr<Connection>> connected = Status(ErrorCode::internal, "connect did not run");
+  std::thread acceptor([&] {
+    on_cpu(accept_cpu, [&] { accepted = link.a->accept({7, 0, 1}, Deadline::after(std::chrono::seconds(20))); });
+  });
+  on_cpu(connect_cpu, [&] { connected = link.b->connect(addr.value(), {7, 1, 0}, Deadline::after(std::chrono::seconds(20))); });
+  acceptor.join();
   if (!accepted.is_ok()) return accepted.status();
   if (!connected.is_ok()) return connected.status();
   link.ca = std::move(accepted).value();

@@ -18,6 +18,7 @@ class TcpStream;
 struct EngineStats {
   uint64_t zero_copy_sends = 0;   // SEND_ZC notifications received
   uint64_t zero_copy_copied = 0;  // ...of which the kernel reported it copied anyway (loopback)
+  uint64_t shared_cpu_receives = 0;  // blocking receives on the shared-CPU path (shared_cpu_path.h)
 };
 
 class Engine {

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "common/spin.h"
+#include "transport/tcp/shared_cpu_path.h"
 #include "transport/tcp/tcp_connection.h"
 #include "transport/tcp/tcp_stream.h"
 
@@ -57,6 +58,11 @@ Status EpollEngine::add(TcpStream* s) {
   s->slot = free_slots_.back();
   free_slots_.pop_back();
   slots_[s->slot] = s;
+  ++live_;
+  if (direct_.active()) {  // two streams: the engine drives them all again
+    dirty_.push_back(direct_.stream()->slot);
+    direct_.leave();
+  }
   epoll_event ev{};
   // Edge-triggered (see the header); errors and hang-ups are reported once as well, so a dead
   // socket nobody uses is not reported on every pass.
@@ -68,54 +74,38 @@ Status EpollEngine::add(TcpStream* s) {
 
 void EpollEngine::remove(TcpStream* s, Deadline) {
   // Plain system calls hold no buffer after they return: nothing to wait for.
+  if (direct_.stream() == s) direct_.leave();
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s->fd(), nullptr);
   slots_[s->slot] = nullptr;
+  --live_;
   free_slots_.push_back(s->slot);
 }
 
-void EpollEngine::kick(TcpStream* s) { dirty_.push_back(s->slot); }
+void EpollEngine::kick(TcpStream* s) {
+  if (direct_.stream() == s) return direct_.kick();
+  dirty_.push_back(s->slot);
+}
+
+// Hands the only stream to the shared-CPU path when its peer shares our CPU (shared_cpu_path.h).
+// Looked at only while this process holds a SharedCpuPeer, so other processes never scan.
+bool EpollEngine::take_shared_cpu_path() {
+  if (live_ != 1 || cpu_sharing_peers() == 0) return false;
+  for (TcpStream* s : slots_) {
+    if (s == nullptr) continue;
+    if (!SharedCpuPath::suits(*s) || !direct_.enter(s)) return false;
+    drive_dirty();  // work kicked before the hand-over
+    retry_.clear();
+    return true;
+  }
+  return false;
+}
 
 // With edge-triggered events a socket must be driven until it would block, or until there is
 // nothing to do: then the next kick (new work) or edge (new bytes, new space) drives it again.
 void EpollEngine::drive(TcpStream* s) {
-  TcpConnection* conn = s->connection();
-  for (;;) {  // send until the socket buffer is full or nothing is queued
-    bool zero_copy = false;
-    uint64_t seq = 0;
-    if (s->prepare_send(0, &zero_copy, &seq) == 0) break;
-    ssize_t n = ::sendmsg(s->fd(), s->send_msg(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      s->on_sent(static_cast<size_t>(n));
-    } else if (errno == EAGAIN) {
-      break;
-    } else if (errno == ENOBUFS) {  // short of memory, not of buffer space: no edge will come
-      retry_.push_back(s->slot);
-      break;
-    } else if (errno != EINTR) {
-      s->on_error(errno, true);
-      break;
-    }
-  }
-  for (;;) {  // receive while there is somewhere to put the bytes
-    std::span<char> target = s->recv_target();
-    if (target.empty()) break;
-    ssize_t n = ::recv(s->fd(), target.data(), target.size(), MSG_DONTWAIT);
-    if (n > 0) {
-      s->on_received(static_cast<size_t>(n));
-      // Fewer bytes than asked for: the socket is drained, and bytes that come later raise a new
-      // edge. Asking again would only return EAGAIN (one recv per ping-pong message saved).
-      if (static_cast<size_t>(n) < target.size()) break;
-    } else if (n == 0) {
-      s->on_eof();
-      break;
-    } else if (errno == EAGAIN) {
-      break;
-    } else if (errno != EINTR) {
-      s->on_error(errno, false);
-      break;
-    }
-  }
-  conn->after_io();
+  if (send_queued(s) == IoState::no_memory) retry_.push_back(s->slot);
+  (void)receive_available(s, MSG_DONTWAIT);
+  s->connection()->after_io();
 }
 
 void EpollEngine::drive_dirty() {
@@ -152,6 +142,9 @@ Status EpollEngine::wait(std::chrono::microseconds timeout) {
 
 Status EpollEngine::run(std::chrono::microseconds timeout, const std::function<bool()>& ready) {
   woken_ = false;
+  if (direct_.active() || take_shared_cpu_path()) {
+    return direct_.run(timeout, ready, wake_fd_, [] { return false; });
+  }
   timeout = std::min<std::chrono::microseconds>(timeout, std::chrono::hours(24));
   auto start = Clock::now();
   auto end = start + timeout;
@@ -180,6 +173,12 @@ Status EpollEngine::run(std::chrono::microseconds timeout, const std::function<b
       return Status::ok();
     }
   }
+}
+
+EngineStats EpollEngine::stats() const {
+  EngineStats st;
+  st.shared_cpu_receives = direct_.blocking_receives();
+  return st;
 }
 
 void EpollEngine::wake() {

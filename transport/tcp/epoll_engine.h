@@ -7,6 +7,8 @@
 // for with an epoll_ctl per change (two per small message in a ping-pong), or report a socket
 // with unread bytes and no receive posted on every pass. An edge comes only when bytes or buffer
 // space arrive, so an idle connection costs nothing. wake() writes an eventfd that epoll watches.
+// An engine whose only socket leads to a peer confined to our single CPU drives it with blocking
+// calls instead (shared_cpu_path.h).
 #pragma once
 
 #include <memory>
@@ -14,6 +16,7 @@
 
 #include "common/env.h"
 #include "transport/tcp/engine.h"
+#include "transport/tcp/shared_cpu_path.h"
 
 namespace braid::transport::tcp {
 
@@ -29,12 +32,14 @@ class EpollEngine final : public Engine {
   void kick(TcpStream* stream) override;
   Status run(std::chrono::microseconds timeout, const std::function<bool()>& ready) override;
   void wake() override;
+  EngineStats stats() const override;
 
  private:
   EpollEngine(int epoll_fd, int wake_fd, int spin_us);
   void drive(TcpStream* s);   // sends and receives until the socket would block
   void drive_dirty();
   Status wait(std::chrono::microseconds timeout);
+  bool take_shared_cpu_path();
 
   int epoll_fd_;
   int wake_fd_;
@@ -45,6 +50,8 @@ class EpollEngine final : public Engine {
   std::vector<uint32_t> dirty_;  // slots with new work since the last pass
   std::vector<uint32_t> batch_;  // the slots drive_dirty() works through now
   std::vector<uint32_t> retry_;  // slots whose send met ENOBUFS: tried again after kRetryAfter
+  size_t live_ = 0;              // streams added and not removed
+  SharedCpuPath direct_;         // drives the only stream when its peer shares our CPU
 };
 
 }  // namespace braid::transport::tcp

@@ -12,7 +12,8 @@
 //
 // Shared CPU: when the peer runs on this host confined to the same single CPU as this process
 // (host_identity.h), the connection holds a SharedCpuPeer (common/spin.h) so that waits sleep
-// at once, giving the peer the CPU it needs to answer, instead of spinning on it. The acceptor
+// at once, giving the peer the CPU it needs to answer, instead of spinning on it; an engine whose
+// only connection this is drives its socket with blocking calls (shared_cpu_path.h). The acceptor
 // knows the peer's host from its handshake at once; the connector learns it from the acceptor's
 // answer (wire_format.h), which it reads before its first frame.
 //

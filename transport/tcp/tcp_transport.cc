@@ -207,7 +207,11 @@ Result<std::unique_ptr<Connection>> TcpTransport::make_connection(const PeerIden
 
 Status TcpTransport::poll(std::vector<Completion>& out, std::chrono::microseconds timeout) {
   Status st = engine_->run(ready_.empty() ? timeout : std::chrono::microseconds(0), [this] { return !ready_.empty(); });
-  out.insert(out.end(), std::make_move_iterator(ready_.begin()), std::make_move_iterator(ready_.end()));
+  if (out.empty()) {
+    out.swap(ready_);  // the two lists trade their storage: no element is moved
+  } else {
+    out.insert(out.end(), std::make_move_iterator(ready_.begin()), std::make_move_iterator(ready_.end()));
+  }
   ready_.clear();
   return st;
 }

@@ -155,10 +155,17 @@ Status UringEngine::add(TcpStream* stream) {
   stream->slot = free_slots_.back();
   free_slots_.pop_back();
   slots_[stream->slot] = stream;
+  ++live_;
+  if (direct_.active()) {  // two streams: the ring drives them all again
+    TcpStream* old = direct_.stream();
+    direct_.leave();
+    kick(old);
+  }
   return Status::ok();
 }
 
 void UringEngine::remove(TcpStream* stream, Deadline deadline) {
+  if (direct_.stream() == stream) direct_.leave();
   if (stream->in_flight() && check_owner().is_ok()) {
     while (stream->in_flight() && !deadline.expired()) {
       (void)submit_and_wait(std::min<std::chrono::nanoseconds>(deadline.remaining(), std::chrono::milliseconds(10)));
@@ -168,6 +175,7 @@ void UringEngine::remove(TcpStream* stream, Deadline deadline) {
   if (stream->in_flight()) return;  // the connection keeps the memory; the slot stays taken
   slots_[stream->slot] = nullptr;
   free_slots_.push_back(stream->slot);
+  --live_;
 }
 
 io_uring_sqe* UringEngine::get_sqe() {
@@ -185,8 +193,37 @@ void UringEngine::arm_wake() {
   io_uring_sqe_set_data64(sqe, std::bit_cast<uint64_t>(UserData{0, OpKind::wake, 0, 0}));
 }
 
+// The only stream, its peer on our CPU: no new ring operations for it, so that once those in
+// flight are done it can go to the shared-CPU path (shared_cpu_path.h), which then drives it.
+bool UringEngine::held_for_shared_cpu_path(const TcpStream* s) const {
+  return direct_.usable() && live_ == 1 && cpu_sharing_peers() > 0 && SharedCpuPath::suits(*s);
+}
+
+bool UringEngine::take_shared_cpu_path() {
+  if (!direct_.usable() || live_ != 1 || cpu_sharing_peers() == 0) return false;
+  for (TcpStream* s : slots_) {
+    if (s == nullptr) continue;
+    if (!SharedCpuPath::suits(*s) || s->in_flight()) return false;
+    if (direct_.enter(s)) return true;
+    kick(s);  // held back for the path until now: the ring takes it after all
+    return false;
+  }
+  return false;
+}
+
+Status UringEngine::run_shared_cpu_path(std::chrono::microseconds timeout, const std::function<bool()>& ready) {
+  // The eventfd read stays armed on the ring; without DEFER_TASKRUN it may complete on its own
+  // and take the eventfd's count, so a completion waiting in the ring counts as a wake-up too.
+  return direct_.run(timeout, ready, wake_fd_, [this] {
+    if (io_uring_cq_ready(ring_.get()) > 0) reap();
+    return woken_;
+  });
+}
+
 void UringEngine::kick(TcpStream* s) {
+  if (direct_.stream() == s) return direct_.kick();
   if (!enabled_) return;  // nothing posted yet: check_owner enables the ring on first post
+  if (held_for_shared_cpu_path(s)) return;
   if (!s->send_in_flight) {
     bool zero_copy = false;
     uint64_t seq = 0;
@@ -300,6 +337,7 @@ Status UringEngine::submit_and_wait(std::chrono::nanoseconds timeout) {
 Status UringEngine::run(std::chrono::microseconds timeout, const std::function<bool()>& ready) {
   RETURN_IF_ERROR(check_owner());
   woken_ = false;
+  if (direct_.active() || take_shared_cpu_path()) return run_shared_cpu_path(timeout, ready);
   timeout = std::min<std::chrono::microseconds>(timeout, std::chrono::hours(24));
   auto start = Clock::now();
   auto end = start + timeout;
@@ -322,8 +360,17 @@ Status UringEngine::run(std::chrono::microseconds timeout, const std::function<b
     if (ready() || woken_) return Status::ok();
     now = Clock::now();
     if (now >= end) return Status::ok();
+    if (take_shared_cpu_path()) {  // what was in flight for the stream is done
+      return run_shared_cpu_path(std::chrono::duration_cast<std::chrono::microseconds>(end - now), ready);
+    }
     if (now < spin_end) spinning->pause();  // yields only to other spinners (common/spin.h)
   }
+}
+
+EngineStats UringEngine::stats() const {
+  EngineStats st = stats_;
+  st.shared_cpu_receives = direct_.blocking_receives();
+  return st;
 }
 
 void UringEngine::wake() {

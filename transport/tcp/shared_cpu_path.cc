@@ -1,0 +1,185 @@
+#include "transport/tcp/shared_cpu_path.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "transport/tcp/tcp_connection.h"
+#include "transport/tcp/tcp_stream.h"
+
+namespace braid::transport::tcp {
+
+namespace {
+constexpr std::chrono::microseconds kNoMemoryRetry{1000};  // a send that met ENOBUFS
+// Frames this small (header and payload) are copied into one buffer and sent with send(): the
+// kernel's per-segment work for a two-part sendmsg costs more than the copy.
+constexpr size_t kGatherBytes = 256;
+
+ssize_t send_prepared(TcpStream* s, size_t bytes) {
+  if (bytes > kGatherBytes) return ::sendmsg(s->fd(), s->send_msg(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  char buf[kGatherBytes];
+  size_t at = 0;
+  const msghdr* m = s->send_msg();
+  for (size_t i = 0; i < m->msg_iovlen; ++i) {
+    std::memcpy(buf + at, m->msg_iov[i].iov_base, m->msg_iov[i].iov_len);
+    at += m->msg_iov[i].iov_len;
+  }
+  return ::send(s->fd(), buf, at, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+bool take_wake(int wake_fd) {
+  uint64_t v;
+  return ::read(wake_fd, &v, sizeof v) == static_cast<ssize_t>(sizeof v);
+}
+}  // namespace
+
+IoState send_queued(TcpStream* s) {
+  for (;;) {
+    bool zero_copy = false;
+    uint64_t seq = 0;
+    const size_t bytes = s->prepare_send(0, &zero_copy, &seq);
+    if (bytes == 0) return IoState::idle;
+    ssize_t n = send_prepared(s, bytes);
+    if (n > 0) {
+      s->on_sent(static_cast<size_t>(n));
+    } else if (n == 0 || errno == EAGAIN) {
+      return IoState::would_block;
+    } else if (errno == ENOBUFS) {  // short of memory, not of buffer space: no edge will come
+      return IoState::no_memory;
+    } else if (errno != EINTR) {
+      s->on_error(errno, true);
+      return IoState::failed;
+    }
+  }
+}
+
+IoState receive_available(TcpStream* s, int flags) {
+  for (;;) {
+    std::span<char> target = s->recv_target();
+    if (target.empty()) return IoState::idle;
+    ssize_t n = ::recv(s->fd(), target.data(), target.size(), flags);
+    if (n > 0) {
+      s->on_received(static_cast<size_t>(n));
+      // Fewer bytes than asked for: the socket is drained, and bytes that come later raise a new
+      // edge. Asking again would only return EAGAIN (one recv per ping-pong message saved).
+      if (static_cast<size_t>(n) < target.size()) return IoState::idle;
+      flags |= MSG_DONTWAIT;  // only the first receive may sleep
+    } else if (n == 0) {
+      s->on_eof();
+      return IoState::failed;
+    } else if (errno == EAGAIN) {
+      return IoState::would_block;  // empty, or a blocking receive's SO_RCVTIMEO ran out
+    } else if (errno != EINTR) {
+      s->on_error(errno, false);
+      return IoState::failed;
+    }
+  }
+}
+
+bool SharedCpuPath::suits(const TcpStream& s) {
+  const TcpConnection* c = s.connection();
+  return c->peer_shares_cpu() && !c->failed() && !s.awaiting_answer();
+}
+
+bool SharedCpuPath::enter(TcpStream* s) {
+  if (!usable_) return false;
+  const int fd = s->fd();
+  int flags = fcntl(fd, F_GETFL);
+  Status st;
+  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    st = system_error("fcntl(~O_NONBLOCK)", errno);
+  } else {
+    timeval tv{0, static_cast<suseconds_t>(std::chrono::microseconds(kSlice).count())};
+    if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) != 0) {
+      st = system_error("setsockopt(SO_RCVTIMEO)", errno);
+      (void)fcntl(fd, F_SETFL, flags);
+    }
+  }
+  if (!st.is_ok()) {
+    usable_ = false;
+    BRAID_LOG(warn) << "cannot drive the socket to " << s->connection()->peer_address()
+                    << " with blocking calls (" << st.message() << "); the engine keeps polling it";
+    return false;
+  }
+  stream_ = s;
+  dirty_ = true;
+  return true;
+}
+
+void SharedCpuPath::leave() {
+  if (stream_ == nullptr) return;
+  const int fd = stream_->fd();
+  int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) (void)fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  stream_ = nullptr;
+}
+
+Status SharedCpuPath::wait_poll(std::chrono::microseconds left, bool for_send, bool for_recv, int wake_fd,
+                                bool* woken) {
+  pollfd fds[2] = {{wake_fd, POLLIN, 0}, {stream_->fd(), 0, 0}};
+  if (for_send) fds[1].events |= POLLOUT;
+  if (for_recv) fds[1].events |= POLLIN;
+  // A socket nobody waits on stays out: poll() reports errors and hang-ups even unasked, and
+  // with nothing pending there is nothing to fail (the next operation finds the error).
+  const nfds_t n = fds[1].events != 0 ? 2 : 1;
+  timespec ts{static_cast<time_t>(left.count() / 1000000), static_cast<long>(left.count() % 1000000) * 1000};
+  if (ppoll(fds, n, &ts, nullptr) < 0 && errno != EINTR) return system_error("ppoll", errno);
+  if ((fds[0].revents & POLLIN) && take_wake(wake_fd)) *woken = true;
+  return Status::ok();
+}
+
+Status SharedCpuPath::run(std::chrono::microseconds timeout, const std::function<bool()>& ready, int wake_fd,
+                          const std::function<bool()>& woken) {
+  TcpStream* s = stream_;
+  TcpConnection* conn = s->connection();
+  // What is left of the timeout. A blocking receive is charged a whole slice (its bound), so
+  // the common case - a receive that returns the awaited message - reads no clock at all.
+  std::chrono::microseconds left = timeout;
+  IoState send_state = IoState::idle;
+  if (s->has_send()) dirty_ = true;  // a send an earlier run left waiting for buffer space
+  for (;;) {
+    if (dirty_) {
+      dirty_ = false;
+      send_state = send_queued(s);
+      conn->after_io();
+    }
+    if (ready()) return Status::ok();
+    const bool want_recv = !s->recv_target().empty();
+    if (left <= std::chrono::microseconds(0)) {
+      if (want_recv) {
+        (void)receive_available(s, MSG_DONTWAIT);
+        conn->after_io();
+      }
+      return Status::ok();
+    }
+    const bool send_blocked = send_state == IoState::would_block || send_state == IoState::no_memory;
+    if (want_recv && !send_blocked && left >= kSlice) {
+      left -= kSlice;
+      ++blocking_receives_;
+      IoState got = receive_available(s, 0);  // sleeps until bytes come, at most kSlice
+      conn->after_io();
+      // The slice ran out: a wake-up that came meanwhile ends the wait.
+      if (got == IoState::would_block && (take_wake(wake_fd) || woken())) return Status::ok();
+      continue;
+    }
+    auto wait = left;
+    if (send_state == IoState::no_memory) wait = std::min(wait, kNoMemoryRetry);
+    bool woke = false;
+    const auto before = Clock::now();
+    RETURN_IF_ERROR(wait_poll(wait, send_state == IoState::would_block, want_recv, wake_fd, &woke));
+    left -= std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - before);
+    if (woke || woken()) return Status::ok();
+    if (send_blocked) dirty_ = true;
+    if (want_recv) {
+      (void)receive_available(s, MSG_DONTWAIT);
+      conn->after_io();
+    }
+  }
+}
+
+}  // namespace braid::transport::tcp
