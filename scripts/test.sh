@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds braid twice with warnings as errors - once with every optional feature this machine
 # has (io_uring, verbs, CUDA), once with all of them disabled - and runs every test in both;
-# then a third time with AddressSanitizer, for the communicator lifetime tests only.
+# then a third time with AddressSanitizer, for the communicator lifetime tests, device staging and the shared-CPU path.
 # Usage: scripts/test.sh [extra meson test args, e.g. --suite store]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,13 +46,15 @@ if [ $# -eq 0 ]; then
   dir=build-ci-asan
   configure "$dir" -Dwerror=true -Db_sanitize=address -Db_lundef=false -Dbuildtype=debugoptimized \
     -Dliburing=enabled -Dibverbs=disabled -Dcuda=disabled -Dtorch=disabled -Dbenchmarks=false
-  echo "== asan build: lifetime tests (io_uring, epoll, inproc) and device-buffer staging (fake device)"
+  echo "== asan build: lifetime tests (io_uring, epoll, inproc), device-buffer staging (fake device), shared-CPU path"
   ninja -C "$dir" tests/runtime/async/lifetime_test tests/runtime/async/async_lifetime_asan_test \
-    tests/runtime/async/async_rank tests/runtime/device/device_staging_test >/dev/null
+    tests/runtime/async/async_rank tests/runtime/device/device_staging_test \
+    tests/transport/shared_cpu_path_test >/dev/null
   asan_logs=$PWD/$dir/asan-reports
   rm -rf "$asan_logs" && mkdir -p "$asan_logs"
   if ! ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:log_path=$asan_logs/report \
-      meson test -C "$dir" --no-rebuild --print-errorlogs lifetime async_lifetime_asan device_staging; then
+      meson test -C "$dir" --no-rebuild --print-errorlogs lifetime async_lifetime_asan device_staging \
+        transport_shared_cpu_path; then
     status=1
   fi
   if compgen -G "$asan_logs/report*" >/dev/null; then

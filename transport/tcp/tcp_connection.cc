@@ -64,9 +64,10 @@ Status TcpConnection::post_send(const void* data, size_t bytes, uint64_t cookie)
   size_t slices = (bytes < kStripeMinBytes || n == 1) ? 1 : n;
   int frames = 0;
   for (size_t k = 0; k < slices; ++k) {
-    size_t begin = bytes * k / slices;
-    size_t end = bytes * (k + 1) / slices;
-    TcpStream* stream = streams_[(seq + k) % n].get();
+    // One slice on one socket is the common case; it skips the divisions (~40-90 cycles each).
+    size_t begin = slices == 1 ? 0 : bytes * k / slices;
+    size_t end = slices == 1 ? bytes : bytes * (k + 1) / slices;
+    TcpStream* stream = streams_[n == 1 ? 0 : (seq + k) % n].get();
     do {  // at least one frame, so a 0-byte message still travels
       size_t len = std::min(end - begin, kMaxFrameBytes);
       FrameHeader h;
