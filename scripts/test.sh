@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds braid twice with warnings as errors - once with every optional feature this machine
 # has (io_uring, verbs, CUDA), once with all of them disabled - and runs every test in both;
-# then a third time with AddressSanitizer, for the communicator lifetime tests, device staging and the shared-CPU path.
+# then a third time with AddressSanitizer, for the communicator lifetime tests, device staging
+# and the shared-CPU path.
 # Usage: scripts/test.sh [extra meson test args, e.g. --suite store]
 set -euo pipefail
 cd "$(dirname "$0")/.."
