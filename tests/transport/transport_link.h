@@ -47,30 +47,6 @@ struct Link {
   }
 };
 
-// Creates a and b, joins them; `fabric` only for inproc. Fails the calling test on error.
-inline Status make_link(const std::string& name, const TransportOptions& oa, const TransportOptions& ob, Link& link,
-                        uint64_t comm_id = 7) {
-  auto ta = create_transport(name, oa);
-  if (!ta.is_ok()) return ta.status();
-  auto tb = create_transport(name, ob);
-  if (!tb.is_ok()) return tb.status();
-  link.a = std::move(ta).value();
-  link.b = std::move(tb).value();
-  auto addr = link.a->listen();
-  if (!addr.is_ok()) return addr.status();
-  Result<std::unique_ptr<Connection>> connected = Status(ErrorCode::internal, "connect did not run");
-  std::thread connector([&] {
-    connected = link.b->connect(addr.value(), PeerIdentity{comm_id, 1, 0}, Deadline::after(std::chrono::seconds(20)));
-  });
-  auto accepted = link.a->accept(PeerIdentity{comm_id, 0, 1}, Deadline::after(std::chrono::seconds(20)));
-  connector.join();
-  if (!accepted.is_ok()) return accepted.status();
-  if (!connected.is_ok()) return connected.status();
-  link.ca = std::move(accepted).value();
-  link.cb = std::move(connected).value();
-  return Status::ok();
-}
-
 // Runs `body` on a thread allowed on `cpu` only, as `taskset -c cpu` would run a process.
 inline void on_cpu(int cpu, const std::function<void()>& body) {
   std::thread t([&] {
@@ -92,30 +68,40 @@ inline int usable_cpu_count() {
   return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
 }
 
-// Like make_link, with the accepting and the connecting thread pinned as two `taskset`-started
-// ranks would be: the handshake carries each end's CPUs, which decides whether the peer shares
-// our only CPU (transport/tcp/host_identity.h).
-inline Status make_pinned_link(const std::string& name, int accept_cpu, int connect_cpu, Link& link) {
-  auto ta = create_transport(name, loopback_options());
+// Creates a and b, joins them; `fabric` only for inproc. Fails the calling test on error. With
+// CPUs given, the accepting and the connecting thread are pinned as two `taskset`-started ranks
+// would be: the handshake carries each end's CPUs, which decides whether the peer shares our
+// only CPU (transport/tcp/host_identity.h).
+inline Status make_link(const std::string& name, const TransportOptions& oa, const TransportOptions& ob, Link& link,
+                        uint64_t comm_id = 7, int accept_cpu = -1, int connect_cpu = -1) {
+  auto ta = create_transport(name, oa);
   if (!ta.is_ok()) return ta.status();
-  auto tb = create_transport(name, loopback_options());
+  auto tb = create_transport(name, ob);
   if (!tb.is_ok()) return tb.status();
   link.a = std::move(ta).value();
   link.b = std::move(tb).value();
   auto addr = link.a->listen();
   if (!addr.is_ok()) return addr.status();
-  Result<std::unique_ptr<Connection>> accepted = Status(ErrorCode::internal, "accept did not run");
+  constexpr auto kJoinTimeout = std::chrono::seconds(20);
+  auto pinned = [](int cpu, const std::function<void()>& body) { cpu >= 0 ? on_cpu(cpu, body) : body(); };
   Result<std::unique_ptr<Connection>> connected = Status(ErrorCode::internal, "connect did not run");
-  std::thread acceptor([&] {
-    on_cpu(accept_cpu, [&] { accepted = link.a->accept({7, 0, 1}, Deadline::after(std::chrono::seconds(20))); });
+  std::thread connector([&] {
+    pinned(connect_cpu, [&] {
+      connected = link.b->connect(addr.value(), PeerIdentity{comm_id, 1, 0}, Deadline::after(kJoinTimeout));
+    });
   });
-  on_cpu(connect_cpu, [&] { connected = link.b->connect(addr.value(), {7, 1, 0}, Deadline::after(std::chrono::seconds(20))); });
-  acceptor.join();
+  Result<std::unique_ptr<Connection>> accepted = Status(ErrorCode::internal, "accept did not run");
+  pinned(accept_cpu, [&] { accepted = link.a->accept(PeerIdentity{comm_id, 0, 1}, Deadline::after(kJoinTimeout)); });
+  connector.join();
   if (!accepted.is_ok()) return accepted.status();
   if (!connected.is_ok()) return connected.status();
   link.ca = std::move(accepted).value();
   link.cb = std::move(connected).value();
   return Status::ok();
+}
+
+inline Status make_pinned_link(const std::string& name, int accept_cpu, int connect_cpu, Link& link) {
+  return make_link(name, loopback_options(), loopback_options(), link, 7, accept_cpu, connect_cpu);
 }
 
 // Deterministic bytes: message `seq`, byte `i`.
