@@ -158,7 +158,11 @@ Status SharedCpuPath::run(std::chrono::microseconds timeout, const std::function
       return Status::ok();
     }
     const bool send_blocked = send_state == IoState::would_block || send_state == IoState::no_memory;
-    if (want_recv && !send_blocked && left >= kSlice) {
+    // Only a receive with SO_RCVLOWAT at 1 (a header, a small message) sleeps in recv(): one
+    // that sleeps with a higher watermark after copying part of it waits for that many bytes
+    // more, which may never come before the slice ends. A large payload waits in poll() and is
+    // read without waiting, its watermark re-tuned after each part (tcp_stream.h).
+    if (want_recv && !send_blocked && left >= kSlice && s->low_watermark() <= 1) {
       left -= kSlice;
       ++blocking_receives_;
       IoState got = receive_available(s, 0);  // sleeps until bytes come, at most kSlice

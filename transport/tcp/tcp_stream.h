@@ -69,6 +69,8 @@ class TcpStream {
   // A connector's socket whose acceptor has not answered our handshake yet.
   bool awaiting_answer() const { return state_ == RecvState::answer; }
   const FrameHeader& header() const { return header_; }
+  // SO_RCVLOWAT as set on the socket now: above 1 while a large payload is being read.
+  int low_watermark() const { return low_watermark_; }
 
   // --- failures, reported by engines: EOF, or a socket error (errno) while sending/receiving
   void on_eof();
