@@ -8,7 +8,8 @@
 # GB/s at the receiver = bytes/s/1e9), then 8-byte ping-pong latency (median of RTT/2; engines
 # interleaved over LAT_ROUNDS rounds, median of the rounds).
 # "tcp-zc0" is the io_uring engine with BRAID_ZCOPY_BYTES=0 (no zero-copy sends), "socket" is
-# blocking send/recv with TCP_NODELAY; "socket@1cpu" runs both of its ends on one CPU.
+# blocking send/recv with TCP_NODELAY; "socket@1cpu" runs both of its ends on one CPU;
+# "socket-framed" is that socket with braid's frame header and shared-CPU system calls (latency).
 # Pinning matters for blocking latency: on this 2-vCPU host a blocking ping-pong measured 2.2 us
 # with both ends on one CPU and ~29 us across CPUs (waking an idle vCPU); unpinned, the scheduler
 # picks either, so the yardstick was bimodal. Each end is pinned to its own CPU (CPUS="0 1"), as

@@ -1,7 +1,8 @@
 // bench/transport/transport_peer_bench.cc - one end of a two-process tcp transport benchmark.
 //
-//   transport_peer_bench --role server|client --addr A --port P --engine tcp|tcp-poll|socket
-//                        --mode bw|lat [--size N] [--seconds S] [--iters I]
+//   transport_peer_bench --role server|client --addr A --port P
+//                        --engine tcp|tcp-poll|socket|socket-framed --mode bw|lat
+//                        [--size N] [--seconds S] [--iters I]
 //
 // Unlike transport_bench (two threads, one process, loopback only), the two ends are separate
 // processes so they can sit in different network namespaces (bench/transport_netns.sh). The
@@ -12,6 +13,9 @@
 //        arrival (the receiver's view, like iperf3's "receiver" line).
 //   lat: 8-byte ping-pong; the client reports the median of RTT/2 over the iterations.
 // "socket" is the yardstick: blocking send/recv with TCP_NODELAY, no framing (bw ends at EOF).
+// "socket-framed" (lat only) is braid's floor on a CPU shared by both ends: the blocking socket
+// with braid's wire format and the system calls of transport/tcp/shared_cpu_path.h, nothing else
+// (see FramedSocket).
 // Output: one line "RESULT role=.. engine=.. mode=.. size=.. gbps=.. | lat_us=.." per process.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -29,6 +33,8 @@
 #include <vector>
 
 #include "transport/registry.h"
+#include "transport/tcp/shared_cpu_path.h"
+#include "transport/tcp/wire_format.h"
 
 namespace {
 
@@ -278,7 +284,53 @@ void socket_bw_client(const Args& a, int fd) {
   print_result(a, tail);
 }
 
-// ---------------------------------------------------------------- latency client (both kinds)
+// What the engines do per message on the shared-CPU path, without their bookkeeping (posting,
+// matching, completion lists, the poll layers): one send(MSG_DONTWAIT) of a frame header and the
+// payload gathered, one recv() that may sleep into an 8 KiB inbox bounded by the path's
+// SO_RCVTIMEO slice, the header checked, the payload copied out. Messages of up to 64 bytes.
+class FramedSocket {
+ public:
+  FramedSocket(int fd, double seconds) : fd_(fd), deadline_(Deadline::after_seconds(seconds + kSlackSeconds)) {
+    const auto slice = std::chrono::microseconds(tcp::SharedCpuPath::kSlice);
+    timeval tv{0, static_cast<suseconds_t>(slice.count())};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  void send(const unsigned char* p, size_t n) {
+    tcp::FrameHeader h;
+    h.slice_len = static_cast<uint32_t>(n);
+    h.seq = send_seq_++;
+    h.total_len = n;
+    unsigned char buf[tcp::kFrameHeaderBytes + kMaxPayload];
+    std::memcpy(buf, &h, sizeof h);
+    std::memcpy(buf + sizeof h, p, n);
+    if (::send(fd_, buf, sizeof h + n, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof h + n)) {
+      die(std::string("framed send: ") + std::strerror(errno));
+    }
+  }
+  void recv(unsigned char* p, size_t n) {
+    size_t got = 0;
+    while (got < tcp::kFrameHeaderBytes + n) {
+      ssize_t k = ::recv(fd_, inbox_ + got, sizeof inbox_ - got, 0);
+      if (k > 0) {
+        got += static_cast<size_t>(k);
+      } else if (k == 0 || errno != EAGAIN || deadline_.expired()) {
+        die(std::string("framed recv: ") + (k == 0 ? "peer closed" : std::strerror(errno)));
+      }
+    }
+    const tcp::FrameHeader h = tcp::decode_frame(inbox_);
+    if (h.magic != tcp::kFrameMagic || h.seq != recv_seq_++ || h.slice_len != n) die("framed recv: a bad frame");
+    std::memcpy(p, inbox_ + tcp::kFrameHeaderBytes, n);
+  }
+  static constexpr size_t kMaxPayload = 64;
+
+ private:
+  int fd_;
+  Deadline deadline_;
+  uint64_t send_seq_ = 0, recv_seq_ = 0;
+  unsigned char inbox_[8192];
+};
+
+// ---------------------------------------------------------------- latency client (all kinds)
 
 // One round trip of 8 bytes; `stop` tells the server it was the last.
 template <typename RoundTrip>
@@ -320,9 +372,10 @@ Args parse(int argc, char** argv) {
     else die("unknown option " + k);
   }
   if ((a.role != "server" && a.role != "client") || a.port <= 0 || a.port > 65535 || (a.mode != "bw" && a.mode != "lat"))
-    die("usage: --role server|client --addr A --port P --engine tcp|tcp-poll|socket --mode bw|lat "
+    die("usage: --role server|client --addr A --port P --engine tcp|tcp-poll|socket|socket-framed --mode bw|lat "
         "[--size N] [--seconds S] [--iters I]");
   if (a.mode == "lat") a.size = 8;
+  if (a.engine == "socket-framed" && a.mode != "lat") die("--engine socket-framed measures latency only (--mode lat)");
   if (a.size < 8) die("--size must be at least 8 (1 byte is the end marker)");
   return a;
 }
@@ -333,6 +386,23 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   Args a = parse(argc, argv);
   const bool server = a.role == "server";
+  if (a.engine == "socket-framed") {
+    FramedSocket framed(socket_connect(a), a.seconds);
+    unsigned char buf[8] = {};
+    if (server) {
+      do {
+        framed.recv(buf, 8);
+        framed.send(buf, 8);
+      } while (buf[0] != kStop);
+    } else {
+      lat_client(a, [&](bool stop) {
+        buf[0] = stop ? kStop : 0;
+        framed.send(buf, 8);
+        framed.recv(buf, 8);
+      });
+    }
+    return 0;
+  }
   if (a.engine == "socket") {
     int fd = socket_connect(a);
     if (a.mode == "bw") {

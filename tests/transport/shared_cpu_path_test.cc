@@ -83,7 +83,12 @@ class SharedCpuPathTest : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(SharedCpuPathTest, RoundTripsSleepInTheReceive) {
-  for (size_t size : {size_t{8}, size_t{1000}, size_t{300000}}) {
+  // Small messages: every receive is one recv() that may sleep, none waits in poll().
+  const uint64_t a_before = blocking_receives(link_.a), b_before = blocking_receives(link_.b);
+  ping_pong(*link_.ca, *link_.a, *link_.cb, *link_.b, 50, 8);
+  EXPECT_GE(blocking_receives(link_.a) - a_before, 50u);
+  EXPECT_GE(blocking_receives(link_.b) - b_before, 50u);
+  for (size_t size : {size_t{1000}, size_t{300000}}) {
     ping_pong(*link_.ca, *link_.a, *link_.cb, *link_.b, 50, size);
   }
   EXPECT_GT(blocking_receives(link_.a), 0u) << "the acceptor's engine never took the shared-CPU path";

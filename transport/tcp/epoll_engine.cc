@@ -58,7 +58,6 @@ Status EpollEngine::add(TcpStream* s) {
   s->slot = free_slots_.back();
   free_slots_.pop_back();
   slots_[s->slot] = s;
-  ++live_;
   if (direct_.active()) {  // two streams: the engine drives them all again
     dirty_.push_back(direct_.stream()->slot);
     direct_.leave();
@@ -77,7 +76,6 @@ void EpollEngine::remove(TcpStream* s, Deadline) {
   if (direct_.stream() == s) direct_.leave();
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s->fd(), nullptr);
   slots_[s->slot] = nullptr;
-  --live_;
   free_slots_.push_back(s->slot);
 }
 
@@ -87,17 +85,12 @@ void EpollEngine::kick(TcpStream* s) {
 }
 
 // Hands the only stream to the shared-CPU path when its peer shares our CPU (shared_cpu_path.h).
-// Looked at only while this process holds a SharedCpuPeer, so other processes never scan.
 bool EpollEngine::take_shared_cpu_path() {
-  if (live_ != 1 || cpu_sharing_peers() == 0) return false;
-  for (TcpStream* s : slots_) {
-    if (s == nullptr) continue;
-    if (!SharedCpuPath::suits(*s) || !direct_.enter(s)) return false;
-    drive_dirty();  // work kicked before the hand-over
-    retry_.clear();
-    return true;
-  }
-  return false;
+  TcpStream* s = direct_.candidate(slots_, slots_.size() - free_slots_.size());
+  if (s == nullptr || !direct_.enter(s)) return false;
+  dirty_.clear();  // the path sends what was queued and receives what is wanted
+  retry_.clear();
+  return true;
 }
 
 // With edge-triggered events a socket must be driven until it would block, or until there is

@@ -50,7 +50,6 @@ class EpollEngine final : public Engine {
   std::vector<uint32_t> dirty_;  // slots with new work since the last pass
   std::vector<uint32_t> batch_;  // the slots drive_dirty() works through now
   std::vector<uint32_t> retry_;  // slots whose send met ENOBUFS: tried again after kRetryAfter
-  size_t live_ = 0;              // streams added and not removed
   SharedCpuPath direct_;         // drives the only stream when its peer shares our CPU
 };
 

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "common/spin.h"
 #include "transport/tcp/tcp_connection.h"
 #include "transport/tcp/tcp_stream.h"
 
@@ -65,8 +66,9 @@ IoState receive_available(TcpStream* s, int flags) {
     ssize_t n = ::recv(s->fd(), target.data(), target.size(), flags);
     if (n > 0) {
       s->on_received(static_cast<size_t>(n));
-      // Fewer bytes than asked for: the socket is drained, and bytes that come later raise a new
-      // edge. Asking again would only return EAGAIN (one recv per ping-pong message saved).
+      // Fewer bytes than asked for: the socket is drained, and asking again would only return
+      // EAGAIN (one recv per ping-pong message saved); bytes that come later raise a new edge
+      // (epoll) or are read by the next receive.
       if (static_cast<size_t>(n) < target.size()) return IoState::idle;
       flags |= MSG_DONTWAIT;  // only the first receive may sleep
     } else if (n == 0) {
@@ -81,9 +83,17 @@ IoState receive_available(TcpStream* s, int flags) {
   }
 }
 
-bool SharedCpuPath::suits(const TcpStream& s) {
+bool SharedCpuPath::wants(const TcpStream& s, size_t streams) const {
   const TcpConnection* c = s.connection();
-  return c->peer_shares_cpu() && !c->failed() && !s.awaiting_answer();
+  return usable_ && streams == 1 && c->peer_shares_cpu() && !c->failed() && !s.awaiting_answer();
+}
+
+TcpStream* SharedCpuPath::candidate(const std::vector<TcpStream*>& slots, size_t streams) const {
+  if (streams != 1 || cpu_sharing_peers() == 0) return nullptr;
+  for (TcpStream* s : slots) {
+    if (s != nullptr) return wants(*s, streams) && !s->in_flight() ? s : nullptr;
+  }
+  return nullptr;
 }
 
 bool SharedCpuPath::enter(TcpStream* s) {

@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "common/deadline.h"
 #include "common/status.h"
@@ -52,14 +53,17 @@ class SharedCpuPath {
  public:
   static constexpr std::chrono::milliseconds kSlice{2};
 
-  // Whether `s` may be handed here: its connection is up (the peer's host is known, not failed)
-  // and the peer is confined to the same single CPU as this process.
-  static bool suits(const TcpStream& s);
-
   bool active() const { return stream_ != nullptr; }
   TcpStream* stream() const { return stream_; }
-  // False once enter() failed: the engine then keeps driving every socket itself.
-  bool usable() const { return usable_; }
+  // Whether `s`, one of the `streams` an engine drives, belongs here: it is the only one, its
+  // connection is up (the peer's host known, not failed), the peer is confined to the same
+  // single CPU as this process, and enter() never failed. An engine starts no new kernel
+  // operation of its own for such a stream.
+  bool wants(const TcpStream& s, size_t streams) const;
+  // The stream to enter() now, or nullptr: the one of `slots` (null: free) that wants() says
+  // belongs here and that has no kernel operation of the engine in flight. Looks at the slots
+  // only while this process holds a SharedCpuPeer (common/spin.h), so other processes never do.
+  TcpStream* candidate(const std::vector<TcpStream*>& slots, size_t streams) const;
   // Makes the socket blocking with a receive timeout of kSlice and takes the stream; false (and
   // logged, once) when the socket cannot be set up so. The engine must hold no kernel operation
   // on it (io_uring: nothing in flight).

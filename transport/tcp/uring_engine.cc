@@ -155,7 +155,6 @@ Status UringEngine::add(TcpStream* stream) {
   stream->slot = free_slots_.back();
   free_slots_.pop_back();
   slots_[stream->slot] = stream;
-  ++live_;
   if (direct_.active()) {  // two streams: the ring drives them all again
     TcpStream* old = direct_.stream();
     direct_.leave();
@@ -175,7 +174,6 @@ void UringEngine::remove(TcpStream* stream, Deadline deadline) {
   if (stream->in_flight()) return;  // the connection keeps the memory; the slot stays taken
   slots_[stream->slot] = nullptr;
   free_slots_.push_back(stream->slot);
-  --live_;
 }
 
 io_uring_sqe* UringEngine::get_sqe() {
@@ -193,21 +191,13 @@ void UringEngine::arm_wake() {
   io_uring_sqe_set_data64(sqe, std::bit_cast<uint64_t>(UserData{0, OpKind::wake, 0, 0}));
 }
 
-// The only stream, its peer on our CPU: no new ring operations for it, so that once those in
-// flight are done it can go to the shared-CPU path (shared_cpu_path.h), which then drives it.
-bool UringEngine::held_for_shared_cpu_path(const TcpStream* s) const {
-  return direct_.usable() && live_ == 1 && cpu_sharing_peers() > 0 && SharedCpuPath::suits(*s);
-}
-
+// Hands the only stream to the shared-CPU path (shared_cpu_path.h) once the ring holds nothing
+// of it; kick() arms nothing new for it meanwhile.
 bool UringEngine::take_shared_cpu_path() {
-  if (!direct_.usable() || live_ != 1 || cpu_sharing_peers() == 0) return false;
-  for (TcpStream* s : slots_) {
-    if (s == nullptr) continue;
-    if (!SharedCpuPath::suits(*s) || s->in_flight()) return false;
-    if (direct_.enter(s)) return true;
-    kick(s);  // held back for the path until now: the ring takes it after all
-    return false;
-  }
+  TcpStream* s = direct_.candidate(slots_, streams());
+  if (s == nullptr) return false;
+  if (direct_.enter(s)) return true;
+  kick(s);  // held back for the path until now: the ring takes it after all
   return false;
 }
 
@@ -223,7 +213,7 @@ Status UringEngine::run_shared_cpu_path(std::chrono::microseconds timeout, const
 void UringEngine::kick(TcpStream* s) {
   if (direct_.stream() == s) return direct_.kick();
   if (!enabled_) return;  // nothing posted yet: check_owner enables the ring on first post
-  if (held_for_shared_cpu_path(s)) return;
+  if (direct_.wants(*s, streams())) return;  // the shared-CPU path takes it next
   if (!s->send_in_flight) {
     bool zero_copy = false;
     uint64_t seq = 0;

@@ -49,7 +49,7 @@ class UringEngine final : public Engine {
   void handle(const io_uring_cqe* cqe);
   void reap();
   Status submit_and_wait(std::chrono::nanoseconds timeout);
-  bool held_for_shared_cpu_path(const TcpStream* s) const;
+  size_t streams() const { return slots_.size() - free_slots_.size(); }
   bool take_shared_cpu_path();
   Status run_shared_cpu_path(std::chrono::microseconds timeout, const std::function<bool()>& ready);
 
@@ -65,7 +65,6 @@ class UringEngine final : public Engine {
   int spin_us_;
   std::vector<TcpStream*> slots_;
   std::vector<uint32_t> free_slots_;
-  size_t live_ = 0;        // streams added and not removed
   SharedCpuPath direct_;   // drives the only stream when its peer shares our CPU
   EngineStats stats_;
 };
