@@ -122,6 +122,58 @@ TEST_P(SharedCpuPathTest, LargeMessagesBothWaysAtOnce) {
   EXPECT_TRUE(check(in_b.data(), size, 1));
 }
 
+// While the path has the socket, a small message with nothing queued before it goes to the
+// kernel from post_send and completes there (TcpConnection::send_now). Once the socket buffers
+// are full such a send is queued, with whatever part of the frame the kernel took, and the path
+// sends the rest later: every message must arrive whole, once, in order, and every send complete
+// in the order it was posted, small ones sent at once and larger ones (queued) mixed.
+TEST_P(SharedCpuPathTest, SmallSendsThatFillTheSocketArriveInOrder) {
+  ping_pong(*link_.ca, *link_.a, *link_.cb, *link_.b, 1, 8);  // both ends on the path now
+  constexpr int kMessages = 150000;
+  auto size_of = [](int i) { return i % 97 == 0 ? size_t{1000} : 1 + static_cast<size_t>(i) % 224; };
+  std::vector<std::vector<unsigned char>> out(kMessages);
+  for (int i = 0; i < kMessages; ++i) {
+    out[i].resize(size_of(i));
+    fill(out[i], static_cast<uint64_t>(i));
+  }
+  std::thread reader;
+  auto start_reader = [&] {
+    reader = std::thread([&] {
+      std::vector<unsigned char> in(1024);
+      std::vector<Completion> got;
+      for (int i = 0; i < kMessages; ++i) {
+        got.clear();
+        ASSERT_TRUE(link_.ca->post_recv(in.data(), in.size(), 0).is_ok());
+        ASSERT_TRUE(await(*link_.a, got, 1)) << "message " << i << " never came";
+        ASSERT_TRUE(got[0].status.is_ok()) << got[0].status.message();
+        ASSERT_EQ(got[0].bytes, size_of(i)) << "message " << i;
+        ASSERT_TRUE(check(in.data(), size_of(i), static_cast<uint64_t>(i))) << "message " << i;
+      }
+    });
+  };
+  std::vector<Completion> sent;
+  bool filled = false;  // a send found the socket full
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_TRUE(link_.cb->post_send(out[i].data(), out[i].size(), static_cast<uint64_t>(i)).is_ok());
+    ASSERT_TRUE(link_.b->poll(sent, 0us).is_ok());
+    if (!filled && sent.size() < static_cast<size_t>(i) + 1) {
+      filled = true;
+      start_reader();
+    }
+    while (static_cast<size_t>(i) + 1 - sent.size() >= 2000) ASSERT_TRUE(link_.b->poll(sent, 100ms).is_ok());
+  }
+  if (!filled) start_reader();
+  EXPECT_TRUE(await(*link_.b, sent, kMessages));
+  reader.join();
+  EXPECT_TRUE(filled) << "the socket never filled: the test proves nothing";
+  ASSERT_EQ(sent.size(), static_cast<size_t>(kMessages));
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_TRUE(sent[i].status.is_ok()) << sent[i].status.message();
+    ASSERT_EQ(sent[i].cookie, static_cast<uint64_t>(i)) << "sends completed out of order";
+    ASSERT_EQ(sent[i].bytes, size_of(i));
+  }
+}
+
 // A poll that returns (its timeout) while a send waits for buffer space leaves that send to the
 // next poll, which must go on with it rather than wait only for bytes.
 TEST_P(SharedCpuPathTest, ASendLeftWaitingByOnePollGoesOnInTheNext) {

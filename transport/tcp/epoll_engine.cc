@@ -59,12 +59,19 @@ Status EpollEngine::add(TcpStream* s) {
   free_slots_.pop_back();
   slots_[s->slot] = s;
   if (direct_.active()) {  // two streams: the engine drives them all again
-    dirty_.push_back(direct_.stream()->slot);
+    TcpStream* old = direct_.stream();
     direct_.leave();
+    RETURN_IF_ERROR(watch(old));
+    dirty_.push_back(old->slot);
   }
+  return watch(s);
+}
+
+Status EpollEngine::watch(TcpStream* s) {
   epoll_event ev{};
   // Edge-triggered (see the header); errors and hang-ups are reported once as well, so a dead
-  // socket nobody uses is not reported on every pass.
+  // socket nobody uses is not reported on every pass. A socket that is ready when added is
+  // reported at once, so no edge is lost while the shared-CPU path had it.
   ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
   ev.data.u64 = s->slot;
   if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, s->fd(), &ev) != 0) return system_error("epoll_ctl(ADD)", errno);
@@ -73,7 +80,7 @@ Status EpollEngine::add(TcpStream* s) {
 
 void EpollEngine::remove(TcpStream* s, Deadline) {
   // Plain system calls hold no buffer after they return: nothing to wait for.
-  if (direct_.stream() == s) direct_.leave();
+  if (direct_.stream() == s) direct_.leave();  // not watched by epoll then: the DEL fails, harmlessly
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s->fd(), nullptr);
   slots_[s->slot] = nullptr;
   free_slots_.push_back(s->slot);
@@ -90,6 +97,9 @@ bool EpollEngine::take_shared_cpu_path() {
   if (s == nullptr || !direct_.enter(s)) return false;
   dirty_.clear();  // the path sends what was queued and receives what is wanted
   retry_.clear();
+  // Nor does epoll watch it meanwhile: every segment that arrives would also run epoll's
+  // callback for nobody (~0.05 us of an 8-byte ping-pong's 2.2 us on one CPU).
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s->fd(), nullptr);
   return true;
 }
 
@@ -97,7 +107,7 @@ bool EpollEngine::take_shared_cpu_path() {
 // nothing to do: then the next kick (new work) or edge (new bytes, new space) drives it again.
 void EpollEngine::drive(TcpStream* s) {
   if (send_queued(s) == IoState::no_memory) retry_.push_back(s->slot);
-  (void)receive_available(s, MSG_DONTWAIT);
+  (void)receive_available(s, MSG_DONTWAIT, s->recv_target());
   s->connection()->after_io();
 }
 

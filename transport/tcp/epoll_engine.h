@@ -40,6 +40,7 @@ class EpollEngine final : public Engine {
   void drive_dirty();
   Status wait(std::chrono::microseconds timeout);
   bool take_shared_cpu_path();
+  Status watch(TcpStream* s);  // registers the socket with epoll
 
   int epoll_fd_;
   int wake_fd_;

@@ -17,10 +17,6 @@ namespace braid::transport::tcp {
 
 namespace {
 constexpr std::chrono::microseconds kNoMemoryRetry{1000};  // a send that met ENOBUFS
-// Frames this small (header and payload) are copied into one buffer and sent with send(): the
-// kernel's per-segment work for a two-part sendmsg costs more than the copy.
-constexpr size_t kGatherBytes = 256;
-
 ssize_t send_prepared(TcpStream* s, size_t bytes) {
   if (bytes > kGatherBytes) return ::sendmsg(s->fd(), s->send_msg(), MSG_NOSIGNAL | MSG_DONTWAIT);
   char buf[kGatherBytes];
@@ -38,6 +34,22 @@ bool take_wake(int wake_fd) {
   return ::read(wake_fd, &v, sizeof v) == static_cast<ssize_t>(sizeof v);
 }
 }  // namespace
+
+size_t send_frame_now(TcpStream* s, const FrameHeader& header, const char* payload) {
+  char buf[kGatherBytes];
+  const size_t bytes = kFrameHeaderBytes + header.slice_len;
+  std::memcpy(buf, &header, kFrameHeaderBytes);
+  std::memcpy(buf + kFrameHeaderBytes, payload, header.slice_len);
+  for (;;) {
+    ssize_t n = ::send(s->fd(), buf, bytes, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno == EAGAIN || errno == ENOBUFS) return 0;  // queued; the path sends it when it can
+    if (errno != EINTR) {
+      s->on_error(errno, true);
+      return 0;
+    }
+  }
+}
 
 IoState send_queued(TcpStream* s) {
   for (;;) {
@@ -59,9 +71,8 @@ IoState send_queued(TcpStream* s) {
   }
 }
 
-IoState receive_available(TcpStream* s, int flags) {
-  for (;;) {
-    std::span<char> target = s->recv_target();
+IoState receive_available(TcpStream* s, int flags, std::span<char> target) {
+  for (;; target = s->recv_target()) {
     if (target.empty()) return IoState::idle;
     ssize_t n = ::recv(s->fd(), target.data(), target.size(), flags);
     if (n > 0) {
@@ -117,6 +128,7 @@ bool SharedCpuPath::enter(TcpStream* s) {
     return false;
   }
   stream_ = s;
+  s->on_shared_cpu_path = true;
   dirty_ = true;
   return true;
 }
@@ -126,6 +138,7 @@ void SharedCpuPath::leave() {
   const int fd = stream_->fd();
   int flags = fcntl(fd, F_GETFL);
   if (flags >= 0) (void)fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  stream_->on_shared_cpu_path = false;
   stream_ = nullptr;
 }
 
@@ -153,16 +166,17 @@ Status SharedCpuPath::run(std::chrono::microseconds timeout, const std::function
   IoState send_state = IoState::idle;
   if (s->has_send()) dirty_ = true;  // a send an earlier run left waiting for buffer space
   for (;;) {
-    if (dirty_) {
+    if (dirty_) {  // kicked: a frame queued, a receive posted, the connection failed
       dirty_ = false;
-      send_state = send_queued(s);
+      if (s->has_send()) send_state = send_queued(s);
       conn->after_io();
     }
     if (ready()) return Status::ok();
-    const bool want_recv = !s->recv_target().empty();
+    const std::span<char> target = s->recv_target();
+    const bool want_recv = !target.empty();
     if (left <= std::chrono::microseconds(0)) {
       if (want_recv) {
-        (void)receive_available(s, MSG_DONTWAIT);
+        (void)receive_available(s, MSG_DONTWAIT, target);
         conn->after_io();
       }
       return Status::ok();
@@ -175,7 +189,7 @@ Status SharedCpuPath::run(std::chrono::microseconds timeout, const std::function
     if (want_recv && !send_blocked && left >= kSlice && s->low_watermark() <= 1) {
       left -= kSlice;
       ++blocking_receives_;
-      IoState got = receive_available(s, 0);  // sleeps until bytes come, at most kSlice
+      IoState got = receive_available(s, 0, target);  // sleeps until bytes come, at most kSlice
       conn->after_io();
       // The slice ran out: a wake-up that came meanwhile ends the wait.
       if (got == IoState::would_block && (take_wake(wake_fd) || woken())) return Status::ok();
@@ -190,7 +204,7 @@ Status SharedCpuPath::run(std::chrono::microseconds timeout, const std::function
     if (woke || woken()) return Status::ok();
     if (send_blocked) dirty_ = true;
     if (want_recv) {
-      (void)receive_available(s, MSG_DONTWAIT);
+      (void)receive_available(s, MSG_DONTWAIT, s->recv_target());
       conn->after_io();
     }
   }

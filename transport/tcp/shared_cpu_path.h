@@ -3,6 +3,10 @@
 //
 // send_queued/receive_available are how the epoll engine moves bytes on every socket.
 //
+// send_frame_now is how a connection sends a small message at once, from post_send, while its
+// only stream is on the shared-CPU path (below) and nothing is queued before it: on one CPU,
+// every layer a message passes costs the ping-pong its time (see tcp_connection.cc).
+//
 // SharedCpuPath: when both ends of a connection are confined to the same single CPU
 // (host_identity.h), every message is a switch from one process to the other, and the cheapest
 // way through the kernel is what a blocking socket does: send, then sleep inside recv() until
@@ -27,10 +31,12 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <vector>
 
 #include "common/deadline.h"
 #include "common/status.h"
+#include "transport/tcp/wire_format.h"
 
 namespace braid::transport::tcp {
 
@@ -47,7 +53,16 @@ enum class IoState {
 IoState send_queued(TcpStream* s);
 // Receives into the stream's targets until the socket is drained (a short read) or no receive is
 // wanted. `flags`: MSG_DONTWAIT, or 0 on a blocking socket for one receive that may sleep.
-IoState receive_available(TcpStream* s, int flags);
+// `target`: s->recv_target(), as the caller just asked it.
+IoState receive_available(TcpStream* s, int flags, std::span<char> target);
+
+// Frames up to this size (header and payload) are copied into one buffer and sent with send():
+// the kernel's per-segment work for a two-part sendmsg costs more than the copy.
+inline constexpr size_t kGatherBytes = 256;
+// Sends one frame of at most kGatherBytes whose stream has nothing queued, without waiting.
+// Returns the bytes the kernel took: all, part, or none (a full socket buffer, or an error, which
+// the stream was told of by on_error).
+size_t send_frame_now(TcpStream* s, const FrameHeader& header, const char* payload);
 
 class SharedCpuPath {
  public:

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "transport/tcp/shared_cpu_path.h"
 
 namespace braid::transport::tcp {
 
@@ -58,8 +59,12 @@ Status TcpConnection::post_send(const void* data, size_t bytes, uint64_t cookie)
   if (sends_.size() >= kMaxInFlight) {
     return invalid_argument("more than " + std::to_string(kMaxInFlight) + " sends outstanding to " + describe_peer());
   }
-  uint64_t seq = first_send_seq_ + sends_.size();
   const char* p = static_cast<const char*>(data);
+  if (sends_.empty() && bytes <= kGatherBytes - kFrameHeaderBytes && streams_.size() == 1 &&
+      streams_[0]->on_shared_cpu_path && !failed()) {
+    return send_now(p, bytes, cookie);
+  }
+  uint64_t seq = first_send_seq_ + sends_.size();
   size_t n = streams_.size();
   size_t slices = (bytes < kStripeMinBytes || n == 1) ? 1 : n;
   int frames = 0;
@@ -82,6 +87,31 @@ Status TcpConnection::post_send(const void* data, size_t bytes, uint64_t cookie)
     if (!failed()) engine_->kick(stream);
   }
   sends_.push_back(SendOp{cookie, bytes, failed() ? 0 : frames});
+  if (failed()) after_io();
+  return Status::ok();
+}
+
+// On one CPU every layer a message passes between the two system calls of a ping-pong costs
+// its time (shared_cpu_path.h): a small message with nothing queued before it goes to the kernel
+// here, and completes at once when the kernel took it whole, without queueing, a kick or a pass
+// of the engine. What the kernel did not take is queued as usual.
+Status TcpConnection::send_now(const char* data, size_t bytes, uint64_t cookie) {
+  TcpStream* stream = streams_[0].get();
+  FrameHeader h;
+  h.slice_len = static_cast<uint32_t>(bytes);
+  h.seq = first_send_seq_;
+  h.total_len = bytes;
+  const size_t sent = send_frame_now(stream, h, data);
+  if (sent == kFrameHeaderBytes + bytes) {
+    completions_->push_back(Completion{this, cookie, true, bytes, Status::ok()});
+    ++first_send_seq_;
+    return Status::ok();
+  }
+  if (!failed()) {
+    stream->queue_frame(h, data, sent);
+    engine_->kick(stream);
+  }
+  sends_.push_back(SendOp{cookie, bytes, failed() ? 0 : 1});
   if (failed()) after_io();
   return Status::ok();
 }
@@ -163,6 +193,19 @@ void TcpConnection::on_frame_header(TcpStream* stream) {
   } else {
     stream->drain_payload();  // keep the byte stream in step; the next message is still good
   }
+}
+
+bool TcpConnection::deliver_whole(const FrameHeader& h, const char* payload) {
+  if (recvs_.empty() || h.seq != first_recv_seq_ || h.offset != 0 || h.slice_len != h.total_len || failed()) {
+    return false;
+  }
+  RecvOp& op = recvs_.front();
+  if (op.header_seen || h.total_len > op.capacity) return false;
+  std::memcpy(op.data, payload, h.slice_len);
+  completions_->push_back(Completion{this, op.cookie, false, h.total_len, Status::ok()});
+  recvs_.pop_front();
+  ++first_recv_seq_;
+  return true;
 }
 
 void TcpConnection::on_slice_received(uint64_t seq, size_t bytes) {

@@ -13,7 +13,10 @@
 // Shared CPU: when the peer runs on this host confined to the same single CPU as this process
 // (host_identity.h), the connection holds a SharedCpuPeer (common/spin.h) so that waits sleep
 // at once, giving the peer the CPU it needs to answer, instead of spinning on it; an engine whose
-// only connection this is drives its socket with blocking calls (shared_cpu_path.h). The acceptor
+// only connection this is drives its socket with blocking calls (shared_cpu_path.h), and then
+// post_send hands a small message with nothing queued before it to the kernel at once and
+// completes it there (send_now), and a receive completes as soon as its frame is parsed
+// (deliver_whole, used on every socket). The acceptor
 // knows the peer's host from its handshake at once; the connector learns it from the acceptor's
 // answer (wire_format.h), which it reads before its first frame.
 //
@@ -79,6 +82,11 @@ class TcpConnection final : public Connection {
   bool small_recv_next(size_t bytes) const { return !recvs_.empty() && recvs_.front().capacity <= bytes; }
   void on_handshake_answer(TcpStream* stream, const Handshake& answer);
   void on_frame_header(TcpStream* stream);
+  // A message that arrived whole, in one frame, with its payload behind the header in the
+  // stream's inbox: when it is for the receive posted first, it is copied there and completed
+  // (what on_frame_header, landing the payload and on_slice_received do, in one step); false
+  // leaves it to those.
+  bool deliver_whole(const FrameHeader& h, const char* payload);
   void on_slice_received(uint64_t seq, size_t bytes);
   void on_frame_sent(uint64_t seq);
   void on_zero_copy_queued(uint64_t seq);
@@ -106,6 +114,7 @@ class TcpConnection final : public Connection {
   };
 
   std::string describe_peer() const;
+  Status send_now(const char* data, size_t bytes, uint64_t cookie);
   void fail(Status status);
   void flush_failures();
   void complete_sends();

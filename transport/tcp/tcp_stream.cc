@@ -22,8 +22,8 @@ void TcpStream::shutdown() {
   if (fd_.get() >= 0) ::shutdown(fd_.get(), SHUT_RDWR);
 }
 
-void TcpStream::queue_frame(const FrameHeader& header, const char* data) {
-  frames_.push_back(OutFrame{header, data});
+void TcpStream::queue_frame(const FrameHeader& header, const char* data, size_t sent) {
+  frames_.push_back(OutFrame{header, data, sent});
 }
 
 size_t TcpStream::prepare_send(size_t zero_copy_bytes, bool* zero_copy, uint64_t* zero_copy_seq) {
@@ -143,6 +143,11 @@ void TcpStream::process_inbox() {
       if (header_.magic != kFrameMagic || header_.type != FrameType::data) {
         connection_->on_stream_failed(this, protocol_error("received bytes that are not a braid frame"));
         return;
+      }
+      if (held - kFrameHeaderBytes >= header_.slice_len &&
+          connection_->deliver_whole(header_, reinterpret_cast<const char*>(inbox_) + inbox_begin_)) {
+        inbox_begin_ += header_.slice_len;
+        continue;
       }
       connection_->on_frame_header(this);  // lands, drains or parks us
     } else if (state_ == RecvState::payload || state_ == RecvState::drain) {

@@ -46,7 +46,8 @@ class TcpStream {
   void shutdown();  // wakes every pending kernel operation on the socket
 
   // --- send side
-  void queue_frame(const FrameHeader& header, const char* data);
+  // `sent`: bytes of the frame (header first) the kernel took already (SharedCpuPath::send_now).
+  void queue_frame(const FrameHeader& header, const char* data, size_t sent = 0);
   bool has_send() const { return !frames_.empty(); }
   // Fills iov_/msg_ with unsent bytes. When the first frame's payload is at least
   // `zero_copy_bytes` (0: never), only that frame is returned and *zero_copy_seq is its message.
@@ -83,6 +84,7 @@ class TcpStream {
   int zero_copy_copied_streak = 0;  // notifications in a row saying the kernel copied anyway
   bool zero_copy_off = false;       // ...so many that zero-copy is given up on this socket
   uint32_t slot = 0;
+  bool on_shared_cpu_path = false;  // driven by SharedCpuPath (set by enter, cleared by leave)
   bool in_flight() const { return send_in_flight || recv_in_flight || zero_copy_pending > 0; }
 
  private:
