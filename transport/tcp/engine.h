@@ -6,10 +6,11 @@
 #pragma once
 
 #include <chrono>
-#include <functional>
+#include <vector>
 
 #include "common/deadline.h"
 #include "common/status.h"
+#include "transport/transport.h"
 
 namespace braid::transport::tcp {
 
@@ -40,9 +41,10 @@ class Engine {
   virtual void remove(TcpStream* stream, Deadline deadline) = 0;
   // The stream has new work (a frame queued, a receive posted, its connection failed).
   virtual void kick(TcpStream* stream) = 0;
-  // Moves bytes until `ready()` holds, `timeout` passed, or wake() was called; spins for
-  // spin_us before sleeping. timeout 0 makes one non-blocking pass.
-  virtual Status run(std::chrono::microseconds timeout, const std::function<bool()>& ready) = 0;
+  // Moves bytes until `ready` (the transport's list of finished operations, which the streams'
+  // connections append to) holds one, `timeout` passed, or wake() was called; spins for spin_us
+  // before sleeping. timeout 0 makes one non-blocking pass.
+  virtual Status run(std::chrono::microseconds timeout, const std::vector<Completion>& ready) = 0;
   virtual void wake() = 0;
   virtual EngineStats stats() const { return {}; }
 };

@@ -143,10 +143,10 @@ Status EpollEngine::wait(std::chrono::microseconds timeout) {
   return Status::ok();
 }
 
-Status EpollEngine::run(std::chrono::microseconds timeout, const std::function<bool()>& ready) {
+Status EpollEngine::run(std::chrono::microseconds timeout, const std::vector<Completion>& ready) {
   woken_ = false;
   if (direct_.active() || take_shared_cpu_path()) {
-    return direct_.run(timeout, ready, wake_fd_, [] { return false; });
+    return direct_.run(timeout, ready, wake_fd_, never_woken_);
   }
   timeout = std::min<std::chrono::microseconds>(timeout, std::chrono::hours(24));
   auto start = Clock::now();
@@ -157,7 +157,7 @@ Status EpollEngine::run(std::chrono::microseconds timeout, const std::function<b
   if (start < spin_end) spinning.emplace();
   for (;;) {
     drive_dirty();
-    if (ready() || woken_) return Status::ok();
+    if (!ready.empty() || woken_) return Status::ok();
     auto now = Clock::now();
     bool last = now >= end;  // even a 0 timeout looks at the sockets once
     auto left = last || now < spin_end ? std::chrono::microseconds(0)

@@ -30,7 +30,7 @@ class EpollEngine final : public Engine {
   Status add(TcpStream* stream) override;
   void remove(TcpStream* stream, Deadline deadline) override;
   void kick(TcpStream* stream) override;
-  Status run(std::chrono::microseconds timeout, const std::function<bool()>& ready) override;
+  Status run(std::chrono::microseconds timeout, const std::vector<Completion>& ready) override;
   void wake() override;
   EngineStats stats() const override;
 
@@ -52,6 +52,7 @@ class EpollEngine final : public Engine {
   std::vector<uint32_t> batch_;  // the slots drive_dirty() works through now
   std::vector<uint32_t> retry_;  // slots whose send met ENOBUFS: tried again after kRetryAfter
   SharedCpuPath direct_;         // drives the only stream when its peer shares our CPU
+  const std::function<bool()> never_woken_ = [] { return false; };  // wake_fd_ is its only signal
 };
 
 }  // namespace braid::transport::tcp

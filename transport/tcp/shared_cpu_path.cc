@@ -156,7 +156,7 @@ Status SharedCpuPath::wait_poll(std::chrono::microseconds left, bool for_send, b
   return Status::ok();
 }
 
-Status SharedCpuPath::run(std::chrono::microseconds timeout, const std::function<bool()>& ready, int wake_fd,
+Status SharedCpuPath::run(std::chrono::microseconds timeout, const std::vector<Completion>& ready, int wake_fd,
                           const std::function<bool()>& woken) {
   TcpStream* s = stream_;
   TcpConnection* conn = s->connection();
@@ -171,7 +171,7 @@ Status SharedCpuPath::run(std::chrono::microseconds timeout, const std::function
       if (s->has_send()) send_state = send_queued(s);
       conn->after_io();
     }
-    if (ready()) return Status::ok();
+    if (!ready.empty()) return Status::ok();
     const std::span<char> target = s->recv_target();
     const bool want_recv = !target.empty();
     if (left <= std::chrono::microseconds(0)) {

@@ -37,6 +37,7 @@
 #include "common/deadline.h"
 #include "common/status.h"
 #include "transport/tcp/wire_format.h"
+#include "transport/transport.h"
 
 namespace braid::transport::tcp {
 
@@ -88,11 +89,11 @@ class SharedCpuPath {
   void kick() { dirty_ = true; }
   uint64_t blocking_receives() const { return blocking_receives_; }
 
-  // Moves bytes until ready() holds, `timeout` passed, or a wake-up: wake_fd read here, or
+  // Moves bytes until `ready` holds a completion, `timeout` passed, or a wake-up: wake_fd read here, or
   // woken() true (the engine's own wake signal, e.g. an io_uring completion of its eventfd read),
-  // which is asked after each wait that did not end in ready(). timeout 0 makes one non-blocking
+  // which is asked after each wait that did not end in a completion. timeout 0 makes one non-blocking
   // pass.
-  Status run(std::chrono::microseconds timeout, const std::function<bool()>& ready, int wake_fd,
+  Status run(std::chrono::microseconds timeout, const std::vector<Completion>& ready, int wake_fd,
              const std::function<bool()>& woken);
 
  private:

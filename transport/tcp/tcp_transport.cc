@@ -210,7 +210,7 @@ Status TcpTransport::poll(std::vector<Completion>& out, std::chrono::microsecond
   // (a small message on the shared-CPU path) and failures of operations posted after one: those
   // are returned without a pass, which on one CPU would cost the ping-pong its time.
   Status st;
-  if (ready_.empty()) st = engine_->run(timeout, [this] { return !ready_.empty(); });
+  if (ready_.empty()) st = engine_->run(timeout, ready_);
   if (out.empty()) {
     out.swap(ready_);  // the two lists trade their storage: no element is moved
   } else {

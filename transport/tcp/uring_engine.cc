@@ -201,13 +201,13 @@ bool UringEngine::take_shared_cpu_path() {
   return false;
 }
 
-Status UringEngine::run_shared_cpu_path(std::chrono::microseconds timeout, const std::function<bool()>& ready) {
-  // The eventfd read stays armed on the ring; without DEFER_TASKRUN it may complete on its own
-  // and take the eventfd's count, so a completion waiting in the ring counts as a wake-up too.
-  return direct_.run(timeout, ready, wake_fd_, [this] {
-    if (io_uring_cq_ready(ring_.get()) > 0) reap();
-    return woken_;
-  });
+bool UringEngine::ring_woke() {
+  if (io_uring_cq_ready(ring_.get()) > 0) reap();
+  return woken_;
+}
+
+Status UringEngine::run_shared_cpu_path(std::chrono::microseconds timeout, const std::vector<Completion>& ready) {
+  return direct_.run(timeout, ready, wake_fd_, ring_woke_);
 }
 
 void UringEngine::kick(TcpStream* s) {
@@ -324,7 +324,7 @@ Status UringEngine::submit_and_wait(std::chrono::nanoseconds timeout) {
   return Status::ok();
 }
 
-Status UringEngine::run(std::chrono::microseconds timeout, const std::function<bool()>& ready) {
+Status UringEngine::run(std::chrono::microseconds timeout, const std::vector<Completion>& ready) {
   RETURN_IF_ERROR(check_owner());
   woken_ = false;
   if (direct_.active() || take_shared_cpu_path()) return run_shared_cpu_path(timeout, ready);
@@ -347,7 +347,7 @@ Status UringEngine::run(std::chrono::microseconds timeout, const std::function<b
       RETURN_IF_ERROR(submit_and_wait(end - now));
     }
     reap();
-    if (ready() || woken_) return Status::ok();
+    if (!ready.empty() || woken_) return Status::ok();
     now = Clock::now();
     if (now >= end) return Status::ok();
     if (take_shared_cpu_path()) {  // what was in flight for the stream is done

@@ -38,7 +38,7 @@ class UringEngine final : public Engine {
   Status add(TcpStream* stream) override;
   void remove(TcpStream* stream, Deadline deadline) override;
   void kick(TcpStream* stream) override;
-  Status run(std::chrono::microseconds timeout, const std::function<bool()>& ready) override;
+  Status run(std::chrono::microseconds timeout, const std::vector<Completion>& ready) override;
   void wake() override;
   EngineStats stats() const override;
 
@@ -51,7 +51,7 @@ class UringEngine final : public Engine {
   Status submit_and_wait(std::chrono::nanoseconds timeout);
   size_t streams() const { return slots_.size() - free_slots_.size(); }
   bool take_shared_cpu_path();
-  Status run_shared_cpu_path(std::chrono::microseconds timeout, const std::function<bool()>& ready);
+  Status run_shared_cpu_path(std::chrono::microseconds timeout, const std::vector<Completion>& ready);
 
   std::unique_ptr<io_uring> ring_;
   bool single_issuer_;
@@ -66,6 +66,11 @@ class UringEngine final : public Engine {
   std::vector<TcpStream*> slots_;
   std::vector<uint32_t> free_slots_;
   SharedCpuPath direct_;   // drives the only stream when its peer shares our CPU
+  // The path's look at the engine's own wake signal: the eventfd read stays armed on the ring;
+  // without DEFER_TASKRUN it may complete on its own and take the eventfd's count, so a
+  // completion waiting in the ring counts as a wake-up too.
+  bool ring_woke();
+  const std::function<bool()> ring_woke_ = [this] { return ring_woke(); };
   EngineStats stats_;
 };
 
