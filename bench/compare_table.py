@@ -25,8 +25,8 @@ def main():
         if len(r) < 13 or r[1] != "RESULT" or int(r[4]) != n:
             continue
         lib, algo, size = r[2], r[3], int(r[5])
-        if lib == "braid":
-            algo = "auto"  # braid picks per size; one series
+        if lib.startswith("braid"):
+            algo = "auto"  # braid picks per size; one series (braid-syscc: BRAID_LOOPBACK_CC=system)
         busbw[(lib, algo, size)].append(float(r[11]))
         time_us[(lib, algo, size)].append(float(r[7]))
     series = sorted({(l, a) for l, a, _ in busbw})
@@ -45,7 +45,8 @@ def main():
         print(f"| {human(s)} | " + " | ".join(cells) + " |")
     if ceiling:
         c = statistics.median(ceiling)
-        print(f"\nloopback ceiling (iperf3, two flows at once one each way, per-flow): {c:.3f} GB/s")
+        print(f"\nloopback ceiling (iperf3 with braid's congestion control, two flows at once one each way, "
+              f"per-flow): {c:.3f} GB/s")
     print("\n| size | braid / best gloo | braid / better mpi tcp | braid / ceiling | braid time / best other time |")
     print("|---|---|---|---|---|")
     for s in sizes:

@@ -3,7 +3,9 @@
 # blocking-socket program, in one run: on loopback, then across two network namespaces joined
 # through a bridge with tbf egress shaping (../shared/bench/run-netns.sh builds it) at each rate.
 #
-# Per setting: iperf3, 1 stream, 3 s (host1 -> host0; the yardstick for bandwidth); then
+# Per setting: iperf3, 1 stream, 3 s (host1 -> host0; the yardstick for bandwidth; on loopback
+# with the congestion control braid sets there, BRAID_LOOPBACK_CC, default reno, and once more
+# with the kernel's default, "iperf3-sys", for reference); then
 # transport_peer_bench bw for each engine and size (server = receiver in host0, client in host1;
 # GB/s at the receiver = bytes/s/1e9), then 8-byte ping-pong latency (median of RTT/2; engines
 # interleaved over LAT_ROUNDS rounds, median of the rounds).
@@ -76,25 +78,34 @@ run_pair() {
 
 field() { sed -n "s/.*role=$1 .* $2=\([0-9.]*\).*/\1/p" | head -1; }
 
-iperf_gbs() {
+iperf_gbs() { # [$1 = congestion control for iperf3 -C]
   PORT=$((PORT + 1))
+  local cc=()
+  [ -n "${1:-}" ] && cc=(-C "$1")
   local spin=() cpin=()
   [ -n "$CPUS" ] && spin=(taskset -c "${CPUS%% *}") cpin=(taskset -c "${CPUS##* }")
   timeout 20 "${SRV[@]}" "${spin[@]}" iperf3 -s -1 -B "$ADDR" -p $PORT > /dev/null 2>&1 &
   local spid=$!
   sleep 0.5
   local mbps
-  mbps=$(timeout 20 "${CLI[@]}" "${cpin[@]}" iperf3 -c "$ADDR" -B "$CADDR" -p $PORT -t 3 -f m 2>> "$OUT/runs.log" |
+  mbps=$(timeout 20 "${CLI[@]}" "${cpin[@]}" iperf3 -c "$ADDR" -B "$CADDR" -p $PORT -t 3 -f m "${cc[@]}" 2>> "$OUT/runs.log" |
     awk '/receiver/{v=$(NF-2)} END{print v}')
   wait $spid || true
   awk -v m="${mbps:-0}" 'BEGIN{printf "%.4f", m / 8 / 1000}'
 }
 
-measure() { # $1 = setting name
-  local setting=$1 ref gbs us sock_us engine size
-  ref=$(iperf_gbs)
-  log "$setting: iperf3 $ref GB/s"
-  ROWS+=("$(printf '%-9s %-11s %10s %9s %7s' "$setting" iperf3 - "$ref" 1.000)")
+measure() { # $1 = setting name [$2 = the congestion control braid's sockets use there]
+  local setting=$1 cc=${2:-} ref gbs us sock_us engine size
+  if [ -n "$cc" ]; then
+    # The yardstick runs with braid's congestion control (BRAID_LOOPBACK_CC); the kernel's
+    # default is listed too.
+    gbs=$(iperf_gbs)
+    log "$setting: iperf3 (kernel's default congestion control) $gbs GB/s"
+    ROWS+=("$(printf '%-9s %-11s %10s %9s %7s' "$setting" iperf3-sys - "$gbs" -)")
+  fi
+  ref=$(iperf_gbs "$cc")
+  log "$setting: iperf3${cc:+ -C $cc} $ref GB/s"
+  ROWS+=("$(printf '%-9s %-11s %10s %9s %7s' "$setting" "iperf3${cc:+-$cc}" - "$ref" 1.000)")
   for engine in $BW_ENGINES; do
     for size in $SIZES; do
       gbs=$(run_pair "$BW_SECONDS" --engine "$engine" --mode bw --size "$size" --seconds "$BW_SECONDS" | field server gbps)
@@ -135,7 +146,8 @@ measure() { # $1 = setting name
 START=$(date +%s)
 if [ "$LOOPBACK" = 1 ]; then
   SRV=() CLI=() ADDR=127.0.0.1 CADDR=127.0.0.1
-  measure loopback
+  LOOPBACK_CC=${BRAID_LOOPBACK_CC:-reno}
+  measure loopback "$([ "$LOOPBACK_CC" = system ] || echo "$LOOPBACK_CC")"
 fi
 for RATE in $RATES; do
   "$ANCHORS/run-netns.sh" teardown 2 2> /dev/null || true

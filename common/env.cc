@@ -1,5 +1,6 @@
 #include "common/env.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -128,6 +129,15 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
     std::string s = v;
     RETURN_IF_ERROR(one_of("BRAID_CALLER_PROGRESS", s, {"0", "1"}));
     e.caller_progress = s == "1";
+  }
+  if (const char* v = lookup("BRAID_LOOPBACK_CC")) {
+    e.loopback_cc = v;
+    bool ok = !e.loopback_cc.empty() && e.loopback_cc.size() < 16;  // TCP_CA_NAME_MAX
+    for (char c : e.loopback_cc) ok = ok && (std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_');
+    if (!ok) {
+      return invalid_argument("BRAID_LOOPBACK_CC='" + e.loopback_cc +
+                              "' must name a TCP congestion control (reno, cubic, ...) or be 'system'");
+    }
   }
   if (const char* v = lookup("BRAID_IB_HCA")) e.ib_hca = v;
   if (const char* v = lookup("BRAID_GDR")) {

@@ -55,6 +55,9 @@ struct Env {
   // else queued or running runs the operation on the calling thread instead of waking the
   // progress thread. Default 1.
   bool caller_progress = true;
+  // BRAID_LOOPBACK_CC: TCP congestion control of data sockets whose peer is at a loopback
+  // address (reno, cubic, ... as the kernel allows; "system": the kernel's default). Default reno.
+  std::string loopback_cc = "reno";
   // BRAID_IB_HCA: HCA names for the ib transport (like NCCL_IB_HCA). Default: all.
   std::string ib_hca;
   // BRAID_GDR: 0 | 1 | auto - GPUDirect RDMA for CUDA buffers. Default auto.

@@ -29,13 +29,14 @@ TEST(Env, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(e->debug, LogLevel::warn);
   EXPECT_EQ(e->nsocks, 0);
   EXPECT_TRUE(e->caller_progress);
+  EXPECT_EQ(e->loopback_cc, "reno");
 }
 
 TEST(Env, ReadsEveryVariable) {
   auto e = parse({{"BRAID_TRANSPORT", "tcp-poll"}, {"BRAID_NSOCKS", "4"}, {"BRAID_CHUNK_BYTES", "512K"},
                   {"BRAID_ALGO", "ring"}, {"BRAID_TIMEOUT_S", "2.5"}, {"BRAID_PORT_RANGE", "40000-40100"},
                   {"BRAID_DEBUG", "info"}, {"BRAID_SOCKET_IFNAME", "^docker,eth"},
-                  {"BRAID_CALLER_PROGRESS", "0"}, {"BRAID_RING_DEPTH", "3"}});
+                  {"BRAID_CALLER_PROGRESS", "0"}, {"BRAID_RING_DEPTH", "3"}, {"BRAID_LOOPBACK_CC", "cubic"}});
   ASSERT_TRUE(e.is_ok()) << e.status().message();
   EXPECT_EQ(e->transport, "tcp-poll");
   EXPECT_EQ(e->nsocks, 4);
@@ -48,6 +49,7 @@ TEST(Env, ReadsEveryVariable) {
   EXPECT_EQ(e->socket_ifname, "^docker,eth");
   EXPECT_FALSE(e->caller_progress);
   EXPECT_EQ(e->ring_depth, 3);
+  EXPECT_EQ(e->loopback_cc, "cubic");
 }
 
 struct BadValue {
@@ -76,7 +78,9 @@ INSTANTIATE_TEST_SUITE_P(All, EnvBadValue,
                                            BadValue{"BRAID_PEER_TIMEOUT_S", "-3"},
                                            BadValue{"BRAID_PORT_RANGE", "9000-8000"},
                                            BadValue{"BRAID_DEBUG", "LOUD"}, BadValue{"BRAID_GDR", "yes"},
-                                           BadValue{"BRAID_CALLER_PROGRESS", "yes"}));
+                                           BadValue{"BRAID_CALLER_PROGRESS", "yes"}, BadValue{"BRAID_LOOPBACK_CC", ""},
+                                           BadValue{"BRAID_LOOPBACK_CC", "Reno; rm"},
+                                           BadValue{"BRAID_LOOPBACK_CC", "a_name_far_too_long"}));
 
 TEST(Env, IntegerParserNamesRange) {
   auto r = parse_env_int("RANK", "12x", 0, 7);

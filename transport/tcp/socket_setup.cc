@@ -169,11 +169,32 @@ Status check_handshake(const Handshake& h, uint64_t comm_id, int self_rank) {
   return Status::ok();
 }
 
+// Loopback carries no network whose congestion a TCP congestion control could follow: all one
+// costs there is its work per acknowledgement and, for a pacing one (bbr, this VM's default), a
+// rate limit. Measured on loopback (transport_peer_bench, 2026-11-22): 4 MiB messages 5.2 GB/s
+// under bbr, 8.2-9.3 GB/s under reno; an 8-byte ping-pong on one CPU 0.05 us faster.
+Status set_loopback_congestion_control(int fd, const std::string& cc) {
+  if (cc == "system") return Status::ok();
+  sockaddr_storage peer{};
+  socklen_t len = sizeof peer;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) return system_error("getpeername", errno);
+  if (!SocketAddress::from_sockaddr(reinterpret_cast<const sockaddr*>(&peer), len).is_loopback()) return Status::ok();
+  if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc.data(), static_cast<socklen_t>(cc.size())) == 0) return Status::ok();
+  const int err = errno;
+  std::string allowed;
+  std::getline(std::ifstream("/proc/sys/net/ipv4/tcp_allowed_congestion_control"), allowed);
+  return Status(ErrorCode::invalid_argument,
+                "BRAID_LOOPBACK_CC=" + cc + ": the kernel refused this congestion control for a loopback socket (" +
+                    std::strerror(err) + "; allowed here: " + (allowed.empty() ? "unknown" : allowed) +
+                    "); set BRAID_LOOPBACK_CC=system to keep the kernel's default");
+}
+
 Status tune_data_socket(int fd, const Env& env) {
   RETURN_IF_ERROR(set_nonblocking(fd));
   int one = 1;
   // Frames are small and latency-bound; Nagle would hold a header back for up to 40 ms.
   if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) return system_error("TCP_NODELAY", errno);
+  RETURN_IF_ERROR(set_loopback_congestion_control(fd, env.loopback_cc));
   // Setting SO_SNDBUF/SO_RCVBUF turns the kernel's autotuning off and is capped by
   // net.core.{w,r}mem_max (often 208 KiB, far below what autotuning reaches). So the buffers are
   // pinned to kBuffer only where the cap allows it; elsewhere autotuning does better.

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "common/deadline.h"
 #include "common/env.h"
@@ -64,8 +65,13 @@ Result<Handshake> read_handshake(int fd, Deadline deadline);
 // the communicator and this rank; the message says why not.
 Status check_handshake(const Handshake& h, uint64_t comm_id, int self_rank);
 
-// Options of a data socket: non-blocking, TCP_NODELAY, socket buffers, and keepalive +
-// TCP_USER_TIMEOUT so a silent peer is declared lost after env.peer_timeout_s.
+// Options of a data socket: non-blocking, TCP_NODELAY, the congestion control of a loopback
+// socket (env.loopback_cc), socket buffers, and keepalive + TCP_USER_TIMEOUT so a silent peer
+// is declared lost after env.peer_timeout_s.
 Status tune_data_socket(int fd, const Env& env);
+// Sets the congestion control `cc` ("system": none) on a connected socket whose peer is at a
+// loopback address; others are left alone. A name the kernel refuses is an invalid_argument
+// error naming BRAID_LOOPBACK_CC and what the kernel allows.
+Status set_loopback_congestion_control(int fd, const std::string& cc);
 
 }  // namespace braid::transport::tcp

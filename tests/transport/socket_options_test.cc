@@ -1,0 +1,112 @@
+// Options every data socket gets (socket_setup.h), read back from real loopback and eth sockets:
+// the congestion control of loopback sockets (BRAID_LOOPBACK_CC).
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "transport/tcp/interface_select.h"
+#include "transport/tcp/socket_setup.h"
+
+namespace braid::transport::tcp {
+namespace {
+
+std::string congestion_control(int fd) {
+  char name[16] = {};
+  socklen_t len = sizeof name;
+  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "getsockopt failed";
+  return name;
+}
+
+std::string system_default() {
+  std::string cc;
+  std::getline(std::ifstream("/proc/sys/net/ipv4/tcp_congestion_control"), cc);
+  return cc;
+}
+
+// Both ends of a TCP connection to `host`, each as tune_data_socket(env) leaves it.
+struct Pair {
+  UniqueFd a, b;
+  Status tuned;
+};
+
+Pair connect_pair(const SocketAddress& host, const Env& env) {
+  Pair p;
+  auto l = listen_on(host, 0, 0);
+  if (!l.is_ok()) return {UniqueFd(), UniqueFd(), l.status()};
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  getsockname(l.value().get(), reinterpret_cast<sockaddr*>(&bound), &len);
+  auto c = connect_with_retry(SocketAddress::from_sockaddr(reinterpret_cast<sockaddr*>(&bound), len),
+                              Deadline::after(std::chrono::seconds(5)));
+  if (!c.is_ok()) return {UniqueFd(), UniqueFd(), c.status()};
+  auto a = accept_one(l.value().get(), 5000);
+  if (!a.is_ok()) return {UniqueFd(), UniqueFd(), a.status()};
+  p.a = std::move(c).value();
+  p.b = std::move(a).value();
+  p.tuned = tune_data_socket(p.a.get(), env);
+  if (p.tuned.is_ok()) p.tuned = tune_data_socket(p.b.get(), env);
+  return p;
+}
+
+SocketAddress loopback() { return SocketAddress::from_host("127.0.0.1", 0).value(); }
+
+TEST(LoopbackCongestionControl, RenoByDefault) {
+  Pair p = connect_pair(loopback(), Env{});
+  ASSERT_TRUE(p.tuned.is_ok()) << p.tuned.message();
+  EXPECT_EQ(congestion_control(p.a.get()), "reno");
+  EXPECT_EQ(congestion_control(p.b.get()), "reno");
+}
+
+TEST(LoopbackCongestionControl, IPv6LoopbackToo) {
+  auto v6 = SocketAddress::from_host("::1", 0);
+  ASSERT_TRUE(v6.is_ok()) << v6.status().message();
+  Pair p = connect_pair(v6.value(), Env{});
+  if (!p.tuned.is_ok() && p.tuned.message().find("Address family") != std::string::npos) {
+    GTEST_SKIP() << "no IPv6 here: " << p.tuned.message();
+  }
+  ASSERT_TRUE(p.tuned.is_ok()) << p.tuned.message();
+  EXPECT_EQ(congestion_control(p.a.get()), "reno");
+}
+
+TEST(LoopbackCongestionControl, SystemKeepsTheKernelsDefault) {
+  Env env;
+  env.loopback_cc = "system";
+  Pair p = connect_pair(loopback(), env);
+  ASSERT_TRUE(p.tuned.is_ok()) << p.tuned.message();
+  EXPECT_EQ(congestion_control(p.a.get()), system_default());
+}
+
+TEST(LoopbackCongestionControl, AnUnknownNameIsAClearError) {
+  Env env;
+  env.loopback_cc = "nosuchcc";
+  Pair p = connect_pair(loopback(), env);
+  ASSERT_FALSE(p.tuned.is_ok());
+  EXPECT_EQ(p.tuned.code(), ErrorCode::invalid_argument);
+  EXPECT_NE(p.tuned.message().find("BRAID_LOOPBACK_CC=nosuchcc"), std::string::npos) << p.tuned.message();
+  EXPECT_NE(p.tuned.message().find("allowed here"), std::string::npos) << p.tuned.message();
+  EXPECT_NE(p.tuned.message().find("BRAID_LOOPBACK_CC=system"), std::string::npos) << p.tuned.message();
+}
+
+// A socket to an address of a real interface (even this host's own) keeps the kernel's choice:
+// a network may be there.
+TEST(LoopbackCongestionControl, OtherAddressesAreLeftAlone) {
+  const SocketAddress* eth = nullptr;
+  auto interfaces = list_interfaces();
+  for (const auto& i : interfaces) {
+    if (!i.loopback && i.address.family() == AF_INET) eth = &i.address;
+  }
+  if (eth == nullptr) GTEST_SKIP() << "no up IPv4 interface besides loopback";
+  Env env;
+  env.loopback_cc = "nosuchcc";  // would fail if it were applied
+  Pair p = connect_pair(*eth, env);
+  ASSERT_TRUE(p.tuned.is_ok()) << p.tuned.message();
+  EXPECT_EQ(congestion_control(p.a.get()), system_default());
+}
+
+}  // namespace
+}  // namespace braid::transport::tcp
