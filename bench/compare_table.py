@@ -55,7 +55,8 @@ def main():
             continue
         g = max((med[(l, a, s)] for l, a in series if l == "gloo" and (l, a, s) in med), default=None)
         m = max((med[(l, a, s)] for l, a in series if l == "mpi" and (l, a, s) in med), default=None)
-        t_other = min((tmed[(l, a, s)] for l, a in series if l != "braid" and (l, a, s) in tmed), default=None)
+        t_other = min((tmed[(l, a, s)] for l, a in series if not l.startswith("braid") and (l, a, s) in tmed),
+                      default=None)
         fmt = lambda x: f"{b / x:.2f}x" if x else "-"
         cei = f"{b / statistics.median(ceiling):.2f}x" if ceiling else "-"
         tr = f"{tmed[('braid', 'auto', s)] / t_other:.2f}" if t_other else "-"

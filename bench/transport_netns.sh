@@ -4,8 +4,8 @@
 # through a bridge with tbf egress shaping (../shared/bench/run-netns.sh builds it) at each rate.
 #
 # Per setting: iperf3, 1 stream, 3 s (host1 -> host0; the yardstick for bandwidth; on loopback
-# with the congestion control braid sets there, BRAID_LOOPBACK_CC, default reno, and once more
-# with the kernel's default, "iperf3-sys", for reference); then
+# once more with the congestion control braid's sockets use there, BRAID_LOOPBACK_CC, default
+# reno, as "iperf3-reno", for reference); then
 # transport_peer_bench bw for each engine and size (server = receiver in host0, client in host1;
 # GB/s at the receiver = bytes/s/1e9), then 8-byte ping-pong latency (median of RTT/2; engines
 # interleaved over LAT_ROUNDS rounds, median of the rounds).
@@ -96,16 +96,17 @@ iperf_gbs() { # [$1 = congestion control for iperf3 -C]
 
 measure() { # $1 = setting name [$2 = the congestion control braid's sockets use there]
   local setting=$1 cc=${2:-} ref gbs us sock_us engine size
+  ref=$(iperf_gbs)
+  log "$setting: iperf3 $ref GB/s"
+  ROWS+=("$(printf '%-9s %-11s %10s %9s %7s' "$setting" iperf3 - "$ref" 1.000)")
   if [ -n "$cc" ]; then
-    # The yardstick runs with braid's congestion control (BRAID_LOOPBACK_CC); the kernel's
-    # default is listed too.
-    gbs=$(iperf_gbs)
-    log "$setting: iperf3 (kernel's default congestion control) $gbs GB/s"
-    ROWS+=("$(printf '%-9s %-11s %10s %9s %7s' "$setting" iperf3-sys - "$gbs" -)")
+    # braid's sockets there use another congestion control (BRAID_LOOPBACK_CC): iperf3 with it too,
+    # for reference (the ratios stay against plain iperf3, the yardstick the targets name).
+    gbs=$(iperf_gbs "$cc")
+    log "$setting: iperf3 -C $cc $gbs GB/s"
+    ROWS+=("$(printf '%-9s %-11s %10s %9s %7s' "$setting" "iperf3-$cc" - "$gbs" \
+      "$(awk -v a="$gbs" -v b="$ref" 'BEGIN{if (b > 0) printf "%.3f", a / b; else print "-"}')")")
   fi
-  ref=$(iperf_gbs "$cc")
-  log "$setting: iperf3${cc:+ -C $cc} $ref GB/s"
-  ROWS+=("$(printf '%-9s %-11s %10s %9s %7s' "$setting" "iperf3${cc:+-$cc}" - "$ref" 1.000)")
   for engine in $BW_ENGINES; do
     for size in $SIZES; do
       gbs=$(run_pair "$BW_SECONDS" --engine "$engine" --mode bw --size "$size" --seconds "$BW_SECONDS" | field server gbps)
