@@ -56,13 +56,13 @@ std::string TcpConnection::describe_peer() const {
 Status TcpConnection::post_send(const void* data, size_t bytes, uint64_t cookie) {
   RETURN_IF_ERROR(engine_->check_owner());
   if (closed_) return invalid_argument("post_send on a closed connection to " + describe_peer());
-  if (sends_.size() >= kMaxInFlight) {
-    return invalid_argument("more than " + std::to_string(kMaxInFlight) + " sends outstanding to " + describe_peer());
-  }
   const char* p = static_cast<const char*>(data);
   if (sends_.empty() && bytes <= kGatherBytes - kFrameHeaderBytes && streams_.size() == 1 &&
       streams_[0]->on_shared_cpu_path && !failed()) {
     return send_now(p, bytes, cookie);
+  }
+  if (sends_.size() >= kMaxInFlight) {
+    return invalid_argument("more than " + std::to_string(kMaxInFlight) + " sends outstanding to " + describe_peer());
   }
   uint64_t seq = first_send_seq_ + sends_.size();
   size_t n = streams_.size();
@@ -135,13 +135,10 @@ Status TcpConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
   }
   for (auto& s : streams_) {
     if (s->parked() && s->header().seq == seq) s->dispatch_header();
+    // The shared-CPU path asks its stream what it wants to receive on every pass: no kick.
+    if (!s->on_shared_cpu_path) engine_->kick(s.get());
   }
-  kick_all();
   return Status::ok();
-}
-
-void TcpConnection::kick_all() {
-  for (auto& s : streams_) engine_->kick(s.get());
 }
 
 void TcpConnection::on_handshake_answer(TcpStream* stream, const Handshake& answer) {

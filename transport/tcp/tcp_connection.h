@@ -119,7 +119,6 @@ class TcpConnection final : public Connection {
   void flush_failures();
   void complete_sends();
   void complete_recvs();
-  void kick_all();
   void learn_peer_host(const HostIdentity& peer);
 
   Engine* engine_;
