@@ -8,7 +8,9 @@
 
 #include <fstream>
 #include <string>
+#include <thread>
 
+#include "tests/transport/transport_link.h"
 #include "transport/tcp/interface_select.h"
 #include "transport/tcp/socket_setup.h"
 
@@ -106,6 +108,34 @@ TEST(LoopbackCongestionControl, OtherAddressesAreLeftAlone) {
   Pair p = connect_pair(*eth, env);
   ASSERT_TRUE(p.tuned.is_ok()) << p.tuned.message();
   EXPECT_EQ(congestion_control(p.a.get()), system_default());
+}
+
+// Through the transport: a name the kernel refuses fails the connection on both ends, each error
+// naming the variable, what to set instead and the peer.
+TEST(LoopbackCongestionControl, ARefusedNameFailsBothEndsOfTheConnection) {
+  TransportOptions o = testing::loopback_options();
+  o.env.loopback_cc = "nosuchcc";
+  auto a = create_transport("tcp-poll", o);
+  auto b = create_transport("tcp-poll", o);
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  auto addr = a.value()->listen();
+  ASSERT_TRUE(addr.is_ok()) << addr.status().message();
+  Result<std::unique_ptr<Connection>> connected = Status(ErrorCode::internal, "connect did not run");
+  std::thread connector([&] {
+    connected = b.value()->connect(addr.value(), PeerIdentity{7, 1, 0}, Deadline::after(std::chrono::seconds(20)));
+  });
+  auto accepted = a.value()->accept(PeerIdentity{7, 0, 1}, Deadline::after(std::chrono::seconds(20)));
+  connector.join();
+  ASSERT_FALSE(connected.is_ok());
+  EXPECT_NE(connected.status().message().find("rank 1 connecting to rank 0 at " + addr.value()), std::string::npos)
+      << connected.status().message();
+  EXPECT_NE(connected.status().message().find("BRAID_LOOPBACK_CC=nosuchcc"), std::string::npos)
+      << connected.status().message();
+  ASSERT_FALSE(accepted.is_ok());
+  EXPECT_NE(accepted.status().message().find("rank 0 accepting rank 1 from 127.0.0.1"), std::string::npos)
+      << accepted.status().message();
+  EXPECT_NE(accepted.status().message().find("BRAID_LOOPBACK_CC=system"), std::string::npos)
+      << accepted.status().message();
 }
 
 }  // namespace

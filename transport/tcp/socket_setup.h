@@ -70,7 +70,7 @@ Status check_handshake(const Handshake& h, uint64_t comm_id, int self_rank);
 // is declared lost after env.peer_timeout_s.
 Status tune_data_socket(int fd, const Env& env);
 // Sets the congestion control `cc` ("system": none) on a connected socket whose peer is at a
-// loopback address; others are left alone. A name the kernel refuses is an invalid_argument
+// loopback address (told by our own end's address); others are left alone. A name the kernel refuses is an invalid_argument
 // error naming BRAID_LOOPBACK_CC and what the kernel allows.
 Status set_loopback_congestion_control(int fd, const std::string& cc);
 

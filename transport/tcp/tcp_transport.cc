@@ -133,7 +133,13 @@ Result<std::unique_ptr<Connection>> TcpTransport::accept(const PeerIdentity& who
       if (complete) {
         Pending p = std::move(it->second);
         pending_.erase(it);
-        for (auto& s : p.sockets) RETURN_IF_ERROR(tune_data_socket(s.get(), env_));
+        for (auto& s : p.sockets) {
+          Status st = tune_data_socket(s.get(), env_);
+          if (!st.is_ok()) {
+            return st.with_context("rank " + std::to_string(who.self_rank) + " accepting rank " +
+                                   std::to_string(who.peer_rank) + " from " + p.address + ": ");
+          }
+        }
         return make_connection(who, p.address, std::move(p.sockets), p.self_host, p.peer_host);
       }
     }
