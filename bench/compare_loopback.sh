@@ -49,17 +49,22 @@ ceiling() {
   rm -rf "$tmp"
 }
 
+# run_braid ROUND LABEL [VAR=VALUE...]: one braid-perf sweep, its rows named LABEL.
+run_braid() {
+  local round=$1 label=$2
+  shift 2
+  env "$@" timeout "$RUN_TIMEOUT" "$BUILD_DIR"/tools/braidrun/braidrun --standalone --no-prefix --nproc-per-node "$N" \
+    "$BUILD_DIR"/tools/braid_perf/braid-perf --op all_reduce -b "$MIN_BYTES" -e "$MAX_BYTES" -f 4 -n 40 -w 5 -c 1 \
+    --result-rows | sed "s/^RESULT\tbraid\t/RESULT\t$label\t/" | tag_results "round$round" >/dev/null ||
+    log "$label failed"
+}
+
 for round in $(seq 1 "$ROUNDS"); do
   log "round $round/$ROUNDS: braid"
-  timeout "$RUN_TIMEOUT" "$BUILD_DIR"/tools/braidrun/braidrun --standalone --no-prefix --nproc-per-node "$N" \
-    "$BUILD_DIR"/tools/braid_perf/braid-perf --op all_reduce -b "$MIN_BYTES" -e "$MAX_BYTES" -f 4 -n 40 -w 5 -c 1 \
-    --result-rows | tag_results "round$round" >/dev/null || log "braid failed"
+  run_braid "$round" braid
   if [ "$LOOPBACK_CC" != system ]; then
     log "round $round: braid with the kernel's congestion control"
-    BRAID_LOOPBACK_CC=system timeout "$RUN_TIMEOUT" "$BUILD_DIR"/tools/braidrun/braidrun --standalone --no-prefix \
-      --nproc-per-node "$N" "$BUILD_DIR"/tools/braid_perf/braid-perf --op all_reduce -b "$MIN_BYTES" -e "$MAX_BYTES" \
-      -f 4 -n 40 -w 5 -c 1 --result-rows | sed 's/^RESULT\tbraid\t/RESULT\tbraid-syscc\t/' |
-      tag_results "round$round" >/dev/null || log "braid (system congestion control) failed"
+    run_braid "$round" braid-syscc BRAID_LOOPBACK_CC=system
   fi
   IFS=, read -r -a algos <<< "$GLOO_ALGOS"
   for algo in "${algos[@]}"; do

@@ -76,6 +76,8 @@ run_pair() {
   rm -f "$sout"
 }
 
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{if (b > 0 && a > 0) printf "%.3f", a / b; else print "-"}'; }
+
 field() { sed -n "s/.*role=$1 .* $2=\([0-9.]*\).*/\1/p" | head -1; }
 
 iperf_gbs() { # [$1 = congestion control for iperf3 -C]
@@ -105,7 +107,7 @@ measure() { # $1 = setting name [$2 = the congestion control braid's sockets use
     gbs=$(iperf_gbs "$cc")
     log "$setting: iperf3 -C $cc $gbs GB/s"
     ROWS+=("$(printf '%-9s %-11s %10s %9s %7s' "$setting" "iperf3-$cc" - "$gbs" \
-      "$(awk -v a="$gbs" -v b="$ref" 'BEGIN{if (b > 0) printf "%.3f", a / b; else print "-"}')")")
+      "$(ratio "$gbs" "$ref")")")
   fi
   for engine in $BW_ENGINES; do
     for size in $SIZES; do
@@ -114,7 +116,7 @@ measure() { # $1 = setting name [$2 = the congestion control braid's sockets use
         ROWS+=("$(printf '%-9s %-11s %10s %9s %7s' "$setting" "$engine" "$size" FAIL -)")
       else
         ROWS+=("$(printf '%-9s %-11s %10s %9s %7s' "$setting" "$engine" "$size" "$gbs" \
-          "$(awk -v a="$gbs" -v b="$ref" 'BEGIN{if (b > 0) printf "%.3f", a / b; else print "-"}')")")
+          "$(ratio "$gbs" "$ref")")")
       fi
       log "$setting: $engine bw $size: ${gbs:-FAIL} GB/s"
     done
@@ -140,7 +142,7 @@ measure() { # $1 = setting name [$2 = the congestion control braid's sockets use
   for kv in "${lat[@]}"; do
     us=${kv#*=}
     ROWS+=("$(printf '%-9s %-11s %10s %9s %7s' "$setting" "${kv%%=*}" lat8B "${us}us" \
-      "$(awk -v a="$us" -v b="${sock_us:-}" 'BEGIN{if (b > 0 && a > 0) printf "%.3f", a / b; else print "-"}')")")
+      "$(ratio "$us" "${sock_us:-}")")")
   done
 }
 

@@ -2,13 +2,14 @@
 //
 //   transport_peer_bench --role server|client --addr A --port P
 //                        --engine tcp|tcp-poll|socket|socket-framed --mode bw|lat
-//                        [--size N] [--seconds S] [--iters I]
+//                        [--size N] [--seconds S] [--iters I] [--window W]
 //
 // Unlike transport_bench (two threads, one process, loopback only), the two ends are separate
 // processes so they can sit in different network namespaces (bench/transport_netns.sh). The
 // server listens on A:P (the port is pinned through Env::port_lo/port_hi, so the client knows the
 // address without an exchange channel; connect() retries until the server listens).
-//   bw:  the client streams N-byte messages for S seconds, a few in flight, then a 1-byte end
+//   bw:  the client streams N-byte messages for S seconds, a few in flight (W, or by size: 8
+//        below 4 MiB, 4 below 64 MiB, then 2; the server posts as many receives), then a 1-byte end
 //        marker; the server reports GB/s = payload bytes / s / 1e9 between the first and the last
 //        arrival (the receiver's view, like iperf3's "receiver" line).
 //   lat: 8-byte ping-pong; the client reports the median of RTT/2 over the iterations.
@@ -52,6 +53,7 @@ struct Args {
   size_t size = 1 << 20;
   double seconds = 2;
   int iters = 20000;
+  size_t window = 0;  // messages in flight (bw); 0: by size (window_for)
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -60,7 +62,10 @@ struct Args {
 }
 
 // A few messages in flight keep the pipe full without pinning too much memory for big messages.
-size_t window_for(size_t size) { return size >= (size_t{64} << 20) ? 2 : size >= (size_t{4} << 20) ? 4 : 8; }
+size_t window_for(const Args& a) {
+  if (a.window > 0) return a.window;
+  return a.size >= (size_t{64} << 20) ? 2 : a.size >= (size_t{4} << 20) ? 4 : 8;
+}
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -152,7 +157,7 @@ class Peer {
 };
 
 void transport_bw_server(const Args& a, Peer& p) {
-  const size_t window = window_for(a.size);
+  const size_t window = window_for(a);
   std::vector<char> dst(a.size * window);
   for (size_t i = 0; i < window; ++i) p.post_recv(dst.data() + i * a.size, a.size, i);
   size_t messages = 0;
@@ -177,7 +182,7 @@ void transport_bw_server(const Args& a, Peer& p) {
 }
 
 void transport_bw_client(const Args& a, Peer& p) {
-  const size_t window = window_for(a.size);
+  const size_t window = window_for(a);
   std::vector<char> src(a.size, 1);
   char ack = 0, end = 0;
   p.post_recv(&ack, 1, ~uint64_t{0});
@@ -386,11 +391,12 @@ Args parse(int argc, char** argv) {
     else if (k == "--size") a.size = std::stoull(v);
     else if (k == "--seconds") a.seconds = std::stod(v);
     else if (k == "--iters") a.iters = std::stoi(v);
+    else if (k == "--window") a.window = std::stoull(v);
     else die("unknown option " + k);
   }
   if ((a.role != "server" && a.role != "client") || a.port <= 0 || a.port > 65535 || (a.mode != "bw" && a.mode != "lat"))
     die("usage: --role server|client --addr A --port P --engine tcp|tcp-poll|socket|socket-framed --mode bw|lat "
-        "[--size N] [--seconds S] [--iters I]");
+        "[--size N] [--seconds S] [--iters I] [--window W]");
   if (a.mode == "lat") a.size = 8;
   if (a.engine == "socket-framed" && a.mode != "lat") die("--engine socket-framed measures latency only (--mode lat)");
   if (a.size < 8) die("--size must be at least 8 (1 byte is the end marker)");

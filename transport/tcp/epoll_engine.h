@@ -52,7 +52,6 @@ class EpollEngine final : public Engine {
   std::vector<uint32_t> batch_;  // the slots drive_dirty() works through now
   std::vector<uint32_t> retry_;  // slots whose send met ENOBUFS: tried again after kRetryAfter
   SharedCpuPath direct_;         // drives the only stream when its peer shares our CPU
-  const std::function<bool()> never_woken_ = [] { return false; };  // wake_fd_ is its only signal
 };
 
 }  // namespace braid::transport::tcp

@@ -29,12 +29,15 @@ ssize_t send_prepared(TcpStream* s, size_t bytes) {
   return ::send(s->fd(), buf, at, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-bool take_wake(int wake_fd) {
+bool read_eventfd(int fd) {
   uint64_t v;
-  return ::read(wake_fd, &v, sizeof v) == static_cast<ssize_t>(sizeof v);
+  return ::read(fd, &v, sizeof v) == static_cast<ssize_t>(sizeof v);
 }
 }  // namespace
 
+// Not send_prepared: that gathers a stream's prepared iovecs in a loop; a frame of known shape is
+// copied directly, which keeps ~25 instructions off every small message of a ping-pong
+// (bench/lat_instructions.sh).
 size_t send_frame_now(TcpStream* s, const FrameHeader& header, const char* payload) {
   char buf[kGatherBytes];
   const size_t bytes = kFrameHeaderBytes + header.slice_len;
@@ -142,9 +145,10 @@ void SharedCpuPath::leave() {
   stream_ = nullptr;
 }
 
-Status SharedCpuPath::wait_poll(std::chrono::microseconds left, bool for_send, bool for_recv, int wake_fd,
-                                bool* woken) {
-  pollfd fds[2] = {{wake_fd, POLLIN, 0}, {stream_->fd(), 0, 0}};
+bool SharedCpuPath::take_wake() { return read_eventfd(wake_fd_) || (woken_ && woken_()); }
+
+Status SharedCpuPath::wait_poll(std::chrono::microseconds left, bool for_send, bool for_recv, bool* woken) {
+  pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {stream_->fd(), 0, 0}};
   if (for_send) fds[1].events |= POLLOUT;
   if (for_recv) fds[1].events |= POLLIN;
   // A socket nobody waits on stays out: poll() reports errors and hang-ups even unasked, and
@@ -152,12 +156,11 @@ Status SharedCpuPath::wait_poll(std::chrono::microseconds left, bool for_send, b
   const nfds_t n = fds[1].events != 0 ? 2 : 1;
   timespec ts{static_cast<time_t>(left.count() / 1000000), static_cast<long>(left.count() % 1000000) * 1000};
   if (ppoll(fds, n, &ts, nullptr) < 0 && errno != EINTR) return system_error("ppoll", errno);
-  if ((fds[0].revents & POLLIN) && take_wake(wake_fd)) *woken = true;
+  if ((fds[0].revents & POLLIN) && read_eventfd(wake_fd_)) *woken = true;
   return Status::ok();
 }
 
-Status SharedCpuPath::run(std::chrono::microseconds timeout, const std::vector<Completion>& ready, int wake_fd,
-                          const std::function<bool()>& woken) {
+Status SharedCpuPath::run(std::chrono::microseconds timeout, const std::vector<Completion>& ready) {
   TcpStream* s = stream_;
   TcpConnection* conn = s->connection();
   // What is left of the timeout. A blocking receive is charged a whole slice (its bound), so
@@ -192,16 +195,16 @@ Status SharedCpuPath::run(std::chrono::microseconds timeout, const std::vector<C
       IoState got = receive_available(s, 0, target);  // sleeps until bytes come, at most kSlice
       conn->after_io();
       // The slice ran out: a wake-up that came meanwhile ends the wait.
-      if (got == IoState::would_block && (take_wake(wake_fd) || woken())) return Status::ok();
+      if (got == IoState::would_block && take_wake()) return Status::ok();
       continue;
     }
     auto wait = left;
     if (send_state == IoState::no_memory) wait = std::min(wait, kNoMemoryRetry);
     bool woke = false;
     const auto before = Clock::now();
-    RETURN_IF_ERROR(wait_poll(wait, send_state == IoState::would_block, want_recv, wake_fd, &woke));
+    RETURN_IF_ERROR(wait_poll(wait, send_state == IoState::would_block, want_recv, &woke));
     left -= std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - before);
-    if (woke || woken()) return Status::ok();
+    if (woke || (woken_ && woken_())) return Status::ok();
     if (send_blocked) dirty_ = true;
     if (want_recv) {
       (void)receive_available(s, MSG_DONTWAIT, s->recv_target());

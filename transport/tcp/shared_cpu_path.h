@@ -69,6 +69,11 @@ class SharedCpuPath {
  public:
   static constexpr std::chrono::milliseconds kSlice{2};
 
+  // The engine's wake-up signals, fixed for its life: `wake_fd`, the eventfd wake() writes (read
+  // here), and `woken`, the engine's own look at it where that can be taken elsewhere (e.g. an
+  // io_uring completion of its eventfd read); none when empty.
+  SharedCpuPath(int wake_fd, std::function<bool()> woken = {}) : wake_fd_(wake_fd), woken_(std::move(woken)) {}
+
   bool active() const { return stream_ != nullptr; }
   TcpStream* stream() const { return stream_; }
   // Whether `s`, one of the `streams` an engine drives, belongs here: it is the only one, its
@@ -89,16 +94,16 @@ class SharedCpuPath {
   void kick() { dirty_ = true; }
   uint64_t blocking_receives() const { return blocking_receives_; }
 
-  // Moves bytes until `ready` holds a completion, `timeout` passed, or a wake-up: wake_fd read here, or
-  // woken() true (the engine's own wake signal, e.g. an io_uring completion of its eventfd read),
-  // which is asked after each wait that did not end in a completion. timeout 0 makes one non-blocking
-  // pass.
-  Status run(std::chrono::microseconds timeout, const std::vector<Completion>& ready, int wake_fd,
-             const std::function<bool()>& woken);
+  // Moves bytes until `ready` holds a completion, `timeout` passed, or a wake-up (either signal,
+  // asked after each wait that did not end in a completion). timeout 0 makes one non-blocking pass.
+  Status run(std::chrono::microseconds timeout, const std::vector<Completion>& ready);
 
  private:
-  Status wait_poll(std::chrono::microseconds left, bool for_send, bool for_recv, int wake_fd, bool* woken);
+  Status wait_poll(std::chrono::microseconds left, bool for_send, bool for_recv, bool* woken);
+  bool take_wake();  // a wake() since the last look: the eventfd's count, or the engine's signal
 
+  const int wake_fd_;
+  const std::function<bool()> woken_;
   TcpStream* stream_ = nullptr;
   bool usable_ = true;
   bool dirty_ = true;

@@ -107,7 +107,8 @@ UringEngine::UringEngine(const Env& env, std::unique_ptr<io_uring> ring, bool si
       single_issuer_(single_issuer),
       wake_fd_(wake_fd),
       zero_copy_bytes_(env.zcopy_bytes),
-      spin_us_(env.spin_us) {}
+      spin_us_(env.spin_us),
+      direct_(wake_fd, [this] { return ring_woke(); }) {}
 
 UringEngine::~UringEngine() {
   io_uring_queue_exit(ring_.get());
@@ -207,7 +208,7 @@ bool UringEngine::ring_woke() {
 }
 
 Status UringEngine::run_shared_cpu_path(std::chrono::microseconds timeout, const std::vector<Completion>& ready) {
-  return direct_.run(timeout, ready, wake_fd_, ring_woke_);
+  return direct_.run(timeout, ready);
 }
 
 void UringEngine::kick(TcpStream* s) {

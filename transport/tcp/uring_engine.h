@@ -65,12 +65,11 @@ class UringEngine final : public Engine {
   int spin_us_;
   std::vector<TcpStream*> slots_;
   std::vector<uint32_t> free_slots_;
-  SharedCpuPath direct_;   // drives the only stream when its peer shares our CPU
-  // The path's look at the engine's own wake signal: the eventfd read stays armed on the ring;
-  // without DEFER_TASKRUN it may complete on its own and take the eventfd's count, so a
-  // completion waiting in the ring counts as a wake-up too.
+  // Drives the only stream when its peer shares our CPU. Its look at our wake signal besides the
+  // eventfd: the eventfd read stays armed on the ring; without DEFER_TASKRUN it may complete on
+  // its own and take the eventfd's count, so a completion waiting in the ring counts too.
+  SharedCpuPath direct_;
   bool ring_woke();
-  const std::function<bool()> ring_woke_ = [this] { return ring_woke(); };
   EngineStats stats_;
 };
 
