@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/transport/transport_link.h"
+#include "transport/tcp/engine.h"
 #include "transport/tcp/tcp_stream.h"
 
 namespace braid::transport::testing {
@@ -76,6 +77,33 @@ TEST_P(TcpStreamTest, AnOversizeMessageIsSkippedFromTheInboxToo) {
   EXPECT_EQ(link_.done_a[2].status.code(), ErrorCode::protocol) << link_.done_a[2].status.message();
   EXPECT_TRUE(link_.done_a[3].status.is_ok()) << link_.done_a[3].status.message();
   EXPECT_TRUE(check(last.data(), 9, 3));
+}
+
+// The engines' slot table: a freed slot is reused, and a slot a stale completion names (freed,
+// or never handed out) finds no stream. The table never dereferences what it holds, so
+// addresses of plain objects stand in for streams.
+TEST(StreamSlotsTest, ReusesFreedSlotsAndFindsNothingInAFreeOne) {
+  int a = 0, b = 0, c = 0, d = 0;
+  auto* sa = reinterpret_cast<tcp::TcpStream*>(&a);
+  auto* sb = reinterpret_cast<tcp::TcpStream*>(&b);
+  auto* sc = reinterpret_cast<tcp::TcpStream*>(&c);
+  auto* sd = reinterpret_cast<tcp::TcpStream*>(&d);
+  tcp::StreamSlots slots;
+  EXPECT_EQ(slots.at(0), nullptr);
+  const uint32_t ia = slots.add(sa), ib = slots.add(sb), ic = slots.add(sc);
+  EXPECT_NE(ia, ib);
+  EXPECT_NE(ib, ic);
+  EXPECT_EQ(slots.count(), 3u);
+  EXPECT_EQ(slots.at(ib), sb);
+  slots.remove(ib);
+  EXPECT_EQ(slots.at(ib), nullptr);  // a completion that arrives for a removed stream
+  EXPECT_EQ(slots.count(), 2u);
+  EXPECT_EQ(slots.add(sd), ib);       // reused: the table does not grow
+  EXPECT_EQ(slots.all().size(), 3u);
+  EXPECT_EQ(slots.at(ib), sd);
+  EXPECT_EQ(slots.at(ia), sa);
+  EXPECT_EQ(slots.at(ic), sc);
+  EXPECT_EQ(slots.at(1000), nullptr);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, TcpStreamTest, ::testing::Values("tcp", "tcp-poll"), [](const auto& info) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <vector>
 
 #include "common/deadline.h"
@@ -20,6 +21,35 @@ struct EngineStats {
   uint64_t zero_copy_sends = 0;   // SEND_ZC notifications received
   uint64_t zero_copy_copied = 0;  // ...of which the kernel reported it copied anyway (loopback)
   uint64_t shared_cpu_receives = 0;  // blocking receives on the shared-CPU path (shared_cpu_path.h)
+};
+
+// The streams an engine drives, by slot: the number a stream keeps (TcpStream::slot) and its
+// kernel operations carry back (epoll's event data, io_uring's user data). Freed slots are
+// reused, so the table stays as large as the most streams the engine ever held at once.
+class StreamSlots {
+ public:
+  uint32_t add(TcpStream* s) {
+    if (free_.empty()) {
+      free_.push_back(static_cast<uint32_t>(slots_.size()));
+      slots_.push_back(nullptr);
+    }
+    const uint32_t slot = free_.back();
+    free_.pop_back();
+    slots_[slot] = s;
+    return slot;
+  }
+  void remove(uint32_t slot) {
+    slots_[slot] = nullptr;
+    free_.push_back(slot);
+  }
+  // The stream in `slot`; nullptr for a free slot or one out of range (a stale completion).
+  TcpStream* at(uint32_t slot) const { return slot < slots_.size() ? slots_[slot] : nullptr; }
+  size_t count() const { return slots_.size() - free_.size(); }
+  const std::vector<TcpStream*>& all() const { return slots_; }  // nullptr: free
+
+ private:
+  std::vector<TcpStream*> slots_;
+  std::vector<uint32_t> free_;
 };
 
 class Engine {

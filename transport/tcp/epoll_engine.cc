@@ -51,13 +51,7 @@ EpollEngine::~EpollEngine() {
 }
 
 Status EpollEngine::add(TcpStream* s) {
-  if (free_slots_.empty()) {
-    free_slots_.push_back(static_cast<uint32_t>(slots_.size()));
-    slots_.push_back(nullptr);
-  }
-  s->slot = free_slots_.back();
-  free_slots_.pop_back();
-  slots_[s->slot] = s;
+  s->slot = slots_.add(s);
   if (direct_.active()) {  // two streams: the engine drives them all again
     TcpStream* old = direct_.stream();
     direct_.leave();
@@ -82,8 +76,7 @@ void EpollEngine::remove(TcpStream* s, Deadline) {
   // Plain system calls hold no buffer after they return: nothing to wait for.
   if (direct_.stream() == s) direct_.leave();  // not watched by epoll then: the DEL fails, harmlessly
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s->fd(), nullptr);
-  slots_[s->slot] = nullptr;
-  free_slots_.push_back(s->slot);
+  slots_.remove(s->slot);
 }
 
 void EpollEngine::kick(TcpStream* s) {
@@ -93,7 +86,7 @@ void EpollEngine::kick(TcpStream* s) {
 
 // Hands the only stream to the shared-CPU path when its peer shares our CPU (shared_cpu_path.h).
 bool EpollEngine::take_shared_cpu_path() {
-  TcpStream* s = direct_.candidate(slots_, slots_.size() - free_slots_.size());
+  TcpStream* s = direct_.candidate(slots_.all(), slots_.count());
   if (s == nullptr || !direct_.enter(s)) return false;
   dirty_.clear();  // the path sends what was queued and receives what is wanted
   retry_.clear();
@@ -119,7 +112,7 @@ void EpollEngine::drive_dirty() {
   while (!dirty_.empty()) {
     batch_.swap(dirty_);
     for (uint32_t slot : batch_) {
-      if (slot < slots_.size() && slots_[slot] != nullptr) drive(slots_[slot]);
+      if (TcpStream* s = slots_.at(slot)) drive(s);
     }
     batch_.clear();
   }
@@ -139,7 +132,7 @@ Status EpollEngine::wait(std::chrono::microseconds timeout) {
       continue;
     }
     auto slot = static_cast<uint32_t>(events[i].data.u64);
-    if (slot < slots_.size() && slots_[slot] != nullptr) dirty_.push_back(slot);
+    if (slots_.at(slot) != nullptr) dirty_.push_back(slot);
   }
   return Status::ok();
 }

@@ -46,8 +46,7 @@ class EpollEngine final : public Engine {
   int wake_fd_;
   int spin_us_;
   bool woken_ = false;
-  std::vector<TcpStream*> slots_;
-  std::vector<uint32_t> free_slots_;
+  StreamSlots slots_;
   std::vector<uint32_t> dirty_;  // slots with new work since the last pass
   std::vector<uint32_t> batch_;  // the slots drive_dirty() works through now
   std::vector<uint32_t> retry_;  // slots whose send met ENOBUFS: tried again after kRetryAfter

@@ -121,7 +121,7 @@ Status UringEngine::check_owner() {
   if (enabled_) {
     // Another thread takes over ("one thread at a time", transport.h). A SINGLE_ISSUER ring
     // cannot change hands, so a quiet one is replaced; one with I/O in flight cannot be.
-    for (TcpStream* s : slots_) {
+    for (TcpStream* s : slots_.all()) {
       if (s != nullptr && s->in_flight()) {
         return internal_error("the tcp transport's io_uring is driven by thread " + std::to_string(owner_) +
                               " and has I/O in flight; thread " + std::to_string(self) +
@@ -149,13 +149,7 @@ Status UringEngine::check_owner() {
 }
 
 Status UringEngine::add(TcpStream* stream) {
-  if (free_slots_.empty()) {
-    free_slots_.push_back(static_cast<uint32_t>(slots_.size()));
-    slots_.push_back(nullptr);
-  }
-  stream->slot = free_slots_.back();
-  free_slots_.pop_back();
-  slots_[stream->slot] = stream;
+  stream->slot = slots_.add(stream);
   if (direct_.active()) {  // two streams: the ring drives them all again
     TcpStream* old = direct_.stream();
     direct_.leave();
@@ -173,8 +167,7 @@ void UringEngine::remove(TcpStream* stream, Deadline deadline) {
     }
   }
   if (stream->in_flight()) return;  // the connection keeps the memory; the slot stays taken
-  slots_[stream->slot] = nullptr;
-  free_slots_.push_back(stream->slot);
+  slots_.remove(stream->slot);
 }
 
 io_uring_sqe* UringEngine::get_sqe() {
@@ -195,7 +188,7 @@ void UringEngine::arm_wake() {
 // Hands the only stream to the shared-CPU path (shared_cpu_path.h) once the ring holds nothing
 // of it; kick() arms nothing new for it meanwhile.
 bool UringEngine::take_shared_cpu_path() {
-  TcpStream* s = direct_.candidate(slots_, streams());
+  TcpStream* s = direct_.candidate(slots_.all(), slots_.count());
   if (s == nullptr) return false;
   if (direct_.enter(s)) return true;
   kick(s);  // held back for the path until now: the ring takes it after all
@@ -214,7 +207,7 @@ Status UringEngine::run_shared_cpu_path(std::chrono::microseconds timeout, const
 void UringEngine::kick(TcpStream* s) {
   if (direct_.stream() == s) return direct_.kick();
   if (!enabled_) return;  // nothing posted yet: check_owner enables the ring on first post
-  if (direct_.wants(*s, streams())) return;  // the shared-CPU path takes it next
+  if (direct_.wants(*s, slots_.count())) return;  // the shared-CPU path takes it next
   if (!s->send_in_flight) {
     bool zero_copy = false;
     uint64_t seq = 0;
@@ -253,7 +246,7 @@ void UringEngine::handle(const io_uring_cqe* cqe) {
     arm_wake();
     return;
   }
-  TcpStream* s = ud.slot < slots_.size() ? slots_[ud.slot] : nullptr;
+  TcpStream* s = slots_.at(ud.slot);
   if (s == nullptr) return;
   TcpConnection* conn = s->connection();
   int res = cqe->res;

@@ -49,7 +49,6 @@ class UringEngine final : public Engine {
   void handle(const io_uring_cqe* cqe);
   void reap();
   Status submit_and_wait(std::chrono::nanoseconds timeout);
-  size_t streams() const { return slots_.size() - free_slots_.size(); }
   bool take_shared_cpu_path();
   Status run_shared_cpu_path(std::chrono::microseconds timeout, const std::vector<Completion>& ready);
 
@@ -63,8 +62,7 @@ class UringEngine final : public Engine {
   size_t zero_copy_bytes_;
   bool zero_copy_ok_ = true;
   int spin_us_;
-  std::vector<TcpStream*> slots_;
-  std::vector<uint32_t> free_slots_;
+  StreamSlots slots_;
   // Drives the only stream when its peer shares our CPU. Its look at our wake signal besides the
   // eventfd: the eventfd read stays armed on the ring; without DEFER_TASKRUN it may complete on
   // its own and take the eventfd's count, so a completion waiting in the ring counts too.
