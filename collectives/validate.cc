@@ -27,8 +27,10 @@ bool sum_counts(const std::vector<size_t>& counts, size_t count, int size, size_
 }  // namespace
 
 Status validate_collective(const CollectiveArgs& a, int rank, int size) {
-  const std::string where = std::string(to_string(a.kind)) + " on rank " + std::to_string(rank) + ": ";
-  auto bad = [&](const std::string& what) { return invalid_argument(where + what); };
+  // The prefix is built only for an error: this runs before every collective.
+  auto bad = [&](const std::string& what) {
+    return invalid_argument(std::string(to_string(a.kind)) + " on rank " + std::to_string(rank) + ": " + what);
+  };
   if (size < 1) return bad("world size " + std::to_string(size) + " must be at least 1");
   if (rank < 0 || rank >= size) return bad("rank is out of range for a world of " + std::to_string(size) + " ranks");
   if (static_cast<int>(a.dtype) >= kNumDTypes) return bad("unknown dtype " + std::to_string(static_cast<int>(a.dtype)));

@@ -147,7 +147,7 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
   return e;
 }
 
-Result<Env> global_env() {
+const Result<Env>& global_env() {
   static std::once_flag once;
   static Result<Env>* parsed = nullptr;
   std::call_once(once, [] { parsed = new Result<Env>(Env::parse(process_env())); });

@@ -67,8 +67,9 @@ struct Env {
   static Result<Env> parse(const EnvLookup& lookup);
 };
 
-// The process's Env, parsed on first use (thread-safe). A bad value fails every call.
-Result<Env> global_env();
+// The process's Env, parsed on first use (thread-safe) and never changed after: the reference
+// stays valid for the life of the process. A bad value fails every call.
+const Result<Env>& global_env();
 
 // Helpers for other layers that read their own variables through an EnvLookup
 // (rendezvous reads RANK, WORLD_SIZE, ...). Errors name the variable and its value.

@@ -13,7 +13,7 @@ std::atomic<int> g_rank{-1};
 int current_level() {
   int l = g_level.load(std::memory_order_relaxed);
   if (l < 0) {
-    auto env = global_env();
+    const Result<Env>& env = global_env();
     l = static_cast<int>(env.is_ok() ? env.value().debug : LogLevel::warn);
     g_level.store(l, std::memory_order_relaxed);
   }

@@ -16,7 +16,10 @@ namespace {
 using collectives::CollectiveArgs;
 using collectives::Kind;
 
-Env env_or_raise() { return value_or_raise(global_env()); }
+Env env_or_raise() {
+  Result<Env> env = global_env();
+  return value_or_raise(std::move(env));
+}
 
 // Every rank counts the communicators it made on one store in the same order, so the n-th
 // of each rank meets the n-th of the others (store_join.h).

@@ -320,7 +320,8 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
 Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vector<int>& after, const std::string& what,
                                const Deadline& deadline, std::optional<Failure>* adopted,
                                const std::function<void()>& between) {
-  const std::string me = " on rank " + std::to_string(cfg_.rank);
+  // Built only for a message: drive() runs for every operation.
+  auto me = [&] { return " on rank " + std::to_string(cfg_.rank); };
   std::vector<bool> started(runs.size(), false);
   auto all_done = [&] {
     for (size_t i = 0; i < runs.size(); ++i) {
@@ -357,7 +358,7 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
   std::vector<transport::Completion> done;
   while (!all_done()) {
     if (abort_requested_.load(std::memory_order_relaxed)) {
-      return Status(ErrorCode::aborted, what + me + ": aborted on this rank");
+      return Status(ErrorCode::aborted, what + me() + ": aborted on this rank");
     }
     if (deadline.expired()) {
       std::string name = runs.front()->name();
@@ -367,7 +368,7 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
           break;
         }
       }
-      return timeout_error(what + " (" + name + me + ") did not finish within " +
+      return timeout_error(what + " (" + name + me() + ") did not finish within " +
                            std::to_string(static_cast<int>(cfg_.env.timeout_s)) + " s (BRAID_TIMEOUT_S); waiting for " +
                            waiting_for());
     }
@@ -378,7 +379,7 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
     done.clear();
     const auto wait = std::min<std::chrono::nanoseconds>(deadline.remaining(), kPollSlice);
     Status polled = transport_->poll(done, std::chrono::duration_cast<std::chrono::microseconds>(wait));
-    if (!polled.is_ok()) return polled.with_context(what + me + ": ");
+    if (!polled.is_ok()) return polled.with_context(what + me() + ": ");
     // Every completion of the batch is handed over, even after a failure, so the count of
     // outstanding operations stays true for the drain in close_connections().
     Status first;
@@ -390,7 +391,7 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
         if (ours) break;
       }
       if (!ours) {
-        BRAID_LOG(trace) << what << me << ": dropped a completion of another operation (cookie " << c.cookie << ")";
+        BRAID_LOG(trace) << what << me() << ": dropped a completion of another operation (cookie " << c.cookie << ")";
       }
     }
     RETURN_IF_ERROR(first);

@@ -47,7 +47,8 @@ bool WorkState::wait_until(Deadline deadline, int spin_us) const {
 }
 
 int spin_us_setting() {
-  auto env = global_env();
+  // Asked on every wait: a reference, not a copy of the Env and its strings.
+  const Result<Env>& env = global_env();
   return env.is_ok() ? env.value().spin_us : 50;
 }
 
