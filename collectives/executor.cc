@@ -24,33 +24,33 @@ bool reads_src(const Step& st) { return st.src.bytes != 0; }
 
 }  // namespace
 
-Result<std::unique_ptr<Executor>> Executor::create(const Schedule& schedule, const void* send, void* recv,
+Result<std::unique_ptr<Executor>> Executor::create(Schedule schedule, const void* send, void* recv,
                                                    const std::vector<transport::Connection*>& peers,
                                                    ExecutorOptions options) {
-  const std::string where = options.name + " on rank " + std::to_string(options.rank) + ": ";
+  auto where = [&] { return options.name + " on rank " + std::to_string(options.rank) + ": "; };
   for (const Step& st : schedule.steps) {
     for (int peer : {st.has_recv() ? st.recv_peer : -1, st.has_send() ? st.send_peer : -1}) {
       if (peer < 0) continue;
       if (static_cast<size_t>(peer) >= peers.size() || peers[static_cast<size_t>(peer)] == nullptr) {
-        return invalid_argument(where + "missing connection between rank " + std::to_string(options.rank) +
+        return invalid_argument(where() + "missing connection between rank " + std::to_string(options.rank) +
                                 " (this process) and rank " + std::to_string(peer));
       }
     }
     for (const Range* r : {&st.dst, &st.src}) {
       if (r->bytes == 0) continue;
       if ((r->buf == Buf::send && send == nullptr) || (r->buf == Buf::recv && recv == nullptr)) {
-        return invalid_argument(where + std::string(r->buf == Buf::send ? "send" : "recv") +
+        return invalid_argument(where() + std::string(r->buf == Buf::send ? "send" : "recv") +
                                 " buffer is null but the operation has data for it");
       }
     }
   }
-  return std::unique_ptr<Executor>(new Executor(schedule, send, recv, peers, std::move(options)));
+  return std::unique_ptr<Executor>(new Executor(std::move(schedule), send, recv, peers, std::move(options)));
 }
 
-Executor::Executor(const Schedule& schedule, const void* send, void* recv,
+Executor::Executor(Schedule&& schedule, const void* send, void* recv,
                    const std::vector<transport::Connection*>& peers, ExecutorOptions options)
-    : steps_(schedule.steps),
-      phase_(schedule.steps.size(), Phase::idle),
+    : steps_(std::move(schedule.steps)),
+      phase_(steps_.size(), Phase::idle),
       send_(static_cast<const std::byte*>(send)),
       recv_(static_cast<std::byte*>(recv)),
       peers_(peers),
@@ -119,7 +119,7 @@ Result<bool> Executor::try_start(size_t i) {
     s = peers_[static_cast<size_t>(st.recv_peer)]->post_recv(land, st.dst.bytes, make_cookie(options_.op_id, i, false));
     if (s.is_ok()) ++outstanding_;
   }
-  if (!s.is_ok()) return s.with_context(options_.name + " on rank " + std::to_string(options_.rank) + ": ");
+  if (!s.is_ok()) return s.with_context(where());
   phase_[i] = Phase::receiving;
   return true;
 }
@@ -174,7 +174,7 @@ Result<bool> Executor::advance(size_t i) {
         s = peers_[static_cast<size_t>(st.send_peer)]->post_send(at(r), r.bytes, make_cookie(options_.op_id, i, true));
         if (s.is_ok()) ++outstanding_;
       }
-      if (!s.is_ok()) return s.with_context(options_.name + " on rank " + std::to_string(options_.rank) + ": ");
+      if (!s.is_ok()) return s.with_context(where());
       phase_[i] = Phase::sending;
       return true;
     }
@@ -212,8 +212,10 @@ bool Executor::all_posted() const {
 }
 
 Status Executor::fail(const std::string& what) const {
-  return protocol_error(options_.name + " on rank " + std::to_string(options_.rank) + ": " + what);
+  return protocol_error(where() + what);
 }
+
+std::string Executor::where() const { return options_.name + " on rank " + std::to_string(options_.rank) + ": "; }
 
 Status Executor::on_completion(const transport::Completion& c, bool* ours) {
   const size_t index = static_cast<size_t>((c.cookie & 0xffffffffu) >> 1);
@@ -234,7 +236,7 @@ Status Executor::on_completion(const transport::Completion& c, bool* ours) {
   if (phase_[index] != expected) return fail("unexpected completion for step " + std::to_string(index));
   --outstanding_;
   if (!c.status.is_ok()) {
-    return c.status.with_context(options_.name + " on rank " + std::to_string(options_.rank) + ": ");
+    return c.status.with_context(where());
   }
   if (is_send) {
     phase_[index] = Phase::done;
@@ -242,7 +244,7 @@ Status Executor::on_completion(const transport::Completion& c, bool* ours) {
   }
   if (c.bytes != st.dst.bytes) {
     return Status(ErrorCode::mismatch,
-                  options_.name + " on rank " + std::to_string(options_.rank) + ": expected " +
+                  where() + "expected " +
                       std::to_string(st.dst.bytes) + " bytes from " + peer_name(st.recv_peer) + ", got " +
                       std::to_string(c.bytes) + " - do all ranks call the same collective with the same counts?");
   }
@@ -316,11 +318,10 @@ Status Executor::on_header_completion(const transport::Completion& c, size_t pee
   if (is_send ? h.out.empty() : (h.in == nullptr || h.header_recv_done)) return fail("unexpected header completion");
   --outstanding_;
   --header_ops_;
-  const std::string where = options_.name + " on rank " + std::to_string(options_.rank) + ": ";
-  if (is_send) return c.status.is_ok() ? Status::ok() : c.status.with_context(where);
+  if (is_send) return c.status.is_ok() ? Status::ok() : c.status.with_context(where());
   h.header_recv_done = true;
   // A message too large for the header is the peer's data: let check() say what it means.
-  if (!c.status.is_ok() && c.status.code() != ErrorCode::protocol) return c.status.with_context(where);
+  if (!c.status.is_ok() && c.status.code() != ErrorCode::protocol) return c.status.with_context(where());
   const auto* data = reinterpret_cast<const unsigned char*>(h.in.get());
   return check_header_(static_cast<int>(peer), c.status.is_ok() ? data : nullptr, c.status.is_ok() ? c.bytes : 0,
                        c.status);
@@ -330,7 +331,6 @@ Status Executor::on_header_completion(const transport::Completion& c, size_t pee
 // expected to send one. Both sides see the same schedule shape, so both agree who sends.
 Status Executor::post_reverse_headers() {
   reverse_posted_ = true;
-  const std::string where = options_.name + " on rank " + std::to_string(options_.rank) + ": ";
   for (size_t p = 0; p < headers_.size(); ++p) {
     PeerHeader& h = headers_[p];
     const bool sends = h.first_send != SIZE_MAX, receives = h.first_recv != SIZE_MAX;
@@ -346,7 +346,7 @@ Status Executor::post_reverse_headers() {
       s = peers_[p]->post_recv(h.in.get(), header_bytes_ + kInlineHeaderMax,
                                make_cookie(options_.op_id, cookie_index, false));
     }
-    if (!s.is_ok()) return s.with_context(where);
+    if (!s.is_ok()) return s.with_context(where());
     ++outstanding_;
     ++header_ops_;
   }
@@ -358,13 +358,12 @@ Status Executor::finish_first_recv(size_t index, const transport::Completion& c)
   const Step& st = steps_[index];
   PeerHeader& h = headers_[static_cast<size_t>(st.recv_peer)];
   h.header_recv_done = true;
-  const std::string where = options_.name + " on rank " + std::to_string(options_.rank) + ": ";
-  if (!c.status.is_ok() && c.status.code() != ErrorCode::protocol) return c.status.with_context(where);
+  if (!c.status.is_ok() && c.status.code() != ErrorCode::protocol) return c.status.with_context(where());
   const auto* data = reinterpret_cast<const unsigned char*>(h.in.get());
   const bool arrived = c.status.is_ok();
   RETURN_IF_ERROR(check_header_(st.recv_peer, arrived ? data : nullptr, arrived ? c.bytes : 0, c.status));
   if (c.bytes != header_bytes_ + st.dst.bytes) {
-    return Status(ErrorCode::mismatch, where + "expected " + std::to_string(st.dst.bytes) + " bytes from " +
+    return Status(ErrorCode::mismatch, where() + "expected " + std::to_string(st.dst.bytes) + " bytes from " +
                                            peer_name(st.recv_peer) + ", got " +
                                            std::to_string(c.bytes - std::min(c.bytes, header_bytes_)) +
                                            " - do all ranks call the same collective with the same counts?");

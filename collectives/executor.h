@@ -50,8 +50,9 @@ struct ExecutorOptions {
 class Executor {
  public:
   // Checks that every peer the schedule names has a connection and every range it touches has
-  // a buffer, then allocates scratch and landing slots.
-  static Result<std::unique_ptr<Executor>> create(const Schedule& schedule, const void* send, void* recv,
+  // a buffer, then allocates scratch and landing slots. The executor keeps the schedule's steps
+  // (moved from an rvalue: one per operation, not copied).
+  static Result<std::unique_ptr<Executor>> create(Schedule schedule, const void* send, void* recv,
                                                   const std::vector<transport::Connection*>& peers,
                                                   ExecutorOptions options);
   Executor(const Executor&) = delete;
@@ -95,7 +96,7 @@ class Executor {
  private:
   enum class Phase : uint8_t { idle, receiving, received, ready_send, sending, done };
 
-  Executor(const Schedule& schedule, const void* send, void* recv, const std::vector<transport::Connection*>& peers,
+  Executor(Schedule&& schedule, const void* send, void* recv, const std::vector<transport::Connection*>& peers,
            ExecutorOptions options);
   std::byte* at(const Range& r) const;
   bool write_blocked(size_t i, const Range& r) const;
@@ -104,6 +105,8 @@ class Executor {
   Result<bool> advance(size_t i);
   void compute(const Step& st, size_t i);
   Status fail(const std::string& what) const;
+  // "<name> on rank R: ", the prefix of this operation's errors; built only for one.
+  std::string where() const;
   Status post_first_send(size_t i, int peer, const std::byte* data, size_t bytes);
   Status post_first_recv(size_t i, int peer, std::byte* land, size_t bytes);
   Status on_header_completion(const transport::Completion& c, size_t index, bool is_send);

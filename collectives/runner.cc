@@ -45,13 +45,17 @@ Result<PreparedCollective> prepare_collective(const CollectiveArgs& args, int ra
   eo.op = args.op == Op::avg ? Op::sum : args.op;
   // A step in flight holds one operation on one connection at a time.
   eo.window = std::max<size_t>(2, std::min(schedule.window, caps.max_in_flight));
-  ASSIGN_OR_RETURN(out.executor, Executor::create(schedule, args.send, args.recv, peers, eo));
-  // Executor::create checked that every peer named is a valid rank with a connection.
+  // Read before the executor takes the steps; Executor::create checks that every peer named is
+  // a valid rank with a connection (an error there discards this).
   std::vector<bool> talks(static_cast<size_t>(size), false);
+  auto mark = [&](int peer) {
+    if (peer >= 0 && peer < size) talks[static_cast<size_t>(peer)] = true;
+  };
   for (const Step& st : schedule.steps) {
-    if (st.has_recv()) talks[static_cast<size_t>(st.recv_peer)] = true;
-    if (st.has_send()) talks[static_cast<size_t>(st.send_peer)] = true;
+    if (st.has_recv()) mark(st.recv_peer);
+    if (st.has_send()) mark(st.send_peer);
   }
+  ASSIGN_OR_RETURN(out.executor, Executor::create(std::move(schedule), args.send, args.recv, peers, eo));
   for (int r = 0; r < size; ++r) {
     if (talks[static_cast<size_t>(r)] && r != rank) out.peers.push_back(r);
   }

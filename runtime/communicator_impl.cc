@@ -355,7 +355,7 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
   };
   RETURN_IF_ERROR(step());
   auto next_board_check = Clock::now() + kBoardInterval;
-  std::vector<transport::Completion> done;
+  std::vector<transport::Completion>& done = polled_;
   while (!all_done()) {
     if (abort_requested_.load(std::memory_order_relaxed)) {
       return Status(ErrorCode::aborted, what + me() + ": aborted on this rank");

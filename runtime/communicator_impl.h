@@ -183,6 +183,9 @@ class CommunicatorImpl {
   std::mutex transport_mu_;  // guards transport_'s lifetime against wake() from other threads
   std::vector<std::unique_ptr<transport::Connection>> connections_;
   std::vector<transport::Connection*> peers_;
+  // What one poll returned. Kept across operations: the transport's list and this one trade
+  // their storage at each poll, so neither is allocated per operation.
+  std::vector<transport::Completion> polled_;
   uint64_t done_seq_ = 0;    // the last operation completed, for timeout reports
   std::string done_what_;
 
