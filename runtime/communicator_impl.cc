@@ -199,8 +199,10 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
     bool completed = false;
   };
   std::deque<Active> active;  // references stay valid as it grows
-  std::vector<OpRun*> runs;
-  std::vector<int> after;
+  std::vector<OpRun*>& runs = stream_runs_;
+  std::vector<int>& after = stream_after_;
+  runs.clear();
+  after.clear();
 
   // Prepares `op`; an operation with nothing to move completes at once, one that failed to
   // prepare completes with its error (nothing was sent: the communicator stays usable).
@@ -319,10 +321,11 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
 
 Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vector<int>& after, const std::string& what,
                                const Deadline& deadline, std::optional<Failure>* adopted,
-                               const std::function<void()>& between) {
+                               FunctionRef<void()> between) {
   // Built only for a message: drive() runs for every operation.
   auto me = [&] { return " on rank " + std::to_string(cfg_.rank); };
-  std::vector<bool> started(runs.size(), false);
+  std::vector<bool>& started = drive_started_;
+  started.assign(runs.size(), false);
   auto all_done = [&] {
     for (size_t i = 0; i < runs.size(); ++i) {
       if (!started[i] || !runs[i]->done()) return false;

@@ -32,6 +32,7 @@
 #include "braid/work.h"
 #include "collectives/collective.h"
 #include "common/env.h"
+#include "common/function_ref.h"
 #include "runtime/device_staging.h"
 #include "runtime/failure_board.h"
 #include "runtime/work_state.h"
@@ -132,7 +133,7 @@ class CommunicatorImpl {
   // called before each pass, may append to runs and after, and change `what` and `deadline`
   // (run_stream: they follow the oldest unfinished operation).
   Status drive(const std::vector<OpRun*>& runs, const std::vector<int>& after, const std::string& what,
-               const Deadline& deadline, std::optional<Failure>* adopted, const std::function<void()>& between = {});
+               const Deadline& deadline, std::optional<Failure>* adopted, FunctionRef<void()> between = {});
   // At most this many operations in one run_stream() (the completions of all of them are
   // matched against each run), after which the stream drains and the loop takes the next.
   static constexpr size_t kMaxStream = 16;
@@ -186,6 +187,11 @@ class CommunicatorImpl {
   // What one poll returned. Kept across operations: the transport's list and this one trade
   // their storage at each poll, so neither is allocated per operation.
   std::vector<transport::Completion> polled_;
+  // drive()'s and run_stream()'s working lists, kept for the same reason. Neither function is
+  // re-entered, and only the thread holding busy_ runs them.
+  std::vector<bool> drive_started_;
+  std::vector<OpRun*> stream_runs_;
+  std::vector<int> stream_after_;
   uint64_t done_seq_ = 0;    // the last operation completed, for timeout reports
   std::string done_what_;
 
