@@ -276,6 +276,7 @@ Status Executor::post_first_send(size_t i, int peer, const std::byte* data, size
   PeerHeader& h = headers_[static_cast<size_t>(peer)];
   transport::Connection* conn = peers_[static_cast<size_t>(peer)];
   const auto* header = reinterpret_cast<const std::byte*>(header_for_(peer));
+  h.out.reserve(header_bytes_ + (bytes <= kInlineHeaderMax ? bytes : 0));  // one allocation, not two
   h.out.assign(header, header + header_bytes_);
   if (bytes <= kInlineHeaderMax) {
     h.out.insert(h.out.end(), data, data + bytes);

@@ -47,18 +47,14 @@ Result<PreparedCollective> prepare_collective(const CollectiveArgs& args, int ra
   eo.window = std::max<size_t>(2, std::min(schedule.window, caps.max_in_flight));
   // Read before the executor takes the steps; Executor::create checks that every peer named is
   // a valid rank with a connection (an error there discards this).
-  std::vector<bool> talks(static_cast<size_t>(size), false);
-  auto mark = [&](int peer) {
-    if (peer >= 0 && peer < size) talks[static_cast<size_t>(peer)] = true;
-  };
   for (const Step& st : schedule.steps) {
-    if (st.has_recv()) mark(st.recv_peer);
-    if (st.has_send()) mark(st.send_peer);
+    for (int peer : {st.has_recv() ? st.recv_peer : -1, st.has_send() ? st.send_peer : -1}) {
+      if (peer >= 0 && peer < size && peer != rank) out.peers.push_back(peer);
+    }
   }
+  std::sort(out.peers.begin(), out.peers.end());
+  out.peers.erase(std::unique(out.peers.begin(), out.peers.end()), out.peers.end());
   ASSIGN_OR_RETURN(out.executor, Executor::create(std::move(schedule), args.send, args.recv, peers, eo));
-  for (int r = 0; r < size; ++r) {
-    if (talks[static_cast<size_t>(r)] && r != rank) out.peers.push_back(r);
-  }
   return out;
 }
 
