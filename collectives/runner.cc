@@ -54,7 +54,7 @@ Result<PreparedCollective> prepare_collective(const CollectiveArgs& args, int ra
   }
   std::sort(out.peers.begin(), out.peers.end());
   out.peers.erase(std::unique(out.peers.begin(), out.peers.end()), out.peers.end());
-  ASSIGN_OR_RETURN(out.executor, Executor::create(std::move(schedule), args.send, args.recv, peers, eo));
+  ASSIGN_OR_RETURN(out.executor, Executor::create(std::move(schedule), args.send, args.recv, peers, std::move(eo)));
   return out;
 }
 
