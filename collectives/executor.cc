@@ -22,24 +22,26 @@ bool writes_dst(const Step& st) { return st.kind != StepKind::send; }
 // A range the step reads while computing (operand, copy source, send source).
 bool reads_src(const Step& st) { return st.src.bytes != 0; }
 
+// "<name> on rank R: ", the start of every error of an operation; built only for one.
+std::string error_prefix(const ExecutorOptions& o) { return o.name + " on rank " + std::to_string(o.rank) + ": "; }
+
 }  // namespace
 
 Result<std::unique_ptr<Executor>> Executor::create(Schedule schedule, const void* send, void* recv,
                                                    const std::vector<transport::Connection*>& peers,
                                                    ExecutorOptions options) {
-  auto where = [&] { return options.name + " on rank " + std::to_string(options.rank) + ": "; };
   for (const Step& st : schedule.steps) {
     for (int peer : {st.has_recv() ? st.recv_peer : -1, st.has_send() ? st.send_peer : -1}) {
       if (peer < 0) continue;
       if (static_cast<size_t>(peer) >= peers.size() || peers[static_cast<size_t>(peer)] == nullptr) {
-        return invalid_argument(where() + "missing connection between rank " + std::to_string(options.rank) +
+        return invalid_argument(error_prefix(options) + "missing connection between rank " + std::to_string(options.rank) +
                                 " (this process) and rank " + std::to_string(peer));
       }
     }
     for (const Range* r : {&st.dst, &st.src}) {
       if (r->bytes == 0) continue;
       if ((r->buf == Buf::send && send == nullptr) || (r->buf == Buf::recv && recv == nullptr)) {
-        return invalid_argument(where() + std::string(r->buf == Buf::send ? "send" : "recv") +
+        return invalid_argument(error_prefix(options) + std::string(r->buf == Buf::send ? "send" : "recv") +
                                 " buffer is null but the operation has data for it");
       }
     }
@@ -215,7 +217,7 @@ Status Executor::fail(const std::string& what) const {
   return protocol_error(where() + what);
 }
 
-std::string Executor::where() const { return options_.name + " on rank " + std::to_string(options_.rank) + ": "; }
+std::string Executor::where() const { return error_prefix(options_); }
 
 Status Executor::on_completion(const transport::Completion& c, bool* ours) {
   const size_t index = static_cast<size_t>((c.cookie & 0xffffffffu) >> 1);

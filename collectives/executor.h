@@ -105,8 +105,7 @@ class Executor {
   Result<bool> advance(size_t i);
   void compute(const Step& st, size_t i);
   Status fail(const std::string& what) const;
-  // "<name> on rank R: ", the prefix of this operation's errors; built only for one.
-  std::string where() const;
+  std::string where() const;  // error_prefix(options_): "<name> on rank R: "
   Status post_first_send(size_t i, int peer, const std::byte* data, size_t bytes);
   Status post_first_recv(size_t i, int peer, std::byte* land, size_t bytes);
   Status on_header_completion(const transport::Completion& c, size_t index, bool is_send);

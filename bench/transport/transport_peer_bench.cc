@@ -108,15 +108,9 @@ class Peer {
   // reused: allocating one per poll cost ~0.2 us a message, charged to the transport against the
   // blocking-socket yardstick, which allocates nothing.
   Completion next() {
-    while (next_ == done_.size()) {
-      done_.clear();
-      next_ = 0;
-      Status s = transport_->poll(done_, std::chrono::milliseconds(100));
-      if (!s.is_ok()) die("poll: " + s.message());
-      if (done_.empty() && deadline_.expired()) die("no completion before the deadline (peer gone?)");
-    }
+    while (next_ == done_.size()) poll_once();
     Completion c = std::move(done_[next_++]);
-    if (!c.status.is_ok()) die(std::string(c.is_send ? "send" : "recv") + " failed: " + c.status.message());
+    check(c);
     return c;
   }
 
@@ -124,14 +118,8 @@ class Peer {
   // they time is the transport, not moving completions around.
   void wait_for(int n) {
     while (n > 0) {
-      done_.clear();
-      next_ = 0;
-      Status s = transport_->poll(done_, std::chrono::milliseconds(100));
-      if (!s.is_ok()) die("poll: " + s.message());
-      if (done_.empty() && deadline_.expired()) die("no completion before the deadline (peer gone?)");
-      for (const Completion& c : done_) {
-        if (!c.status.is_ok()) die(std::string(c.is_send ? "send" : "recv") + " failed: " + c.status.message());
-      }
+      poll_once();
+      for (const Completion& c : done_) check(c);
       n -= static_cast<int>(done_.size());
     }
     done_.clear();
@@ -148,6 +136,18 @@ class Peer {
   }
 
  private:
+  // One poll into the reused list (done_ then holds what it returned, from next_ = 0).
+  void poll_once() {
+    done_.clear();
+    next_ = 0;
+    Status s = transport_->poll(done_, std::chrono::milliseconds(100));
+    if (!s.is_ok()) die("poll: " + s.message());
+    if (done_.empty() && deadline_.expired()) die("no completion before the deadline (peer gone?)");
+  }
+  static void check(const Completion& c) {
+    if (!c.status.is_ok()) die(std::string(c.is_send ? "send" : "recv") + " failed: " + c.status.message());
+  }
+
   Args args_;
   Deadline deadline_;
   std::unique_ptr<Transport> transport_;

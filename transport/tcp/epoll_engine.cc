@@ -86,7 +86,7 @@ void EpollEngine::kick(TcpStream* s) {
 
 // Hands the only stream to the shared-CPU path when its peer shares our CPU (shared_cpu_path.h).
 bool EpollEngine::take_shared_cpu_path() {
-  TcpStream* s = direct_.candidate(slots_.all(), slots_.count());
+  TcpStream* s = direct_.candidate(slots_);
   if (s == nullptr || !direct_.enter(s)) return false;
   dirty_.clear();  // the path sends what was queued and receives what is wanted
   retry_.clear();

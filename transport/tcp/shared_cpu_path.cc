@@ -102,10 +102,10 @@ bool SharedCpuPath::wants(const TcpStream& s, size_t streams) const {
   return usable_ && streams == 1 && c->peer_shares_cpu() && !c->failed() && !s.awaiting_answer();
 }
 
-TcpStream* SharedCpuPath::candidate(const std::vector<TcpStream*>& slots, size_t streams) const {
-  if (streams != 1 || cpu_sharing_peers() == 0) return nullptr;
-  for (TcpStream* s : slots) {
-    if (s != nullptr) return wants(*s, streams) && !s->in_flight() ? s : nullptr;
+TcpStream* SharedCpuPath::candidate(const StreamSlots& slots) const {
+  if (slots.count() != 1 || cpu_sharing_peers() == 0) return nullptr;
+  for (TcpStream* s : slots.all()) {
+    if (s != nullptr) return wants(*s, 1) && !s->in_flight() ? s : nullptr;
   }
   return nullptr;
 }

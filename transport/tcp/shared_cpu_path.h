@@ -36,6 +36,7 @@
 
 #include "common/deadline.h"
 #include "common/status.h"
+#include "transport/tcp/engine.h"
 #include "transport/tcp/wire_format.h"
 #include "transport/transport.h"
 
@@ -81,10 +82,11 @@ class SharedCpuPath {
   // single CPU as this process, and enter() never failed. An engine starts no new kernel
   // operation of its own for such a stream.
   bool wants(const TcpStream& s, size_t streams) const;
-  // The stream to enter() now, or nullptr: the one of `slots` (null: free) that wants() says
-  // belongs here and that has no kernel operation of the engine in flight. Looks at the slots
-  // only while this process holds a SharedCpuPeer (common/spin.h), so other processes never do.
-  TcpStream* candidate(const std::vector<TcpStream*>& slots, size_t streams) const;
+  // The stream to enter() now, or nullptr: the only one of the engine's `slots`, when wants()
+  // says it belongs here and it has no kernel operation of the engine in flight. Looks at the
+  // slots only while this process holds a SharedCpuPeer (common/spin.h), so other processes
+  // never do.
+  TcpStream* candidate(const StreamSlots& slots) const;
   // Makes the socket blocking with a receive timeout of kSlice and takes the stream; false (and
   // logged, once) when the socket cannot be set up so. The engine must hold no kernel operation
   // on it (io_uring: nothing in flight).

@@ -46,7 +46,7 @@ class TcpStream {
   void shutdown();  // wakes every pending kernel operation on the socket
 
   // --- send side
-  // `sent`: bytes of the frame (header first) the kernel took already (SharedCpuPath::send_now).
+  // `sent`: bytes of the frame (header first) the kernel took already (TcpConnection::send_now).
   void queue_frame(const FrameHeader& header, const char* data, size_t sent = 0);
   bool has_send() const { return !frames_.empty(); }
   // Fills iov_/msg_ with unsent bytes. When the first frame's payload is at least

@@ -188,7 +188,7 @@ void UringEngine::arm_wake() {
 // Hands the only stream to the shared-CPU path (shared_cpu_path.h) once the ring holds nothing
 // of it; kick() arms nothing new for it meanwhile.
 bool UringEngine::take_shared_cpu_path() {
-  TcpStream* s = direct_.candidate(slots_.all(), slots_.count());
+  TcpStream* s = direct_.candidate(slots_);
   if (s == nullptr) return false;
   if (direct_.enter(s)) return true;
   kick(s);  // held back for the path until now: the ring takes it after all
@@ -198,10 +198,6 @@ bool UringEngine::take_shared_cpu_path() {
 bool UringEngine::ring_woke() {
   if (io_uring_cq_ready(ring_.get()) > 0) reap();
   return woken_;
-}
-
-Status UringEngine::run_shared_cpu_path(std::chrono::microseconds timeout, const std::vector<Completion>& ready) {
-  return direct_.run(timeout, ready);
 }
 
 void UringEngine::kick(TcpStream* s) {
@@ -321,7 +317,7 @@ Status UringEngine::submit_and_wait(std::chrono::nanoseconds timeout) {
 Status UringEngine::run(std::chrono::microseconds timeout, const std::vector<Completion>& ready) {
   RETURN_IF_ERROR(check_owner());
   woken_ = false;
-  if (direct_.active() || take_shared_cpu_path()) return run_shared_cpu_path(timeout, ready);
+  if (direct_.active() || take_shared_cpu_path()) return direct_.run(timeout, ready);
   timeout = std::min<std::chrono::microseconds>(timeout, std::chrono::hours(24));
   auto start = Clock::now();
   auto end = start + timeout;
@@ -345,7 +341,7 @@ Status UringEngine::run(std::chrono::microseconds timeout, const std::vector<Com
     now = Clock::now();
     if (now >= end) return Status::ok();
     if (take_shared_cpu_path()) {  // what was in flight for the stream is done
-      return run_shared_cpu_path(std::chrono::duration_cast<std::chrono::microseconds>(end - now), ready);
+      return direct_.run(std::chrono::duration_cast<std::chrono::microseconds>(end - now), ready);
     }
     if (now < spin_end) spinning->pause();  // yields only to other spinners (common/spin.h)
   }

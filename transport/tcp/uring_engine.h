@@ -50,7 +50,6 @@ class UringEngine final : public Engine {
   void reap();
   Status submit_and_wait(std::chrono::nanoseconds timeout);
   bool take_shared_cpu_path();
-  Status run_shared_cpu_path(std::chrono::microseconds timeout, const std::vector<Completion>& ready);
 
   std::unique_ptr<io_uring> ring_;
   bool single_issuer_;
