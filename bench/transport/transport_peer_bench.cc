@@ -2,7 +2,7 @@
 //
 //   transport_peer_bench --role server|client --addr A --port P
 //                        --engine tcp|tcp-poll|socket|socket-framed --mode bw|lat
-//                        [--size N] [--seconds S] [--iters I] [--window W]
+//                        [--size N] [--seconds S] [--iters I] [--window W] [--work K]
 //
 // Unlike transport_bench (two threads, one process, loopback only), the two ends are separate
 // processes so they can sit in different network namespaces (bench/transport_netns.sh). The
@@ -16,7 +16,9 @@
 // "socket" is the yardstick: blocking send/recv with TCP_NODELAY, no framing (bw ends at EOF).
 // "socket-framed" (lat only) is braid's floor on a CPU shared by both ends: the blocking socket
 // with braid's wire format and the system calls of transport/tcp/shared_cpu_path.h, nothing else
-// (see FramedSocket).
+// (see FramedSocket). --work K adds K turns of an empty loop (3 instructions each) to every
+// message it sends, on both ends: user-space work of a known size, which measures what each
+// instruction braid's bookkeeping adds costs the one-CPU ping-pong (bench/lat_budget.sh).
 // Output: one line "RESULT role=.. engine=.. mode=.. size=.. gbps=.. | lat_us=.." per process.
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -54,6 +56,7 @@ struct Args {
   double seconds = 2;
   int iters = 20000;
   size_t window = 0;  // messages in flight (bw); 0: by size (window_for)
+  int work = 0;       // socket-framed: empty-loop turns per message sent
 };
 
 [[noreturn]] void die(const std::string& what) {
@@ -312,12 +315,14 @@ void socket_bw_client(const Args& a, int fd) {
 // SO_RCVTIMEO slice, the header checked, the payload copied out. Messages of up to 64 bytes.
 class FramedSocket {
  public:
-  FramedSocket(int fd, double seconds) : fd_(fd), deadline_(Deadline::after_seconds(seconds + kSlackSeconds)) {
+  FramedSocket(int fd, double seconds, int work)
+      : fd_(fd), work_(work), deadline_(Deadline::after_seconds(seconds + kSlackSeconds)) {
     const auto slice = std::chrono::microseconds(tcp::SharedCpuPath::kSlice);
     timeval tv{0, static_cast<suseconds_t>(slice.count())};
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   }
   void send(const unsigned char* p, size_t n) {
+    for (int i = 0; i < work_; ++i) asm volatile("" ::: "memory");  // kept: the compiler may not drop it
     tcp::FrameHeader h;
     h.slice_len = static_cast<uint32_t>(n);
     h.seq = send_seq_++;
@@ -347,6 +352,7 @@ class FramedSocket {
 
  private:
   int fd_;
+  int work_;
   Deadline deadline_;
   uint64_t send_seq_ = 0, recv_seq_ = 0;
   unsigned char inbox_[8192];
@@ -392,13 +398,15 @@ Args parse(int argc, char** argv) {
     else if (k == "--seconds") a.seconds = std::stod(v);
     else if (k == "--iters") a.iters = std::stoi(v);
     else if (k == "--window") a.window = std::stoull(v);
+    else if (k == "--work") a.work = std::stoi(v);
     else die("unknown option " + k);
   }
   if ((a.role != "server" && a.role != "client") || a.port <= 0 || a.port > 65535 || (a.mode != "bw" && a.mode != "lat"))
     die("usage: --role server|client --addr A --port P --engine tcp|tcp-poll|socket|socket-framed --mode bw|lat "
-        "[--size N] [--seconds S] [--iters I] [--window W]");
+        "[--size N] [--seconds S] [--iters I] [--window W] [--work K]");
   if (a.mode == "lat") a.size = 8;
   if (a.engine == "socket-framed" && a.mode != "lat") die("--engine socket-framed measures latency only (--mode lat)");
+  if (a.work < 0 || (a.work > 0 && a.engine != "socket-framed")) die("--work is for --engine socket-framed, and >= 0");
   if (a.size < 8) die("--size must be at least 8 (1 byte is the end marker)");
   return a;
 }
@@ -410,7 +418,7 @@ int main(int argc, char** argv) {
   Args a = parse(argc, argv);
   const bool server = a.role == "server";
   if (a.engine == "socket-framed") {
-    FramedSocket framed(socket_connect(a), a.seconds);
+    FramedSocket framed(socket_connect(a), a.seconds, a.work);
     unsigned char buf[8] = {};
     if (server) {
       do {
