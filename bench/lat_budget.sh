@@ -22,7 +22,7 @@ ninja -C "$BUILD_DIR" bench/transport/transport_peer_bench > /dev/null
 
 once() { # engine [--work K] -> one-way latency in us
   local port=$((30000 + RANDOM % 20000))
-  local run=("$BIN" --addr 127.0.0.1 --port $port --mode lat --seconds 5 --iters "$ITERS" --engine "$@")
+  local run=("$BIN" --addr 127.0.0.1 --port "$port" --mode lat --seconds 5 --iters "$ITERS" --engine "$@")
   timeout 60 taskset -c "$CPU" "${run[@]}" --role server > /dev/null 2>&1 &
   timeout 60 taskset -c "$CPU" "${run[@]}" --role client 2>&1 | sed -n 's/.*lat_us=\([0-9.]*\).*/\1/p'
   wait

@@ -27,7 +27,7 @@ trap 'rm -rf "$tmp"' EXIT
 count() { # role engine iterations -> instructions that end executed
   local role=$1 engine=$2 iters=$3 port=$((30000 + RANDOM % 20000)) extra=()
   [ "$engine" = socket-framed ] && extra=(--work "$WORK")
-  local run=("$BIN" --addr 127.0.0.1 --port $port --engine "$engine" --mode lat
+  local run=("$BIN" --addr 127.0.0.1 --port "$port" --engine "$engine" --mode lat
              --seconds 60 --iters "$iters" "${extra[@]}")
   local pin=(taskset -c "$CPU") grind=(taskset -c "$CPU" valgrind --tool=callgrind --callgrind-out-file="$tmp/out")
   if [ "$role" = client ]; then
