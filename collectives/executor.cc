@@ -256,6 +256,7 @@ Status Executor::on_completion(const transport::Completion& c, bool* ours) {
 
 void Executor::set_headers(size_t header_bytes, HeaderFor header_for, HeaderCheck check, bool reverse) {
   header_bytes_ = header_bytes;
+  reverse_ = reverse;
   reverse_posted_ = !reverse;  // as if already posted: none will be
   header_for_ = std::move(header_for);
   check_header_ = std::move(check);
@@ -272,6 +273,22 @@ void Executor::set_headers(size_t header_bytes, HeaderFor header_for, HeaderChec
       if (h.first_recv == SIZE_MAX) h.first_recv = i;
     }
   }
+}
+
+Status Executor::rebind(const void* send, void* recv, uint64_t op_id) {
+  if (!done() || outstanding_ != 0) return internal_error(where() + "rebind while the previous run is unfinished");
+  send_ = static_cast<const std::byte*>(send);
+  recv_ = static_cast<std::byte*>(recv);
+  options_.op_id = op_id;
+  std::fill(phase_.begin(), phase_.end(), Phase::idle);
+  head_ = started_ = outstanding_ = header_ops_ = 0;
+  reverse_posted_ = !reverse_;
+  for (PeerHeader& h : headers_) {  // first_send/first_recv follow the steps, which are the same
+    h.in = {};
+    h.land = nullptr;
+    h.header_recv_done = false;
+  }
+  return Status::ok();
 }
 
 Status Executor::post_first_send(size_t i, int peer, const std::byte* data, size_t bytes) {

@@ -74,6 +74,13 @@ class Executor {
   // both ways on one connection (a sendrecv) would otherwise take each other's messages.
   void set_headers(size_t header_bytes, HeaderFor header_for, HeaderCheck check, bool reverse = true);
 
+  // Runs the same schedule again, from the start, on new buffers under a new op id: for a caller
+  // that keeps executors of operations it repeats (the runtime's, for a training loop's
+  // collectives of one shape), so they are not rebuilt per call. The buffers must match the
+  // schedule as the first ones did (null where they were null, the same one twice where the
+  // operation was in place); headers stay set. Only after done() with nothing outstanding.
+  [[nodiscard]] Status rebind(const void* send, void* recv, uint64_t op_id);
+
   // Posts and computes whatever may go now. Never blocks.
   [[nodiscard]] Status progress();
   // Feeds one completion. Returns false (and does nothing) when its cookie is not ours.
@@ -141,6 +148,7 @@ class Executor {
   size_t header_bytes_ = 0;
   size_t header_ops_ = 0;  // header-only messages posted and not completed
   bool reverse_posted_ = false;
+  bool reverse_ = true;  // set_headers' `reverse`
   HeaderFor header_for_;
   HeaderCheck check_header_;
   std::vector<PeerHeader> headers_;

@@ -170,6 +170,7 @@ void CommunicatorImpl::progress_main() {
     // waits for anything beyond it.
     release_busy(&taken);
   }
+  run_cache_.clear();  // the kept runs name the connections
   close_connections({});
   connections_.clear();
   std::lock_guard<std::mutex> lock(transport_mu_);
@@ -184,6 +185,38 @@ void CommunicatorImpl::run_one(Pending& op, bool may_stream) {
   run_stream(op, may_stream);
 }
 
+std::optional<CommunicatorImpl::RunShape> CommunicatorImpl::shape_of(const Pending& op, collectives::Algo algo) {
+  const collectives::CollectiveArgs& a = op.args;
+  // Point-to-point operations (peers, tags), uneven and split forms (count vectors) and staged
+  // GPU buffers are built anew each time.
+  if (a.kind == collectives::Kind::send || a.kind == collectives::Kind::recv || !a.counts.empty() ||
+      !a.send_counts.empty() || !a.recv_counts.empty() || op.device != nullptr) {
+    return std::nullopt;
+  }
+  // Above this, building costs little beside moving the bytes, and a kept run would hold its
+  // scratch and landing memory.
+  if (a.count > kRunCacheMaxBytes || a.count * dtype_size(a.dtype) > kRunCacheMaxBytes) return std::nullopt;
+  const uint8_t buffers = static_cast<uint8_t>((a.send == nullptr ? 1 : 0) | (a.recv == nullptr ? 2 : 0) |
+                                               (a.send != nullptr && a.send == a.recv ? 4 : 0));
+  return RunShape{a.kind, a.count, a.dtype, a.op, a.root, algo, buffers};
+}
+
+std::unique_ptr<OpRun> CommunicatorImpl::take_cached_run(const RunShape& shape) {
+  for (auto it = run_cache_.begin(); it != run_cache_.end(); ++it) {
+    if (it->first == shape) {
+      std::unique_ptr<OpRun> run = std::move(it->second);
+      run_cache_.erase(it);
+      return run;
+    }
+  }
+  return nullptr;
+}
+
+void CommunicatorImpl::keep_run(const RunShape& shape, std::unique_ptr<OpRun> run) {
+  if (run_cache_.size() == kRunCacheSize) run_cache_.erase(run_cache_.begin());
+  run_cache_.emplace_back(shape, std::move(run));
+}
+
 // One operation, plus (on the progress thread) the ones queued behind it, overlapped: the next
 // starts as soon as the newest has posted every send and receive, so its messages queue behind
 // those on each connection, which is all the in-order matching of connections needs. The tail
@@ -196,6 +229,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
     std::unique_ptr<OpRun> run;
     Deadline deadline;
     Clock::time_point started;
+    std::optional<RunShape> shape;  // kept for reuse when it finishes, if set
     bool completed = false;
   };
   std::deque<Active> active;  // references stay valid as it grows
@@ -227,39 +261,56 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
         return;
       }
     }
-    auto prepared = collectives::prepare_collective(op.args, cfg_.rank, cfg_.size, transport_->capabilities(), peers_,
-                                                    options);
-    if (!prepared.is_ok()) {
-      op.work->complete(prepared.status().with_context(what + ": "));
-      return;
-    }
-    last_algo_.store(static_cast<int>(prepared->algo), std::memory_order_relaxed);
-    // INFO says which algorithm each collective uses, once per (collective, algorithm, size
-    // class) rather than per call, so a training loop's log stays readable.
-    if (log_enabled(LogLevel::info) && prepared->executor != nullptr) {
-      size_t bytes = op.args.count * dtype_size(op.args.dtype);
-      int size_class = 0;
-      while (bytes > 1 && size_class < 63) bytes >>= 1, ++size_class;
-      if (algo_logged_.insert((static_cast<int>(op.args.kind) << 16) | (static_cast<int>(prepared->algo) << 8) | size_class).second) {
-        BRAID_LOG(info) << what << ": " << prepared->name << " for " << op.args.count << " x "
-                        << to_string(op.args.dtype) << " (" << op.args.count * dtype_size(op.args.dtype) << " bytes)";
+    // A finished run of the same shape is run again; otherwise one is prepared (OpRun::reuse).
+    const std::optional<RunShape> shape = shape_of(op, options.algo);
+    std::unique_ptr<OpRun> run = shape ? take_cached_run(*shape) : nullptr;
+    std::optional<collectives::PreparedCollective> prepared;
+    if (run != nullptr) {
+      Status reused = run->reuse(op.args, cfg_.comm_id, op.seq, op.match_seq, options.op_id);
+      if (!reused.is_ok()) {
+        op.work->complete(reused.with_context(what + ": "));
+        return;
+      }
+    } else {
+      auto made = collectives::prepare_collective(op.args, cfg_.rank, cfg_.size, transport_->capabilities(), peers_,
+                                                  options);
+      if (!made.is_ok()) {
+        op.work->complete(made.status().with_context(what + ": "));
+        return;
+      }
+      prepared = std::move(made).value();
+      // INFO says which algorithm each collective uses, once per (collective, algorithm, size
+      // class) rather than per call, so a training loop's log stays readable.
+      if (log_enabled(LogLevel::info) && prepared->executor != nullptr) {
+        size_t bytes = op.args.count * dtype_size(op.args.dtype);
+        int size_class = 0;
+        while (bytes > 1 && size_class < 63) bytes >>= 1, ++size_class;
+        if (algo_logged_.insert((static_cast<int>(op.args.kind) << 16) | (static_cast<int>(prepared->algo) << 8) | size_class).second) {
+          BRAID_LOG(info) << what << ": " << prepared->name << " for " << op.args.count << " x "
+                          << to_string(op.args.dtype) << " (" << op.args.count * dtype_size(op.args.dtype) << " bytes)";
+        }
       }
     }
-    BRAID_LOG(trace) << what << " (" << prepared->name << ") count " << op.args.count << " "
-                     << to_string(op.args.dtype) << " starts"
+    const collectives::Algo algo = run != nullptr ? run->algo() : prepared->algo;
+    last_algo_.store(static_cast<int>(algo), std::memory_order_relaxed);
+    BRAID_LOG(trace) << what << " (" << (run != nullptr ? run->name() : prepared->name) << ") count " << op.args.count
+                     << " " << to_string(op.args.dtype) << " starts"
                      << (t_progress_thread ? " on the progress thread" : " on the caller's thread")
+                     << (run != nullptr ? ", run again" : "")
                      << (active.empty() ? "" : " (overlapping " + active.back().what + ")");
-    if (prepared->executor == nullptr) {
-      done_seq_ = op.seq;
-      done_what_ = what;
-      op.work->complete(finish_device(op, options.deadline, what));
-      return;
+    if (run == nullptr) {
+      if (prepared->executor == nullptr) {
+        done_seq_ = op.seq;
+        done_what_ = what;
+        op.work->complete(finish_device(op, options.deadline, what));
+        return;
+      }
+      run = std::make_unique<OpRun>(std::move(*prepared), op.args, cfg_.rank, cfg_.comm_id, op.seq, op.match_seq,
+                                    peers_);
     }
-    auto run = std::make_unique<OpRun>(std::move(prepared).value(), op.args, cfg_.rank, cfg_.comm_id, op.seq,
-                                       op.match_seq, peers_);
     runs.push_back(run.get());
     after.push_back(-1);
-    active.push_back(Active{op, std::move(taken), what, std::move(run), options.deadline, Clock::now()});
+    active.push_back(Active{op, std::move(taken), what, std::move(run), options.deadline, Clock::now(), shape});
   };
   admit(first, nullptr);
   if (active.empty()) return;
@@ -311,8 +362,12 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
   Status s = drive(runs, after, what, deadline, &adopted, between);
   if (s.is_ok()) {
     complete_finished();
+    for (auto& a : active) {
+      if (a.shape && a.completed && a.run->outstanding() == 0) keep_run(*a.shape, std::move(a.run));
+    }
     return;
   }
+  run_cache_.clear();  // the failure may have closed connections the kept runs name
   s = on_failure(std::move(s), what, seq, runs, std::move(adopted));
   for (auto& a : active) {
     if (!a.completed) a.op.work->complete(s);

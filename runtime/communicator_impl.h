@@ -192,6 +192,26 @@ class CommunicatorImpl {
   std::vector<bool> drive_started_;
   std::vector<OpRun*> stream_runs_;
   std::vector<int> stream_after_;
+  // Finished runs kept for operations of the same shape (OpRun::reuse): a training loop repeats
+  // a few collectives, and building the schedule, the executor and the headers anew cost a small
+  // operation ~a third of its CPU (callgrind, README). Keyed by all that fixes the schedule on
+  // this communicator; several runs of one shape may be kept (operations overlap in a stream).
+  struct RunShape {
+    collectives::Kind kind;
+    size_t count;
+    DType dtype;
+    Op op;
+    int root;
+    collectives::Algo algo;  // the preference (RunOptions::algo), which selection starts from
+    uint8_t buffers;         // send null, recv null, in place: what the schedule depends on
+    bool operator==(const RunShape&) const = default;
+  };
+  static std::optional<RunShape> shape_of(const Pending& op, collectives::Algo algo);
+  std::unique_ptr<OpRun> take_cached_run(const RunShape& shape);
+  void keep_run(const RunShape& shape, std::unique_ptr<OpRun> run);
+  static constexpr size_t kRunCacheSize = 8;
+  static constexpr size_t kRunCacheMaxBytes = size_t{1} << 20;  // count x element size
+  std::vector<std::pair<RunShape, std::unique_ptr<OpRun>>> run_cache_;  // oldest first
   uint64_t done_seq_ = 0;    // the last operation completed, for timeout reports
   std::string done_what_;
 

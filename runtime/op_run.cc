@@ -6,6 +6,17 @@ OpRun::OpRun(collectives::PreparedCollective prepared, const collectives::Collec
              uint64_t comm_id, uint64_t issue_seq, uint64_t match_seq,
              const std::vector<transport::Connection*>& peers)
     : prepared_(std::move(prepared)), rank_(rank), peers_(peers), mine_(peers.size()), wire_(peers.size()) {
+  encode_headers(args, comm_id, issue_seq, match_seq);
+  prepared_.executor->set_headers(
+      OpHeader::kBytes, [this](int peer) { return wire_[static_cast<size_t>(peer)].data(); },
+      [this](int peer, const unsigned char* data, size_t bytes, const Status& status) {
+        return check(peer, data, bytes, status);
+      },
+      /*reverse=*/args.kind != collectives::Kind::send && args.kind != collectives::Kind::recv);
+}
+
+void OpRun::encode_headers(const collectives::CollectiveArgs& args, uint64_t comm_id, uint64_t issue_seq,
+                           uint64_t match_seq) {
   for (int peer : prepared_.peers) {
     const auto p = static_cast<size_t>(peer);
     mine_[p] = OpHeader::for_peer(args, peer, comm_id, issue_seq, match_seq);
@@ -13,12 +24,14 @@ OpRun::OpRun(collectives::PreparedCollective prepared, const collectives::Collec
     mine_[p].ring_depth = static_cast<uint16_t>(prepared_.ring_depth);
     mine_[p].encode(wire_[p].data());
   }
-  prepared_.executor->set_headers(
-      OpHeader::kBytes, [this](int peer) { return wire_[static_cast<size_t>(peer)].data(); },
-      [this](int peer, const unsigned char* data, size_t bytes, const Status& status) {
-        return check(peer, data, bytes, status);
-      },
-      /*reverse=*/args.kind != collectives::Kind::send && args.kind != collectives::Kind::recv);
+}
+
+Status OpRun::reuse(const collectives::CollectiveArgs& args, uint64_t comm_id, uint64_t issue_seq, uint64_t match_seq,
+                    uint64_t op_id) {
+  RETURN_IF_ERROR(prepared_.executor->rebind(args.send, args.recv, op_id));
+  encode_headers(args, comm_id, issue_seq, match_seq);
+  header_unread_ = false;
+  return Status::ok();
 }
 
 Status OpRun::check(int peer, const unsigned char* data, size_t bytes, const Status& status) const {

@@ -24,6 +24,11 @@ class OpRun {
   OpRun(collectives::PreparedCollective prepared, const collectives::CollectiveArgs& args, int rank,
         uint64_t comm_id, uint64_t issue_seq, uint64_t match_seq, const std::vector<transport::Connection*>& peers);
 
+  // Runs again for a new operation of the same shape (CommunicatorImpl's cache of finished
+  // runs): new buffers, sequence numbers and op id, the same schedule and peers. Only once done()
+  // with nothing outstanding.
+  [[nodiscard]] Status reuse(const collectives::CollectiveArgs& args, uint64_t comm_id, uint64_t issue_seq,
+                             uint64_t match_seq, uint64_t op_id);
   [[nodiscard]] Status start() { return prepared_.executor->progress(); }
   // Feeds one completion; *ours is false when it belongs to another operation.
   [[nodiscard]] Status on_completion(const transport::Completion& c, bool* ours) {
@@ -41,6 +46,7 @@ class OpRun {
   bool header_unread() const { return header_unread_; }
 
  private:
+  void encode_headers(const collectives::CollectiveArgs& args, uint64_t comm_id, uint64_t issue_seq, uint64_t match_seq);
   Status check(int peer, const unsigned char* data, size_t bytes, const Status& status) const;
 
   collectives::PreparedCollective prepared_;

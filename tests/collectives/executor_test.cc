@@ -179,5 +179,90 @@ TEST(Executor, RefusesASchedulePeerWithoutConnection) {
       << ex.status().message();
 }
 
+// A finished executor runs its schedule again on new buffers under a new op id (the runtime
+// keeps runs of repeated operations): the second run reduces the new input into the new output,
+// leaves the old buffers alone, carries the new op id in its cookies, and checks and sends
+// headers again - inline with a small first message, as messages of their own with a large one.
+class ExecutorRunsAgain : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(ExecutorRunsAgain, OnNewBuffersOnceDone) {
+  const size_t n = GetParam();
+  Plan p;
+  p.rank = 0, p.size = 2, p.root = 0, p.count = n, p.segment_bytes = n * sizeof(float);  // one segment
+  std::vector<float> in1(n, 1.0f), out1(n, 0.0f), in2(n, 5.0f), out2(n, 0.0f);
+  ScriptedConnection conn(1);
+  std::vector<transport::Connection*> peers{nullptr, &conn};
+  auto ex = Executor::create(chain_reduce(p), in1.data(), out1.data(), peers, options("reduce (chain)", 0, 3, 2));
+  ASSERT_TRUE(ex.is_ok());
+  const unsigned char header[4] = {'h', 'd', 'r', '!'};
+  int checked = 0;
+  (*ex)->set_headers(
+      sizeof header, [&](int) { return header; },
+      [&](int, const unsigned char* data, size_t, const Status&) {
+        ++checked;
+        return data != nullptr && std::equal(header, header + sizeof header, data) ? Status::ok()
+                                                                                   : protocol_error("bad header");
+      },
+      /*reverse=*/true);
+  const bool inline_header = n * sizeof(float) <= Executor::kInlineHeaderMax;
+  // One run: rank 1's message is `value` everywhere; the root only receives from rank 1, so it
+  // also sends its header back (reverse).
+  auto run = [&](uint64_t op_id, float value) {
+    ASSERT_TRUE((*ex)->progress().is_ok());
+    bool sent_header = false;
+    while (!(*ex)->done()) {
+      ASSERT_FALSE(conn.posted.empty());
+      Posted x = conn.posted.front();
+      EXPECT_EQ(x.cookie >> 32, op_id);
+      size_t bytes = x.bytes;
+      auto* d = static_cast<unsigned char*>(const_cast<void*>(x.data));
+      if (x.is_send) {
+        sent_header = std::equal(header, header + sizeof header, d);
+      } else if (x.bytes == sizeof header + Executor::kInlineHeaderMax) {  // where a header lands
+        std::copy(header, header + sizeof header, d);
+        bytes = sizeof header;
+        if (inline_header) {
+          std::fill_n(reinterpret_cast<float*>(d + sizeof header), n, value);
+          bytes += n * sizeof(float);
+        }
+      } else {  // a large message's data, after its header
+        std::fill_n(reinterpret_cast<float*>(d), n, value);
+      }
+      ASSERT_TRUE((*ex)->on_completion(conn.complete_front(Status::ok(), bytes)).is_ok());
+      ASSERT_TRUE((*ex)->progress().is_ok());
+    }
+    EXPECT_TRUE(sent_header);
+    EXPECT_EQ((*ex)->outstanding(), 0u);
+  };
+  run(3, 2.0f);
+  EXPECT_EQ(out1[0], 3.0f);
+  EXPECT_EQ(out1[n - 1], 3.0f);
+  EXPECT_EQ(checked, 1);
+
+  ASSERT_TRUE((*ex)->rebind(in2.data(), out2.data(), 4).is_ok());
+  run(4, 10.0f);
+  EXPECT_EQ(out2[0], 15.0f);
+  EXPECT_EQ(out2[n - 1], 15.0f);
+  EXPECT_EQ(out1[0], 3.0f) << "the first run's output is left alone";
+  EXPECT_EQ(checked, 2) << "the second run checks its peer's header again";
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, ExecutorRunsAgain, ::testing::Values(16, 64 << 10));
+
+TEST(Executor, RefusesToRunAgainBeforeItIsDone) {
+  Plan p;
+  p.rank = 0, p.size = 2, p.peer = 1, p.count = 4;
+  std::vector<float> buf(4);
+  ScriptedConnection conn(1);
+  std::vector<transport::Connection*> peers{nullptr, &conn};
+  auto ex = Executor::create(p2p_send(p), buf.data(), nullptr, peers, options("send", 0, 5, 0));
+  ASSERT_TRUE(ex.is_ok());
+  ASSERT_TRUE((*ex)->progress().is_ok());
+  Status s = (*ex)->rebind(buf.data(), nullptr, 6);
+  EXPECT_EQ(s.code(), ErrorCode::internal);
+  EXPECT_NE(s.message().find("send on rank 0: rebind while the previous run is unfinished"), std::string::npos)
+      << s.message();
+}
+
 }  // namespace
 }  // namespace braid::collectives

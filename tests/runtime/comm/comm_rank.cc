@@ -4,9 +4,15 @@
 //   comm_rank tags          - 2 ranks: a tagged send/recv that match, then tags that differ
 //   comm_rank mixed         - blocking all_reduces alone, then interleaved with async ones
 //                             (whichever thread runs them, the sums must be right)
+//   comm_rank repeat        - collectives of a few shapes, again and again, on buffers that change
+//                             between calls (the runtime runs kept runs again), and a burst of
+//                             asynchronous ones of one shape in flight together
+//   comm_rank repeat_mismatch - 2 ranks: five all_reduces of one count, then rank 1 calls a
+//                             different count while rank 0 repeats (runs again) the first
 //   comm_rank url URL       - like join, but through Communicator::from_url(URL) (tcp://, file://)
 #include <braid/braid.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -78,6 +84,57 @@ int main(int argc, char** argv) {
       wrong += bcast_out[3] != 77;
       std::printf("rank %d: mixed done, %d wrong\n", r, wrong);
       return wrong == 0 ? 0 : 1;
+    }
+    if (mode == "repeat") {
+      int wrong = 0;
+      const int32_t tri = n * (n - 1) / 2;
+      std::vector<int32_t> a(500), b(500), out(500), g(3 * static_cast<size_t>(n));
+      for (int i = 0; i < 30; ++i) {
+        std::vector<int32_t>& v = i % 2 ? a : b;  // the same shape on alternating buffers
+        std::fill(v.begin(), v.end(), r + i);
+        comm.all_reduce(v.data(), v.size(), braid::DType::i32, braid::Op::sum);
+        wrong += v[0] != n * i + tri || v[499] != n * i + tri;
+        std::vector<int32_t>& src = i % 2 ? b : a;  // out of place: another shape
+        std::fill(src.begin(), src.end(), r * i);
+        comm.all_reduce(src.data(), out.data(), out.size(), braid::DType::i32, braid::Op::sum);
+        wrong += out[0] != tri * i || out[499] != tri * i;
+        const int root = i % n;
+        std::fill(v.begin(), v.end(), r == root ? 1000 + i : -1);
+        comm.broadcast(v.data(), v.size(), braid::DType::i32, root);
+        wrong += v[0] != 1000 + i || v[499] != 1000 + i;
+        std::fill(src.begin(), src.end(), r + 1);
+        std::fill(out.begin(), out.end(), -1);
+        comm.reduce(src.data(), out.data(), out.size(), braid::DType::i32, braid::Op::sum, root);
+        if (r == root) wrong += out[0] != tri + n || out[499] != tri + n;
+        const int32_t mine[3] = {r, r + i, -r};
+        comm.all_gather(mine, g.data(), 3, braid::DType::i32);
+        for (int q = 0; q < n; ++q) wrong += g[3 * q] != q || g[3 * q + 1] != q + i || g[3 * q + 2] != -q;
+        comm.barrier();
+      }
+      for (int round = 0; round < 3; ++round) {  // runs of one shape, several in flight at once
+        std::vector<std::vector<float>> burst(6, std::vector<float>(256));
+        std::vector<braid::Work> works;
+        for (size_t k = 0; k < burst.size(); ++k) {
+          std::fill(burst[k].begin(), burst[k].end(), static_cast<float>(r * 10 + static_cast<int>(k) + round));
+          works.push_back(comm.all_reduce_async(burst[k].data(), burst[k].size(), braid::DType::f32, braid::Op::sum));
+        }
+        for (auto& w : works) w.wait();
+        for (size_t k = 0; k < burst.size(); ++k) {
+          const float want = static_cast<float>(10 * tri + n * (static_cast<int>(k) + round));
+          wrong += burst[k][0] != want || burst[k][255] != want;
+        }
+      }
+      std::printf("rank %d: repeat done, %d wrong\n", r, wrong);
+      return wrong == 0 ? 0 : 1;
+    }
+    if (mode == "repeat_mismatch") {
+      std::vector<int32_t> v(1000, 1);
+      for (int i = 0; i < 5; ++i) comm.all_reduce(v.data(), v.size(), braid::DType::i32, braid::Op::sum);
+      std::printf("rank %d: five all_reduces done\n", r);
+      std::fflush(stdout);
+      comm.all_reduce(v.data(), r == 1 ? 999 : 1000, braid::DType::i32, braid::Op::sum);
+      std::printf("rank %d: the differing counts went unnoticed: wrong\n", r);
+      return 5;
     }
     if (mode == "tags") {
       std::vector<int32_t> v(16, r == 0 ? 42 : 0);

@@ -178,6 +178,40 @@ TEST(Comm, UnderTorchrunStyleAgentStore) {
   close(agent);
 }
 
+// Operations of a shape this rank ran before run again on the run kept from then (TRACE says
+// "run again"), on whatever buffers the call brings: results stay right with buffers that change
+// between calls, in-place and out-of-place forms of one count, roots that move, and several
+// runs of one shape in flight at once.
+TEST(Comm, RepeatedCollectivesRunAgainOnNewBuffers) {
+  int port = testing::free_port();
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    auto env = rank_env(port, r, 3);
+    env["BRAID_DEBUG"] = "TRACE";
+    ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "repeat"}, env));
+  }
+  for (auto& p : ranks) {
+    ASSERT_EQ(p->wait(kBound), 0) << p->output();
+    EXPECT_NE(p->output().find("repeat done, 0 wrong"), std::string::npos) << p->output();
+    // 30 rounds of 6 calls, of which the first round (and each new root) builds its runs.
+    EXPECT_GE(count_of(p->output(), ", run again"), 120) << p->output();
+  }
+}
+
+// A rank that runs a kept run again still sends and checks the operation's header: a peer that
+// calls a different count is a mismatch on both sides, as on a first call.
+TEST(Comm, ARunAgainStillDetectsAMismatch) {
+  auto ranks = start_ranks(2, "repeat_mismatch");
+  for (auto& p : ranks) {
+    EXPECT_EQ(p->wait(kBound), 1) << p->output();
+    EXPECT_NE(p->output().find("five all_reduces done"), std::string::npos) << p->output();
+    EXPECT_NE(p->output().find("mismatch"), std::string::npos) << p->output();
+  }
+  // What rank 0's run sent is this call's header (number 6), not the one it was built for.
+  EXPECT_NE(ranks[1]->output().find("which called all_reduce #6 (count 1000 i32 sum)"), std::string::npos)
+      << ranks[1]->output();
+}
+
 TEST(Comm, TagsAreChecked) {
   auto ranks = start_ranks(2, "tags");
   for (auto& p : ranks) {
