@@ -222,17 +222,15 @@ void CommunicatorImpl::keep_run(const RunShape& shape, std::unique_ptr<OpRun> ru
 // those on each connection, which is all the in-order matching of connections needs. The tail
 // of one operation (its last segments crossing the ring) then overlaps the head of the next.
 void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
-  struct Active {
-    Pending& op;                     // `first` (the caller's), or *taken
-    std::unique_ptr<Pending> taken;  // an operation taken from the queue
-    std::string what;
-    std::unique_ptr<OpRun> run;
-    Deadline deadline;
-    Clock::time_point started;
-    std::optional<RunShape> shape;  // kept for reuse when it finishes, if set
-    bool completed = false;
-  };
-  std::deque<Active> active;  // references stay valid as it grows
+  // Never more than kMaxStream (between() checks), so references stay valid as it grows; emptied
+  // on every way out, which ends what it holds (the operations taken from the queue, the runs
+  // not kept) as a local list would.
+  std::vector<StreamOp>& active = stream_ops_;
+  active.reserve(kMaxStream);
+  struct ClearAtExit {
+    std::vector<StreamOp>& list;
+    ~ClearAtExit() { list.clear(); }
+  } clear_at_exit{active};
   std::vector<OpRun*>& runs = stream_runs_;
   std::vector<int>& after = stream_after_;
   runs.clear();
@@ -310,7 +308,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
     }
     runs.push_back(run.get());
     after.push_back(-1);
-    active.push_back(Active{op, std::move(taken), what, std::move(run), options.deadline, Clock::now(), shape});
+    active.push_back(StreamOp{op, std::move(taken), what, std::move(run), options.deadline, Clock::now(), shape});
   };
   admit(first, nullptr);
   if (active.empty()) return;

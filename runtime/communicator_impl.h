@@ -16,6 +16,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -212,6 +213,18 @@ class CommunicatorImpl {
   static constexpr size_t kRunCacheSize = 8;
   static constexpr size_t kRunCacheMaxBytes = size_t{1} << 20;  // count x element size
   std::vector<std::pair<RunShape, std::unique_ptr<OpRun>>> run_cache_;  // oldest first
+  // run_stream()'s operations, kept like the working lists above.
+  struct StreamOp {  // one of run_stream()'s operations
+    Pending& op;                     // run_stream's `first` (the caller's), or *taken
+    std::unique_ptr<Pending> taken;  // an operation taken from the queue
+    std::string what;
+    std::unique_ptr<OpRun> run;
+    Deadline deadline;
+    std::chrono::steady_clock::time_point started;
+    std::optional<RunShape> shape;  // kept for reuse when it finishes, if set
+    bool completed = false;
+  };
+  std::vector<StreamOp> stream_ops_;
   uint64_t done_seq_ = 0;    // the last operation completed, for timeout reports
   std::string done_what_;
 
