@@ -284,7 +284,6 @@ Status Executor::rebind(const void* send, void* recv, uint64_t op_id) {
   head_ = started_ = outstanding_ = header_ops_ = 0;
   reverse_posted_ = !reverse_;
   for (PeerHeader& h : headers_) {  // first_send/first_recv follow the steps, which are the same
-    h.in = {};
     h.land = nullptr;
     h.header_recv_done = false;
   }
@@ -316,7 +315,7 @@ Status Executor::post_first_recv(size_t i, int peer, std::byte* land, size_t byt
   PeerHeader& h = headers_[static_cast<size_t>(peer)];
   transport::Connection* conn = peers_[static_cast<size_t>(peer)];
   const size_t capacity = header_bytes_ + kInlineHeaderMax;
-  h.in = take_bytes(capacity);  // not zeroed: only received bytes are read
+  if (h.in == nullptr) h.in = take_bytes(capacity);  // not zeroed: only received bytes are read
   if (bytes <= kInlineHeaderMax) {
     h.land = land;
     RETURN_IF_ERROR(conn->post_recv(h.in.get(), capacity, make_cookie(options_.op_id, i, false)));
@@ -362,7 +361,7 @@ Status Executor::post_reverse_headers() {
       h.out.assign(header, header + header_bytes_);
       s = peers_[p]->post_send(h.out.data(), header_bytes_, make_cookie(options_.op_id, cookie_index, true));
     } else {
-      h.in = take_bytes(header_bytes_ + kInlineHeaderMax);
+      if (h.in == nullptr) h.in = take_bytes(header_bytes_ + kInlineHeaderMax);
       s = peers_[p]->post_recv(h.in.get(), header_bytes_ + kInlineHeaderMax,
                                make_cookie(options_.op_id, cookie_index, false));
     }

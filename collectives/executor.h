@@ -78,7 +78,8 @@ class Executor {
   // that keeps executors of operations it repeats (the runtime's, for a training loop's
   // collectives of one shape), so they are not rebuilt per call. The buffers must match the
   // schedule as the first ones did (null where they were null, the same one twice where the
-  // operation was in place); headers stay set. Only after done() with nothing outstanding.
+  // operation was in place); headers stay set, and the buffers their first messages land in stay
+  // taken. Only after done() with nothing outstanding.
   [[nodiscard]] Status rebind(const void* send, void* recv, uint64_t op_id);
 
   // Posts and computes whatever may go now. Never blocks.

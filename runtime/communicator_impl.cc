@@ -194,7 +194,7 @@ std::optional<CommunicatorImpl::RunShape> CommunicatorImpl::shape_of(const Pendi
     return std::nullopt;
   }
   // Above this, building costs little beside moving the bytes, and a kept run would hold its
-  // scratch and landing memory.
+  // scratch and landing memory (and, as below it, a header buffer per peer it hears from).
   if (a.count > kRunCacheMaxBytes || a.count * dtype_size(a.dtype) > kRunCacheMaxBytes) return std::nullopt;
   const uint8_t buffers = static_cast<uint8_t>((a.send == nullptr ? 1 : 0) | (a.recv == nullptr ? 2 : 0) |
                                                (a.send != nullptr && a.send == a.recv ? 4 : 0));

@@ -145,7 +145,7 @@ void SharedCpuPath::leave() {
   stream_ = nullptr;
 }
 
-bool SharedCpuPath::take_wake() { return read_eventfd(wake_fd_) || (woken_ && woken_()); }
+bool SharedCpuPath::take_wake() { return read_eventfd(wake_fd_) || engine_woken(); }
 
 Status SharedCpuPath::wait_poll(std::chrono::microseconds left, bool for_send, bool for_recv, bool* woken) {
   pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {stream_->fd(), 0, 0}};
@@ -204,7 +204,7 @@ Status SharedCpuPath::run(std::chrono::microseconds timeout, const std::vector<C
     const auto before = Clock::now();
     RETURN_IF_ERROR(wait_poll(wait, send_state == IoState::would_block, want_recv, &woke));
     left -= std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - before);
-    if (woke || (woken_ && woken_())) return Status::ok();
+    if (woke || engine_woken()) return Status::ok();
     if (send_blocked) dirty_ = true;
     if (want_recv) {
       (void)receive_available(s, MSG_DONTWAIT, s->recv_target());

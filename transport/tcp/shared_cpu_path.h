@@ -103,6 +103,7 @@ class SharedCpuPath {
  private:
   Status wait_poll(std::chrono::microseconds left, bool for_send, bool for_recv, bool* woken);
   bool take_wake();  // a wake() since the last look: the eventfd's count, or the engine's signal
+  bool engine_woken() const { return woken_ && woken_(); }  // the engine's own signal, if it has one
 
   const int wake_fd_;
   const std::function<bool()> woken_;

@@ -6,7 +6,8 @@
 //                             (whichever thread runs them, the sums must be right)
 //   comm_rank repeat        - collectives of a few shapes, again and again, on buffers that change
 //                             between calls (the runtime runs kept runs again), and a burst of
-//                             asynchronous ones of one shape in flight together
+//                             asynchronous ones of one shape in flight together, then a
+//                             collective above 1 MiB three times (never kept)
 //   comm_rank repeat_mismatch - 2 ranks: five all_reduces of one count, then rank 1 calls a
 //                             different count while rank 0 repeats (runs again) the first
 //   comm_rank url URL       - like join, but through Communicator::from_url(URL) (tcp://, file://)
@@ -123,6 +124,12 @@ int main(int argc, char** argv) {
           const float want = static_cast<float>(10 * tri + n * (static_cast<int>(k) + round));
           wrong += burst[k][0] != want || burst[k][255] != want;
         }
+      }
+      for (int i = 0; i < 3; ++i) {  // above 1 MiB: built anew each time, and still right
+        std::vector<float> big(300000, static_cast<float>(r + i));
+        comm.all_reduce(big.data(), big.size(), braid::DType::f32, braid::Op::sum);
+        const float want = static_cast<float>(tri + n * i);
+        wrong += big[0] != want || big[299999] != want;
       }
       std::printf("rank %d: repeat done, %d wrong\n", r, wrong);
       return wrong == 0 ? 0 : 1;

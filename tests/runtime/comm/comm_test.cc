@@ -198,6 +198,12 @@ TEST(Comm, RepeatedCollectivesRunAgainOnNewBuffers) {
     // runs again); then 18 in the bursts, of which the first burst's 6 may all be built. 128
     // here; fewer means runs are not kept or not found.
     EXPECT_GE(count_of(p->output(), ", run again"), 128) << p->output();
+    // Above 1 MiB nothing is kept: each of the three large calls is built.
+    EXPECT_EQ(count_of(p->output(), "count 300000 f32 starts"), 3) << p->output();
+    EXPECT_EQ(count_of(p->output(), "count 300000 f32 starts on the progress thread, run again") +
+                  count_of(p->output(), "count 300000 f32 starts on the caller's thread, run again"),
+              0)
+        << p->output();
   }
 }
 
