@@ -144,6 +144,22 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
     e.gdr = v;
     RETURN_IF_ERROR(one_of("BRAID_GDR", e.gdr, {"0", "1", "auto"}));
   }
+  if (const char* v = lookup("BRAID_SECRET")) {
+    e.secret = v;
+    // The value itself never appears in a message.
+    if (e.secret.size() < 16) {
+      return invalid_argument("BRAID_SECRET is set but holds " + std::to_string(e.secret.size()) +
+                              " characters: a job's secret needs at least 16 (e.g. from `openssl rand -hex 32`)");
+    }
+  }
+  if (const char* v = lookup("BRAID_SECRET_FILE")) {
+    e.secret_file = v;
+    if (e.secret_file.empty()) return invalid_argument("BRAID_SECRET_FILE is set but empty: name a file, or unset it");
+    if (!e.secret.empty()) {
+      return invalid_argument("both BRAID_SECRET and BRAID_SECRET_FILE are set: set one of them");
+    }
+  }
+  if (const char* v = lookup("BRAID_JOB_ID")) e.job_id = v;
   return e;
 }
 

@@ -62,6 +62,16 @@ struct Env {
   std::string ib_hca;
   // BRAID_GDR: 0 | 1 | auto - GPUDirect RDMA for CUDA buffers. Default auto.
   std::string gdr = "auto";
+  // BRAID_SECRET: the job's secret (at least 16 characters). Every store and transport connection
+  // proves it knows it (common/job_secret.h). braidrun makes one per job and hands it to its
+  // ranks through BRAID_SECRET_FILE. Default: none (the job is unauthenticated, and says so once).
+  std::string secret;
+  // BRAID_SECRET_FILE: a file holding the secret, readable by its owner only (mode 0600 or
+  // stricter). Set at most one of BRAID_SECRET and BRAID_SECRET_FILE. Default: none.
+  std::string secret_file;
+  // BRAID_JOB_ID: a name for the job, shown when a second job meets this one's store. Default:
+  // the launcher's (braidrun's, TORCHELASTIC_RUN_ID, SLURM_JOB_ID), else none.
+  std::string job_id;
 
   // Parses every variable; the first bad one is an invalid_argument error naming it.
   static Result<Env> parse(const EnvLookup& lookup);

@@ -15,6 +15,7 @@ const char* to_string(ErrorCode code) noexcept {
     case ErrorCode::system: return "system error";
     case ErrorCode::protocol: return "protocol error";
     case ErrorCode::internal: return "internal error";
+    case ErrorCode::unauthenticated: return "not authenticated";
   }
   return "unknown";
 }

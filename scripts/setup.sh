@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   g++ meson ninja-build pkg-config          # build
+  libsodium-dev                             # the job secret's MAC (required)
   liburing-dev libibverbs-dev               # optional features (io_uring engine, verbs)
   libgtest-dev libgmock-dev libbenchmark-dev  # tests and benchmarks
   iproute2 iperf3 procps psmisc             # network namespaces, link checks, process checks

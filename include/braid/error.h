@@ -17,6 +17,7 @@ enum class ErrorCode : int {
   system,            // an operating-system call failed (errno in the message)
   protocol,          // malformed or unexpected bytes from a peer
   internal,          // a bug in braid
+  unauthenticated,   // a peer or client did not prove it knows the job's secret (BRAID_SECRET)
 };
 
 const char* to_string(ErrorCode code) noexcept;

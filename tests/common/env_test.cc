@@ -88,5 +88,20 @@ TEST(Env, IntegerParserNamesRange) {
   EXPECT_EQ(r.status().message(), "RANK='12x' is not an integer in [0, 7]");
 }
 
+TEST(Env, SecretSettings) {
+  auto e = parse({{"BRAID_SECRET", "0123456789abcdef"}, {"BRAID_JOB_ID", "job-7"}});
+  ASSERT_TRUE(e.is_ok()) << e.status().message();
+  EXPECT_EQ(e->secret, "0123456789abcdef");
+  EXPECT_EQ(e->job_id, "job-7");
+  auto short_secret = parse({{"BRAID_SECRET", "abc"}});
+  ASSERT_FALSE(short_secret.is_ok());
+  // The message names the variable but never repeats the secret.
+  EXPECT_NE(short_secret.status().message().find("BRAID_SECRET"), std::string::npos);
+  EXPECT_EQ(short_secret.status().message().find("'abc'"), std::string::npos);
+  auto both = parse({{"BRAID_SECRET", "0123456789abcdef"}, {"BRAID_SECRET_FILE", "/tmp/x"}});
+  ASSERT_FALSE(both.is_ok());
+  EXPECT_NE(both.status().message().find("set one of them"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace braid
