@@ -160,7 +160,7 @@ int main(int argc, char** argv) {
     if (mode == "churn") {
       const int rounds = argc > 2 ? std::stoi(argv[2]) : 10;
       auto store = comm.store();
-      int64_t first = 0;
+      int64_t first = 0, last = 0;
       for (int round = 0; round < rounds; ++round) {
         {
           braid::Communicator c = braid::Communicator::from_store(store, r, n);
@@ -173,9 +173,11 @@ int main(int argc, char** argv) {
         }
         comm.barrier();  // every rank has destroyed both, and deleted what it deletes
         if (r == 0 && round == 0) first = store->num_keys();
+        if (r == 0 && round == rounds - 1) last = store->num_keys();
+        comm.barrier();  // and none goes on (to the next round, or to leave) before rank 0 has counted
       }
       if (r == 0) std::printf("keys after the first round %lld, after round %d %lld\n", static_cast<long long>(first),
-                              rounds, static_cast<long long>(store->num_keys()));
+                              rounds, static_cast<long long>(last));
       return 0;
     }
     if (mode == "tags") {
