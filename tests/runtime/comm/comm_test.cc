@@ -7,6 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -226,6 +230,7 @@ TEST(Comm, ARunAgainStillDetectsAMismatch) {
 // counts. Now every rank fails as it creates the communicator, naming the variable, each value
 // and the ranks that hold it.
 struct Disagreement {
+  std::string name;
   std::vector<std::string> algos;  // BRAID_ALGO per rank
   size_t count;                    // f32 elements all_reduced
   std::vector<std::string> expect;  // in every rank's output
@@ -244,9 +249,11 @@ TEST_P(SettingsDisagree, EveryRankNamesTheSettingAndTheRanks) {
     ranks.push_back(std::make_unique<Subprocess>(
         std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "sum", std::to_string(d.count)}, env));
   }
+  // The old code hung here with 4 ranks: the bound makes that a failure, not a hung test.
+  const auto deadline = std::chrono::steady_clock::now() + seconds(30);
   for (auto& p : ranks) {
-    // The old code hung here with 4 ranks: the bound makes that a failure, not a hung test.
-    const int rc = p->wait(seconds(30));
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const int rc = p->wait(std::max(left, std::chrono::milliseconds(1)));
     EXPECT_NE(rc, -1) << "hung: " << p->output();
     EXPECT_EQ(rc, 1) << p->output();
     EXPECT_EQ(p->output().find("returned"), std::string::npos) << "the all_reduce ran: " << p->output();
@@ -259,9 +266,15 @@ TEST_P(SettingsDisagree, EveryRankNamesTheSettingAndTheRanks) {
 
 INSTANTIATE_TEST_SUITE_P(
     Algo, SettingsDisagree,
-    ::testing::Values(Disagreement{{"ring", "tree"}, 1024, {"rank 0 has 'ring', rank 1 has 'tree'"}},
-                      Disagreement{{"ring", "tree", "ring", "ring"}, 262144, {"ranks 0, 2, 3 have 'ring', rank 1 has 'tree'"}},
-                      Disagreement{{"ring", "ring", "tree"}, 1000, {"ranks 0, 1 have 'ring', rank 2 has 'tree'"}}));
+    ::testing::Values(
+        // Old code: both ranks returned, every element wrong.
+        Disagreement{"TwoRanks4KiB", {"ring", "tree"}, 1024, {"rank 0 has 'ring', rank 1 has 'tree'"}},
+        // Old code: all four hung.
+        Disagreement{"FourRanks1MiB", {"ring", "tree", "ring", "ring"}, 262144,
+                     {"ranks 0, 2, 3 have 'ring', rank 1 has 'tree'"}},
+        // Old code: "expected 1332 bytes from rank 2, got 2000 - ... the same counts?"
+        Disagreement{"ThreeRanks", {"ring", "ring", "tree"}, 1000, {"ranks 0, 1 have 'ring', rank 2 has 'tree'"}}),
+    [](const ::testing::TestParamInfo<Disagreement>& info) { return info.param.name; });
 
 // Several settings at once: each is named, with its values.
 TEST(Comm, EverySettingThatDiffersIsNamed) {
