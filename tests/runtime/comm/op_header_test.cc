@@ -67,6 +67,20 @@ TEST(OpHeader, ADifferentCallIsNamedBeforeTheAlgorithm) {
   EXPECT_NE(s.message().find("count 999"), std::string::npos) << s.message();
 }
 
+// Segments and ring depth are checked like the call (ranks that created the communicator with
+// other settings are stopped before, agreed_settings.h; this is the operation's own guard).
+TEST(OpHeader, DifferentPipelinesNameTheSettings) {
+  OpHeader theirs = all_reduce_header(Algo::ring);
+  theirs.segment = 65536;
+  theirs.ring_depth = 3;
+  Status s = check_headers(all_reduce_header(Algo::ring), 0, theirs, 1, "x");
+  ASSERT_EQ(s.code(), ErrorCode::mismatch);
+  EXPECT_NE(s.message().find("pipelines in segments of 65536 bytes at ring depth 3, this rank in 262144 bytes at depth 1"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("BRAID_CHUNK_BYTES and BRAID_RING_DEPTH"), std::string::npos) << s.message();
+}
+
 // Random bytes and mutated valid headers: every answer a clean error or a header that
 // round-trips, every check ok or a mismatch (the fuzzer's checks abort otherwise).
 TEST(OpHeader, FuzzedBytes) {
