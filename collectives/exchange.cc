@@ -39,13 +39,15 @@ Schedule pairwise_all_to_all(const Plan& p) {
 // from r - 2^k. After round k a rank has heard, directly or through others, from the 2^(k+1)
 // ranks before it, so after ceil(log2 n) rounds from everyone. A token is one byte, so that
 // the round is a real message on any transport. The round k+1 token is sent from the byte the
-// round k token landed in: reading what round k wrote is what orders the rounds.
+// round k token landed in: reading what round k wrote is what orders the rounds. The first
+// token is written by no one: the executor zeroes the scratch.
 Schedule dissemination_barrier(const Plan& p) {
   Schedule s;
   const int n = p.size, r = p.rank;
   size_t rounds = 0;
   for (long long d = 1; d < n; d <<= 1) ++rounds;
   s.scratch_bytes = rounds + 1;
+  s.zero_scratch = true;
   size_t k = 0;
   for (long long d = 1; d < n; d <<= 1, ++k) {
     add(s, make_step(StepKind::send, -1, static_cast<int>(mod(r + d, n)), {}, Range{Buf::scratch, k, 1}));

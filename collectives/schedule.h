@@ -68,6 +68,10 @@ struct Step {
 struct Schedule {
   std::vector<Step> steps;
   size_t scratch_bytes = 0;  // size of Buf::scratch
+  // The executor zeroes the scratch before the first step: set by a schedule that sends scratch
+  // bytes it never wrote (the barrier's first token). Scratch comes from a pool, so unzeroed it
+  // would carry whatever an earlier operation left there, or never-written heap, to a peer.
+  bool zero_scratch = false;
   size_t window = 2;         // steps in flight the algorithm pipelines with (at least 2)
   // The smallest window the schedule cannot deadlock with when a send completes only once the
   // peer has posted its receive (a transport without buffering): a caller's smaller window is

@@ -9,7 +9,9 @@
 #include "collectives/validate.h"
 #include "common/log.h"
 #include "common/spin.h"
+#include "runtime/agreed_settings.h"
 #include "runtime/op_run.h"
+#include "runtime/store_join.h"
 #include "transport/registry.h"
 
 namespace braid {
@@ -24,6 +26,25 @@ constexpr auto kBoardInterval = std::chrono::seconds(1);
 thread_local bool t_progress_thread = false;
 
 bool is_p2p(collectives::Kind k) { return k == collectives::Kind::send || k == collectives::Kind::recv; }
+
+// Before any transport is made or connection built: ranks whose settings differ would connect
+// and then pair messages that do not belong together (agreed_settings.h). Every rank reads
+// every card, so every rank finds a difference itself and names the same ranks.
+Status agree_on_settings(Store& store, const Env& env, int rank, int size) {
+  std::vector<std::string> cards(static_cast<size_t>(size));
+  cards[static_cast<size_t>(rank)] = settings_card(env);
+  try {
+    store.set("settings/" + std::to_string(rank), cards[static_cast<size_t>(rank)]);
+    for (int r = 0; r < size; ++r) {
+      if (r != rank) cards[static_cast<size_t>(r)] = store.get("settings/" + std::to_string(r));
+    }
+  } catch (const Error& e) {
+    return Status(e.code(), "rank " + std::to_string(rank) + " exchanging settings through the store at " +
+                                store.address() + ": " + e.what());
+  }
+  return check_settings(cards).with_context("rank " + std::to_string(rank) + " creating a communicator of " +
+                                            std::to_string(size) + " ranks: ");
+}
 
 }  // namespace
 
@@ -59,6 +80,7 @@ CommunicatorImpl::~CommunicatorImpl() {
 // cannot deadlock.
 Status CommunicatorImpl::connect_all() {
   const int rank = cfg_.rank, size = cfg_.size;
+  if (size > 1) RETURN_IF_ERROR(agree_on_settings(*cfg_.store, cfg_.env, rank, size));
   transport::TransportOptions options;
   options.env = cfg_.env;
   options.master_addr = cfg_.master_addr;
@@ -80,6 +102,7 @@ Status CommunicatorImpl::connect_all() {
     for (int r = 0; r < size; ++r) {
       if (r != rank) addresses[r] = cfg_.store->get("addr/" + std::to_string(r));
     }
+    cfg_.store->add("read", 1);  // this rank needs no other rank's keys any more (leave_store)
   } catch (const Error& e) {
     return Status(e.code(), std::string("exchanging transport addresses: ") + e.what());
   }
@@ -587,15 +610,16 @@ void CommunicatorImpl::wake_transport() {
 
 // A rank that finishes early may leave; only the rank serving the store must stay until
 // every rank is done with it (bounded), or the late ones would lose their store. After a
-// failure some ranks may never come: the wait is then short.
+// failure some ranks may never come: the wait is then short. What this communicator kept in
+// the store goes as its ranks leave (leave_store).
 void CommunicatorImpl::finish_job_store() {
   if (!cfg_.store) return;
   try {
-    cfg_.store->add("finished", 1);
-    if (cfg_.server) {
+    const bool lingering = cfg_.server != nullptr;
+    if (leave_store(*cfg_.store, cfg_.rank, cfg_.size, lingering) < cfg_.size && lingering) {
       const double bound = state() == CommState::ok ? std::min(cfg_.env.rendezvous_timeout_s, 60.0) : 3.0;
       Deadline deadline = Deadline::after_seconds(bound);
-      while (cfg_.store->add("finished", 0) < cfg_.size && !deadline.expired()) {
+      while (!everyone_left(*cfg_.store, cfg_.size) && !deadline.expired()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
     }

@@ -83,6 +83,7 @@ void OpHeader::encode(unsigned char out[kBytes]) const {
   put<uint32_t>(out, 52, flags);
   put<uint32_t>(out, 56, segment);
   put<uint16_t>(out, 60, ring_depth);
+  put<uint16_t>(out, 62, static_cast<uint16_t>(algo));
 }
 
 Result<OpHeader> OpHeader::decode(const unsigned char* in, size_t bytes) {
@@ -92,10 +93,13 @@ Result<OpHeader> OpHeader::decode(const unsigned char* in, size_t bytes) {
   }
   OpHeader h;
   const auto kind = take<uint8_t>(in, 5), dtype = take<uint8_t>(in, 6), op = take<uint8_t>(in, 7);
-  if (kind > static_cast<uint8_t>(Kind::recv) || dtype >= kNumDTypes || op >= kNumOps) {
-    return protocol_error("operation header with unknown kind/dtype/op " + std::to_string(kind) + "/" +
-                          std::to_string(dtype) + "/" + std::to_string(op));
+  const auto algo = take<uint16_t>(in, 62);
+  if (kind > static_cast<uint8_t>(Kind::recv) || dtype >= kNumDTypes || op >= kNumOps ||
+      algo > static_cast<uint16_t>(collectives::Algo::direct)) {
+    return protocol_error("operation header with unknown kind/dtype/op/algorithm " + std::to_string(kind) + "/" +
+                          std::to_string(dtype) + "/" + std::to_string(op) + "/" + std::to_string(algo));
   }
+  h.algo = static_cast<collectives::Algo>(algo);
   h.kind = static_cast<Kind>(kind);
   h.dtype = static_cast<DType>(dtype);
   h.op = static_cast<Op>(op);
@@ -145,6 +149,14 @@ Status check_headers(const OpHeader& mine, int rank, const OpHeader& theirs, int
   }
   const bool same_place = mine.match_seq == theirs.match_seq && mine.comm_id == theirs.comm_id;
   const bool same_pipeline = mine.segment == theirs.segment && mine.ring_depth == theirs.ring_depth;
+  if (same_call && same_place && mine.algo != theirs.algo) {
+    return Status(ErrorCode::mismatch,
+                  std::string(collectives::to_string(mine.kind)) + " #" + std::to_string(mine.issue_seq) + " on rank " +
+                      std::to_string(rank) + ": rank " + std::to_string(peer) + " (" + peer_address + ") runs it as " +
+                      collectives::to_string(theirs.algo) + ", this rank as " + collectives::to_string(mine.algo) +
+                      ": their messages do not combine. Set BRAID_ALGO the same on every rank (or leave it unset), "
+                      "and run the same braid build everywhere");
+  }
   if (same_call && same_place && !same_pipeline) {
     return Status(ErrorCode::mismatch,
                   std::string(collectives::to_string(mine.kind)) + " #" + std::to_string(mine.issue_seq) + " on rank " +

@@ -11,7 +11,7 @@
 //
 // Byte layout (host byte order: every rank of a job runs on the same architecture):
 //    0  u32  magic 'BRDH' (0x48445242)
-//    4  u8   version (1)
+//    4  u8   version (3)
 //    5  u8   kind         collectives::Kind
 //    6  u8   dtype        braid::DType
 //    7  u8   op           braid::Op (meaningful for reducing kinds only)
@@ -28,9 +28,12 @@
 //   52  u32  flags        bit 0: out-of-place per-rank counts are in use (v forms)
 //   56  u32  segment      the pipelining segment in bytes (BRAID_CHUNK_BYTES or its default)
 //   60  u16  ring_depth   ring columns per group (BRAID_RING_DEPTH or its automatic choice)
-//   62  u16  reserved     0
-// Ranks that cut segments differently would pair messages of different sizes or order, so
-// segment and ring_depth are checked like the call itself.
+//   62  u16  algo         collectives::Algo that runs (never automatic)
+// Ranks that cut segments differently, or run another algorithm's schedule, would pair messages
+// of different sizes or order and combine data that does not belong together, so segment,
+// ring_depth and algo are checked like the call itself. (Ranks check their settings against
+// each other when a communicator is created, agreed_settings.h; this catches what still
+// differs, such as two builds choosing differently.)
 #pragma once
 
 #include <cstddef>
@@ -44,7 +47,7 @@ namespace braid {
 
 struct OpHeader {
   static constexpr uint32_t kMagic = 0x48445242;
-  static constexpr uint8_t kVersion = 2;
+  static constexpr uint8_t kVersion = 3;
   static constexpr size_t kBytes = 64;
 
   collectives::Kind kind = collectives::Kind::all_reduce;
@@ -59,6 +62,7 @@ struct OpHeader {
   uint32_t flags = 0;
   uint32_t segment = 0;
   uint16_t ring_depth = 0;
+  collectives::Algo algo = collectives::Algo::automatic;
 
   // The header `rank` sends to `peer` for `args`.
   static OpHeader for_peer(const collectives::CollectiveArgs& args, int peer, uint64_t comm_id, uint64_t issue_seq,

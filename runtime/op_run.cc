@@ -22,6 +22,7 @@ void OpRun::encode_headers(const collectives::CollectiveArgs& args, uint64_t com
     mine_[p] = OpHeader::for_peer(args, peer, comm_id, issue_seq, match_seq);
     mine_[p].segment = static_cast<uint32_t>(prepared_.segment_bytes);
     mine_[p].ring_depth = static_cast<uint16_t>(prepared_.ring_depth);
+    mine_[p].algo = prepared_.algo;
     mine_[p].encode(wire_[p].data());
   }
 }

@@ -98,4 +98,37 @@ Result<JoinResult> join_through_store(std::shared_ptr<Store> store, int rank, in
   return result;
 }
 
+namespace {
+
+// A lingering rank counts itself in `finished` with this mark added, so the rank that leaves
+// last learns from its own count, without another store call, that the store is about to end.
+constexpr int64_t kLingerMark = int64_t{1} << 32;
+
+void delete_rank_keys(Store& ns, int r) {
+  for (const char* k : {"rank/", "settings/", "addr/"}) ns.delete_key(k + std::to_string(r));
+}
+
+}  // namespace
+
+int64_t leave_store(Store& ns, int rank, int size, bool lingering) {
+  if (ns.add("read", 0) >= size) {
+    delete_rank_keys(ns, rank);
+  } else {  // a rank may still need them (one that failed early leaves before the others read)
+    ns.add("kept", 1);
+  }
+  const int64_t finished = ns.add("finished", lingering ? 1 + kLingerMark : 1);
+  const int64_t count = finished % kLingerMark;
+  // Not last; or last, but the lingering rank's store ends with it (it serves it) and it polls
+  // `finished` until then.
+  if (count != size || finished >= kLingerMark) return count;
+  // Every rank has left: nobody reads this namespace again.
+  if (ns.check({"kept"})) {
+    for (int r = 0; r < size; ++r) delete_rank_keys(ns, r);
+  }
+  for (const char* k : {"world_size", "comm_id", "joined", "ready", "read", "kept", "finished"}) ns.delete_key(k);
+  return count;
+}
+
+bool everyone_left(Store& ns, int size) { return ns.add("finished", 0) % kLingerMark >= size; }
+
 }  // namespace braid

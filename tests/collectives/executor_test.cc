@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <deque>
 
+#include "collectives/buffer_pool.h"
 #include "collectives/exchange.h"
 #include "collectives/executor.h"
 #include "collectives/ring.h"
@@ -101,6 +102,27 @@ TEST(Executor, ReceivesTheNextSegmentWhileReducingThisOne) {
   EXPECT_EQ(conn.posted.size(), 2u);
   EXPECT_EQ(out[0], 3.0f);
   EXPECT_EQ(out[15], 3.0f);
+}
+
+// The barrier's first token is a scratch byte nobody writes. Scratch comes from a pool: without
+// zeroing, the byte sent was whatever an earlier operation left there (or never-written heap,
+// which valgrind saw go out through send()).
+TEST(Executor, ABarrierSendsZeroedTokensWhateverThePoolHeld) {
+  for (int dirty = 0; dirty < 4; ++dirty) {  // leave dirty small buffers in the pool
+    PooledBytes b = take_bytes(4);
+    std::fill(b.get(), b.get() + 4, std::byte{0xab});
+  }
+  Plan p;
+  p.rank = 0, p.size = 2;
+  ScriptedConnection conn(1);
+  std::vector<transport::Connection*> peers{nullptr, &conn};
+  auto ex = Executor::create(dissemination_barrier(p), nullptr, nullptr, peers, options("barrier", 0, 3, 2));
+  ASSERT_TRUE(ex.is_ok()) << ex.status().message();
+  ASSERT_TRUE((*ex)->progress().is_ok());
+  auto sent = std::find_if(conn.posted.begin(), conn.posted.end(), [](const Posted& x) { return x.is_send; });
+  ASSERT_NE(sent, conn.posted.end());
+  ASSERT_EQ(sent->bytes, 1u);
+  EXPECT_EQ(*static_cast<const unsigned char*>(sent->data), 0);
 }
 
 TEST(Executor, IgnoresCompletionsOfOtherOperations) {

@@ -9,6 +9,8 @@ namespace braid::collectives::testing {
 
 namespace {
 
+constexpr Symbol kUnwritten{0, ~1u, 0};  // a scratch byte before anything wrote it
+
 enum class Phase : uint8_t { idle, receiving, received, ready_send, sending, done };
 
 struct RankSim {
@@ -68,7 +70,9 @@ class Simulator {
         for (size_t b = 0; b < rs.recv.size(); ++b) rs.recv[b] = Symbol{1u << r, static_cast<uint32_t>(b), 0};
       }
       if (in_place) rs.send.clear();  // in place, nothing may address the send buffer
-      rs.scratch.resize(rs.sched.scratch_bytes);
+      // Scratch nobody wrote must never be sent: it holds stale or uninitialised memory, unless
+      // the schedule has the executor zero it.
+      rs.scratch.assign(rs.sched.scratch_bytes, rs.sched.zero_scratch ? Symbol{} : kUnwritten);
       check_ranges(r, args.kind == Kind::barrier ? 1 : plan.elem_size);
     }
   }
@@ -223,6 +227,12 @@ class Simulator {
       }
       const Range& x = st.sent();
       const auto& b = buf(rs, x.buf);
+      for (size_t k = x.offset; k < x.offset + x.bytes; ++k) {
+        if (x.buf == Buf::scratch && b[k] == kUnwritten) {
+          fail(r, i, "sends scratch byte " + std::to_string(k) + ", which nothing wrote (Schedule::zero_scratch)");
+          return false;
+        }
+      }
       sends_[{r, st.send_peer}].push_back(
           Message{r, i, std::vector<Symbol>(b.begin() + static_cast<long>(x.offset),
                                             b.begin() + static_cast<long>(x.offset + x.bytes))});

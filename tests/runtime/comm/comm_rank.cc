@@ -11,6 +11,10 @@
 //   comm_rank repeat_mismatch - 2 ranks: five all_reduces of one count, then rank 1 calls a
 //                             different count while rank 0 repeats (runs again) the first
 //   comm_rank url URL       - like join, but through Communicator::from_url(URL) (tcp://, file://)
+//   comm_rank sum COUNT     - one all_reduce of COUNT f32 elements; exit 6 when any element is wrong
+//   comm_rank churn ROUNDS  - on the job's communicator, creates and destroys ROUNDS communicators
+//                             (and a split of each) on its store; rank 0 prints the store's key
+//                             count after the first round and after the last
 #include <braid/braid.h>
 
 #include <algorithm>
@@ -142,6 +146,39 @@ int main(int argc, char** argv) {
       comm.all_reduce(v.data(), r == 1 ? 999 : 1000, braid::DType::i32, braid::Op::sum);
       std::printf("rank %d: the differing counts went unnoticed: wrong\n", r);
       return 5;
+    }
+    if (mode == "sum") {
+      const size_t count = argc > 2 ? std::stoul(argv[2]) : 1024;
+      std::vector<float> v(count);
+      for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>((r + 1) * (i % 7 + 1));
+      comm.all_reduce(v.data(), v.size(), braid::DType::f32, braid::Op::sum);
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) wrong += v[i] != static_cast<float>(n * (n + 1) / 2 * (i % 7 + 1));
+      std::printf("rank %d: all_reduce of %zu elements returned, %zu wrong\n", r, count, wrong);
+      return wrong == 0 ? 0 : 6;
+    }
+    if (mode == "churn") {
+      const int rounds = argc > 2 ? std::stoi(argv[2]) : 10;
+      auto store = comm.store();
+      int64_t first = 0, last = 0;
+      for (int round = 0; round < rounds; ++round) {
+        {
+          braid::Communicator c = braid::Communicator::from_store(store, r, n);
+          std::vector<int32_t> v(4, 1);
+          c.all_reduce(v.data(), v.size(), braid::DType::i32, braid::Op::sum);
+          const bool left_out = r == n - 1 && n > 2;
+          braid::Communicator sub = c.split(left_out ? braid::Communicator::kNoColor : 0, -r);
+          if (!left_out) sub.barrier();
+          if (v[0] != n) return 7;
+        }
+        comm.barrier();  // every rank has destroyed both, and deleted what it deletes
+        if (r == 0 && round == 0) first = store->num_keys();
+        if (r == 0 && round == rounds - 1) last = store->num_keys();
+        comm.barrier();  // and none goes on (to the next round, or to leave) before rank 0 has counted
+      }
+      if (r == 0) std::printf("keys after the first round %lld, after round %d %lld\n", static_cast<long long>(first),
+                              rounds, static_cast<long long>(last));
+      return 0;
     }
     if (mode == "tags") {
       std::vector<int32_t> v(16, r == 0 ? 42 : 0);

@@ -7,6 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -219,6 +223,100 @@ TEST(Comm, ARunAgainStillDetectsAMismatch) {
   // What rank 0's run sent is this call's header (number 6), not the one it was built for.
   EXPECT_NE(ranks[1]->output().find("which called all_reduce #6 (count 1000 i32 sum)"), std::string::npos)
       << ranks[1]->output();
+}
+
+// Ranks started with settings that change what bytes go where (here BRAID_ALGO) used to meet
+// anyway: 2 ranks finished "successfully" with every element wrong, 4 hung, 3 blamed the element
+// counts. Now every rank fails as it creates the communicator, naming the variable, each value
+// and the ranks that hold it.
+struct Disagreement {
+  std::string name;
+  std::vector<std::string> algos;  // BRAID_ALGO per rank
+  size_t count;                    // f32 elements all_reduced
+  std::vector<std::string> expect;  // in every rank's output
+};
+
+class SettingsDisagree : public ::testing::TestWithParam<Disagreement> {};
+
+TEST_P(SettingsDisagree, EveryRankNamesTheSettingAndTheRanks) {
+  const Disagreement& d = GetParam();
+  const int size = static_cast<int>(d.algos.size());
+  int port = testing::free_port();
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int r = 0; r < size; ++r) {
+    auto env = rank_env(port, r, size);
+    env["BRAID_ALGO"] = d.algos[static_cast<size_t>(r)];
+    ranks.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "sum", std::to_string(d.count)}, env));
+  }
+  // The old code hung here with 4 ranks: the bound makes that a failure, not a hung test.
+  const auto deadline = std::chrono::steady_clock::now() + seconds(30);
+  for (auto& p : ranks) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const int rc = p->wait(std::max(left, std::chrono::milliseconds(1)));
+    EXPECT_NE(rc, -1) << "hung: " << p->output();
+    EXPECT_EQ(rc, 1) << p->output();
+    EXPECT_EQ(p->output().find("returned"), std::string::npos) << "the all_reduce ran: " << p->output();
+    EXPECT_NE(p->output().find("BRAID_ALGO differs between ranks"), std::string::npos) << p->output();
+    for (const auto& e : d.expect) EXPECT_NE(p->output().find(e), std::string::npos) << e << " in: " << p->output();
+    EXPECT_NE(p->output().find("set it the same on every rank (or leave it unset)"), std::string::npos)
+        << p->output();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Algo, SettingsDisagree,
+    ::testing::Values(
+        // Old code: both ranks returned, every element wrong.
+        Disagreement{"TwoRanks4KiB", {"ring", "tree"}, 1024, {"rank 0 has 'ring', rank 1 has 'tree'"}},
+        // Old code: all four hung.
+        Disagreement{"FourRanks1MiB", {"ring", "tree", "ring", "ring"}, 262144,
+                     {"ranks 0, 2, 3 have 'ring', rank 1 has 'tree'"}},
+        // Old code: "expected 1332 bytes from rank 2, got 2000 - ... the same counts?"
+        Disagreement{"ThreeRanks", {"ring", "ring", "tree"}, 1000, {"ranks 0, 1 have 'ring', rank 2 has 'tree'"}}),
+    [](const ::testing::TestParamInfo<Disagreement>& info) { return info.param.name; });
+
+// Several settings at once: each is named, with its values.
+TEST(Comm, EverySettingThatDiffersIsNamed) {
+  int port = testing::free_port();
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    auto env = rank_env(port, r, 2);
+    env["BRAID_CHUNK_BYTES"] = r == 0 ? "65536" : "\x01";
+    env["BRAID_RING_DEPTH"] = r == 0 ? "\x01" : "3";
+    env["BRAID_TRANSPORT"] = r == 0 ? "tcp-poll" : "auto";  // the same wire protocol: they agree
+    ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "sum"}, env));
+  }
+  for (auto& p : ranks) {
+    const int rc = p->wait(kBound);
+    EXPECT_EQ(rc, 1) << p->output();
+    const std::string& out = p->output();
+    EXPECT_NE(out.find("BRAID_CHUNK_BYTES differs between ranks: rank 0 has '65536', rank 1 has '0' (automatic)"),
+              std::string::npos) << out;
+    EXPECT_NE(out.find("BRAID_RING_DEPTH differs between ranks: rank 0 has '0' (automatic), rank 1 has '3'"),
+              std::string::npos) << out;
+    EXPECT_EQ(out.find("BRAID_TRANSPORT differs"), std::string::npos) << out;
+  }
+}
+
+// A destroyed communicator's store keys are deleted: creating and destroying communicators (and
+// splits of them) on one store, again and again, leaves the store's key count where it was.
+TEST(Comm, DestroyedCommunicatorsLeaveNoKeys) {
+  std::vector<std::unique_ptr<Subprocess>> churn;
+  int port = testing::free_port();
+  for (int r = 0; r < 3; ++r) {
+    churn.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "churn", "12"}, rank_env(port, r, 3)));
+  }
+  for (auto& p : churn) ASSERT_EQ(p->wait(kBound), 0) << p->output();
+  const std::string& out = churn[0]->output();
+  const size_t at = out.find("keys after the first round ");
+  ASSERT_NE(at, std::string::npos) << out;
+  long long first = -1, last = -2;
+  int rounds = 0;
+  ASSERT_EQ(std::sscanf(out.c_str() + at, "keys after the first round %lld, after round %d %lld", &first, &rounds, &last), 3)
+      << out;
+  EXPECT_EQ(last, first) << out;
 }
 
 TEST(Comm, TagsAreChecked) {
