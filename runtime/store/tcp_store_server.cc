@@ -133,6 +133,7 @@ void TcpStoreServer::Impl::read_from(Connection& c, uint64_t id) {
         continue;
       }
       if (r < 0 && (errno == EAGAIN || errno == EINTR)) return;
+      if (r == 0) flush(c, id);  // the client is done sending: our error reply may still reach it
       return mark_dead(c, id);
     }
     if (r > 0) c.in.append(scratch.data(), static_cast<size_t>(r));
@@ -140,6 +141,8 @@ void TcpStoreServer::Impl::read_from(Connection& c, uint64_t id) {
       // The client closed, possibly mid-frame: forget it. One that never finished its
       // handshake counts as a failed connection.
       if (c.pending()) note_bad_client("client " + store::peer_name(c.fd.get()) + " closed before finishing its handshake");
+      process(c, id);  // what it sent before closing is still answered, as far as it fits
+      if (!c.dead) flush(c, id);
       return mark_dead(c, id);
     }
     if (r < 0) {
