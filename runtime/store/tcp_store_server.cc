@@ -140,7 +140,7 @@ void TcpStoreServer::Impl::read_from(Connection& c, uint64_t id) {
     if (r == 0) {
       // The client closed, possibly mid-frame: forget it. One that never finished its
       // handshake counts as a failed connection.
-      if (c.pending()) note_bad_client("client " + store::peer_name(c.fd.get()) + " closed before finishing its handshake");
+      if (c.pending()) note_bad_client("client " + c.peer + " closed before finishing its handshake", /*quiet=*/true);
       process(c, id);  // what it sent before closing is still answered, as far as it fits
       if (!c.dead) flush(c, id);
       return mark_dead(c, id);
@@ -169,7 +169,7 @@ void TcpStoreServer::Impl::process(Connection& c, uint64_t id) {
       std::string message = "a request of " + std::to_string(len) + " bytes exceeds the store's limit of " +
                             std::to_string(max_frame_bytes) +
                             " bytes (BRAID_STORE_MAX_FRAME_BYTES); closing this connection";
-      fail_connection(c, id, "client " + store::peer_name(c.fd.get()) + ": " + message,
+      fail_connection(c, id, "client " + c.peer + ": " + message,
                       store::FrameWriter()
                           .u8(static_cast<uint8_t>(store::ReplyKind::error))
                           .u8(static_cast<uint8_t>(ErrorCode::protocol))

@@ -44,9 +44,8 @@ void raise_open_file_limit_once(const std::string& who) {
   });
 }
 
-void TcpStoreServer::Impl::note_bad_client(const std::string& message) {
-  ++bad_clients;
-  if (bad_clients <= kMaxWarnedBadClients) {
+void TcpStoreServer::Impl::note_bad_client(const std::string& message, bool quiet) {
+  if (!quiet && ++bad_clients <= kMaxWarnedBadClients) {
     BRAID_LOG(warn) << "store server at " << address << ": " << message
                     << (bad_clients == kMaxWarnedBadClients
                             ? " (further failed connections are logged at INFO, at most one line a second)"
@@ -94,6 +93,7 @@ void TcpStoreServer::Impl::accept_all() {
     uint64_t id = next_id++;
     auto c = std::make_unique<Connection>();
     c->fd = std::move(owned);
+    c->peer = store::peer_name(fd);
     c->handshake = std::make_unique<store::ServerHandshake>(secret, job_id, port);
     c->events = EPOLLIN | EPOLLRDHUP;
     epoll_event ev{};
@@ -114,7 +114,7 @@ bool TcpStoreServer::Impl::admit(Connection& c, uint64_t id) {
   if (c.closing || c.pending_in() < store::kFrameHeaderBytes) return false;
   uint32_t len = store::decode_u32(c.in.data() + c.in_off);
   if (len > store::kMaxHandshakeBytes) {
-    std::string message = "client " + store::peer_name(c.fd.get()) + " sent " + std::to_string(len) +
+    std::string message = "client " + c.peer + " sent " + std::to_string(len) +
                           " bytes where a braid store handshake (at most " + std::to_string(store::kMaxHandshakeBytes) +
                           ") was due; closed it";
     fail_connection(c, id, message,
@@ -127,7 +127,7 @@ bool TcpStoreServer::Impl::admit(Connection& c, uint64_t id) {
   }
   if (c.pending_in() < store::kFrameHeaderBytes + len) return false;
   std::string_view body(c.in.data() + c.in_off + store::kFrameHeaderBytes, len);
-  store::ServerHandshake::Verdict v = c.handshake->on_answer(body, store::peer_name(c.fd.get()));
+  store::ServerHandshake::Verdict v = c.handshake->on_answer(body, c.peer);
   c.in_off += store::kFrameHeaderBytes + len;
   if (!v.status.is_ok()) {
     fail_connection(c, id, v.status.message(), v.frame);
@@ -147,7 +147,7 @@ void TcpStoreServer::Impl::expire_pending(Clock::time_point now) {
     if (c != nullptr && c->pending()) {
       if (deadline > now) return;
       if (!c->closing) {
-        note_bad_client("client " + store::peer_name(c->fd.get()) + " did not complete the handshake within " +
+        note_bad_client("client " + c->peer + " did not complete the handshake within " +
                         std::to_string(handshake_timeout.count()) + " ms; closed it");
       }
       mark_dead(*c, id);
@@ -163,7 +163,7 @@ bool TcpStoreServer::Impl::evict_oldest_pending(const std::string& why) {
     Connection* c = find(id);
     if (c == nullptr || !c->pending()) continue;
     if (!c->closing) {
-      note_bad_client("dropped client " + store::peer_name(c->fd.get()) +
+      note_bad_client("dropped client " + c->peer +
                       ", which had not completed its handshake: " + why);
     }
     mark_dead(*c, id);

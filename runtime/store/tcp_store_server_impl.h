@@ -38,6 +38,7 @@ inline constexpr size_t kKeepCapacity = 64 << 10;
 
 struct Connection {
   store::UniqueFd fd;
+  std::string peer;  // "host:port", for messages
   std::string in;
   size_t in_off = 0;
   std::string out;
@@ -145,7 +146,8 @@ struct TcpStoreServer::Impl {
   // Closes the oldest pending connection to make room; false when there is none.
   bool evict_oldest_pending(const std::string& why);
   std::optional<Clock::time_point> next_pending_deadline() const;
-  void note_bad_client(const std::string& message);
+  // `quiet`: not worth a warning (a port probe that connects and closes), INFO only.
+  void note_bad_client(const std::string& message, bool quiet = false);
 };
 
 // Raises RLIMIT_NOFILE's soft limit to the hard limit, once per process (tcp_store_server_admit.cc).
