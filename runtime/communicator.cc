@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -45,20 +46,37 @@ bool is_loopback(const sockaddr* a) {
   return false;
 }
 
+// Whether this host can listen on `a` (it is one of its addresses).
+bool is_local(const addrinfo* a) {
+  store::UniqueFd fd(::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_storage ss{};
+  std::memcpy(&ss, a->ai_addr, a->ai_addrlen);
+  if (ss.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&ss)->sin_port = 0;
+  if (ss.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port = 0;
+  return fd.valid() && ::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), a->ai_addrlen) == 0;
+}
+
 // Where rank 0's store listens: BRAID_STORE_BIND, else MASTER_ADDR itself, so a job told to meet
-// on 127.0.0.1 cannot be reached from anywhere else. One exception: a host name (not an
-// address) that resolves to loopback here while the job spans hosts (Debian maps a machine's
-// own name to 127.0.1.1) would be unreachable for the other hosts, so the store then listens
-// on every interface, and says so.
+// on 127.0.0.1 cannot be reached from anywhere else. Every interface instead, said in the log,
+// when MASTER_ADDR cannot work as a listening address: it is not an address of this host (NAT,
+// a load balancer's name), or it is a host name (not an address) that resolves to loopback here
+// while the job spans hosts (Debian maps a machine's own name to 127.0.1.1), which the other
+// hosts could never reach. The secret, not the address, is what keeps strangers out.
 std::string store_bind_host(const JobInfo& job, const Env& env) {
   if (!env.store_bind.empty()) return env.store_bind;
   Result<store::AddrInfoPtr> addrs = store::resolve(job.master_addr, job.store_port, /*passive=*/false);
-  if (!addrs.is_ok() || job.size <= job.local_size) return job.master_addr;
+  if (!addrs.is_ok()) return job.master_addr;  // listening reports it
+  const addrinfo* first = addrs.value().get();
+  const std::string any = first->ai_family == AF_INET6 ? "::" : "0.0.0.0";
+  if (!is_local(first)) {
+    BRAID_LOG(warn) << "rank 0: MASTER_ADDR=" << job.master_addr << " is not an address of this host (NAT, or a "
+                    << "load balancer?): the store listens on " << any << "; BRAID_STORE_BIND chooses the address";
+    return any;
+  }
   in6_addr probe{};
   bool numeric = inet_pton(AF_INET, job.master_addr.c_str(), &probe) == 1 ||
                  inet_pton(AF_INET6, job.master_addr.c_str(), &probe) == 1;
-  if (numeric || !is_loopback(addrs.value()->ai_addr)) return job.master_addr;
-  const std::string any = addrs.value()->ai_family == AF_INET6 ? "::" : "0.0.0.0";
+  if (numeric || job.size <= job.local_size || !is_loopback(first->ai_addr)) return job.master_addr;
   BRAID_LOG(info) << "rank 0: MASTER_ADDR=" << job.master_addr << " resolves to a loopback address on this host, but "
                   << "the job spans hosts: the store listens on " << any << " (BRAID_STORE_BIND overrides)";
   return any;
@@ -94,8 +112,7 @@ std::shared_ptr<Store> open_job_store(const JobInfo& job, const Env& env, std::u
                                                                  " (MASTER_PORT+1 under torchrun, or BRAID_STORE_PORT)";
       throw Error(e.code(), "rank 0 cannot serve the rendezvous store on " + port + ": " + e.what() + who_holds(job) +
                                 ". Is another job using that port? Pick another MASTER_PORT, or start under "
-                                "braidrun --standalone. If MASTER_ADDR is not an address of this host (NAT), "
-                                "set BRAID_STORE_BIND=0.0.0.0");
+                                "braidrun --standalone (BRAID_STORE_BIND sets the address it listens on)");
     }
   }
   return std::shared_ptr<Store>(TcpStore::connect(job.master_addr, job.store_port, store_options(job, env)).release());

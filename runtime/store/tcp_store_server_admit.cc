@@ -28,6 +28,9 @@ constexpr size_t kMaxWarnedBadClients = 5;
 constexpr auto kBadClientLogInterval = std::chrono::seconds(1);
 // When accept fails for lack of descriptors and no stranger can be dropped, pause accepting.
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
+// Connections accepted per loop turn: a flood of new connections must leave the loop time to
+// serve the ones already in (the listening socket stays readable, so the rest come next turn).
+constexpr int kAcceptsPerTurn = 256;
 
 }  // namespace
 
@@ -65,7 +68,7 @@ void TcpStoreServer::Impl::note_bad_client(const std::string& message, bool quie
 }
 
 void TcpStoreServer::Impl::accept_all() {
-  for (;;) {
+  for (int accepted = 0; accepted < kAcceptsPerTurn; ++accepted) {
     int fd = accept4(listen_fd.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
