@@ -17,13 +17,13 @@ std::string error_frame(ErrorCode code, const std::string& message) {
   return FrameWriter().u8(static_cast<uint8_t>(ReplyKind::error)).u8(static_cast<uint8_t>(code)).bytes(message).finish();
 }
 
-std::string why_proof_failed(bool prover_has_secret, bool judge_has_secret, const std::string& prover) {
-  if (!prover_has_secret && judge_has_secret) return prover + " has no secret, and this job requires one";
+// Why a proof failed, about the side that made it ("it"), judged by `judge` ("this store").
+std::string why_proof_failed(bool prover_has_secret, bool judge_has_secret, const std::string& judge) {
+  if (!prover_has_secret && judge_has_secret) return "it has no secret, and " + judge + " requires one";
   if (prover_has_secret && !judge_has_secret) {
-    return prover + " has a secret, but the other side has none (it was started without BRAID_SECRET or "
-                    "BRAID_SECRET_FILE)";
+    return "it has a secret, but " + judge + " has none (neither BRAID_SECRET nor BRAID_SECRET_FILE is set for it)";
   }
-  return prover + " proved a different secret (another job's, or a stale BRAID_SECRET_FILE)";
+  return "it proved a different secret (another job's, or a stale BRAID_SECRET_FILE)";
 }
 
 }  // namespace
@@ -65,6 +65,10 @@ ServerHandshake::Verdict ServerHandshake::on_answer(std::string_view body, const
   auto refuse = [&](ErrorCode code, std::string message) {
     return Verdict{error_frame(code, message), Status(code, std::move(message))};
   };
+  // The client learns why in its own words: the server's log names the client instead.
+  auto refuse_as = [&](ErrorCode code, std::string log_message, const std::string& wire_message) {
+    return Verdict{error_frame(code, wire_message), Status(code, std::move(log_message))};
+  };
   if (!r.ok() || !r.at_end() || magic != kHandshakeMagic) {
     return refuse(ErrorCode::protocol, "client " + peer + " did not answer with a braid store handshake");
   }
@@ -85,8 +89,11 @@ ServerHandshake::Verdict ServerHandshake::on_answer(std::string_view body, const
   }
   const std::string transcript = handshake_transcript(job_id_, client_job);
   if (!secret_.verify(auth::Direction::to_acceptor, nonce_, client_nonce, transcript, proof)) {
-    return refuse(ErrorCode::unauthenticated,
-                  "refused " + why_proof_failed((flags & kHasSecret) != 0, secret_.present(), "client " + peer));
+    const bool client_has_secret = (flags & kHasSecret) != 0;
+    return refuse_as(ErrorCode::unauthenticated,
+                     "refused client " + peer + ": " + why_proof_failed(client_has_secret, secret_.present(), "this store"),
+                     "this process did not prove the job's secret: " +
+                         why_proof_failed(client_has_secret, secret_.present(), "the store"));
   }
   auth::Mac mine = secret_.prove(auth::Direction::to_connector, client_nonce, nonce_, transcript);
   return Verdict{FrameWriter().u8(static_cast<uint8_t>(ReplyKind::ok)).raw(as_view(mine.data(), mine.size())).finish(),
@@ -146,7 +153,7 @@ Status ClientHandshake::on_verdict(std::string_view body) const {
     auto code = static_cast<ErrorCode>(r.u8());
     std::string message = r.bytes();
     if (code != ErrorCode::invalid_argument && code != ErrorCode::protocol) code = ErrorCode::unauthenticated;
-    std::string hint = code == ErrorCode::unauthenticated ? ". " + auth::secret_hint() : "";
+    std::string hint = code == ErrorCode::unauthenticated ? "; " + auth::secret_hint() : "";
     return Status(code, "the braid store at " + address_ + " refused this process: " + message + hint);
   }
   auth::Mac proof{};
@@ -158,7 +165,7 @@ Status ClientHandshake::on_verdict(std::string_view body) const {
   if (!secret_.verify(auth::Direction::to_connector, nonce_, server_nonce_, transcript, proof)) {
     return Status(ErrorCode::unauthenticated,
                   "the braid store at " + address_ + " could not prove it belongs to this job: " +
-                      why_proof_failed(server_has_secret_, secret_.present(), "the store") + ". " +
+                      why_proof_failed(server_has_secret_, secret_.present(), "this process") + "; " +
                       auth::secret_hint());
   }
   return Status::ok();
