@@ -133,6 +133,27 @@ TEST(StoreStress, LegitimateClientsAreServedCorrectlyUnderAttackAndTheServerStay
   EXPECT_LT(rss_bytes(server.process->pid()), kRssBound);
 }
 
+// 8 connections each send all but the last byte of a 64 MiB frame (the old server buffered them:
+// ~500 MB), and 8 more that know the secret do the same after their handshake: both are refused
+// at the length, so the server's memory never grows.
+TEST(StoreStress, AlmostWholeHugeFramesCostTheServerNoMemory) {
+  Server server = start_server({{"BRAID_SECRET", kSecret}});
+  ASSERT_NE(server.port, 0);
+  std::vector<std::thread> attackers;
+  for (int i = 0; i < 8; ++i) {
+    attackers.emplace_back([&] { send_almost_a_huge_frame(connect_raw(server.port).get()); });
+    attackers.emplace_back([&] {
+      UniqueFd fd = connect_authenticated(server.port, kSecret);
+      if (fd.valid()) send_almost_a_huge_frame(fd.get());
+    });
+  }
+  for (auto& th : attackers) th.join();
+  auto c = TcpStore::connect("127.0.0.1", server.port, {.timeout = 5s, .secret = kSecret});
+  c->set("still", "serving");
+  EXPECT_EQ(c->get("still"), "serving");
+  EXPECT_LT(peak_rss(server.process->pid()), kRssBound) << "the server's peak VmRSS";
+}
+
 // Under the usual 1024 open-file limit, 2000 connections that never say a word must not lock
 // the job's clients out: the oldest unauthenticated ones make room.
 TEST(StoreStress, TwoThousandIdleConnectionsDoNotLockTheJobOut) {
