@@ -115,7 +115,11 @@ std::shared_ptr<Store> open_job_store(const JobInfo& job, const Env& env, std::u
                                 "braidrun --standalone (BRAID_STORE_BIND sets the address it listens on)");
     }
   }
-  return std::shared_ptr<Store>(TcpStore::connect(job.master_addr, job.store_port, store_options(job, env)).release());
+  try {
+    return std::shared_ptr<Store>(TcpStore::connect(job.master_addr, job.store_port, store_options(job, env)).release());
+  } catch (const Error& e) {
+    throw Error(e.code(), "rank " + std::to_string(job.rank) + ": " + e.what());
+  }
 }
 
 // The failure board (failure_board.h) gets a store connection of its own where it can, so its
