@@ -160,6 +160,23 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
     }
   }
   if (const char* v = lookup("BRAID_JOB_ID")) e.job_id = v;
+  if (const char* v = lookup("BRAID_STORE_BIND")) {
+    e.store_bind = v;
+    if (e.store_bind.empty()) return invalid_argument("BRAID_STORE_BIND is set but empty: name an address, or unset it");
+  }
+  if (const char* v = lookup("BRAID_STORE_MAX_FRAME_BYTES")) {
+    ASSIGN_OR_RETURN(e.store_max_frame_bytes,
+                     parse_bytes("BRAID_STORE_MAX_FRAME_BYTES", v, size_t{4} << 10, size_t{64} << 20));
+    if (e.store_max_frame_bytes == 0) e.store_max_frame_bytes = size_t{4} << 20;
+  }
+  if (const char* v = lookup("BRAID_STORE_MAX_CLIENTS")) {
+    ASSIGN_OR_RETURN(int64_t n, parse_env_int("BRAID_STORE_MAX_CLIENTS", v, 16, 1000000));
+    e.store_max_clients = static_cast<size_t>(n);
+  }
+  if (const char* v = lookup("BRAID_STORE_MAX_PENDING")) {
+    ASSIGN_OR_RETURN(int64_t n, parse_env_int("BRAID_STORE_MAX_PENDING", v, 1, 100000));
+    e.store_max_pending = static_cast<size_t>(n);
+  }
   return e;
 }
 

@@ -72,6 +72,17 @@ struct Env {
   // BRAID_JOB_ID: a name for the job, shown when a second job meets this one's store. Default:
   // the launcher's (braidrun's, TORCHELASTIC_RUN_ID, SLURM_JOB_ID), else none.
   std::string job_id;
+  // BRAID_STORE_BIND: the address the rendezvous store listens on. Default: the address
+  // MASTER_ADDR resolves to (loopback stays loopback); "0.0.0.0" or "::" for every interface.
+  std::string store_bind;
+  // BRAID_STORE_MAX_FRAME_BYTES: largest request the store accepts (a key and value together),
+  // 4 KiB..64 MiB; a longer one is refused before any of it is buffered. Default 4 MiB.
+  size_t store_max_frame_bytes = size_t{4} << 20;
+  // BRAID_STORE_MAX_CLIENTS: connections the store serves at once, 16..1000000. Default 65536.
+  size_t store_max_clients = 65536;
+  // BRAID_STORE_MAX_PENDING: connections that have not yet proved the job's secret, 1..100000;
+  // past it the oldest is dropped, so strangers cannot crowd out the job's ranks. Default 256.
+  size_t store_max_pending = 256;
 
   // Parses every variable; the first bad one is an invalid_argument error naming it.
   static Result<Env> parse(const EnvLookup& lookup);

@@ -1,6 +1,10 @@
 // The public Communicator: rendezvous, then thin forwarding to CommunicatorImpl.
 #include "braid/communicator.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -8,6 +12,7 @@
 #include "common/log.h"
 #include "runtime/communicator_impl.h"
 #include "runtime/rendezvous.h"
+#include "runtime/store/socket_util.h"
 #include "runtime/store_join.h"
 
 namespace braid {
@@ -30,27 +35,91 @@ int next_generation(const std::string& store_address) {
   return ++counts[store_address];
 }
 
-std::string bind_host_for(const std::string& master_addr) {
-  return master_addr.find(':') != std::string::npos ? "::" : "0.0.0.0";
+bool is_loopback(const sockaddr* a) {
+  if (a->sa_family == AF_INET) {
+    return (ntohl(reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (a->sa_family == AF_INET6) {
+    const in6_addr& v6 = reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr;
+    return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+  }
+  return false;
+}
+
+// Whether this host can listen on `a` (it is one of its addresses).
+bool is_local(const addrinfo* a) {
+  store::UniqueFd fd(::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_storage ss{};
+  std::memcpy(&ss, a->ai_addr, a->ai_addrlen);
+  if (ss.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&ss)->sin_port = 0;
+  if (ss.ss_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port = 0;
+  return fd.valid() && ::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), a->ai_addrlen) == 0;
+}
+
+// Where rank 0's store listens: BRAID_STORE_BIND, else MASTER_ADDR itself, so a job told to meet
+// on 127.0.0.1 cannot be reached from anywhere else. Every interface instead, said in the log,
+// when MASTER_ADDR cannot work as a listening address: it is not an address of this host (NAT,
+// a load balancer's name), or it is a host name (not an address) that resolves to loopback here
+// while the job spans hosts (Debian maps a machine's own name to 127.0.1.1), which the other
+// hosts could never reach. The secret, not the address, is what keeps strangers out.
+std::string store_bind_host(const JobInfo& job, const Env& env) {
+  if (!env.store_bind.empty()) return env.store_bind;
+  Result<store::AddrInfoPtr> addrs = store::resolve(job.master_addr, job.store_port, /*passive=*/false);
+  if (!addrs.is_ok()) return job.master_addr;  // listening reports it
+  const addrinfo* first = addrs.value().get();
+  const std::string any = first->ai_family == AF_INET6 ? "::" : "0.0.0.0";
+  if (!is_local(first)) {
+    BRAID_LOG(warn) << "rank 0: MASTER_ADDR=" << job.master_addr << " is not an address of this host (NAT, or a "
+                    << "load balancer?): the store listens on " << any << "; BRAID_STORE_BIND chooses the address";
+    return any;
+  }
+  in6_addr probe{};
+  bool numeric = inet_pton(AF_INET, job.master_addr.c_str(), &probe) == 1 ||
+                 inet_pton(AF_INET6, job.master_addr.c_str(), &probe) == 1;
+  if (numeric || job.size <= job.local_size || !is_loopback(first->ai_addr)) return job.master_addr;
+  BRAID_LOG(info) << "rank 0: MASTER_ADDR=" << job.master_addr << " resolves to a loopback address on this host, but "
+                  << "the job spans hosts: the store listens on " << any << " (BRAID_STORE_BIND overrides)";
+  return any;
+}
+
+TcpStoreOptions store_options(const JobInfo& job, const Env& env) {
+  TcpStoreOptions options;
+  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(env.rendezvous_timeout_s * 1000));
+  options.job_id = job.job_id;
+  return options;
+}
+
+// Why rank 0 could not serve on the port, when another job's store holds it: its job id.
+std::string who_holds(const JobInfo& job) {
+  if (job.job_id.empty()) return "";
+  try {
+    TcpStoreOptions probe{.timeout = std::chrono::seconds(1), .job_id = job.job_id};
+    TcpStore::connect(job.master_addr, job.store_port, probe);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::invalid_argument) return std::string(" (") + e.what() + ")";
+  }
+  return "";
 }
 
 // Connects to (or, on rank 0 without a launcher, serves) the job's store at job.master_*.
 std::shared_ptr<Store> open_job_store(const JobInfo& job, const Env& env, std::unique_ptr<TcpStoreServer>* server) {
-  TcpStoreOptions options;
-  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(env.rendezvous_timeout_s * 1000));
   if (job.rank == 0 && !job.agent_store) {
     try {
-      *server = TcpStoreServer::start(bind_host_for(job.master_addr), job.store_port);
+      *server = TcpStoreServer::start(store_bind_host(job, env), job.store_port, {.job_id = job.job_id});
     } catch (const Error& e) {
       std::string port = job.store_port == job.master_port ? "MASTER_PORT=" + std::to_string(job.master_port)
                                                            : "port " + std::to_string(job.store_port) +
                                                                  " (MASTER_PORT+1 under torchrun, or BRAID_STORE_PORT)";
-      throw Error(e.code(), "rank 0 cannot serve the rendezvous store on " + port + ": " + e.what() +
+      throw Error(e.code(), "rank 0 cannot serve the rendezvous store on " + port + ": " + e.what() + who_holds(job) +
                                 ". Is another job using that port? Pick another MASTER_PORT, or start under "
-                                "braidrun --standalone");
+                                "braidrun --standalone (BRAID_STORE_BIND sets the address it listens on)");
     }
   }
-  return std::shared_ptr<Store>(TcpStore::connect(job.master_addr, job.store_port, options).release());
+  try {
+    return std::shared_ptr<Store>(TcpStore::connect(job.master_addr, job.store_port, store_options(job, env)).release());
+  } catch (const Error& e) {
+    throw Error(e.code(), "rank " + std::to_string(job.rank) + ": " + e.what());
+  }
 }
 
 // The failure board (failure_board.h) gets a store connection of its own where it can, so its
@@ -58,10 +127,8 @@ std::shared_ptr<Store> open_job_store(const JobInfo& job, const Env& env, std::u
 std::shared_ptr<Store> open_board_store(const std::shared_ptr<Store>& store, const JobInfo& job, const Env& env,
                                         int generation) {
   if (dynamic_cast<TcpStore*>(store.get()) == nullptr || job.store_port == 0) return nullptr;
-  TcpStoreOptions options;
-  options.timeout = std::chrono::milliseconds(static_cast<int64_t>(env.rendezvous_timeout_s * 1000));
   try {
-    std::shared_ptr<Store> base(TcpStore::connect(job.master_addr, job.store_port, options).release());
+    std::shared_ptr<Store> base(TcpStore::connect(job.master_addr, job.store_port, store_options(job, env)).release());
     return std::make_shared<PrefixStore>("braid/c" + std::to_string(generation), base);
   } catch (const Error& e) {
     BRAID_LOG(warn) << "rank " << job.rank << ": failure reports share the program's store connection (" << e.what()
@@ -120,6 +187,7 @@ Communicator Communicator::from_url(const std::string& init_method, int rank, in
   Env env = env_or_raise();
   if (init_method.rfind("tcp://", 0) == 0) {
     JobInfo job = value_or_raise(resolve_tcp_url(init_method, rank, size));
+    job.job_id = resolve_job_id(process_env());
     std::unique_ptr<TcpStoreServer> server;
     auto store = open_job_store(job, env, &server);
     return make(std::move(store), std::move(server), job, env);

@@ -29,6 +29,20 @@ const Scheme* pick_scheme(const EnvLookup& lookup) {
   return &kTorchrun;  // nothing set: report the torchrun names as missing
 }
 
+}  // namespace
+
+std::string resolve_job_id(const EnvLookup& lookup) {
+  for (const char* name : {"BRAID_JOB_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID"}) {
+    const char* v = lookup(name);
+    if (v == nullptr || *v == '\0') continue;
+    if (std::string(name) == "TORCHELASTIC_RUN_ID" && std::string(v) == "none") continue;
+    return v;
+  }
+  return "";
+}
+
+namespace {
+
 Status check_rank_and_size(const JobInfo& job, const char* rank_name, const char* size_name) {
   if (job.rank >= job.size) {
     return invalid_argument(std::string(rank_name) + "=" + std::to_string(job.rank) + " is not below " + size_name +
@@ -74,6 +88,7 @@ Result<JobInfo> resolve_env(const EnvLookup& lookup) {
   const Scheme& s = *pick_scheme(lookup);
   JobInfo job;
   job.source = s.source;
+  job.job_id = resolve_job_id(lookup);
 
   const char* master_addr = lookup("MASTER_ADDR");
   if (!master_addr && &s == &kSlurm && lookup("SLURM_JOB_NODELIST")) {

@@ -29,10 +29,18 @@ struct JobInfo {
   uint16_t store_port = 0;
   // Where the numbers came from ("torchrun-style environment", "Slurm", "Open MPI").
   std::string source;
+  // Which job this is, so that a rank of another job given the same port is refused by the
+  // store (store_protocol.h) instead of joining: BRAID_JOB_ID, else the launcher's run id
+  // (braidrun and torchrun set TORCHELASTIC_RUN_ID; torchrun's default "none" does not count),
+  // else SLURM_JOB_ID. Empty: unknown, nothing is compared.
+  std::string job_id;
 };
 
 // Reads the job from environment variables. All missing variables are listed in one error.
 Result<JobInfo> resolve_env(const EnvLookup& lookup);
+
+// The job id as JobInfo::job_id describes it ("" when unknown).
+std::string resolve_job_id(const EnvLookup& lookup);
 
 // Parses "tcp://host:port" (with optional "?rank=R&world_size=N") into master_addr/port.
 // rank/size passed explicitly win over the URL's; -1 means "not given".

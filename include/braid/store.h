@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,9 +72,18 @@ class PrefixStore : public Store {
 struct TcpStoreOptions {
   // Bounds the first connect (retried with backoff) and every wait/get.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // The job's secret (its text, at least 16 characters). Unset: this process's BRAID_SECRET or
+  // BRAID_SECRET_FILE, none when neither is set. Empty: none.
+  std::optional<std::string> secret{};
+  // This job's id. Unset: BRAID_JOB_ID. Empty: unknown (not compared).
+  std::optional<std::string> job_id{};
 };
 
 // A client of a TcpStoreServer. One TCP connection; calls from several threads are serialized.
+// connect() proves this process knows the job's secret and checks that the server does too
+// (store_protocol.h), and that the store serves this job: a server that refuses, or that fails
+// its own proof, fails connect() with ErrorCode::unauthenticated at once (no retrying); a store
+// of another job (a different job id) with ErrorCode::invalid_argument naming both ids.
 // A connection lost after it was established fails the call at once, naming the address.
 class TcpStore : public Store {
  public:
@@ -102,19 +112,39 @@ class TcpStore : public Store {
   std::unique_ptr<Impl> impl_;
 };
 
+struct TcpStoreServerOptions {
+  // As in TcpStoreOptions: unset means this process's BRAID_SECRET(_FILE) / BRAID_JOB_ID.
+  std::optional<std::string> secret{};
+  std::optional<std::string> job_id{};
+  // 0: the environment's BRAID_STORE_MAX_FRAME_BYTES, BRAID_STORE_MAX_CLIENTS,
+  // BRAID_STORE_MAX_PENDING (common/env.h).
+  size_t max_frame_bytes = 0;
+  size_t max_clients = 0;
+  size_t max_pending = 0;
+  // How long a new connection has to complete its handshake.
+  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(2)};
+};
+
 // Serves the store on a TCP port from one background thread (epoll). Survives malformed and
-// vanishing clients; one bad client never stalls the others.
+// vanishing clients; one bad client never stalls the others. Strangers get nothing: until a
+// connection has proved the job's secret it may send only its handshake (a few hundred bytes,
+// within handshake_timeout), and at most max_pending such connections are kept (the oldest is
+// dropped for a new one), so they cannot crowd out the job's ranks. A request above
+// max_frame_bytes is refused before any of it is buffered. Raises the process's soft
+// open-file limit to its hard limit (said at INFO), since every rank holds connections.
 class TcpStoreServer {
  public:
   // Binds host:port (port 0 picks a free one) and starts serving. Throws braid::Error when the
-  // port is in use, naming it.
-  static std::unique_ptr<TcpStoreServer> start(const std::string& host, uint16_t port);
+  // port is in use, naming it, or when the secret cannot be read.
+  static std::unique_ptr<TcpStoreServer> start(const std::string& host, uint16_t port,
+                                               TcpStoreServerOptions options = {});
   ~TcpStoreServer();  // stops the thread and closes every connection
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
   uint16_t port() const;
   std::string address() const;
+  // Connections that completed the handshake (clients of this job) and are still open.
   size_t num_clients() const;
 
   struct Impl;

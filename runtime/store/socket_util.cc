@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace braid::store {
@@ -99,6 +100,18 @@ Result<UniqueFd> listen_tcp(const std::string& host, uint16_t port, uint16_t* bo
     return fd;
   }
   return last;
+}
+
+std::string peer_name(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (fd < 0 || getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "unknown peer";
+  char host[NI_MAXHOST] = {}, port[NI_MAXSERV] = {};
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&ss), len, host, sizeof host, port, sizeof port,
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "unknown peer";
+  }
+  return format_address(host, static_cast<uint16_t>(std::atoi(port)));
 }
 
 void set_no_delay(int fd) {

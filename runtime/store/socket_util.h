@@ -63,6 +63,9 @@ Result<AddrInfoPtr> resolve(const std::string& host, uint16_t port, bool passive
 // *bound_port). A port in use is an error naming host:port with what to do about it.
 Result<UniqueFd> listen_tcp(const std::string& host, uint16_t port, uint16_t* bound_port);
 
+// "host:port" of a connected socket's peer, for messages ("unknown peer" when it is gone).
+std::string peer_name(int fd);
+
 // Disables Nagle: store requests are small and latency-bound.
 void set_no_delay(int fd);
 

@@ -4,13 +4,43 @@
 //
 //   u32 body_len (little endian) | body (body_len bytes)
 //
-// body_len <= kMaxFrameBytes (64 MiB). A longer length is answered with an `error` reply and the
-// connection is closed: once a length is untrusted, no later byte can be trusted to start a frame.
+// body_len <= the server's limit (BRAID_STORE_MAX_FRAME_BYTES, default 4 MiB, never above
+// kMaxFrameBytes = 64 MiB). A longer length is answered with an `error` reply and the connection
+// is closed, before any of the body is buffered: once a length is untrusted, no later byte can
+// be trusted to start a frame.
 //
 // Field encodings inside a body (all integers little endian):
 //   bytes = u32 len | len bytes        binary-safe: keys and values may hold NUL bytes
 //   i64   = 8 bytes, two's complement
 //   keys  = u32 count | count x bytes
+//   raw N = N bytes as they are (nonces and proofs)
+//
+// ---- Handshake (common/job_secret.h has the challenge-response) ----
+//
+// Before anything else, each connection proves that both ends belong to the same job. Three
+// frames, each body at most kMaxHandshakeBytes:
+//
+//   server -> client  hello:   u32 magic "BRST" | u16 version (1) | u8 flags | raw 32 server nonce |
+//                              server job id:bytes
+//   client -> server  answer:  u32 magic "BRST" | u16 version | u8 flags | raw 32 client nonce |
+//                              raw 32 proof | client job id:bytes
+//   server -> client  verdict: ok | raw 32 server proof     (the reply kinds below)
+//                          or  error | u8 ErrorCode | message:bytes, then the server closes
+//
+//   flags bit 0: the sender has the job's secret (only for clearer messages: a side without one
+//   proves with the all-zero key and simply fails against a side that has one).
+//   Job ids are at most kMaxJobIdBytes; empty means "unknown" and is never compared.
+//   proof  = JobSecret::prove(to_acceptor, server nonce, client nonce, transcript)
+//   server proof = JobSecret::prove(to_connector, client nonce, server nonce, transcript)
+//   transcript = "braid-store/1" | 0x00 | server job id | 0x00 | client job id
+//
+// The server refuses (error, then close) an answer that is malformed, too long, late (its
+// handshake deadline, ~2 s, runs from the accept), whose proof is wrong, or whose job id is set
+// and differs from its own (ErrorCode::invalid_argument: two jobs given one port). The client
+// refuses a server whose hello is not a braid store's, whose job id differs from its own, or
+// whose proof is wrong. Until the verdict the server reads nothing else from the connection.
+//
+// ---- Requests (after the handshake) ----
 //
 // Request body = u8 opcode | fields. The client sends one request and reads its reply before
 // sending the next; the server answers requests of one connection in order.
@@ -52,6 +82,10 @@ namespace braid::store {
 
 inline constexpr size_t kFrameHeaderBytes = 4;
 inline constexpr uint32_t kMaxFrameBytes = 64u << 20;
+inline constexpr uint32_t kHandshakeMagic = 0x54535242;  // "BRST" as little-endian bytes
+inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr size_t kMaxHandshakeBytes = 512;
+inline constexpr size_t kMaxJobIdBytes = 256;
 
 enum class Opcode : uint8_t {
   set = 1,
@@ -81,6 +115,11 @@ class FrameWriter {
     buf_.push_back(static_cast<char>(v));
     return *this;
   }
+  FrameWriter& u16(uint16_t v) {
+    buf_.push_back(static_cast<char>(v & 0xff));
+    buf_.push_back(static_cast<char>(v >> 8));
+    return *this;
+  }
   FrameWriter& u32(uint32_t v) {
     for (int i = 0; i < 4; ++i) buf_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
     return *this;
@@ -92,6 +131,10 @@ class FrameWriter {
   }
   FrameWriter& bytes(std::string_view s) {
     u32(static_cast<uint32_t>(s.size()));
+    buf_.append(s.data(), s.size());
+    return *this;
+  }
+  FrameWriter& raw(std::string_view s) {
     buf_.append(s.data(), s.size());
     return *this;
   }
@@ -131,6 +174,12 @@ class FrameReader {
     rest_.remove_prefix(1);
     return v;
   }
+  uint16_t u16() {
+    if (!need(2)) return 0;
+    auto v = static_cast<uint16_t>(static_cast<uint8_t>(rest_[0]) | (static_cast<uint8_t>(rest_[1]) << 8));
+    rest_.remove_prefix(2);
+    return v;
+  }
   uint32_t u32() {
     if (!need(4)) return 0;
     uint32_t v = decode_u32(rest_.data());
@@ -150,6 +199,12 @@ class FrameReader {
     std::string s(rest_.substr(0, len));
     rest_.remove_prefix(len);
     return s;
+  }
+  // Exactly n bytes (a nonce, a proof); copied into `out`.
+  void raw(unsigned char* out, size_t n) {
+    if (!need(n)) return;
+    std::memcpy(out, rest_.data(), n);
+    rest_.remove_prefix(n);
   }
   std::vector<std::string> keys() {
     uint32_t n = u32();

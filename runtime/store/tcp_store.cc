@@ -20,8 +20,10 @@
 
 #include "braid/store.h"
 #include "common/deadline.h"
+#include "common/job_secret.h"
 #include "common/status.h"
 #include "runtime/store/socket_util.h"
+#include "runtime/store/store_handshake.h"
 #include "runtime/store/store_protocol.h"
 
 namespace braid {
@@ -39,6 +41,8 @@ constexpr auto kMaxBackoff = std::chrono::seconds(1);
 // How much longer than a get/wait's own timeout the client waits for the server's answer.
 constexpr auto kReplyGrace = std::chrono::seconds(2);
 constexpr size_t kReadChunk = 64 << 10;
+// One attempt's bound on the handshake; a server that is slower (overloaded) is tried again.
+constexpr auto kHandshakeAttempt = std::chrono::seconds(5);
 // Longer bounds are taken as "a day": the server caps waits there too, and deadline arithmetic
 // on milliseconds::max() would overflow.
 constexpr std::chrono::milliseconds kMaxTimeout = std::chrono::hours(24);
@@ -52,6 +56,8 @@ struct TcpStore::Impl {
   uint16_t port = 0;
   std::string address;
   std::atomic<int64_t> timeout_ms{0};
+  auth::JobSecret secret;
+  std::string job_id;
 
   std::mutex mu;  // guards everything below: one request in flight
   UniqueFd fd;
@@ -64,11 +70,15 @@ struct TcpStore::Impl {
 
   Status connect_with_backoff();
   Result<UniqueFd> try_connect(const Deadline& deadline);
+  // Proves this process belongs to the job, and checks that the server does (store_protocol.h).
+  // `*fatal` is set when trying again cannot help (refused, another job, not a braid store).
+  Status handshake(const Deadline& deadline, bool* fatal);
   // Sends `frame` and returns the reply body with its kind byte checked: an `error` reply
   // becomes its Status. `what` names the call in messages ("get('k')").
   Result<std::string> call(const std::string& what, std::string frame, Deadline deadline);
   Status send_all(const std::string& frame, const Deadline& deadline, const std::string& what);
-  Result<std::string> read_frame(const Deadline& deadline, const std::string& what);
+  Result<std::string> read_frame(const Deadline& deadline, const std::string& what,
+                                 size_t max_len = store::kMaxFrameBytes);
   Status wait_fd(short events, const Deadline& deadline, const std::string& what);
   Status lost(const std::string& what, const std::string& why);
   Status timed_out_waiting(const std::string& what, std::chrono::milliseconds timeout, FrameReader& r);
@@ -82,12 +92,18 @@ Status TcpStore::Impl::connect_with_backoff() {
   for (;;) {
     ++attempts;
     Result<UniqueFd> r = try_connect(deadline);
+    Status st = r.status();
     if (r.is_ok()) {
       fd = std::move(r).value();
       store::set_no_delay(fd.get());
-      return Status::ok();
+      bool fatal = false;
+      st = handshake(deadline, &fatal);
+      if (st.is_ok()) return st;
+      fd.reset();
+      rbuf.clear();
+      if (fatal) return Status(st.code(), "store connect: " + st.message());
     }
-    last_error = r.status().message();
+    last_error = st.message();
     if (deadline.expired()) break;
     std::this_thread::sleep_for(std::min(backoff, deadline.remaining()));
     backoff = std::min<std::chrono::nanoseconds>(backoff * 2, kMaxBackoff);
@@ -130,6 +146,26 @@ Result<UniqueFd> TcpStore::Impl::try_connect(const Deadline& deadline) {
   return last;
 }
 
+Status TcpStore::Impl::handshake(const Deadline& deadline, bool* fatal) {
+  const Deadline attempt = Deadline::after(std::min<std::chrono::nanoseconds>(deadline.remaining(), kHandshakeAttempt));
+  store::ClientHandshake hs(secret, job_id, address, port);
+  const std::string what = "handshake";
+  ASSIGN_OR_RETURN(std::string hello, read_frame(attempt, what, store::kMaxHandshakeBytes));
+  Result<std::string> answer = hs.on_hello(hello);
+  *fatal = !answer.is_ok();
+  if (!answer.is_ok()) return answer.status();
+  RETURN_IF_ERROR(send_all(answer.value(), attempt, what));
+  Result<std::string> verdict = read_frame(attempt, what, store::kMaxHandshakeBytes);
+  if (!verdict.is_ok() && !hs.refusal().is_ok()) {
+    *fatal = true;  // another job's store: what it answers changes nothing
+    return hs.refusal();
+  }
+  if (!verdict.is_ok()) return verdict.status();
+  Status st = hs.on_verdict(verdict.value());
+  *fatal = !st.is_ok();
+  return st;
+}
+
 Status TcpStore::Impl::lost(const std::string& what, const std::string& why) {
   broken = why;
   fd.reset();
@@ -167,11 +203,11 @@ Status TcpStore::Impl::send_all(const std::string& frame, const Deadline& deadli
   return Status::ok();
 }
 
-Result<std::string> TcpStore::Impl::read_frame(const Deadline& deadline, const std::string& what) {
+Result<std::string> TcpStore::Impl::read_frame(const Deadline& deadline, const std::string& what, size_t max_len) {
   for (;;) {
     if (rbuf.size() >= store::kFrameHeaderBytes) {
       uint32_t len = store::decode_u32(rbuf.data());
-      if (len > store::kMaxFrameBytes) {
+      if (len > max_len) {
         return lost(what, "the reply claims " + std::to_string(len) +
                               " bytes, over the protocol's limit: is that port really a braid store?");
       }
@@ -211,7 +247,7 @@ Result<std::string> TcpStore::Impl::call(const std::string& what, std::string fr
     FrameReader r(std::string_view(body).substr(1));
     auto code = static_cast<ErrorCode>(r.u8());
     std::string message = r.bytes();
-    if (!r.ok() || code == ErrorCode::ok || code > ErrorCode::internal) code = ErrorCode::protocol;
+    if (!r.ok() || code == ErrorCode::ok || code > ErrorCode::unauthenticated) code = ErrorCode::protocol;
     return Status(code, "store " + what + " at " + address + ": the server refused it: " + message);
   }
   return body;
@@ -253,6 +289,24 @@ std::unique_ptr<TcpStore> TcpStore::connect(const std::string& host, uint16_t po
   impl->port = port;
   impl->address = store::format_address(host, port);
   impl->timeout_ms = options.timeout.count();
+  if (options.secret && !options.secret->empty()) {
+    impl->secret = value_or_raise(auth::JobSecret::from_text(*options.secret, "TcpStoreOptions::secret"));
+  } else if (!options.secret) {
+    const Result<auth::JobSecret>& secret = auth::process_secret();
+    raise_if_error(secret.status());
+    impl->secret = secret.value();
+  }
+  if (options.job_id) {
+    impl->job_id = *options.job_id;
+  } else if (const Result<Env>& env = global_env(); env.is_ok()) {
+    impl->job_id = env.value().job_id;
+  }
+  if (impl->job_id.size() > store::kMaxJobIdBytes) {
+    throw Error(ErrorCode::invalid_argument, "TcpStore::connect: the job id has " +
+                                                 std::to_string(impl->job_id.size()) + " bytes; at most " +
+                                                 std::to_string(store::kMaxJobIdBytes) + " are allowed");
+  }
+  if (!impl->secret.present()) auth::warn_unauthenticated_once("store client of " + impl->address);
   raise_if_error(impl->connect_with_backoff());
   return std::unique_ptr<TcpStore>(new TcpStore(std::move(impl)));
 }

@@ -2,126 +2,43 @@
 //
 // Each connection has its own input and output buffers, so a client that sends half a frame,
 // stops reading its replies or sends garbage only ever holds up itself. What the keys mean lives
-// in StoreState; this file only moves bytes.
+// in StoreState; who may talk to it is decided in tcp_store_server_admit.cc; this file moves
+// bytes.
 //
 // Epoll is level-triggered and a connection's interest follows its state: EPOLLIN while we are
-// willing to buffer more of its input, EPOLLOUT while replies are queued. Connections are named
-// by id, not pointer, so one closed while handling an event batch is simply not found later.
+// willing to buffer more of its input (at most one whole frame), EPOLLOUT while replies are
+// queued. Connections are named by id, not pointer, so one closed while handling an event batch
+// is simply not found later.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 
-#include <atomic>
 #include <cerrno>
-#include <deque>
-#include <memory>
-#include <thread>
-#include <unordered_map>
 
-#include "braid/store.h"
+#include "common/env.h"
 #include "common/log.h"
-#include "runtime/store/socket_util.h"
 #include "runtime/store/store_protocol.h"
-#include "runtime/store/store_state.h"
+#include "runtime/store/tcp_store_server_impl.h"
 
 namespace braid {
 
 using store::StoreState;
 using store::UniqueFd;
+using namespace store_server;
 
 namespace {
 
-constexpr uint64_t kListenId = 0;
-constexpr uint64_t kWakeId = 1;
-constexpr size_t kReadChunk = 64 << 10;
-// Read at most this much from one connection per event, so a fast sender cannot starve others.
-constexpr size_t kReadPerEvent = 1 << 20;
-// Stop reading from a client whose replies pile up unread (it is not reading them).
-constexpr size_t kMaxQueuedOutput = 16 << 20;
-// After an oversize frame: how long we keep draining a client so our error reply reaches it
-// before the close (closing with unread input would reset the connection and lose the reply).
+// After a fatal error: how long we keep draining a client so our error reply reaches it before
+// the close (closing with unread input would reset the connection and lose the reply).
 constexpr auto kLinger = std::chrono::seconds(1);
-// When accept fails for lack of file descriptors, pause accepting instead of spinning.
-constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
-constexpr size_t kMaxWarnedBadClients = 5;
 
-struct Connection {
-  UniqueFd fd;
-  std::string in;
-  size_t in_off = 0;
-  std::string out;
-  size_t out_off = 0;
-  uint32_t events = 0;
-  bool dead = false;
-  bool dirty = false;     // has output to flush at the end of this loop turn
-  bool closing = false;   // sent a fatal error: flush, shut down writing, drain, close
-  bool parked = false;    // stopped parsing input (a pending wait, or too much unread output)
-  Clock::time_point linger_until{};
-  size_t pending_in() const { return in.size() - in_off; }
-  size_t pending_out() const { return out.size() - out_off; }
-};
+void give_back_if_large(std::string& buf) {
+  if (buf.empty() && buf.capacity() > kKeepCapacity) std::string().swap(buf);
+}
 
 }  // namespace
-
-struct TcpStoreServer::Impl {
-  std::string host;
-  uint16_t port = 0;
-  std::string address;
-  UniqueFd listen_fd;
-  UniqueFd epoll_fd;
-  UniqueFd wake_fd;
-  std::thread thread;
-  std::atomic<bool> stop{false};
-  std::atomic<size_t> num_clients{0};
-
-  // Server-thread state.
-  StoreState state;
-  std::unordered_map<uint64_t, std::unique_ptr<Connection>> conns;
-  uint64_t next_id = 2;
-  std::vector<uint64_t> dirty;       // connections with output to flush
-  std::deque<uint64_t> runnable;     // connections whose wait ended with input still buffered
-  std::vector<uint64_t> lingering;   // closing connections, drained until their deadline
-  std::vector<uint64_t> dead;        // closed this loop turn, freed at its end
-  std::vector<char> scratch;         // recv lands here, then is appended to a connection's input
-  size_t bad_clients = 0;
-  bool accept_paused = false;
-  Clock::time_point accept_resume{};
-
-  ~Impl() { shutdown(); }
-  void shutdown() {
-    if (!thread.joinable()) return;
-    stop.store(true);
-    uint64_t one = 1;
-    // eventfd writes of 8 bytes cannot be short; a failure leaves nothing better to do.
-    (void)!::write(wake_fd.get(), &one, sizeof(one));
-    thread.join();
-  }
-
-  void run();
-  int epoll_timeout_ms(Clock::time_point now) const;
-  void accept_all();
-  void on_event(uint64_t id, uint32_t ev);
-  void read_from(Connection& c, uint64_t id);
-  void process(Connection& c, uint64_t id);
-  void deliver(std::vector<StoreState::Reply>& replies);
-  void flush(Connection& c, uint64_t id);
-  void update_interest(Connection& c, uint64_t id);
-  void fail_connection(Connection& c, uint64_t id, const std::string& message);
-  void mark_dead(Connection& c, uint64_t id);
-  // A parked connection may parse again (its wait ended, or its output drained): queue it.
-  void resume(Connection& c, uint64_t id) {
-    if (!c.parked) return;
-    c.parked = false;
-    runnable.push_back(id);
-  }
-  void reap();
-  Connection* find(uint64_t id) {
-    auto it = conns.find(id);
-    return it == conns.end() || it->second->dead ? nullptr : it->second.get();
-  }
-};
 
 void TcpStoreServer::Impl::run() {
   std::vector<epoll_event> events(256);
@@ -146,6 +63,7 @@ void TcpStoreServer::Impl::run() {
     replies.clear();
     state.expire(now, replies);
     deliver(replies);
+    expire_pending(now);
     while (!runnable.empty()) {
       uint64_t id = runnable.front();
       runnable.pop_front();
@@ -175,6 +93,7 @@ int TcpStoreServer::Impl::epoll_timeout_ms(Clock::time_point now) const {
     if (!next || t < *next) next = t;
   };
   if (accept_paused) consider(accept_resume);
+  if (auto t = next_pending_deadline()) consider(*t);
   for (uint64_t id : lingering) {
     auto it = conns.find(id);
     if (it != conns.end()) consider(it->second->linger_until);
@@ -184,34 +103,6 @@ int TcpStoreServer::Impl::epoll_timeout_ms(Clock::time_point now) const {
   // Round up: waking a little late is fine, waking early just loops once more.
   auto ms = std::chrono::ceil<std::chrono::milliseconds>(*next - now).count();
   return ms > (1 << 30) ? (1 << 30) : static_cast<int>(ms);
-}
-
-void TcpStoreServer::Impl::accept_all() {
-  for (;;) {
-    int fd = accept4(listen_fd.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        BRAID_LOG(warn) << "store server at " << address << ": cannot accept more clients (errno " << errno
-                        << "; " << conns.size() << " connected); raise the open-file limit (ulimit -n)";
-        epoll_ctl(epoll_fd.get(), EPOLL_CTL_DEL, listen_fd.get(), nullptr);
-        accept_paused = true;
-        accept_resume = Clock::now() + kAcceptBackoff;
-      }
-      return;  // EAGAIN: none left
-    }
-    store::set_no_delay(fd);
-    uint64_t id = next_id++;
-    auto c = std::make_unique<Connection>();
-    c->fd = UniqueFd(fd);
-    c->events = EPOLLIN | EPOLLRDHUP;
-    epoll_event ev{};
-    ev.events = c->events;
-    ev.data.u64 = id;
-    if (epoll_ctl(epoll_fd.get(), EPOLL_CTL_ADD, fd, &ev) != 0) continue;  // c closes fd
-    conns.emplace(id, std::move(c));
-    num_clients.fetch_add(1, std::memory_order_relaxed);
-  }
 }
 
 void TcpStoreServer::Impl::on_event(uint64_t id, uint32_t ev) {
@@ -231,38 +122,59 @@ void TcpStoreServer::Impl::on_event(uint64_t id, uint32_t ev) {
 void TcpStoreServer::Impl::read_from(Connection& c, uint64_t id) {
   size_t total = 0;
   while (total < kReadPerEvent) {
-    ssize_t r = ::recv(c.fd.get(), scratch.data(), scratch.size(), 0);
+    // Never more than one whole frame is buffered (a handshake's, for a pending connection):
+    // the bytes of a frame that is too long are never read, let alone kept.
+    size_t room = c.closing ? scratch.size() : std::min(scratch.size(), input_limit(c) - std::min(input_limit(c), c.pending_in()));
+    if (room == 0) break;
+    ssize_t r = ::recv(c.fd.get(), scratch.data(), room, 0);
     if (c.closing) {  // draining only: discard
       if (r > 0) {
         total += static_cast<size_t>(r);
         continue;
       }
       if (r < 0 && (errno == EAGAIN || errno == EINTR)) return;
+      if (r == 0) flush(c, id);  // the client is done sending: our error reply may still reach it
       return mark_dead(c, id);
     }
     if (r > 0) c.in.append(scratch.data(), static_cast<size_t>(r));
-    if (r == 0) return mark_dead(c, id);  // the client closed, possibly mid-frame: forget it
+    if (r == 0) {
+      // The client closed, possibly mid-frame: forget it. One that never finished its
+      // handshake counts as a failed connection.
+      if (c.pending()) note_bad_client("client " + c.peer + " closed before finishing its handshake", /*quiet=*/true);
+      process(c, id);  // what it sent before closing is still answered, as far as it fits
+      if (!c.dead) flush(c, id);
+      return mark_dead(c, id);
+    }
     if (r < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       return mark_dead(c, id);
     }
     total += static_cast<size_t>(r);
-    if (static_cast<size_t>(r) < kReadChunk) break;
+    if (static_cast<size_t>(r) < room) break;
   }
   process(c, id);
 }
 
 void TcpStoreServer::Impl::process(Connection& c, uint64_t id) {
+  if (c.pending() && !admit(c, id)) {
+    if (!c.dead) update_interest(c, id);
+    return;
+  }
   std::vector<StoreState::Reply> replies;
   while (!c.dead && !c.closing && !state.waiting(id) && c.pending_out() < kMaxQueuedOutput) {
     if (c.pending_in() < store::kFrameHeaderBytes) break;
     uint32_t len = store::decode_u32(c.in.data() + c.in_off);
-    if (len > store::kMaxFrameBytes) {
-      fail_connection(c, id,
-                      "frame of " + std::to_string(len) + " bytes exceeds the store's limit of " +
-                          std::to_string(store::kMaxFrameBytes) +
-                          " bytes; closing this connection (is this client speaking the braid store protocol?)");
+    if (len > max_frame_bytes) {
+      std::string message = "a request of " + std::to_string(len) + " bytes exceeds the store's limit of " +
+                            std::to_string(max_frame_bytes) +
+                            " bytes (BRAID_STORE_MAX_FRAME_BYTES); closing this connection";
+      fail_connection(c, id, "client " + c.peer + ": " + message,
+                      store::FrameWriter()
+                          .u8(static_cast<uint8_t>(store::ReplyKind::error))
+                          .u8(static_cast<uint8_t>(ErrorCode::protocol))
+                          .bytes(message)
+                          .finish());
       break;
     }
     if (c.pending_in() < store::kFrameHeaderBytes + len) break;
@@ -278,6 +190,7 @@ void TcpStoreServer::Impl::process(Connection& c, uint64_t id) {
   if (c.in_off > 0 && c.in_off * 2 >= c.in.size()) {
     c.in.erase(0, c.in_off);
     c.in_off = 0;
+    give_back_if_large(c.in);
   }
   if (!c.dead) update_interest(c, id);
 }
@@ -286,12 +199,16 @@ void TcpStoreServer::Impl::deliver(std::vector<StoreState::Reply>& replies) {
   for (auto& r : replies) {
     Connection* c = find(r.conn);
     if (c == nullptr) continue;
-    c->out.append(r.frame);
-    if (!c->dirty) {
-      c->dirty = true;
-      dirty.push_back(r.conn);
-    }
+    queue_output(*c, r.conn, r.frame);
     resume(*c, r.conn);
+  }
+}
+
+void TcpStoreServer::Impl::queue_output(Connection& c, uint64_t id, const std::string& frame) {
+  c.out.append(frame);
+  if (!c.dirty) {
+    c.dirty = true;
+    dirty.push_back(id);
   }
 }
 
@@ -308,6 +225,7 @@ void TcpStoreServer::Impl::flush(Connection& c, uint64_t id) {
   if (c.pending_out() == 0) {
     c.out.clear();
     c.out_off = 0;
+    give_back_if_large(c.out);
     if (c.closing) ::shutdown(c.fd.get(), SHUT_WR);
   }
   if (c.pending_out() < kMaxQueuedOutput) resume(c, id);
@@ -315,8 +233,7 @@ void TcpStoreServer::Impl::flush(Connection& c, uint64_t id) {
 }
 
 void TcpStoreServer::Impl::update_interest(Connection& c, uint64_t id) {
-  bool want_in = c.closing || (c.pending_out() < kMaxQueuedOutput &&
-                               c.pending_in() < store::kMaxFrameBytes + store::kFrameHeaderBytes + kReadChunk);
+  bool want_in = c.closing || (c.pending_out() < kMaxQueuedOutput && c.pending_in() < input_limit(c));
   uint32_t events = EPOLLRDHUP | (want_in ? EPOLLIN : 0u) | (c.pending_out() > 0 ? EPOLLOUT : 0u);
   if (events == c.events) return;
   epoll_event ev{};
@@ -326,29 +243,17 @@ void TcpStoreServer::Impl::update_interest(Connection& c, uint64_t id) {
   c.events = events;
 }
 
-void TcpStoreServer::Impl::fail_connection(Connection& c, uint64_t id, const std::string& message) {
-  // Warn about the first few only: a port scanner or a flood must not flood the log too.
-  if (++bad_clients <= kMaxWarnedBadClients) {
-    BRAID_LOG(warn) << "store server at " << address << ": " << message
-                    << (bad_clients == kMaxWarnedBadClients ? " (further such clients are logged at INFO)" : "");
-  } else {
-    BRAID_LOG(info) << "store server at " << address << ": " << message;
-  }
-  c.out.append(store::FrameWriter()
-                   .u8(static_cast<uint8_t>(store::ReplyKind::error))
-                   .u8(static_cast<uint8_t>(ErrorCode::protocol))
-                   .bytes(message)
-                   .finish());
+void TcpStoreServer::Impl::fail_connection(Connection& c, uint64_t id, const std::string& message,
+                                           const std::string& frame) {
+  note_bad_client(message);
+  queue_output(c, id, frame);
   c.closing = true;
   c.linger_until = Clock::now() + kLinger;
   c.in.clear();
   c.in_off = 0;
+  give_back_if_large(c.in);
   state.drop(id);
   lingering.push_back(id);
-  if (!c.dirty) {
-    c.dirty = true;
-    dirty.push_back(id);
-  }
 }
 
 void TcpStoreServer::Impl::mark_dead(Connection& c, uint64_t id) {
@@ -356,6 +261,17 @@ void TcpStoreServer::Impl::mark_dead(Connection& c, uint64_t id) {
   c.dead = true;
   state.drop(id);
   epoll_ctl(epoll_fd.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
+  // Closed now, not at the end of the loop turn: an evicted stranger's descriptor is what the
+  // next accept needs.
+  c.fd.reset();
+  if (c.pending()) {
+    c.handshake.reset();
+    --num_pending;
+  } else {
+    num_clients.fetch_sub(1, std::memory_order_relaxed);
+  }
+  c.in = std::string();
+  c.out = std::string();
   dead.push_back(id);
 }
 
@@ -367,9 +283,7 @@ void TcpStoreServer::Impl::reap() {
     if (now >= it->second->linger_until) mark_dead(*it->second, id);
     return it->second->dead;
   });
-  for (uint64_t id : dead) {
-    if (conns.erase(id) != 0) num_clients.fetch_sub(1, std::memory_order_relaxed);
-  }
+  for (uint64_t id : dead) conns.erase(id);
   dead.clear();
 }
 
@@ -392,8 +306,29 @@ Status add_to_epoll(int epfd, int fd, uint64_t id) {
   return Status::ok();
 }
 
-Result<std::unique_ptr<TcpStoreServer::Impl>> start_impl(const std::string& host, uint16_t port) {
+Result<std::unique_ptr<TcpStoreServer::Impl>> start_impl(const std::string& host, uint16_t port,
+                                                         const TcpStoreServerOptions& o) {
   auto impl = std::make_unique<TcpStoreServer::Impl>();
+  const Result<Env>& env_result = global_env();
+  if (!env_result.is_ok()) return env_result.status();
+  const Env& env = env_result.value();
+  if (o.secret && !o.secret->empty()) {
+    ASSIGN_OR_RETURN(impl->secret, auth::JobSecret::from_text(*o.secret, "the store's secret"));
+  } else if (!o.secret) {
+    const Result<auth::JobSecret>& secret = auth::process_secret();
+    if (!secret.is_ok()) return secret.status();
+    impl->secret = secret.value();
+  }
+  impl->job_id = o.job_id ? *o.job_id : env.job_id;
+  if (impl->job_id.size() > store::kMaxJobIdBytes) {
+    return invalid_argument("the store's job id has " + std::to_string(impl->job_id.size()) + " bytes; at most " +
+                            std::to_string(store::kMaxJobIdBytes) + " are allowed");
+  }
+  impl->max_frame_bytes = std::min<size_t>(o.max_frame_bytes ? o.max_frame_bytes : env.store_max_frame_bytes,
+                                           store::kMaxFrameBytes);
+  impl->max_clients = o.max_clients ? o.max_clients : env.store_max_clients;
+  impl->max_pending = o.max_pending ? o.max_pending : env.store_max_pending;
+  impl->handshake_timeout = o.handshake_timeout;
   impl->host = host;
   ASSIGN_OR_RETURN(impl->listen_fd, store::listen_tcp(host, port, &impl->port));
   impl->address = store::format_address(host.empty() ? "0.0.0.0" : host, impl->port);
@@ -408,11 +343,15 @@ Result<std::unique_ptr<TcpStoreServer::Impl>> start_impl(const std::string& host
 
 }  // namespace
 
-std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const std::string& host, uint16_t port) {
-  auto impl = value_or_raise(start_impl(host, port));
+std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const std::string& host, uint16_t port,
+                                                      TcpStoreServerOptions options) {
+  auto impl = value_or_raise(start_impl(host, port, options));
   Impl* raw = impl.get();
+  raise_open_file_limit_once("store server at " + raw->address);
+  if (!raw->secret.present()) auth::warn_unauthenticated_once("store server at " + raw->address);
   raw->thread = std::thread([raw] { raw->run(); });
-  BRAID_LOG(info) << "store server listening on " << raw->address;
+  BRAID_LOG(info) << "store server listening on " << raw->address << " (secret: " << raw->secret.source()
+                  << ", job id: " << (raw->job_id.empty() ? "none" : raw->job_id) << ")";
   return std::unique_ptr<TcpStoreServer>(new TcpStoreServer(std::move(impl)));
 }
 

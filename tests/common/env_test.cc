@@ -103,5 +103,26 @@ TEST(Env, SecretSettings) {
   EXPECT_NE(both.status().message().find("set one of them"), std::string::npos);
 }
 
+TEST(Env, StoreSettings) {
+  auto d = parse({});
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_EQ(d->store_bind, "");
+  EXPECT_EQ(d->store_max_frame_bytes, size_t{4} << 20);
+  EXPECT_EQ(d->store_max_pending, 256u);
+  auto e = parse({{"BRAID_STORE_BIND", "0.0.0.0"}, {"BRAID_STORE_MAX_FRAME_BYTES", "1M"},
+                  {"BRAID_STORE_MAX_CLIENTS", "100"}, {"BRAID_STORE_MAX_PENDING", "8"}});
+  ASSERT_TRUE(e.is_ok()) << e.status().message();
+  EXPECT_EQ(e->store_bind, "0.0.0.0");
+  EXPECT_EQ(e->store_max_frame_bytes, size_t{1} << 20);
+  EXPECT_EQ(e->store_max_clients, 100u);
+  EXPECT_EQ(e->store_max_pending, 8u);
+  for (auto [name, value] : {std::pair{"BRAID_STORE_MAX_FRAME_BYTES", "128M"}, {"BRAID_STORE_MAX_CLIENTS", "3"},
+                             {"BRAID_STORE_MAX_PENDING", "0"}, {"BRAID_STORE_BIND", ""}}) {
+    auto bad = parse({{name, value}});
+    ASSERT_FALSE(bad.is_ok()) << name;
+    EXPECT_NE(bad.status().message().find(name), std::string::npos) << bad.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace braid

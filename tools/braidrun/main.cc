@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/env.h"
+#include "common/job_secret.h"
 #include "tools/braidrun/launch_options.h"
 #include "tools/braidrun/node_rendezvous.h"
 #include "tools/braidrun/output_relay.h"
@@ -36,6 +37,34 @@ void report_failure(const JobOutcome& outcome) {
   write_all(STDERR_FILENO, text);
 }
 
+// The job's secret and id. braidrun invents a secret only when it launches every rank itself
+// (one node): braidruns on several nodes cannot agree on a random one, so there the user's
+// BRAID_SECRET / BRAID_SECRET_FILE is used (and reaches the ranks through the environment), or
+// the job runs unauthenticated and says so. The secret reaches the ranks as a file's name.
+struct JobTrust {
+  StoreAuth auth;
+  std::unique_ptr<SecretFile> file;  // braidrun's own secret; removed when braidrun exits
+};
+
+Result<JobTrust> make_job_trust(const Env& env, const LaunchOptions& o) {
+  JobTrust t;
+  t.auth.job_id = !env.job_id.empty() ? env.job_id : o.run_id == "none" ? "" : o.run_id;
+  if (!env.secret.empty() || !env.secret_file.empty()) {
+    const Result<auth::JobSecret>& own = auth::process_secret();
+    if (!own.is_ok()) return own.status();
+    return t;
+  }
+  if (o.nnodes > 1) {
+    auth::warn_unauthenticated_once("braidrun (--nnodes " + std::to_string(o.nnodes) +
+                                    ": braidrun cannot invent a secret every node shares)");
+    return t;
+  }
+  std::string secret = auth::random_hex(32);
+  ASSIGN_OR_RETURN(t.file, SecretFile::create(secret));
+  t.auth.secret = secret;
+  return t;
+}
+
 int run(int argc, char** argv) {
   Result<Env> env = global_env();
   if (!env.is_ok()) return fail(env.status());
@@ -50,12 +79,15 @@ int run(int argc, char** argv) {
   Result<std::string> program = resolve_program(o.program[0], std::getenv("PATH"));
   if (!program.is_ok()) return fail(program.status());
 
+  Result<JobTrust> trust = make_job_trust(*env, o);
+  if (!trust.is_ok()) return fail(trust.status());
+
   // Before the store's thread exists, so it inherits the blocked signals.
   Result<int> signal_fd = make_signal_fd();
   if (!signal_fd.is_ok()) return fail(signal_fd.status());
 
   int stop_signal = 0;
-  auto joined = NodeRendezvous::join(o, *signal_fd, &stop_signal);
+  auto joined = NodeRendezvous::join(o, trust->auth, *signal_fd, &stop_signal);
   if (!joined.is_ok()) {
     fail(joined.status());
     return stop_signal ? 128 + stop_signal : 1;
@@ -82,7 +114,9 @@ int run(int argc, char** argv) {
                     .nnodes = o.nnodes,
                     .master_addr = rdzv.master_addr(),
                     .master_port = rdzv.master_port(),
-                    .run_id = o.run_id};
+                    .run_id = o.run_id,
+                    .job_id = trust->auth.job_id,
+                    .secret_file = trust->file ? trust->file->path() : ""};
     SpawnRequest req{.path = *program,
                      .argv = o.program,
                      .env = build_rank_env(base_env, id),

@@ -102,20 +102,20 @@ Status NodeRendezvous::aborted_by(int sig) {
   return Status(ErrorCode::aborted, "interrupted by " + signal_name(sig) + " during rendezvous");
 }
 
-Result<std::unique_ptr<NodeRendezvous>> NodeRendezvous::join(const LaunchOptions& o, int signal_fd,
-                                                              int* stop_signal) {
+Result<std::unique_ptr<NodeRendezvous>> NodeRendezvous::join(const LaunchOptions& o, const StoreAuth& auth,
+                                                              int signal_fd, int* stop_signal) {
   std::unique_ptr<NodeRendezvous> r(new NodeRendezvous());
   r->stop_signal_ = stop_signal;
   r->prefix_ = "braidrun/" + o.run_id + "/";
   r->nnodes_ = o.nnodes;
   r->grace_s_ = o.grace_s;
-  RETURN_IF_ERROR(r->serve_or_connect(o, signal_fd));
+  RETURN_IF_ERROR(r->serve_or_connect(o, auth, signal_fd));
   RETURN_IF_ERROR(r->take_node_rank(o));
   RETURN_IF_ERROR(r->wait_for_nodes(o, signal_fd));
   return r;
 }
 
-Status NodeRendezvous::serve_or_connect(const LaunchOptions& o, int signal_fd) {
+Status NodeRendezvous::serve_or_connect(const LaunchOptions& o, const StoreAuth& auth, int signal_fd) {
   const std::string ep = endpoint(o.endpoint_host, o.endpoint_port);
   bool must_serve = o.standalone || (o.node_rank && *o.node_rank == 0) || (!o.node_rank && o.nnodes == 1);
   bool may_serve = must_serve || (!o.node_rank && is_local_address(o.endpoint_host));
@@ -130,7 +130,7 @@ Status NodeRendezvous::serve_or_connect(const LaunchOptions& o, int signal_fd) {
     if (must_serve && !o.standalone) hosts.push_back("0.0.0.0");
     for (const std::string& h : hosts) {
       try {
-        server_ = TcpStoreServer::start(h, o.endpoint_port);
+        server_ = TcpStoreServer::start(h, o.endpoint_port, {.secret = auth.secret, .job_id = auth.job_id});
         master_port_ = server_->port();
         connect_host = h == "0.0.0.0" ? "127.0.0.1" : h;
         break;
@@ -159,7 +159,14 @@ Status NodeRendezvous::serve_or_connect(const LaunchOptions& o, int signal_fd) {
     }
     auto attempt = std::min<milliseconds>(milliseconds(1000), std::chrono::duration_cast<milliseconds>(deadline.remaining()) + milliseconds(1));
     try {
-      store_ = TcpStore::connect(connect_host, master_port_, TcpStoreOptions{.timeout = attempt});
+      store_ = TcpStore::connect(connect_host, master_port_,
+                                 TcpStoreOptions{.timeout = attempt, .secret = auth.secret, .job_id = auth.job_id});
+    } catch (const Error& e) {
+      // Refused (another job's store, or another secret): waiting longer cannot help.
+      if (e.code() == ErrorCode::unauthenticated || e.code() == ErrorCode::invalid_argument) {
+        return Status(e.code(), std::string("cannot join the job's store: ") + e.what());
+      }
+      last_error = e.what();
     } catch (const std::exception& e) {
       last_error = e.what();
     }

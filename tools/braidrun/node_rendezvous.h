@@ -27,11 +27,18 @@
 
 namespace braid::braidrun {
 
+// Who may use the job's store: braidrun's store server and its own client use these.
+struct StoreAuth {
+  std::optional<std::string> secret;  // unset: braidrun's own BRAID_SECRET(_FILE), if any
+  std::string job_id;                 // empty: unknown
+};
+
 class NodeRendezvous {
  public:
   // Serves or connects, takes a node rank and waits (up to --rdzv-timeout-s) for all nodes.
   // SIGINT/SIGTERM on `signal_fd` abort the wait (ErrorCode::aborted; `*stop_signal` is set).
-  static Result<std::unique_ptr<NodeRendezvous>> join(const LaunchOptions& options, int signal_fd, int* stop_signal);
+  static Result<std::unique_ptr<NodeRendezvous>> join(const LaunchOptions& options, const StoreAuth& auth,
+                                                       int signal_fd, int* stop_signal);
   ~NodeRendezvous();
 
   int node_rank() const { return node_rank_; }
@@ -51,7 +58,7 @@ class NodeRendezvous {
  private:
   NodeRendezvous() = default;
   Status aborted_by(int sig);
-  Status serve_or_connect(const LaunchOptions& o, int signal_fd);
+  Status serve_or_connect(const LaunchOptions& o, const StoreAuth& auth, int signal_fd);
   Status take_node_rank(const LaunchOptions& o);
   Status wait_for_nodes(const LaunchOptions& o, int signal_fd);
   std::string key(const std::string& k) const { return prefix_ + k; }

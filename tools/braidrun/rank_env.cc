@@ -1,5 +1,11 @@
 #include "tools/braidrun/rank_env.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
 #include <utility>
 
 extern char** environ;
@@ -25,21 +31,57 @@ std::vector<std::string> build_rank_env(const std::vector<std::string>& base, co
       {"TORCHELASTIC_MAX_RESTARTS", "0"},
       {"BRAID_AGENT_STORE", "1"},
   };
+  std::vector<std::pair<std::string, std::string>> set;
+  for (const auto& [name, value] : vars) set.emplace_back(name, value);
+  if (!id.job_id.empty()) set.emplace_back("BRAID_JOB_ID", id.job_id);
+  std::vector<std::string> dropped;
+  if (!id.secret_file.empty()) {
+    set.emplace_back("BRAID_SECRET_FILE", id.secret_file);
+    dropped.push_back("BRAID_SECRET=");  // Env refuses both at once
+  }
+  for (const auto& [name, value] : set) dropped.push_back(name + "=");
   std::vector<std::string> out;
-  out.reserve(base.size() + std::size(vars));
+  out.reserve(base.size() + set.size());
   for (const std::string& kv : base) {
     bool overridden = false;
-    for (const auto& [name, value] : vars) {
-      std::string key = std::string(name) + "=";
-      if (kv.compare(0, key.size(), key) == 0) {
-        overridden = true;
-        break;
-      }
-    }
+    for (const std::string& key : dropped) overridden = overridden || kv.compare(0, key.size(), key) == 0;
     if (!overridden) out.push_back(kv);
   }
-  for (const auto& [name, value] : vars) out.push_back(std::string(name) + "=" + value);
+  for (const auto& [name, value] : set) out.push_back(name + "=" + value);
   return out;
+}
+
+Result<std::unique_ptr<SecretFile>> SecretFile::create(const std::string& secret) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/braidrun-secret-XXXXXX";
+  // mkdtemp makes the directory with mode 0700: nobody else can even look up the file's name.
+  if (mkdtemp(templ.data()) == nullptr) {
+    return system_error("braidrun: cannot make a private directory for the job's secret (" + templ + ")", errno);
+  }
+  std::unique_ptr<SecretFile> f(new SecretFile());
+  f->dir_ = templ;
+  std::string path = templ + "/secret";
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return system_error("braidrun: cannot create " + path, errno);
+  f->path_ = path;  // from here on the destructor removes it
+  size_t off = 0;
+  while (off < secret.size()) {
+    ssize_t w = ::write(fd, secret.data() + off, secret.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      int err = errno;
+      ::close(fd);
+      return system_error("braidrun: cannot write " + path, err);
+    }
+    off += static_cast<size_t>(w);
+  }
+  ::close(fd);
+  return f;
+}
+
+SecretFile::~SecretFile() {
+  if (!path_.empty()) ::unlink(path_.c_str());
+  if (!dir_.empty()) ::rmdir(dir_.c_str());
 }
 
 std::vector<std::string> current_environ() {

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "common/status.h"
 
 namespace braid::braidrun {
 
@@ -17,12 +20,35 @@ struct RankIdentity {
   std::string master_addr;
   uint16_t master_port = 0;
   std::string run_id;
+  // BRAID_JOB_ID for the rank; empty: left as braidrun found it.
+  std::string job_id{};
+  // BRAID_SECRET_FILE for the rank (any BRAID_SECRET of `base` is dropped); empty: left as
+  // braidrun found them.
+  std::string secret_file{};
 };
 
 // `base` ("NAME=value" strings, usually braidrun's own environ) with torchrun's variables for
 // this rank set over it, plus BRAID_AGENT_STORE=1: braidrun serves the store at
-// MASTER_ADDR:MASTER_PORT, so no rank may serve it itself.
+// MASTER_ADDR:MASTER_PORT, so no rank may serve it itself. The secret travels only as a file's
+// name, never on a command line.
 std::vector<std::string> build_rank_env(const std::vector<std::string>& base, const RankIdentity& id);
+
+// The job's secret in a file (mode 0600) inside a directory of its own (mode 0700) that only
+// this user can enter; both are removed when this object goes, at braidrun's exit. A SIGKILLed
+// braidrun leaves them behind, in $TMPDIR (or /tmp), still readable by this user only.
+class SecretFile {
+ public:
+  static Result<std::unique_ptr<SecretFile>> create(const std::string& secret);
+  ~SecretFile();
+  SecretFile(const SecretFile&) = delete;
+  SecretFile& operator=(const SecretFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  SecretFile() = default;
+  std::string dir_;
+  std::string path_;
+};
 
 // The process's environ as strings.
 std::vector<std::string> current_environ();

@@ -135,5 +135,23 @@ TEST(Rendezvous, TcpUrls) {
   EXPECT_FALSE(resolve_tcp_url("tcp://host:1", 2, 2).is_ok());
 }
 
+TEST(Rendezvous, JobIdComesFromBraidThenTheLauncher) {
+  std::map<std::string, std::string> base = {{"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}, {"RANK", "0"},
+                                             {"WORLD_SIZE", "1"}};
+  auto with = [&](std::map<std::string, std::string> extra) {
+    auto m = base;
+    m.insert(extra.begin(), extra.end());
+    auto job = resolve_env(vars(m));
+    EXPECT_TRUE(job.is_ok()) << error_of(job);
+    return job.is_ok() ? job->job_id : "?";
+  };
+  EXPECT_EQ(with({}), "");
+  EXPECT_EQ(with({{"SLURM_JOB_ID", "4242"}}), "4242");
+  EXPECT_EQ(with({{"SLURM_JOB_ID", "4242"}, {"TORCHELASTIC_RUN_ID", "run-1"}}), "run-1");
+  // torchrun's default run id is the same for every job: it tells nothing apart.
+  EXPECT_EQ(with({{"TORCHELASTIC_RUN_ID", "none"}}), "");
+  EXPECT_EQ(with({{"TORCHELASTIC_RUN_ID", "run-1"}, {"BRAID_JOB_ID", "mine"}}), "mine");
+}
+
 }  // namespace
 }  // namespace braid

@@ -18,45 +18,18 @@
 #include "braid/store.h"
 #include "runtime/store/socket_util.h"
 #include "runtime/store/store_protocol.h"
+#include "tests/runtime/store/store_test_util.h"
 
 namespace braid {
 namespace {
 
 using namespace std::chrono_literals;
 using store::UniqueFd;
+using store_test::connect_authenticated;
+using store_test::connect_raw;
+using store_test::read_until_eof;
 
-UniqueFd connect_raw(uint16_t port) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << errno;
-  return fd;
-}
-
-void send_raw(int fd, const std::string& bytes) {
-  EXPECT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
-}
-
-// Everything the server sends until it closes the connection, or until `limit` passes.
-std::string read_until_eof(int fd, std::chrono::milliseconds limit, bool* closed) {
-  std::string got;
-  auto end = std::chrono::steady_clock::now() + limit;
-  *closed = false;
-  while (std::chrono::steady_clock::now() < end) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 50) <= 0) continue;
-    char buf[4096];
-    ssize_t r = ::recv(fd, buf, sizeof(buf), 0);
-    if (r <= 0) {
-      *closed = true;
-      break;
-    }
-    got.append(buf, static_cast<size_t>(r));
-  }
-  return got;
-}
+void send_raw(int fd, const std::string& bytes) { EXPECT_TRUE(store_test::send_raw(fd, bytes)); }
 
 void raise_fd_limit() {
   rlimit rl{};
@@ -126,7 +99,7 @@ TEST(StoreRobustness, FiveHundredTwelveConcurrentClients) {
 
 TEST(StoreRobustness, OversizeFrameGetsAClearErrorThenClose) {
   auto server = TcpStoreServer::start("127.0.0.1", 0);
-  UniqueFd bad = connect_raw(server->port());
+  UniqueFd bad = connect_authenticated(server->port());
   send_raw(bad.get(), std::string("\xff\xff\xff\x7f", 4) + "junk");
   bool closed = false;
   std::string got = read_until_eof(bad.get(), 3s, &closed);
@@ -140,7 +113,7 @@ TEST(StoreRobustness, OversizeFrameGetsAClearErrorThenClose) {
 
 TEST(StoreRobustness, MalformedFramesAreAnsweredAndTheConnectionStaysUsable) {
   auto server = TcpStoreServer::start("127.0.0.1", 0);
-  UniqueFd c = connect_raw(server->port());
+  UniqueFd c = connect_authenticated(server->port());
   // Unknown opcode 99, then a set whose value length runs past the frame, then a good num_keys.
   std::string frames = std::string("\x01\x00\x00\x00\x63", 5) +
                        std::string("\x0a\x00\x00\x00\x01\x01\x00\x00\x00k\xff\x00\x00\x00", 14) +
@@ -201,7 +174,7 @@ TEST(StoreRobustness, GarbageVanishingAndIdleClientsDoNotHurtAGoodOne) {
 // Frames sent behind a parked wait are answered, in order, once the wait ends.
 TEST(StoreRobustness, RequestsQueuedBehindAWaitAreAnsweredInOrder) {
   auto server = TcpStoreServer::start("127.0.0.1", 0);
-  UniqueFd c = connect_raw(server->port());
+  UniqueFd c = connect_authenticated(server->port());
   using store::FrameWriter;
   std::string frames = FrameWriter().u8(static_cast<uint8_t>(store::Opcode::wait)).keys({"gate"}).i64(5000).finish() +
                        FrameWriter().u8(static_cast<uint8_t>(store::Opcode::num_keys)).finish() +
@@ -222,7 +195,7 @@ TEST(StoreRobustness, RequestsQueuedBehindAWaitAreAnsweredInOrder) {
 TEST(StoreRobustness, ClientVanishingWhileWaitingIsForgotten) {
   auto server = TcpStoreServer::start("127.0.0.1", 0);
   {
-    UniqueFd c = connect_raw(server->port());
+    UniqueFd c = connect_authenticated(server->port());
     auto req = store::FrameWriter().u8(static_cast<uint8_t>(store::Opcode::wait)).keys({"w"}).i64(60000).finish();
     send_raw(c.get(), req);
     std::this_thread::sleep_for(50ms);

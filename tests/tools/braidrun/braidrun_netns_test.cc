@@ -1,10 +1,13 @@
 // Two braidruns in two network namespaces (two "hosts" joined by a veth pair) forming one job.
 // Needs root for `ip netns`; skipped with a message otherwise.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <string>
@@ -93,6 +96,73 @@ TEST(BraidrunNetns, TwoNodesInTwoNamespacesFormOneJob) {
   EXPECT_EQ(ranks_a, (std::set<std::string>{"0", "1"})) << ra.out << ra.err;
   EXPECT_EQ(ranks_b, (std::set<std::string>{"2", "3"})) << rb.out << rb.err;
   EXPECT_NE((ra.out + rb.out).find("[rank 0] got k3=hello-from-3"), std::string::npos) << ra.out << rb.out;
+}
+
+// A secret file only this user can read, holding `secret`.
+std::string write_secret(const TempDir& dir, const std::string& name, const std::string& secret) {
+  std::string path = dir.path() + "/" + name;
+  std::ofstream(path) << secret;
+  chmod(path.c_str(), 0600);
+  return path;
+}
+
+std::vector<std::string> with_env(std::vector<std::string> prefix, const std::string& kv) {
+  prefix.push_back("env");
+  prefix.push_back(kv);
+  return prefix;
+}
+
+// braidruns on several nodes cannot invent a shared secret: they use the user's, and hand it on
+// to their ranks unchanged.
+TEST(BraidrunNetns, NodesUseTheUsersSecretAndPassItOn) {
+  TwoHosts hosts;
+  if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
+  TempDir dir;
+  std::string file = write_secret(dir, "secret", "netns-users-secret-0123456789");
+  std::vector<std::string> args = {"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", "10.77.0.1:29501",
+                                   "--rdzv-timeout-s", "30", rank_helper_path(), "secret", "store-set@1", "k", "v",
+                                   "store-get", "k"};
+  RunResult ra, rb;
+  {
+    BraidrunProcess a(args, with_env(hosts.exec_in(hosts.a()), "BRAID_SECRET_FILE=" + file));
+    BraidrunProcess b(args, with_env(hosts.exec_in(hosts.b()), "BRAID_SECRET_FILE=" + file));
+    ra = a.wait(60);
+    rb = b.wait(60);
+  }
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  for (const RunResult* r : {&ra, &rb}) {
+    EXPECT_NE(r->out.find("secret_file=" + file + " file_mode=600"), std::string::npos) << r->out;
+    EXPECT_NE(r->out.find("got k=v"), std::string::npos) << r->out << r->err;
+    EXPECT_EQ(r->err.find("has no secret"), std::string::npos) << r->err;
+  }
+}
+
+TEST(BraidrunNetns, ANodeWithAnotherSecretIsRefusedAtOnce) {
+  TwoHosts hosts;
+  if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
+  TempDir dir;
+  std::string mine = write_secret(dir, "mine", "netns-the-jobs-secret-0123456789");
+  std::string other = write_secret(dir, "other", "netns-someone-elses-secret-98765");
+  std::vector<std::string> args = {"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", "10.77.0.1:29502",
+                                   "--rdzv-timeout-s", "5", rank_helper_path(), "print", "ran"};
+  RunResult ra, rb;
+  {
+    BraidrunProcess a(args, with_env(hosts.exec_in(hosts.a()), "BRAID_SECRET_FILE=" + mine));
+    usleep(300 * 1000);
+    auto start = std::chrono::steady_clock::now();
+    BraidrunProcess b(args, with_env(hosts.exec_in(hosts.b()), "BRAID_SECRET_FILE=" + other));
+    rb = b.wait(60);
+    // Refused, not left to wait for the rendezvous timeout: a detection bound.
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+    ra = a.wait(60);
+  }
+  EXPECT_NE(rb.exit_code, 0) << rb.err;
+  EXPECT_NE(rb.err.find("10.77.0.1:29502"), std::string::npos) << rb.err;
+  EXPECT_NE(rb.err.find("BRAID_SECRET_FILE"), std::string::npos) << rb.err;
+  EXPECT_EQ(rb.out.find("ran"), std::string::npos) << rb.out;
+  EXPECT_NE(ra.exit_code, 0) << "node 1 never joined: " << ra.err;
+  EXPECT_EQ(ra.out.find("ran"), std::string::npos) << ra.out;
 }
 
 }  // namespace

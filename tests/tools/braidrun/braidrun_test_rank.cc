@@ -8,13 +8,17 @@
 //   pidfile DIR        write this pid to DIR/rank<RANK>.pid
 //   store-set KEY VAL  set KEY in the store at MASTER_ADDR:MASTER_PORT
 //   store-get KEY      get KEY (waits) and print "got KEY=VALUE"
+//   secret             print where the job's secret came from: "secret_file=PATH file_mode=600
+//                      dir_mode=700 secret_env=unset job_id=ID cmdline_has_secret=no"
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -38,8 +42,31 @@ std::unique_ptr<braid::TcpStore>& store() {
   return s;
 }
 
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+unsigned mode_of(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? (st.st_mode & 0777) : 0;
+}
+
+void print_secret() {
+  std::string file = env_or("BRAID_SECRET_FILE", "");
+  std::string dir = file.substr(0, file.rfind('/'));
+  std::string secret = file.empty() ? "" : slurp(file);
+  // Neither this rank's command line nor braidrun's holds it.
+  bool on_cmdline = !secret.empty() && (slurp("/proc/self/cmdline").find(secret) != std::string::npos ||
+                                        slurp("/proc/" + std::to_string(getppid()) + "/cmdline").find(secret) !=
+                                            std::string::npos);
+  std::printf("secret_file=%s file_mode=%o dir_mode=%o secret_env=%s job_id=%s secret_bytes=%zu cmdline_has_secret=%s\n",
+              file.c_str(), mode_of(file), mode_of(dir), std::getenv("BRAID_SECRET") ? "set" : "unset",
+              env_or("BRAID_JOB_ID", ""), secret.size(), on_cmdline ? "yes" : "no");
+}
+
 int arity(const std::string& action) {
-  if (action == "env" || action == "ignore-term") return 0;
+  if (action == "env" || action == "ignore-term" || action == "secret") return 0;
   if (action == "store-set") return 2;
   return 1;
 }
@@ -98,6 +125,8 @@ int main(int argc, char** argv) {
       std::ofstream(std::string(a1) + "/rank" + std::to_string(rank) + ".pid") << getpid() << "\n";
     } else if (action == "store-set") {
       store()->set(a1, a2);
+    } else if (action == "secret") {
+      print_secret();
     } else if (action == "store-get") {
       std::printf("got %s=%s\n", a1, store()->get(a1).c_str());
     } else {
