@@ -7,6 +7,7 @@
 #include "collectives/runner.h"
 #include "collectives/selection.h"
 #include "collectives/validate.h"
+#include "common/job_secret.h"
 #include "common/log.h"
 #include "common/spin.h"
 #include "runtime/op_run.h"
@@ -55,14 +56,15 @@ CommunicatorImpl::~CommunicatorImpl() {
 }
 
 // Builds one connection to every other rank. Lower ranks connect to higher ones and accept
-// from lower ones, in rank order; connect() does not wait for the acceptor, so this order
-// cannot deadlock.
+// from lower ones, in rank order; connect() waits for its acceptor's answer, and this order
+// cannot deadlock (transport/tcp/wire_format.h says why).
 Status CommunicatorImpl::connect_all() {
   const int rank = cfg_.rank, size = cfg_.size;
   transport::TransportOptions options;
   options.env = cfg_.env;
   options.master_addr = cfg_.master_addr;
   options.inproc_fabric = cfg_.inproc_fabric;
+  ASSIGN_OR_RETURN(options.secret, Result<auth::JobSecret>(auth::process_secret()));
   {
     ASSIGN_OR_RETURN(auto transport, transport::create_transport(cfg_.env.transport, options));
     std::lock_guard<std::mutex> lock(transport_mu_);

@@ -99,7 +99,7 @@ IoState receive_available(TcpStream* s, int flags, std::span<char> target) {
 
 bool SharedCpuPath::wants(const TcpStream& s, size_t streams) const {
   const TcpConnection* c = s.connection();
-  return usable_ && streams == 1 && c->peer_shares_cpu() && !c->failed() && !s.awaiting_answer();
+  return usable_ && streams == 1 && c->peer_shares_cpu() && !c->failed();
 }
 
 TcpStream* SharedCpuPath::candidate(const StreamSlots& slots) const {

@@ -12,11 +12,8 @@ constexpr size_t kDrainBytes = 64 << 10;
 constexpr size_t kMaxSendBytes = size_t{1} << 30;
 }
 
-TcpStream::TcpStream(TcpConnection* connection, int index, UniqueFd fd, bool await_answer)
-    : connection_(connection),
-      index_(index),
-      fd_(std::move(fd)),
-      state_(await_answer ? RecvState::answer : RecvState::header) {}
+TcpStream::TcpStream(TcpConnection* connection, int index, UniqueFd fd)
+    : connection_(connection), index_(index), fd_(std::move(fd)) {}
 
 void TcpStream::shutdown() {
   if (fd_.get() >= 0) ::shutdown(fd_.get(), SHUT_RDWR);
@@ -83,9 +80,6 @@ void TcpStream::on_sent(size_t bytes) {
 std::span<char> TcpStream::recv_target() {
   if (connection_->failed()) return {};
   switch (state_) {
-    case RecvState::answer:
-      if (!connection_->recv_wanted()) return {};
-      return {reinterpret_cast<char*>(answer_buf_) + answer_got_, kHandshakeBytes - answer_got_};
     case RecvState::header:
       return connection_->recv_wanted() ? inbox_space() : std::span<char>();
     case RecvState::parked:
@@ -113,13 +107,6 @@ std::span<char> TcpStream::inbox_space() {
 }
 
 void TcpStream::on_received(size_t bytes) {
-  if (state_ == RecvState::answer) {
-    answer_got_ += bytes;
-    if (answer_got_ < kHandshakeBytes) return;
-    state_ = RecvState::header;
-    connection_->on_handshake_answer(this, decode_handshake(answer_buf_));
-    return;
-  }
   if (state_ == RecvState::header) {
     inbox_end_ += bytes;
   } else {  // payload or drain: bytes went straight to their place
@@ -158,7 +145,7 @@ void TcpStream::process_inbox() {
       if (payload_got_ < header_.slice_len) break;  // the inbox is empty; the rest comes directly
       slice_finished();
     } else {
-      break;  // parked (or the answer): the bytes wait
+      break;  // parked: the bytes wait
     }
   }
   if (inbox_begin_ == inbox_end_) inbox_begin_ = inbox_end_ = 0;
