@@ -54,7 +54,7 @@ Result<HostIdentity> connector_handshake(int fd, Handshake hello, const auth::Jo
   const std::string transcript = handshake_transcript(hello, answer);
   if (!secret.verify(auth::Direction::to_connector, hello.nonce, answer.nonce, transcript, read_mac(proof_in))) {
     return Status(ErrorCode::unauthenticated,
-                  std::string("it could not prove that it knows this job's secret (this rank's secret: ") +
+                  std::string("could not prove that it knows this job's secret (this rank's secret: ") +
                       secret.source() + "), so the two secrets differ, or a stranger answers at that address");
   }
   const auth::Mac proof = secret.prove(auth::Direction::to_acceptor, answer.nonce, hello.nonce, transcript);
@@ -86,6 +86,11 @@ AcceptorHandshake::Step AcceptorHandshake::advance(const AcceptorExpect& expect,
     // Exactly what this step needs: on a good socket the first frame follows the proof.
     ssize_t n = ::recv(fd_.get(), buf_ + got_, want - got_, MSG_DONTWAIT);
     if (n == 0) {
+      if (state_ == State::proof && got_ == 0) {
+        return refuse(Status(ErrorCode::unauthenticated,
+                             "it closed the connection instead of proving it knows the job's secret: our proof "
+                             "did not verify for it, so it has another secret, or none"));
+      }
       return refuse(peer_lost("closed the connection after " + std::to_string(got_) + " bytes of its " +
                               (state_ == State::hello ? "handshake" : "proof")));
     }

@@ -131,7 +131,7 @@ Result<std::unique_ptr<Connection>> TcpTransport::connect(const std::string& add
     if (!answered.is_ok()) {
       const Status& st = answered.status();
       if (st.code() == ErrorCode::unauthenticated) {
-        return Status(st.code(), where + "rank " + std::to_string(who.peer_rank) + " " + st.message() + ". " +
+        return Status(st.code(), where + "rank " + std::to_string(who.peer_rank) + " " + st.message() + "; " +
                                      auth::secret_hint());
       }
       return Status(st.code(), where + "rank " + std::to_string(who.peer_rank) + ": " + st.message());
@@ -178,7 +178,7 @@ Result<std::unique_ptr<Connection>> TcpTransport::accept(const PeerIdentity& who
         return timeout_error(self + " waited in accept() on " + address_ + " for rank " +
                              std::to_string(who.peer_rank) + ", but refused the " + std::to_string(c.count) +
                              " connection(s) that claimed to be it (the last from " + c.from + ": " + c.why +
-                             "). " + auth::secret_hint());
+                             "); " + auth::secret_hint());
       }
       return timeout_error(self + " waited in accept() on " + address_ + " but rank " + std::to_string(who.peer_rank) +
                            " never connected (did it start? can it reach this address? BRAID_SOCKET_IFNAME)");
