@@ -158,7 +158,10 @@ Status EpollEngine::wait(std::chrono::microseconds timeout) {
       continue;
     }
     auto slot = static_cast<uint32_t>(events[i].data.u64);
-    if (slots_.at(slot) != nullptr) dirty_.push_back(slot);
+    if (TcpStream* s = slots_.at(slot)) {
+      if ((events[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) s->hung_up = true;
+      dirty_.push_back(slot);
+    }
   }
   return Status::ok();
 }

@@ -131,6 +131,19 @@ void TcpStream::process_inbox() {
         connection_->on_stream_failed(this, protocol_error("received bytes that are not a braid frame"));
         return;
       }
+      // A socket carries messages in order, and at most every nsocks-th one (wire_format.h):
+      // a frame out of that order is garbage, and would otherwise wait for a receive that
+      // never comes, with the socket unread behind it.
+      const uint64_t step = connection_->socket_count();
+      if ((seen_frame_ && header_.seq < last_seq_) || header_.seq > (seen_frame_ ? last_seq_ + step : step - 1)) {
+        connection_->on_stream_failed(
+            this, protocol_error("frame of message " + std::to_string(header_.seq) + " out of order on this socket (" +
+                                 (seen_frame_ ? "after message " + std::to_string(last_seq_) : "its first frame") +
+                                 ", " + std::to_string(step) + " socket(s))"));
+        return;
+      }
+      seen_frame_ = true;
+      last_seq_ = header_.seq;
       if (held - kFrameHeaderBytes >= header_.slice_len &&
           connection_->deliver_whole(header_, reinterpret_cast<const char*>(inbox_) + inbox_begin_)) {
         inbox_begin_ += header_.slice_len;

@@ -81,6 +81,9 @@ class TcpStream {
   bool zero_copy_off = false;       // ...so many that zero-copy is given up on this socket
   uint32_t slot = 0;
   bool on_shared_cpu_path = false;  // driven by SharedCpuPath (set by enter, cleared by leave)
+  // epoll reported that the peer hung up (or the socket failed): what is left to read ends in
+  // EOF or an error, which no later edge will announce (receive_available reads up to it).
+  bool hung_up = false;
   bool in_flight() const { return send_in_flight || recv_in_flight || zero_copy_pending > 0; }
 
  private:
@@ -108,6 +111,8 @@ class TcpStream {
 
   RecvState state_ = RecvState::header;
   FrameHeader header_;
+  bool seen_frame_ = false;
+  uint64_t last_seq_ = 0;  // of the last frame header read, once seen_frame_
   unsigned char inbox_[kInboxBytes];
   size_t inbox_begin_ = 0, inbox_end_ = 0;  // bytes received and not yet parsed or delivered
   int low_watermark_ = 1;  // SO_RCVLOWAT now set on the socket

@@ -66,9 +66,11 @@
 // Data: a message of total_len bytes is sent as one or more frames, each a header followed by
 // slice_len payload bytes. Small messages are one frame on socket (seq % nsocks); large ones are
 // cut into nsocks contiguous slices, slice k on socket (seq + k) % nsocks. Frames of a socket
-// follow the message order, so a receiver matches frames to posted receives by seq and lands
-// each slice at its offset in the posted buffer, with no intermediate copy (but for small
-// messages, read together with their headers: tcp_stream.h).
+// follow the message order, and a socket sees at least every nsocks-th message, so the seq of
+// a socket's frames never decreases and never jumps by more than nsocks (its first is below
+// nsocks): a receiver refuses any other frame as garbage. It matches frames to posted
+// receives by seq and lands each slice at its offset in the posted buffer, with no
+// intermediate copy (but for small messages, read together with their headers: tcp_stream.h).
 //
 //   offset size field
 //   0      2    magic        kFrameMagic
