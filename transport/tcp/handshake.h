@@ -49,6 +49,8 @@ class AcceptorHandshake {
   Step advance(const AcceptorExpect& expect, const auth::JobSecret& secret);
   // `refused` once the deadline has passed without the exchange being complete.
   Step expire();
+  // Gives up on the socket for `why` (the acceptor needs room): `refused`.
+  Step refuse(Status why);
 
   int fd() const { return fd_.get(); }
   UniqueFd take_fd() { return std::move(fd_); }
@@ -61,7 +63,6 @@ class AcceptorHandshake {
 
  private:
   enum class State : uint8_t { hello, proof, finished };
-  Step refuse(Status why);
 
   UniqueFd fd_;
   std::string from_;

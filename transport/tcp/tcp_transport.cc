@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "braid_config.h"
 #include "common/log.h"
@@ -208,14 +209,23 @@ Status TcpTransport::serve_handshakes(const AcceptorExpect& expect, Deadline dea
       if (fd.get() < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED || errno == EINTR) break;
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          // Out of descriptors (a flood of strangers?): the ones in their handshake expire soon.
+          // Out of descriptors (a flood of strangers?): the oldest unfinished handshake makes
+          // room; with none, the listener stays readable, so wait a little rather than spin.
+          if (handshaking_.empty()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          } else {
+            (void)handshaking_.front().refuse(system_error("given up to make room: out of file descriptors", errno));
+            refused(handshaking_.front(), expect.self_rank);
+            handshaking_.erase(handshaking_.begin());
+          }
           break;
         }
         return system_error("accept on " + address_, errno);
       }
       if (handshaking_.size() >= kMaxHandshakes) {
         AcceptorHandshake& oldest = handshaking_.front();
-        (void)oldest.expire();
+        (void)oldest.refuse(timeout_error("given up to make room: " + std::to_string(kMaxHandshakes) +
+                                          " connections were in their handshake at once"));
         refused(oldest, expect.self_rank);
         handshaking_.erase(handshaking_.begin());
       }
@@ -259,8 +269,11 @@ Status TcpTransport::serve_handshakes(const AcceptorExpect& expect, Deadline dea
 // wrong at most once per interval, so a flood of strangers cannot flood the log.
 void TcpTransport::refused(const AcceptorHandshake& h, int self_rank) {
   constexpr auto kRefusalLogInterval = std::chrono::seconds(10);
-  if (h.hello_checked()) {
-    RefusedClaim& c = refused_claims_[h.hello().from_rank];
+  // Strangers may claim any number of ranks: only so many are remembered.
+  constexpr size_t kMaxClaims = 1024;
+  const int claimed = h.hello().from_rank;
+  if (h.hello_checked() && (refused_claims_.size() < kMaxClaims || refused_claims_.count(claimed) > 0)) {
+    RefusedClaim& c = refused_claims_[claimed];
     ++c.count;
     c.from = h.from();
     c.why = h.why().message();
