@@ -7,6 +7,7 @@
 #include "collectives/runner.h"
 #include "collectives/selection.h"
 #include "collectives/validate.h"
+#include "common/job_secret.h"
 #include "common/log.h"
 #include "common/spin.h"
 #include "runtime/agreed_settings.h"
@@ -76,8 +77,8 @@ CommunicatorImpl::~CommunicatorImpl() {
 }
 
 // Builds one connection to every other rank. Lower ranks connect to higher ones and accept
-// from lower ones, in rank order; connect() does not wait for the acceptor, so this order
-// cannot deadlock.
+// from lower ones, in rank order; connect() waits for its acceptor's answer, and this order
+// cannot deadlock (transport/tcp/wire_format.h says why).
 Status CommunicatorImpl::connect_all() {
   const int rank = cfg_.rank, size = cfg_.size;
   if (size > 1) RETURN_IF_ERROR(agree_on_settings(*cfg_.store, cfg_.env, rank, size));
@@ -85,6 +86,7 @@ Status CommunicatorImpl::connect_all() {
   options.env = cfg_.env;
   options.master_addr = cfg_.master_addr;
   options.inproc_fabric = cfg_.inproc_fabric;
+  ASSIGN_OR_RETURN(options.secret, Result<auth::JobSecret>(auth::process_secret()));
   {
     ASSIGN_OR_RETURN(auto transport, transport::create_transport(cfg_.env.transport, options));
     std::lock_guard<std::mutex> lock(transport_mu_);

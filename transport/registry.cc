@@ -81,23 +81,26 @@ const std::vector<TransportEntry>& transport_registry() {
 Result<std::unique_ptr<Transport>> create_transport(const std::string& name, const TransportOptions& options) {
   if (name != "auto") return create_entry(name, options);
   static std::atomic<bool> logged{false};
-  const TransportEntry* tcp = find("tcp");
+  // auto asks the io_uring engine itself (not the "tcp" entry, whose error is written for
+  // someone who demanded it), so the reason it falls back is the kernel's own.
   std::string why;
-  if (tcp != nullptr && tcp->available) {
-    auto t = tcp->create(options);
-    if (t.is_ok()) {
-      if (!logged.exchange(true)) {
-        BRAID_LOG(info) << "transport: tcp over io_uring";
-      }
-      return t;
+#if BRAID_HAVE_LIBURING
+  auto uring = tcp::TcpTransport::create(options, tcp::EngineKind::io_uring);
+  if (uring.is_ok()) {
+    if (!logged.exchange(true)) {
+      BRAID_LOG(info) << "transport: tcp over io_uring";
     }
-    why = t.status().message();
-  } else {
-    why = tcp != nullptr ? tcp->unavailable_reason : "no tcp entry";
+    return uring;
   }
+  why = uring.status().message();
+#else
+  why = "braid was built without liburing";
+#endif
   auto t = create_entry("tcp-poll", options);
   if (t.is_ok() && !logged.exchange(true)) {
-    BRAID_LOG(warn) << "transport: tcp over epoll, because io_uring is unavailable: " << why;
+    BRAID_LOG(warn) << "transport: BRAID_TRANSPORT=auto fell back to tcp over epoll, because io_uring is "
+                       "unavailable here ("
+                    << why << "); set BRAID_TRANSPORT=tcp-poll to choose it and silence this warning";
   }
   return t;
 }

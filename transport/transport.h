@@ -83,8 +83,7 @@ class Connection {
   virtual int peer_rank() const = 0;
   virtual const std::string& peer_address() const = 0;  // "10.0.0.2:41234", for messages
   // Why an operation waiting on this connection may be stuck, when the transport knows a reason
-  // beyond "the peer has not sent" (e.g. the peer never answered the connection handshake);
-  // empty otherwise. For timeout reports.
+  // beyond "the peer has not sent"; empty otherwise. For timeout reports.
   virtual std::string stall_hint() const { return {}; }
 };
 

@@ -1,5 +1,6 @@
-// The tcp connection handshake (wire_format.h): versions, the acceptor's answer, and the host
-// identity both carry, which decides whether a connection's peer shares our only CPU.
+// The tcp connection handshake (wire_format.h) as a connector sees it, against an acceptor played
+// by hand: versions, the acceptor's answer and proof, and the host identity both carry, which
+// decides whether a connection's peer shares our only CPU.
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
@@ -13,6 +14,7 @@
 #include <functional>
 #include <thread>
 
+#include "common/job_secret.h"
 #include "common/spin.h"
 #include "tests/support/subprocess.h"
 #include "tests/transport/transport_link.h"
@@ -39,7 +41,7 @@ TEST(Handshake, ChecksNameWhatIsWrong) {
   old.version = 1;
   Status s = tcp::check_handshake(old, 7, 0);
   EXPECT_EQ(s.code(), ErrorCode::protocol);
-  EXPECT_NE(s.message().find("protocol version 1, this build speaks 2"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("protocol version 1, this build speaks 3"), std::string::npos) << s.message();
   s = tcp::check_handshake(h, 8, 0);
   EXPECT_NE(s.message().find("communicator id 7 is not ours (8)"), std::string::npos) << s.message();
   s = tcp::check_handshake(h, 7, 3);
@@ -105,18 +107,30 @@ class FakeAcceptor {
     EXPECT_GE(fd_, 0);
     timeval tv{20, 0};
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    Handshake h;
-    EXPECT_EQ(::recv(fd_, &h, sizeof h, MSG_WAITALL), static_cast<ssize_t>(sizeof h));
-    return h;
+    EXPECT_EQ(::recv(fd_, &hello_, sizeof hello_, MSG_WAITALL), static_cast<ssize_t>(sizeof hello_));
+    return hello_;
   }
-  // Sends `answer` and an 8-byte message (seq 0) in one write: the connector must split them.
-  void answer_and_send(const Handshake& answer, uint64_t payload) {
-    unsigned char bytes[sizeof(Handshake) + tcp::kFrameHeaderBytes + 8];
+  // Sends `answer` (a fresh nonce put in) with the proof `secret` makes for it, then reads the
+  // connector's proof: whether it came, and verified.
+  bool answer(Handshake answer, const auth::JobSecret& secret) {
+    answer.nonce = auth::fresh_nonce();
+    const std::string transcript = tcp::handshake_transcript(hello_, answer);
+    const auth::Mac proof = secret.prove(auth::Direction::to_connector, hello_.nonce, answer.nonce, transcript);
+    unsigned char bytes[tcp::kAnswerBytes];
+    std::memcpy(bytes, &answer, sizeof answer);
+    std::memcpy(bytes + sizeof answer, proof.data(), proof.size());
+    EXPECT_EQ(::send(fd_, bytes, sizeof bytes, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof bytes));
+    auth::Mac theirs;
+    if (::recv(fd_, theirs.data(), theirs.size(), MSG_WAITALL) != static_cast<ssize_t>(theirs.size())) return false;
+    return secret.verify(auth::Direction::to_acceptor, answer.nonce, hello_.nonce, transcript, theirs);
+  }
+  // An 8-byte message (seq 0).
+  void send_message(uint64_t payload) {
+    unsigned char bytes[tcp::kFrameHeaderBytes + 8];
     tcp::FrameHeader f;
     f.slice_len = 8, f.seq = 0, f.total_len = 8, f.offset = 0;
-    std::memcpy(bytes, &answer, sizeof answer);
-    std::memcpy(bytes + sizeof answer, &f, sizeof f);
-    std::memcpy(bytes + sizeof answer + sizeof f, &payload, 8);
+    std::memcpy(bytes, &f, sizeof f);
+    std::memcpy(bytes + sizeof f, &payload, 8);
     EXPECT_EQ(::send(fd_, bytes, sizeof bytes, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof bytes));
   }
   // Closes the socket without answering, as an acceptor does with a handshake it refuses.
@@ -128,6 +142,7 @@ class FakeAcceptor {
  private:
   int listen_fd_ = -1, fd_ = -1;
   std::string address_;
+  Handshake hello_;
 };
 
 // Skips an engine this machine cannot run (io_uring denied), as transport_test does.
@@ -142,22 +157,29 @@ class TcpEngineTest : public ::testing::TestWithParam<std::string> {
 
 class AnswerTest : public TcpEngineTest {
  protected:
-  // On a thread pinned to one CPU (usable_cpu(0)): connects to a FakeAcceptor as rank 1 of communicator 7, lets
-  // `make_answer` turn the handshake it received into the answer (magic 0: refuse, closing the
-  // socket unanswered), and receives one message.
-  // Returns the receive's completion; *shares says what the connection decided.
-  Completion connect_and_receive(const std::function<Handshake(Handshake)>& make_answer, bool* shares,
-                                 uint64_t* payload) {
+  struct Outcome {
+    Status connected;     // what connect() said
+    Completion received;  // the receive of the acceptor's message, when connected
+    bool shares = false;  // what the connection decided
+    bool proof_ok = false;  // whether our proof reached the fake acceptor and verified
+    uint64_t payload = 0;
+  };
+  // On a thread pinned to one CPU (usable_cpu(0)): connects to a FakeAcceptor as rank 1 of
+  // communicator 7, lets `make_answer` turn the handshake it received into the answer (magic 0:
+  // refuse, closing the socket unanswered; magic 1: never answer), proved with
+  // `acceptor_secret`, and receives one message.
+  Outcome connect_and_receive(const std::function<Handshake(Handshake)>& make_answer,
+                              const auth::JobSecret& acceptor_secret = {},
+                              std::chrono::milliseconds limit = 20s) {
+    Outcome o;
     auto t = create_transport(GetParam(), loopback_options());
     if (!t.is_ok()) {
       ADD_FAILURE() << t.status().message();
-      return {};
+      return o;
     }
     FakeAcceptor acceptor;
-    Completion done;
     const int cpu = usable_cpu(0);
     on_cpu(cpu, [&] {
-      Result<std::unique_ptr<Connection>> c = Status(ErrorCode::internal, "connect did not run");
       std::thread peer([&] {
         Handshake h = acceptor.accept_handshake();
         EXPECT_EQ(h.version, tcp::kProtocolVersion);
@@ -165,27 +187,26 @@ class AnswerTest : public TcpEngineTest {
         EXPECT_EQ(h.boot_id, tcp::local_host_identity().boot_id);
         EXPECT_EQ(h.cpu_mask, tcp::cpu_mask_of({size_t(cpu)})) << "the connecting thread is pinned to CPU " << cpu;
         const Handshake answer = make_answer(h);
-        if (answer.magic == 0) {
-          acceptor.refuse();
-        } else {
-          acceptor.answer_and_send(answer, 0x1122334455667788);
-        }
+        if (answer.magic == 0) return acceptor.refuse();
+        if (answer.magic == 1) return;
+        o.proof_ok = acceptor.answer(answer, acceptor_secret);
+        if (o.proof_ok) acceptor.send_message(0x1122334455667788);
       });
-      c = t.value()->connect(acceptor.address(), PeerIdentity{7, 1, 0}, Deadline::after(20s));
+      auto c = t.value()->connect(acceptor.address(), PeerIdentity{7, 1, 0}, Deadline::after(limit));
       peer.join();
-      ASSERT_TRUE(c.is_ok()) << c.status().message();
-      EXPECT_FALSE(as_tcp(c.value())->peer_shares_cpu()) << "decided before the answer was read";
-      ASSERT_TRUE(c.value()->post_recv(payload, 8, 1).is_ok());
+      o.connected = c.status();
+      if (!c.is_ok()) return;
+      o.shares = as_tcp(c.value())->peer_shares_cpu();
+      EXPECT_EQ(cpu_sharing_peers(), o.shares ? 1 : 0) << "known from the answer, before any message";
+      ASSERT_TRUE(c.value()->post_recv(&o.payload, 8, 1).is_ok());
       std::vector<Completion> out;
       auto end = std::chrono::steady_clock::now() + 20s;
       while (out.empty() && std::chrono::steady_clock::now() < end) ASSERT_TRUE(t.value()->poll(out, 50ms).is_ok());
       ASSERT_EQ(out.size(), 1u);
-      done = out[0];
-      *shares = as_tcp(c.value())->peer_shares_cpu();
-      EXPECT_EQ(cpu_sharing_peers(), *shares ? 1 : 0);
+      o.received = out[0];
     });
     EXPECT_EQ(cpu_sharing_peers(), 0) << "the connection is gone, its vote must be too";
-    return done;
+    return o;
   }
 
   // What a real acceptor pinned to `cpus` on host `boot_id` answers.
@@ -200,14 +221,13 @@ class AnswerTest : public TcpEngineTest {
 };
 
 TEST_P(AnswerTest, AnAcceptorOnOurCpuIsSeenFromItsAnswer) {
-  bool shares = false;
-  uint64_t payload = 0;
   const size_t cpu = static_cast<size_t>(usable_cpu(0));
-  Completion c = connect_and_receive(answer_from(tcp::local_host_identity().boot_id, tcp::cpu_mask_of({cpu})),
-                                     &shares, &payload);
-  ASSERT_TRUE(c.status.is_ok()) << c.status.message();
-  EXPECT_EQ(payload, 0x1122334455667788u) << "the frame after the answer was misread";
-  EXPECT_TRUE(shares);
+  Outcome o = connect_and_receive(answer_from(tcp::local_host_identity().boot_id, tcp::cpu_mask_of({cpu})));
+  ASSERT_TRUE(o.connected.is_ok()) << o.connected.message();
+  EXPECT_TRUE(o.proof_ok);
+  ASSERT_TRUE(o.received.status.is_ok()) << o.received.status.message();
+  EXPECT_EQ(o.payload, 0x1122334455667788u) << "the frame after the handshake was misread";
+  EXPECT_TRUE(o.shares);
 }
 
 TEST_P(AnswerTest, AnAcceptorElsewhereIsNot) {
@@ -218,71 +238,56 @@ TEST_P(AnswerTest, AnAcceptorElsewhereIsNot) {
   for (const auto& [boot_id, cpus] : {std::pair{here, tcp::cpu_mask_of({cpu + 1})},
                                       std::pair{here, tcp::cpu_mask_of({cpu, cpu + 1})},
                                       std::pair{elsewhere, tcp::cpu_mask_of({cpu})}}) {
-    bool shares = true;
-    uint64_t payload = 0;
-    Completion c = connect_and_receive(answer_from(boot_id, cpus), &shares, &payload);
-    ASSERT_TRUE(c.status.is_ok()) << c.status.message();
-    EXPECT_EQ(payload, 0x1122334455667788u);
-    EXPECT_FALSE(shares) << "answered from CPUs " << tcp::describe_cpus(cpus);
+    Outcome o = connect_and_receive(answer_from(boot_id, cpus));
+    ASSERT_TRUE(o.connected.is_ok()) << o.connected.message();
+    ASSERT_TRUE(o.received.status.is_ok()) << o.received.status.message();
+    EXPECT_EQ(o.payload, 0x1122334455667788u);
+    EXPECT_FALSE(o.shares) << "answered from CPUs " << tcp::describe_cpus(cpus);
   }
 }
 
 TEST_P(AnswerTest, AWrongAnswerFailsTheConnectionAndSaysWhy) {
-  bool shares = false;
-  uint64_t payload = 0;
-  Completion c = connect_and_receive(
-      [](Handshake h) {
-        h.from_rank = 5;  // someone else answers: not the rank we connected to
-        h.to_rank = 1;
-        return h;
-      },
-      &shares, &payload);
-  EXPECT_EQ(c.status.code(), ErrorCode::protocol) << c.status.message();
-  EXPECT_NE(c.status.message().find("bad answer to our handshake"), std::string::npos) << c.status.message();
-  EXPECT_NE(c.status.message().find("rank 5"), std::string::npos) << c.status.message();
-  EXPECT_NE(c.status.message().find("connection to rank 0 (127.0.0.1:"), std::string::npos) << c.status.message();
-  EXPECT_FALSE(shares);
+  Outcome o = connect_and_receive([](Handshake h) {
+    h.from_rank = 5;  // someone else answers: not the rank we connected to
+    h.to_rank = 1;
+    return h;
+  });
+  EXPECT_EQ(o.connected.code(), ErrorCode::protocol) << o.connected.message();
+  EXPECT_NE(o.connected.message().find("bad answer to our handshake"), std::string::npos) << o.connected.message();
+  EXPECT_NE(o.connected.message().find("rank 5"), std::string::npos) << o.connected.message();
+  EXPECT_EQ(o.connected.message().rfind("rank 1 connecting to rank 0 at 127.0.0.1:", 0), 0u) << o.connected.message();
+  EXPECT_FALSE(o.proof_ok) << "a connector proves itself only to the rank it meant to reach";
 }
 
 TEST_P(AnswerTest, ARefusedHandshakeIsNamedAsSuch) {
-  bool shares = false;
-  uint64_t payload = 0;
-  Completion c = connect_and_receive([](Handshake) { return Handshake{.magic = 0}; }, &shares, &payload);
-  EXPECT_EQ(c.status.code(), ErrorCode::peer_lost) << c.status.message();
-  EXPECT_NE(c.status.message().find("before answering our handshake: it refused it"), std::string::npos)
-      << c.status.message();
-  EXPECT_NE(c.status.message().find("rank 0 (127.0.0.1:"), std::string::npos) << c.status.message();
+  Outcome o = connect_and_receive([](Handshake) { return Handshake{.magic = 0}; });
+  EXPECT_EQ(o.connected.code(), ErrorCode::peer_lost) << o.connected.message();
+  EXPECT_NE(o.connected.message().find("without answering our handshake: it refused it"), std::string::npos)
+      << o.connected.message();
+  EXPECT_EQ(o.connected.message().rfind("rank 1 connecting to rank 0 at 127.0.0.1:", 0), 0u) << o.connected.message();
 }
 
-// A listener that takes the handshake and never answers (a stranger, or a hung peer): the
-// connection says so, for the timeout report of the operation that waits on it.
-TEST_P(AnswerTest, AnAcceptorThatHasNotAnsweredIsNamedInTheStallHint) {
-  auto t = create_transport(GetParam(), loopback_options());
-  ASSERT_TRUE(t.is_ok()) << t.status().message();
-  FakeAcceptor acceptor;
-  Handshake h;
-  std::thread peer([&] { h = acceptor.accept_handshake(); });
-  auto c = t.value()->connect(acceptor.address(), PeerIdentity{7, 1, 0}, Deadline::after(20s));
-  peer.join();
-  ASSERT_TRUE(c.is_ok()) << c.status().message();
-  uint64_t payload = 0;
-  ASSERT_TRUE(c.value()->post_recv(&payload, 8, 1).is_ok());
-  std::vector<Completion> out;
-  ASSERT_TRUE(t.value()->poll(out, 200ms).is_ok());
-  EXPECT_TRUE(out.empty());
-  const std::string hint = c.value()->stall_hint();
-  EXPECT_NE(hint.find("has not answered our connection handshake"), std::string::npos) << hint;
-  EXPECT_NE(hint.find(acceptor.address()), std::string::npos) << hint;
-  // Once the answer is in, nothing is left to hint at.
-  tcp::BootId elsewhere = tcp::local_host_identity().boot_id;
-  elsewhere[0] ^= 1;
-  acceptor.answer_and_send(answer_from(elsewhere, tcp::cpu_mask_of({0}))(h), 0x55);
-  auto end = std::chrono::steady_clock::now() + 20s;
-  while (out.empty() && std::chrono::steady_clock::now() < end) ASSERT_TRUE(t.value()->poll(out, 50ms).is_ok());
-  ASSERT_EQ(out.size(), 1u);
-  EXPECT_TRUE(out[0].status.is_ok()) << out[0].status.message();
-  EXPECT_EQ(payload, 0x55u);
-  EXPECT_EQ(c.value()->stall_hint(), "");
+// A listener that takes the handshake and never answers (a stranger, or a hung peer): connect()
+// ends at its deadline and says what it waited for.
+TEST_P(AnswerTest, AnAcceptorThatNeverAnswersEndsConnectAtItsDeadline) {
+  Outcome o = connect_and_receive([](Handshake) { return Handshake{.magic = 1}; }, {}, 500ms);
+  EXPECT_EQ(o.connected.code(), ErrorCode::timeout) << o.connected.message();
+  EXPECT_NE(o.connected.message().find("did not answer our handshake"), std::string::npos) << o.connected.message();
+  EXPECT_EQ(o.connected.message().rfind("rank 1 connecting to rank 0 at 127.0.0.1:", 0), 0u) << o.connected.message();
+}
+
+// An acceptor that cannot prove it knows our secret (here: it has one, we have none) is not
+// given our proof, and connect() says why in words that point at the secrets.
+TEST_P(AnswerTest, AnAcceptorWithAnotherSecretIsRefused) {
+  auto other = auth::JobSecret::from_text("another job's secret, 32 bytes!", "test");
+  ASSERT_TRUE(other.is_ok());
+  const size_t cpu = static_cast<size_t>(usable_cpu(0));
+  Outcome o = connect_and_receive(answer_from(tcp::local_host_identity().boot_id, tcp::cpu_mask_of({cpu})),
+                                  other.value());
+  EXPECT_EQ(o.connected.code(), ErrorCode::unauthenticated) << o.connected.message();
+  EXPECT_EQ(o.connected.message().rfind("rank 1 connecting to rank 0 at 127.0.0.1:", 0), 0u) << o.connected.message();
+  EXPECT_NE(o.connected.message().find(auth::secret_hint()), std::string::npos) << o.connected.message();
+  EXPECT_FALSE(o.proof_ok);
 }
 
 // Two real transports of this process whose connecting and accepting threads are pinned as two

@@ -2,10 +2,12 @@
 //
 // Started with fork+exec (posix_spawn) by tcp_process_test, possibly inside a network namespace.
 // Arguments are key=value; what it does is printed one line at a time on stdout:
-//   TRANSPORT <name> | ADDR <address> | CONNECTED | WAITING | SHARED_CPU_PEERS <n> | OK |
+//   TRANSPORT <name> | EPOLL_PWAIT2 yes|no | ADDR <address> | CONNECTED | WAITING | SHARED_CPU_PEERS <n> | OK |
 //   LOST <code> <message> | ERROR <message>
 // deny_io_uring=1 installs a seccomp filter first that makes io_uring_setup fail with ENOSYS,
-// as container runtimes' default profiles do, so the fallback path runs for real. cpu=N pins the
+// as container runtimes' default profiles do, so the fallback path runs for real;
+// deny_epoll_pwait2=1 does the same to epoll_pwait2, as kernels before 5.11 and valgrind do.
+// The job's secret comes from BRAID_SECRET / BRAID_SECRET_FILE, as a rank's does. cpu=N pins the
 // process to CPU N first, as `taskset -c N` would. After the echo and pingpong scripts it says
 // how many of its peers share its only CPU (common/spin.h), while the connection still lives.
 #include <linux/audit.h>
@@ -24,8 +26,10 @@
 #include <thread>
 #include <vector>
 
+#include "common/job_secret.h"
 #include "common/spin.h"
 #include "transport/registry.h"
+#include "transport/tcp/epoll_engine.h"
 
 namespace {
 
@@ -38,7 +42,10 @@ void say(const std::string& line) {
   std::fflush(stdout);
 }
 
-bool deny_io_uring() {
+// Makes the system calls in `calls` fail with ENOSYS for this process and its threads, as a
+// container runtime's seccomp profile (io_uring_setup) or an old kernel or valgrind
+// (epoll_pwait2) would.
+bool deny_syscalls(const std::vector<uint32_t>& calls) {
 #if defined(__x86_64__)
   constexpr uint32_t kArch = AUDIT_ARCH_X86_64;
 #elif defined(__aarch64__)
@@ -46,16 +53,18 @@ bool deny_io_uring() {
 #else
   return false;
 #endif
-  sock_filter filter[] = {
+  std::vector<sock_filter> filter = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kArch, 1, 0),
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
-      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
   };
-  sock_fprog prog{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+  for (uint32_t nr : calls) {
+    filter.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, nr, 0, 1));
+    filter.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS));
+  }
+  filter.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+  sock_fprog prog{static_cast<unsigned short>(filter.size()), filter.data()};
   return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
 }
 
@@ -92,10 +101,14 @@ int run(const Args& a) {
   o.env = env.value();
   o.env.peer_timeout_s = std::stod(a.get("peer_timeout", "30"));
   o.listen_host = a.get("host", "127.0.0.1");
+  auto secret = auth::JobSecret::from_env(o.env);
+  if (!secret.is_ok()) return fail(secret.status());
+  o.secret = secret.value();
   auto t = create_transport(a.get("transport", "auto"), o);
   if (!t.is_ok()) return fail(t.status());
   Transport& tr = *t.value();
   say(std::string("TRANSPORT ") + tr.name());
+  say(std::string("EPOLL_PWAIT2 ") + (tcp::epoll_pwait2_available() ? "yes" : "no"));
   PeerIdentity who{static_cast<uint64_t>(a.num("comm", 7)), static_cast<int>(a.num("rank", 1)),
                    static_cast<int>(a.num("peer", 0))};
   Result<std::unique_ptr<Connection>> conn = Status(ErrorCode::internal, "no role");
@@ -179,7 +192,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (a.get("deny_io_uring") == "1" && !deny_io_uring()) {
+  std::vector<uint32_t> denied;
+  if (a.get("deny_io_uring") == "1") denied.push_back(__NR_io_uring_setup);
+  if (a.get("deny_epoll_pwait2") == "1") denied.push_back(__NR_epoll_pwait2);
+  if (!denied.empty() && !deny_syscalls(denied)) {
     say("ERROR cannot install the seccomp filter");
     return 2;
   }

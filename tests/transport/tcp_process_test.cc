@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "braid_config.h"
+#include "common/job_secret.h"
 #include "tests/support/subprocess.h"
 #include "tests/transport/transport_link.h"
 
@@ -129,6 +130,26 @@ INSTANTIATE_TEST_SUITE_P(Engines, ProcessTest, ::testing::Values("tcp", "tcp-pol
   return std::string(info.param == "tcp" ? "io_uring" : "epoll");
 });
 
+// Accepts rank 1 on `t` and echoes the `count` messages of `bytes` its pingpong script sends.
+void echo_for(Transport& t, Subprocess& peer, int count, size_t bytes) {
+  auto c = t.accept(PeerIdentity{7, 0, 1}, Deadline::after(20s));
+  ASSERT_TRUE(c.is_ok()) << c.status().message() << "\n" << peer.output();
+  std::vector<char> buf(bytes);
+  std::vector<Completion> out;
+  for (int i = 0; i < count; ++i) {  // echo what the peer sends
+    ASSERT_TRUE(c.value()->post_recv(buf.data(), buf.size(), 0).is_ok());
+    out.clear();
+    auto end = std::chrono::steady_clock::now() + 20s;
+    while (out.empty() && std::chrono::steady_clock::now() < end) ASSERT_TRUE(t.poll(out, 50ms).is_ok());
+    ASSERT_EQ(out.size(), 1u) << peer.output();
+    ASSERT_TRUE(out[0].status.is_ok()) << out[0].status.message();
+    ASSERT_TRUE(c.value()->post_send(buf.data(), out[0].bytes, 1).is_ok());
+    out.clear();
+    while (out.empty() && std::chrono::steady_clock::now() < end) ASSERT_TRUE(t.poll(out, 50ms).is_ok());
+  }
+  EXPECT_EQ(peer.wait(20s), 0) << peer.output();
+}
+
 TEST(Fallback, AutoUsesEpollWhenSeccompDeniesIoUring) {
   auto t = create_transport("tcp-poll", loopback_options());
   ASSERT_TRUE(t.is_ok());
@@ -136,25 +157,88 @@ TEST(Fallback, AutoUsesEpollWhenSeccompDeniesIoUring) {
   ASSERT_TRUE(addr.is_ok());
   Subprocess peer({peer_binary(), "deny_io_uring=1", "transport=auto", "role=connect", "addr=" + addr.value(),
                    "script=pingpong", "count=5", "bytes=300001"});
-  auto c = t.value()->accept(PeerIdentity{7, 0, 1}, Deadline::after(20s));
-  ASSERT_TRUE(c.is_ok()) << c.status().message() << "\n" << peer.output();
-  std::vector<char> buf(300001);
-  std::vector<Completion> out;
-  for (int i = 0; i < 5; ++i) {  // echo what the peer sends
-    ASSERT_TRUE(c.value()->post_recv(buf.data(), buf.size(), 0).is_ok());
-    out.clear();
-    auto end = std::chrono::steady_clock::now() + 20s;
-    while (out.empty() && std::chrono::steady_clock::now() < end) ASSERT_TRUE(t.value()->poll(out, 50ms).is_ok());
-    ASSERT_EQ(out.size(), 1u);
-    ASSERT_TRUE(out[0].status.is_ok()) << out[0].status.message();
-    ASSERT_TRUE(c.value()->post_send(buf.data(), out[0].bytes, 1).is_ok());
-    out.clear();
-    while (out.empty() && std::chrono::steady_clock::now() < end) ASSERT_TRUE(t.value()->poll(out, 50ms).is_ok());
-  }
-  EXPECT_EQ(peer.wait(20s), 0) << peer.output();
+  echo_for(*t.value(), peer, 5, 300001);
   EXPECT_NE(peer.output().find("TRANSPORT tcp (epoll)"), std::string::npos) << peer.output();
   EXPECT_NE(peer.output().find("io_uring is unavailable"), std::string::npos) << peer.output();
   EXPECT_NE(peer.output().find("OK"), std::string::npos) << peer.output();
+  // The warning of auto says what happened and how to choose it quietly; it used to say that
+  // "BRAID_TRANSPORT=tcp needs io_uring", which the user never set.
+  EXPECT_NE(peer.output().find("WARN: transport: BRAID_TRANSPORT=auto fell back to tcp over epoll, because io_uring "
+                               "is unavailable here ("),
+            std::string::npos)
+      << peer.output();
+  EXPECT_NE(peer.output().find("set BRAID_TRANSPORT=tcp-poll to choose it and silence this warning"),
+            std::string::npos)
+      << peer.output();
+  EXPECT_EQ(peer.output().find("BRAID_TRANSPORT=tcp needs"), std::string::npos) << peer.output();
+}
+
+// Where epoll_pwait2 is missing (kernels before 5.11, valgrind), the fallback engine waits in
+// epoll_pwait instead; it used to fail its first wait with ENOSYS.
+TEST(Fallback, EpollWorksWithoutEpollPwait2) {
+  auto t = create_transport("tcp-poll", loopback_options());
+  ASSERT_TRUE(t.is_ok());
+  auto addr = t.value()->listen();
+  ASSERT_TRUE(addr.is_ok());
+  Subprocess peer({peer_binary(), "deny_io_uring=1", "deny_epoll_pwait2=1", "transport=auto", "role=connect",
+                   "addr=" + addr.value(), "script=pingpong", "count=20", "bytes=300001"});
+  echo_for(*t.value(), peer, 20, 300001);
+  EXPECT_NE(peer.output().find("TRANSPORT tcp (epoll)"), std::string::npos) << peer.output();
+  EXPECT_NE(peer.output().find("EPOLL_PWAIT2 no"), std::string::npos) << peer.output();
+  EXPECT_NE(peer.output().find("OK"), std::string::npos) << peer.output();
+}
+
+// Ranks in separate processes: the secret travels the way a launcher hands it over
+// (BRAID_SECRET here); without any, they connect and each says once that the job is open.
+TEST(Secret, ProcessesWithTheSameSecretConnect) {
+  TransportOptions o = loopback_options();
+  auto s = auth::JobSecret::from_text("a secret braidrun would make", "BRAID_SECRET");
+  ASSERT_TRUE(s.is_ok());
+  o.secret = s.value();
+  auto t = create_transport("tcp-poll", o);
+  ASSERT_TRUE(t.is_ok());
+  auto addr = t.value()->listen();
+  ASSERT_TRUE(addr.is_ok());
+  Subprocess peer({peer_binary(), "transport=auto", "role=connect", "addr=" + addr.value(), "script=pingpong",
+                   "count=3", "bytes=1000"},
+                  {{"BRAID_SECRET", "a secret braidrun would make"}, {"BRAID_SECRET_FILE", "\x01"}});
+  echo_for(*t.value(), peer, 3, 1000);
+  EXPECT_EQ(peer.output().find("no secret"), std::string::npos) << peer.output();
+}
+
+TEST(Secret, ProcessesWithoutASecretConnectAndSaySoOnce) {
+  auto t = create_transport("tcp-poll", loopback_options());
+  ASSERT_TRUE(t.is_ok());
+  auto addr = t.value()->listen();
+  ASSERT_TRUE(addr.is_ok());
+  Subprocess peer({peer_binary(), "transport=auto", "role=connect", "addr=" + addr.value(), "script=pingpong",
+                   "count=3", "bytes=1000"},
+                  {{"BRAID_SECRET", "\x01"}, {"BRAID_SECRET_FILE", "\x01"}});
+  echo_for(*t.value(), peer, 3, 1000);
+  const std::string out = peer.output();
+  const size_t first = out.find("rank 1: this job has no secret");
+  EXPECT_NE(first, std::string::npos) << out;
+  EXPECT_EQ(out.find("this job has no secret", first + 30), std::string::npos) << "said more than once:\n" << out;
+}
+
+TEST(Secret, AProcessWithoutTheSecretIsRefusedClearly) {
+  TransportOptions o = loopback_options();
+  auto s = auth::JobSecret::from_text("a secret braidrun would make", "BRAID_SECRET");
+  ASSERT_TRUE(s.is_ok());
+  o.secret = s.value();
+  auto t = create_transport("tcp-poll", o);
+  ASSERT_TRUE(t.is_ok());
+  auto addr = t.value()->listen();
+  ASSERT_TRUE(addr.is_ok());
+  Subprocess peer({peer_binary(), "transport=auto", "role=connect", "addr=" + addr.value(), "script=pingpong"},
+                  {{"BRAID_SECRET", "\x01"}, {"BRAID_SECRET_FILE", "\x01"}});
+  auto c = t.value()->accept(PeerIdentity{7, 0, 1}, Deadline::after(3s));
+  EXPECT_EQ(c.status().code(), ErrorCode::timeout) << c.status().message();
+  EXPECT_EQ(peer.wait(20s), 1) << peer.output();
+  EXPECT_NE(peer.output().find("ERROR rank 1 connecting to rank 0 at " + addr.value() + ": rank 0 could not prove"),
+            std::string::npos)
+      << peer.output();
+  EXPECT_NE(peer.output().find("BRAID_SECRET"), std::string::npos) << peer.output();
 }
 
 TEST(Fallback, TcpDemandsIoUringAndSaysWhy) {

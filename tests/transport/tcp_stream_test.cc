@@ -3,8 +3,14 @@
 // waits there; large payloads go straight into their buffers.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <thread>
+
+#include "common/job_secret.h"
 #include "tests/transport/transport_link.h"
 #include "transport/tcp/engine.h"
+#include "transport/tcp/handshake.h"
+#include "transport/tcp/socket_address.h"
 #include "transport/tcp/tcp_stream.h"
 
 namespace braid::transport::testing {
@@ -53,6 +59,75 @@ TEST_P(TcpStreamTest, FramesWaitInTheInboxForTheirReceives) {
   }
   ASSERT_TRUE(link_.drive([&] { return link_.done_b.size() == sizes.size(); }, 20s)) << link_.error.message();
   for (const Completion& c : link_.done_b) EXPECT_TRUE(c.status.is_ok()) << c.status.message();
+}
+
+// The peer sends a message and hangs up, both reaching a's socket between two of a's looks at
+// it, while a has receives posted: the message lands, and the receive after it fails at once,
+// naming the peer. (The epoll engine took a short read for a drained socket; the hang-up's edge
+// had come with the data, so the EOF behind it went unread and the second receive waited for
+// the keepalive, or forever.)
+TEST_P(TcpStreamTest, AHangUpBehindTheLastMessageIsSeen) {
+  uint64_t last = 42, got = 0, more = 0;
+  ASSERT_TRUE(link_.ca->post_recv(&got, sizeof got, 1).is_ok());
+  ASSERT_TRUE(link_.ca->post_recv(&more, sizeof more, 2).is_ok());
+  std::vector<Completion> out;
+  ASSERT_TRUE(link_.a->poll(out, 0ms).is_ok());  // a finds nothing to read yet
+  ASSERT_TRUE(out.empty());
+  ASSERT_TRUE(link_.cb->post_send(&last, sizeof last, 1).is_ok());
+  for (auto end = std::chrono::steady_clock::now() + 20s; link_.done_b.empty() && std::chrono::steady_clock::now() < end;) {
+    ASSERT_TRUE(link_.b->poll(link_.done_b, 1ms).is_ok());  // b alone: a must not look meanwhile
+  }
+  ASSERT_EQ(link_.done_b.size(), 1u);
+  link_.cb->close();
+  std::this_thread::sleep_for(100ms);  // the message and the FIN are in a's socket
+  ASSERT_TRUE(link_.drive([&] { return link_.done_a.size() == 2; }, 5s))
+      << "the hang-up was not noticed; completed " << link_.done_a.size() << " of 2";
+  EXPECT_TRUE(link_.done_a[0].status.is_ok()) << link_.done_a[0].status.message();
+  EXPECT_EQ(got, last);
+  EXPECT_EQ(link_.done_a[1].status.code(), ErrorCode::peer_lost) << link_.done_a[1].status.message();
+  EXPECT_NE(link_.done_a[1].status.message().find("rank 1 (127.0.0.1:"), std::string::npos)
+      << link_.done_a[1].status.message();
+}
+
+// A peer whose frames skip ahead of the message order (here: message 255 first, on a
+// connection of one socket) is answered with a protocol error at once. It used to park the
+// frame until a receive for message 255 was posted, leaving the socket unread behind it, so
+// the receives before it waited for nothing and a hang-up went unnoticed.
+TEST_P(TcpStreamTest, AFrameOutOfOrderIsAProtocolError) {
+  auto a = create_transport(GetParam(), loopback_options());
+  ASSERT_TRUE(a.is_ok());
+  auto addr = a.value()->listen();
+  ASSERT_TRUE(addr.is_ok());
+  auto to = tcp::SocketAddress::parse(addr.value());
+  ASSERT_TRUE(to.is_ok());
+  auto fd = tcp::connect_with_retry(to.value(), Deadline::after(20s));
+  ASSERT_TRUE(fd.is_ok());
+  Result<tcp::HostIdentity> shook = Status(ErrorCode::internal, "not run");
+  std::thread peer([&] {
+    tcp::Handshake hello;
+    hello.comm_id = 7, hello.from_rank = 1, hello.to_rank = 0;
+    shook = tcp::connector_handshake(fd.value().get(), hello, auth::JobSecret(), Deadline::after(20s));
+  });
+  auto c = a.value()->accept(PeerIdentity{7, 0, 1}, Deadline::after(20s));
+  peer.join();
+  ASSERT_TRUE(shook.is_ok()) << shook.status().message();
+  ASSERT_TRUE(c.is_ok()) << c.status().message();
+  tcp::FrameHeader h;
+  h.seq = 255, h.total_len = 8, h.slice_len = 8;
+  unsigned char bytes[tcp::kFrameHeaderBytes + 8] = {};
+  std::memcpy(bytes, &h, sizeof h);
+  ASSERT_TRUE(tcp::write_exact(fd.value().get(), bytes, sizeof bytes, Deadline::after(20s)).is_ok());
+  uint64_t got = 0;
+  ASSERT_TRUE(c.value()->post_recv(&got, sizeof got, 1).is_ok());
+  std::vector<Completion> out;
+  for (auto end = std::chrono::steady_clock::now() + 5s; out.empty() && std::chrono::steady_clock::now() < end;) {
+    ASSERT_TRUE(a.value()->poll(out, 10ms).is_ok());
+  }
+  ASSERT_EQ(out.size(), 1u) << "the receive before the stray frame never ended";
+  EXPECT_EQ(out[0].status.code(), ErrorCode::protocol) << out[0].status.message();
+  EXPECT_NE(out[0].status.message().find("frame of message 255 out of order on this socket (its first frame"),
+            std::string::npos)
+      << out[0].status.message();
 }
 
 // A small receive posted for a message that turns out larger: that receive fails, the message

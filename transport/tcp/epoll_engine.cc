@@ -19,7 +19,22 @@ namespace {
 constexpr uint64_t kWakeKey = ~uint64_t{0};
 constexpr int kMaxEvents = 64;
 constexpr std::chrono::microseconds kRetryAfter{1000};  // a send that met ENOBUFS
+
+// epoll_pwait2 (Linux 5.11) takes its timeout in nanoseconds; where the kernel or valgrind does
+// not know it (ENOSYS), epoll_pwait's milliseconds serve. One probe per process, on a descriptor
+// that cannot be an epoll one: a kernel that has the call says EBADF, and no event is taken.
+bool probe_epoll_pwait2() {
+  epoll_event ev;
+  timespec zero{0, 0};
+  return !(epoll_pwait2(-1, &ev, 1, &zero, nullptr) < 0 && errno == ENOSYS);
+}
+
 }  // namespace
+
+bool epoll_pwait2_available() {
+  static const bool available = probe_epoll_pwait2();
+  return available;
+}
 
 Result<std::unique_ptr<Engine>> EpollEngine::create(const Env& env) {
   int ep = epoll_create1(EPOLL_CLOEXEC);
@@ -43,7 +58,11 @@ Result<std::unique_ptr<Engine>> EpollEngine::create(const Env& env) {
 }
 
 EpollEngine::EpollEngine(int epoll_fd, int wake_fd, int spin_us)
-    : epoll_fd_(epoll_fd), wake_fd_(wake_fd), spin_us_(spin_us), direct_(wake_fd) {}
+    : epoll_fd_(epoll_fd),
+      wake_fd_(wake_fd),
+      spin_us_(spin_us),
+      have_pwait2_(epoll_pwait2_available()),
+      direct_(wake_fd) {}
 
 EpollEngine::~EpollEngine() {
   ::close(epoll_fd_);
@@ -120,9 +139,16 @@ void EpollEngine::drive_dirty() {
 
 Status EpollEngine::wait(std::chrono::microseconds timeout) {
   epoll_event events[kMaxEvents];
-  timespec ts{static_cast<time_t>(timeout.count() / 1000000), static_cast<long>(timeout.count() % 1000000) * 1000};
-  int n = epoll_pwait2(epoll_fd_, events, kMaxEvents, &ts, nullptr);
-  if (n < 0 && errno != EINTR) return system_error("epoll_pwait2", errno);
+  int n;
+  if (have_pwait2_) {
+    timespec ts{static_cast<time_t>(timeout.count() / 1000000), static_cast<long>(timeout.count() % 1000000) * 1000};
+    n = epoll_pwait2(epoll_fd_, events, kMaxEvents, &ts, nullptr);
+  } else {
+    // Rounded up: a wait shorter than a millisecond must not become a busy loop of zero waits.
+    const auto ms = std::chrono::ceil<std::chrono::milliseconds>(timeout).count();
+    n = epoll_pwait(epoll_fd_, events, kMaxEvents, static_cast<int>(std::min<int64_t>(ms, 1 << 30)), nullptr);
+  }
+  if (n < 0 && errno != EINTR) return system_error(have_pwait2_ ? "epoll_pwait2" : "epoll_pwait", errno);
   for (int i = 0; i < n; ++i) {
     if (events[i].data.u64 == kWakeKey) {
       uint64_t v;
@@ -132,7 +158,10 @@ Status EpollEngine::wait(std::chrono::microseconds timeout) {
       continue;
     }
     auto slot = static_cast<uint32_t>(events[i].data.u64);
-    if (slots_.at(slot) != nullptr) dirty_.push_back(slot);
+    if (TcpStream* s = slots_.at(slot)) {
+      if ((events[i].events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0) s->hung_up = true;
+      dirty_.push_back(slot);
+    }
   }
   return Status::ok();
 }

@@ -7,6 +7,8 @@
 // for with an epoll_ctl per change (two per small message in a ping-pong), or report a socket
 // with unread bytes and no receive posted on every pass. An edge comes only when bytes or buffer
 // space arrive, so an idle connection costs nothing. wake() writes an eventfd that epoll watches.
+// It waits in epoll_pwait2 (a timeout in nanoseconds) where the kernel has it, and in
+// epoll_pwait otherwise: before Linux 5.11 and under valgrind, exactly where a fallback runs.
 // An engine whose only socket leads to a peer confined to our single CPU drives it with blocking
 // calls instead (shared_cpu_path.h).
 #pragma once
@@ -19,6 +21,9 @@
 #include "transport/tcp/shared_cpu_path.h"
 
 namespace braid::transport::tcp {
+
+// Whether this kernel has epoll_pwait2 (probed once per process).
+bool epoll_pwait2_available();
 
 class EpollEngine final : public Engine {
  public:
@@ -45,6 +50,7 @@ class EpollEngine final : public Engine {
   int epoll_fd_;
   int wake_fd_;
   int spin_us_;
+  bool have_pwait2_;
   bool woken_ = false;
   StreamSlots slots_;
   std::vector<uint32_t> dirty_;  // slots with new work since the last pass

@@ -82,8 +82,9 @@ IoState receive_available(TcpStream* s, int flags, std::span<char> target) {
       s->on_received(static_cast<size_t>(n));
       // Fewer bytes than asked for: the socket is drained, and asking again would only return
       // EAGAIN (one recv per ping-pong message saved); bytes that come later raise a new edge
-      // (epoll) or are read by the next receive.
-      if (static_cast<size_t>(n) < target.size()) return IoState::idle;
+      // (epoll) or are read by the next receive. Not so after a hang-up: the EOF (or error)
+      // behind these bytes raised its edge already, and only reading on finds it.
+      if (static_cast<size_t>(n) < target.size() && !s->hung_up) return IoState::idle;
       flags |= MSG_DONTWAIT;  // only the first receive may sleep
     } else if (n == 0) {
       s->on_eof();
@@ -99,7 +100,7 @@ IoState receive_available(TcpStream* s, int flags, std::span<char> target) {
 
 bool SharedCpuPath::wants(const TcpStream& s, size_t streams) const {
   const TcpConnection* c = s.connection();
-  return usable_ && streams == 1 && c->peer_shares_cpu() && !c->failed() && !s.awaiting_answer();
+  return usable_ && streams == 1 && c->peer_shares_cpu() && !c->failed();
 }
 
 TcpStream* SharedCpuPath::candidate(const StreamSlots& slots) const {

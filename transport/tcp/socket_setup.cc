@@ -133,8 +133,6 @@ Status read_exact(int fd, void* data, size_t bytes, Deadline deadline) {
   return Status::ok();
 }
 
-namespace {
-
 Status check_magic_and_version(const Handshake& h) {
   if (h.magic != kHandshakeMagic) return protocol_error("not a braid handshake (bad magic)");
   if (h.version != kProtocolVersion) {
@@ -143,8 +141,6 @@ Status check_magic_and_version(const Handshake& h) {
   }
   return Status::ok();
 }
-
-}  // namespace
 
 Result<Handshake> read_handshake(int fd, Deadline deadline) {
   unsigned char buf[kHandshakeBytes] = {};
@@ -163,6 +159,11 @@ Status check_handshake(const Handshake& h, uint64_t comm_id, int self_rank) {
   if (h.to_rank != self_rank) {
     return protocol_error("meant for rank " + std::to_string(h.to_rank) + ", this is rank " + std::to_string(self_rank));
   }
+  if (h.from_rank == self_rank) {
+    return protocol_error("sent by rank " + std::to_string(h.from_rank) +
+                          ", this rank itself: a rank never connects to itself (two ranks with the same RANK?)");
+  }
+  if (h.from_rank < 0) return protocol_error("sent by rank " + std::to_string(h.from_rank) + ", which cannot be");
   if (h.nsocks < 1 || h.nsocks > kMaxSockets || h.socket_index >= h.nsocks) {
     return protocol_error("bad socket index " + std::to_string(h.socket_index) + " of " + std::to_string(h.nsocks));
   }

@@ -61,8 +61,10 @@ Status read_exact(int fd, void* data, size_t bytes, Deadline deadline);
 // does not know; then the rest. Fails with ErrorCode::protocol, timeout or peer_lost.
 Result<Handshake> read_handshake(int fd, Deadline deadline);
 
+// Whether the first kHandshakePrefixBytes are a braid handshake of this build's version.
+Status check_magic_and_version(const Handshake& h);
 // Checks a received handshake (or the acceptor's answer to ours) against what this end expects:
-// the communicator and this rank; the message says why not.
+// the communicator, this rank, a sender that is another rank; the message says why not.
 Status check_handshake(const Handshake& h, uint64_t comm_id, int self_rank);
 
 // Options of a data socket: non-blocking, TCP_NODELAY, the congestion control of a loopback

@@ -23,12 +23,10 @@ TcpConnection::TcpConnection(ConnectionSetup setup)
       peer_address_(std::move(setup.peer_address)),
       peer_timeout_s_(setup.peer_timeout_s),
       self_host_(setup.self_host) {
-  const bool await_answer = !setup.peer_host.has_value();
   for (size_t i = 0; i < setup.sockets.size(); ++i) {
-    streams_.push_back(
-        std::make_unique<TcpStream>(this, static_cast<int>(i), std::move(setup.sockets[i]), await_answer));
+    streams_.push_back(std::make_unique<TcpStream>(this, static_cast<int>(i), std::move(setup.sockets[i])));
   }
-  if (setup.peer_host) learn_peer_host(*setup.peer_host);
+  learn_peer_host(setup.peer_host);
 }
 
 TcpConnection::~TcpConnection() { close(); }
@@ -36,17 +34,6 @@ TcpConnection::~TcpConnection() { close(); }
 Status TcpConnection::start() {
   for (auto& s : streams_) RETURN_IF_ERROR(engine_->add(s.get()));
   return Status::ok();
-}
-
-std::string TcpConnection::stall_hint() const {
-  if (failed()) return {};
-  for (const auto& s : streams_) {
-    if (s->awaiting_answer()) {
-      return "it has not answered our connection handshake: is another program, or another braid version, "
-             "listening at " + peer_address_ + "?";
-    }
-  }
-  return {};
 }
 
 std::string TcpConnection::describe_peer() const {
@@ -141,22 +128,7 @@ Status TcpConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
   return Status::ok();
 }
 
-void TcpConnection::on_handshake_answer(TcpStream* stream, const Handshake& answer) {
-  Status st = check_handshake(answer, comm_id_, self_rank_);
-  if (st.is_ok() && (answer.from_rank != peer_rank_ || answer.socket_index != stream->index())) {
-    st = protocol_error("sent by rank " + std::to_string(answer.from_rank) + " for socket " +
-                        std::to_string(answer.socket_index) + ", expected rank " + std::to_string(peer_rank_) +
-                        " socket " + std::to_string(stream->index()));
-  }
-  if (!st.is_ok()) {
-    return on_stream_failed(stream, protocol_error("bad answer to our handshake: " + st.message() +
-                                                   " (is another program listening at this address?)"));
-  }
-  if (!peer_host_known_) learn_peer_host(HostIdentity{answer.boot_id, answer.cpu_mask});
-}
-
 void TcpConnection::learn_peer_host(const HostIdentity& peer) {
-  peer_host_known_ = true;
   if (!shares_single_cpu(self_host_, peer)) return;
   shared_cpu_.emplace();
   BRAID_LOG(info) << "rank " << self_rank_ << " and " << describe_peer() << " both run on CPU "
@@ -270,11 +242,7 @@ void TcpConnection::on_stream_lost(TcpStream* stream, int err, bool sending) {
     m << "failed (" << std::strerror(err) << ")";
   }
   m << " during a " << (sending ? "send" : "receive") << " on socket " << stream->index();
-  if (stream->awaiting_answer() && (err == 0 || err == EPIPE || err == ECONNRESET)) {
-    // An acceptor closes a socket whose handshake it refuses, before any answer.
-    m << " before answering our handshake: it refused it (another braid version, or another job or "
-         "communicator at that address?) - its log says why";
-  } else if (err == ETIMEDOUT) {
+  if (err == ETIMEDOUT) {
     m << "; the host or the network path to it is probably down";
   } else {
     m << "; it probably exited or crashed - check its output";

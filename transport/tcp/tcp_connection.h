@@ -16,9 +16,8 @@
 // only connection this is drives its socket with blocking calls (shared_cpu_path.h), and then
 // post_send hands a small message with nothing queued before it to the kernel at once and
 // completes it there (send_now), and a receive completes as soon as its frame is parsed
-// (deliver_whole, used on every socket). The acceptor
-// knows the peer's host from its handshake at once; the connector learns it from the acceptor's
-// answer (wire_format.h), which it reads before its first frame.
+// (deliver_whole, used on every socket). Both ends know the peer's host from the handshake
+// (wire_format.h), which is complete before the connection exists.
 //
 // Lifetime: owned by the caller; must be destroyed before the TcpTransport that made it.
 #pragma once
@@ -46,9 +45,7 @@ struct ConnectionSetup {
   int peer_rank = 0;
   std::string peer_address;
   HostIdentity self_host;  // as sent in our handshake (or answer)
-  // The acceptor's side: the peer's, from its handshake. The connector's side: nullopt; every
-  // socket then starts with the acceptor's answer, which carries it.
-  std::optional<HostIdentity> peer_host;
+  HostIdentity peer_host;  // as received in the peer's
   double peer_timeout_s = 30;
   std::vector<UniqueFd> sockets;  // index = socket_index of the handshake
 };
@@ -68,10 +65,8 @@ class TcpConnection final : public Connection {
   void close() override;
   int peer_rank() const override { return peer_rank_; }
   const std::string& peer_address() const override { return peer_address_; }
-  std::string stall_hint() const override;
   size_t socket_count() const { return streams_.size(); }
-  // Whether the peer competes with us for one CPU (see above); on the connector's side false
-  // until the acceptor's answer has been read.
+  // Whether the peer competes with us for one CPU (see above).
   bool peer_shares_cpu() const { return shared_cpu_.has_value(); }
 
   // --- called by streams and engines
@@ -80,7 +75,6 @@ class TcpConnection final : public Connection {
   // The next message is expected to be small (its receive holds at most `bytes`): a stream then
   // reads the frame header together with what follows it (TcpStream's inbox).
   bool small_recv_next(size_t bytes) const { return !recvs_.empty() && recvs_.front().capacity <= bytes; }
-  void on_handshake_answer(TcpStream* stream, const Handshake& answer);
   void on_frame_header(TcpStream* stream);
   // A message that arrived whole, in one frame, with its payload behind the header in the
   // stream's inbox: when it is for the receive posted first, it is copied there and completed
@@ -130,7 +124,6 @@ class TcpConnection final : public Connection {
   double peer_timeout_s_;
   std::vector<std::unique_ptr<TcpStream>> streams_;
   HostIdentity self_host_;
-  bool peer_host_known_ = false;
   std::optional<SharedCpuPeer> shared_cpu_;
 
   std::deque<SendOp> sends_;  // sends_[i] is message first_send_seq_ + i

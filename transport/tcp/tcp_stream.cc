@@ -12,11 +12,8 @@ constexpr size_t kDrainBytes = 64 << 10;
 constexpr size_t kMaxSendBytes = size_t{1} << 30;
 }
 
-TcpStream::TcpStream(TcpConnection* connection, int index, UniqueFd fd, bool await_answer)
-    : connection_(connection),
-      index_(index),
-      fd_(std::move(fd)),
-      state_(await_answer ? RecvState::answer : RecvState::header) {}
+TcpStream::TcpStream(TcpConnection* connection, int index, UniqueFd fd)
+    : connection_(connection), index_(index), fd_(std::move(fd)) {}
 
 void TcpStream::shutdown() {
   if (fd_.get() >= 0) ::shutdown(fd_.get(), SHUT_RDWR);
@@ -83,9 +80,6 @@ void TcpStream::on_sent(size_t bytes) {
 std::span<char> TcpStream::recv_target() {
   if (connection_->failed()) return {};
   switch (state_) {
-    case RecvState::answer:
-      if (!connection_->recv_wanted()) return {};
-      return {reinterpret_cast<char*>(answer_buf_) + answer_got_, kHandshakeBytes - answer_got_};
     case RecvState::header:
       return connection_->recv_wanted() ? inbox_space() : std::span<char>();
     case RecvState::parked:
@@ -113,13 +107,6 @@ std::span<char> TcpStream::inbox_space() {
 }
 
 void TcpStream::on_received(size_t bytes) {
-  if (state_ == RecvState::answer) {
-    answer_got_ += bytes;
-    if (answer_got_ < kHandshakeBytes) return;
-    state_ = RecvState::header;
-    connection_->on_handshake_answer(this, decode_handshake(answer_buf_));
-    return;
-  }
   if (state_ == RecvState::header) {
     inbox_end_ += bytes;
   } else {  // payload or drain: bytes went straight to their place
@@ -144,6 +131,19 @@ void TcpStream::process_inbox() {
         connection_->on_stream_failed(this, protocol_error("received bytes that are not a braid frame"));
         return;
       }
+      // A socket carries messages in order, and at most every nsocks-th one (wire_format.h):
+      // a frame out of that order is garbage, and would otherwise wait for a receive that
+      // never comes, with the socket unread behind it.
+      const uint64_t step = connection_->socket_count();
+      if ((seen_frame_ && header_.seq < last_seq_) || header_.seq > (seen_frame_ ? last_seq_ + step : step - 1)) {
+        connection_->on_stream_failed(
+            this, protocol_error("frame of message " + std::to_string(header_.seq) + " out of order on this socket (" +
+                                 (seen_frame_ ? "after message " + std::to_string(last_seq_) : "its first frame") +
+                                 ", " + std::to_string(step) + " socket(s))"));
+        return;
+      }
+      seen_frame_ = true;
+      last_seq_ = header_.seq;
       if (held - kFrameHeaderBytes >= header_.slice_len &&
           connection_->deliver_whole(header_, reinterpret_cast<const char*>(inbox_) + inbox_begin_)) {
         inbox_begin_ += header_.slice_len;
@@ -158,7 +158,7 @@ void TcpStream::process_inbox() {
       if (payload_got_ < header_.slice_len) break;  // the inbox is empty; the rest comes directly
       slice_finished();
     } else {
-      break;  // parked (or the answer): the bytes wait
+      break;  // parked: the bytes wait
     }
   }
   if (inbox_begin_ == inbox_end_) inbox_begin_ = inbox_end_ = 0;

@@ -3,8 +3,7 @@
 //
 // Send side: a FIFO of frames (header + slice of a user buffer); an engine asks for the unsent
 // bytes as an iovec list and reports how many the kernel took (short sends simply leave the rest
-// queued). Receive side: on a connector's socket, first the acceptor's answer to the handshake
-// (wire_format.h), handed to the connection; then, per frame, a 32-byte header, after which the
+// queued). Receive side (the handshake is over before a stream exists): per frame, a 32-byte header, after which the
 // connection says where its slice goes (a posted buffer, or nowhere yet), and the payload. When
 // the next posted receive is small, the header is read into an inbox together with whatever
 // follows it, up to kInboxBytes, so a small message (header and payload) costs one receive, not
@@ -35,8 +34,7 @@ class TcpStream {
   // Two pages: a message of a page (and its header) arrives whole.
   static constexpr size_t kInboxBytes = 8192;
 
-  // `await_answer`: the socket starts with the acceptor's answer to our handshake.
-  TcpStream(TcpConnection* connection, int index, UniqueFd fd, bool await_answer);
+  TcpStream(TcpConnection* connection, int index, UniqueFd fd);
   TcpStream(const TcpStream&) = delete;
   TcpStream& operator=(const TcpStream&) = delete;
 
@@ -67,8 +65,6 @@ class TcpStream {
   void drain_payload() { state_ = RecvState::drain; }
   void park() { state_ = RecvState::parked; }
   bool parked() const { return state_ == RecvState::parked; }
-  // A connector's socket whose acceptor has not answered our handshake yet.
-  bool awaiting_answer() const { return state_ == RecvState::answer; }
   const FrameHeader& header() const { return header_; }
   // SO_RCVLOWAT as set on the socket now: above 1 while a large payload is being read.
   int low_watermark() const { return low_watermark_; }
@@ -85,12 +81,15 @@ class TcpStream {
   bool zero_copy_off = false;       // ...so many that zero-copy is given up on this socket
   uint32_t slot = 0;
   bool on_shared_cpu_path = false;  // driven by SharedCpuPath (set by enter, cleared by leave)
+  // epoll reported that the peer hung up (or the socket failed): what is left to read ends in
+  // EOF or an error, which no later edge will announce (receive_available reads up to it).
+  bool hung_up = false;
   bool in_flight() const { return send_in_flight || recv_in_flight || zero_copy_pending > 0; }
 
  private:
   void tune_low_watermark();
 
-  enum class RecvState : uint8_t { answer, header, parked, payload, drain };
+  enum class RecvState : uint8_t { header, parked, payload, drain };
   struct OutFrame {
     FrameHeader header;
     const char* data;
@@ -111,9 +110,9 @@ class TcpStream {
   msghdr msg_{};
 
   RecvState state_ = RecvState::header;
-  unsigned char answer_buf_[kHandshakeBytes];
-  size_t answer_got_ = 0;
   FrameHeader header_;
+  bool seen_frame_ = false;
+  uint64_t last_seq_ = 0;  // of the last frame header read, once seen_frame_
   unsigned char inbox_[kInboxBytes];
   size_t inbox_begin_ = 0, inbox_end_ = 0;  // bytes received and not yet parsed or delivered
   int low_watermark_ = 1;  // SO_RCVLOWAT now set on the socket

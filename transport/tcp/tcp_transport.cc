@@ -1,7 +1,12 @@
 #include "transport/tcp/tcp_transport.h"
 
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "braid_config.h"
 #include "common/log.h"
@@ -32,7 +37,8 @@ TcpTransport::TcpTransport(const TransportOptions& options, std::unique_ptr<Engi
     : env_(options.env),
       master_addr_(options.master_addr),
       listen_host_(options.listen_host),
-      engine_(std::move(engine)) {}
+      engine_(std::move(engine)),
+      secret_(options.secret) {}
 
 Capabilities TcpTransport::capabilities() const {
   Capabilities c;
@@ -96,10 +102,20 @@ Result<std::unique_ptr<Connection>> TcpTransport::connect(const std::string& add
                                                           Deadline deadline) {
   const std::string where = "rank " + std::to_string(who.self_rank) + " connecting to rank " +
                             std::to_string(who.peer_rank) + " at " + address + ": ";
+  if (who.peer_rank == who.self_rank) {
+    return invalid_argument(where + "a rank cannot connect to itself (the runtime asked for a connection from rank " +
+                            std::to_string(who.self_rank) + " to itself: two ranks with the same RANK?)");
+  }
   auto to = SocketAddress::parse(address);
   if (!to.is_ok()) return to.status().with_context(where);
+  if (listen_fd_.get() >= 0 && to.value().to_string() == address_) {
+    return invalid_argument(where + "that is this rank's own listening address, so the connection would lead back "
+                            "to itself (did two ranks publish the same address? a store left from another job?)");
+  }
+  if (!secret_.present()) auth::warn_unauthenticated_once("rank " + std::to_string(who.self_rank));
   int n = sockets_towards(to.value());
   const HostIdentity self_host = local_host_identity();
+  HostIdentity peer_host;
   std::vector<UniqueFd> sockets;
   for (int i = 0; i < n; ++i) {
     auto fd = connect_with_retry(to.value(), deadline);
@@ -112,19 +128,32 @@ Result<std::unique_ptr<Connection>> TcpTransport::connect(const std::string& add
     h.socket_index = static_cast<uint16_t>(i);
     h.boot_id = self_host.boot_id;
     h.cpu_mask = self_host.cpus;
-    unsigned char buf[kHandshakeBytes];
-    encode(h, buf);
-    Status st = write_exact(fd.value().get(), buf, sizeof buf, deadline);
-    if (st.is_ok()) st = tune_data_socket(fd.value().get(), env_);
+    auto answered = connector_handshake(fd.value().get(), h, secret_, deadline);
+    if (!answered.is_ok()) {
+      const Status& st = answered.status();
+      if (st.code() == ErrorCode::unauthenticated) {
+        return Status(st.code(), where + "rank " + std::to_string(who.peer_rank) + " " + st.message() + "; " +
+                                     auth::secret_hint());
+      }
+      return Status(st.code(), where + "rank " + std::to_string(who.peer_rank) + ": " + st.message());
+    }
+    if (i == 0) peer_host = answered.value();
+    Status st = tune_data_socket(fd.value().get(), env_);
     if (!st.is_ok()) return st.with_context(where);
     sockets.push_back(std::move(fd).value());
   }
-  // The acceptor's host arrives later, in its answer on each socket (wire_format.h).
-  return make_connection(who, address, std::move(sockets), self_host, std::nullopt);
+  return make_connection(who, address, std::move(sockets), self_host, peer_host);
 }
 
 Result<std::unique_ptr<Connection>> TcpTransport::accept(const PeerIdentity& who, Deadline deadline) {
   if (listen_fd_.get() < 0) return invalid_argument("accept() before listen()");
+  const std::string self = "rank " + std::to_string(who.self_rank);
+  if (who.peer_rank == who.self_rank) {
+    return invalid_argument(self + " cannot accept a connection from itself (the runtime asked for one: two ranks "
+                                   "with the same RANK?)");
+  }
+  if (!secret_.present()) auth::warn_unauthenticated_once(self);
+  const AcceptorExpect expect{who.comm_id, who.self_rank, local_host_identity()};
   for (;;) {
     auto it = pending_.find(who.peer_rank);
     if (it != pending_.end() && it->second.comm_id == who.comm_id) {
@@ -136,68 +165,146 @@ Result<std::unique_ptr<Connection>> TcpTransport::accept(const PeerIdentity& who
         for (auto& s : p.sockets) {
           Status st = tune_data_socket(s.get(), env_);
           if (!st.is_ok()) {
-            return st.with_context("rank " + std::to_string(who.self_rank) + " accepting rank " +
-                                   std::to_string(who.peer_rank) + " from " + p.address + ": ");
+            return st.with_context(self + " accepting rank " + std::to_string(who.peer_rank) + " from " + p.address +
+                                   ": ");
           }
         }
         return make_connection(who, p.address, std::move(p.sockets), p.self_host, p.peer_host);
       }
     }
     if (deadline.expired()) {
-      return timeout_error("rank " + std::to_string(who.self_rank) + " waited in accept() on " + address_ +
-                           " but rank " + std::to_string(who.peer_rank) +
+      auto claim = refused_claims_.find(who.peer_rank);
+      if (claim != refused_claims_.end()) {
+        const RefusedClaim& c = claim->second;
+        return timeout_error(self + " waited in accept() on " + address_ + " for rank " +
+                             std::to_string(who.peer_rank) + ", but refused the " + std::to_string(c.count) +
+                             " connection(s) that claimed to be it (the last from " + c.from + ": " + c.why +
+                             "); " + auth::secret_hint());
+      }
+      return timeout_error(self + " waited in accept() on " + address_ + " but rank " + std::to_string(who.peer_rank) +
                            " never connected (did it start? can it reach this address? BRAID_SOCKET_IFNAME)");
     }
-    ASSIGN_OR_RETURN(UniqueFd fd, accept_one(listen_fd_.get(), deadline.remaining_ms(100)));
-    if (fd.get() < 0) continue;
-    std::string from = peer_name(fd.get());
-    // Bounded: a port scanner that connects and sends nothing costs kHandshakeTimeout at most.
-    const Deadline handshake_deadline = Deadline::after(kHandshakeTimeout);
-    auto got = read_handshake(fd.get(), handshake_deadline);
-    Status st = got.status();
-    Handshake h = got.is_ok() ? got.value() : Handshake{};
-    if (st.is_ok()) st = check_handshake(h, who.comm_id, who.self_rank);
-    // The answer: our host, so the connector can tell whether we share its CPU. A fresh
-    // socket's send buffer is empty, so this never waits.
-    const HostIdentity self_host = local_host_identity();
-    if (st.is_ok()) {
-      Handshake answer = h;
-      answer.from_rank = h.to_rank;
-      answer.to_rank = h.from_rank;
-      answer.boot_id = self_host.boot_id;
-      answer.cpu_mask = self_host.cpus;
-      unsigned char buf[kHandshakeBytes];
-      encode(answer, buf);
-      st = write_exact(fd.get(), buf, sizeof buf, handshake_deadline);
+    RETURN_IF_ERROR(serve_handshakes(expect, deadline));
+  }
+}
+
+Status TcpTransport::serve_handshakes(const AcceptorExpect& expect, Deadline deadline) {
+  // Sockets that answer nothing cost a file descriptor each until their kHandshakeTimeout; past
+  // this many at once, the oldest is given up (a rank's exchange takes one round trip).
+  constexpr size_t kMaxHandshakes = 256;
+  constexpr int kMaxAcceptsPerPass = 64;
+  Deadline wait_until = deadline;
+  std::vector<pollfd> fds;
+  fds.reserve(handshaking_.size() + 1);
+  fds.push_back(pollfd{listen_fd_.get(), POLLIN, 0});
+  for (const auto& h : handshaking_) {
+    fds.push_back(pollfd{h.fd(), POLLIN, 0});
+    if (h.deadline().at() < wait_until.at()) wait_until = h.deadline();
+  }
+  int n = ::poll(fds.data(), fds.size(), wait_until.remaining_ms(100));
+  if (n < 0 && errno != EINTR) return system_error("poll", errno);
+  if (n > 0 && (fds[0].revents & POLLIN) != 0) {
+    for (int i = 0; i < kMaxAcceptsPerPass; ++i) {
+      UniqueFd fd(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+      if (fd.get() < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED || errno == EINTR) break;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // Out of descriptors (a flood of strangers?): the oldest unfinished handshake makes
+          // room; with none, the listener stays readable, so wait a little rather than spin.
+          if (handshaking_.empty()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          } else {
+            (void)handshaking_.front().refuse(system_error("given up to make room: out of file descriptors", errno));
+            refused(handshaking_.front(), expect.self_rank);
+            handshaking_.erase(handshaking_.begin());
+          }
+          break;
+        }
+        return system_error("accept on " + address_, errno);
+      }
+      if (handshaking_.size() >= kMaxHandshakes) {
+        AcceptorHandshake& oldest = handshaking_.front();
+        (void)oldest.refuse(timeout_error("given up to make room: " + std::to_string(kMaxHandshakes) +
+                                          " connections were in their handshake at once"));
+        refused(oldest, expect.self_rank);
+        handshaking_.erase(handshaking_.begin());
+      }
+      std::string from = peer_name(fd.get());
+      handshaking_.emplace_back(std::move(fd), std::move(from), Deadline::after(kHandshakeTimeout));
     }
-    if (!st.is_ok()) {
-      BRAID_LOG(warn) << "rank " << who.self_rank << " on " << address_ << " refused a connection from " << from
-                      << ": " << st.message();
+  }
+  // Every socket is tried (a recv that would block is cheap), the new ones included: a hello
+  // usually arrives with the connection.
+  size_t kept = 0;
+  for (size_t i = 0; i < handshaking_.size(); ++i) {
+    AcceptorHandshake& h = handshaking_[i];
+    AcceptorHandshake::Step step = h.advance(expect, secret_);
+    if (step == AcceptorHandshake::Step::more && h.deadline().expired()) step = h.expire();
+    if (step == AcceptorHandshake::Step::more) {
+      if (kept != i) handshaking_[kept] = std::move(h);
+      ++kept;
       continue;
     }
-    Pending& p = pending_[h.from_rank];
-    if (p.comm_id != h.comm_id || p.sockets.size() != h.nsocks) {
-      p = Pending{h.comm_id, std::vector<UniqueFd>(h.nsocks), from, {}, {}};
+    if (step == AcceptorHandshake::Step::refused) {
+      refused(h, expect.self_rank);
+      continue;
     }
-    if (h.socket_index == 0) {
-      p.address = from;
-      p.self_host = self_host;
-      p.peer_host = HostIdentity{h.boot_id, h.cpu_mask};
+    const Handshake& hs = h.hello();
+    Pending& p = pending_[hs.from_rank];
+    if (p.comm_id != hs.comm_id || p.sockets.size() != hs.nsocks) {
+      p = Pending{hs.comm_id, std::vector<UniqueFd>(hs.nsocks), h.from(), {}, {}};
     }
-    p.sockets[h.socket_index] = std::move(fd);
+    if (hs.socket_index == 0) {
+      p.address = h.from();
+      p.self_host = expect.self_host;
+      p.peer_host = HostIdentity{hs.boot_id, hs.cpu_mask};
+    }
+    p.sockets[hs.socket_index] = h.take_fd();
   }
+  handshaking_.erase(handshaking_.begin() + static_cast<std::ptrdiff_t>(kept), handshaking_.end());
+  return Status::ok();
+}
+
+// Each refused socket is closed (by its owner going away) and counted; the log says what was
+// wrong at most once per interval, so a flood of strangers cannot flood the log.
+void TcpTransport::refused(const AcceptorHandshake& h, int self_rank) {
+  constexpr auto kRefusalLogInterval = std::chrono::seconds(10);
+  // Strangers may claim any number of ranks: only so many are remembered.
+  constexpr size_t kMaxClaims = 1024;
+  const int claimed = h.hello().from_rank;
+  if (h.hello_checked() && (refused_claims_.size() < kMaxClaims || refused_claims_.count(claimed) > 0)) {
+    RefusedClaim& c = refused_claims_[claimed];
+    ++c.count;
+    c.from = h.from();
+    c.why = h.why().message();
+  }
+  const auto now = Clock::now();
+  if (refusal_logged_at_ != Clock::time_point{} && now - refusal_logged_at_ < kRefusalLogInterval) {
+    ++refusals_unlogged_;
+    return;
+  }
+  std::ostringstream m;
+  m << "rank " << self_rank << " on " << address_ << " refused a connection from " << h.from();
+  if (h.hello_checked()) m << " that claimed to be rank " << h.hello().from_rank;
+  m << ": " << h.why().message();
+  if (refusals_unlogged_ > 0) {
+    m << " (and " << refusals_unlogged_ << " more since the last such line, not logged)";
+  }
+  BRAID_LOG(warn) << m.str();
+  refusal_logged_at_ = now;
+  refusals_unlogged_ = 0;
 }
 
 Result<std::unique_ptr<Connection>> TcpTransport::make_connection(const PeerIdentity& who, std::string address,
                                                                   std::vector<UniqueFd> sockets,
                                                                   const HostIdentity& self_host,
-                                                                  std::optional<HostIdentity> peer_host) {
+                                                                  const HostIdentity& peer_host) {
   ConnectionSetup setup;
   setup.engine = engine_.get();
   setup.completions = &ready_;
   setup.comm_id = who.comm_id;
   setup.self_host = self_host;
-  setup.peer_host = std::move(peer_host);
+  setup.peer_host = peer_host;
   setup.self_rank = who.self_rank;
   setup.peer_rank = who.peer_rank;
   setup.peer_address = std::move(address);

@@ -3,17 +3,21 @@
 //
 // Connection setup is blocking-with-deadline on the calling thread and does not touch the
 // engine; data transfer goes through the engine and is driven by poll() on the owner thread.
-// Connections must be destroyed before the transport.
+// Every socket is admitted only after the handshake of wire_format.h proved that both ends know
+// the job's secret (TransportOptions::secret); connect() waits for its acceptor's answer, and
+// accept() answers every socket that reaches the listener meanwhile (wire_format.h says why
+// that order cannot deadlock). Connections must be destroyed before the transport.
 #pragma once
 
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/job_secret.h"
 #include "transport/registry.h"
 #include "transport/tcp/engine.h"
+#include "transport/tcp/handshake.h"
 #include "transport/tcp/host_identity.h"
 #include "transport/tcp/socket_setup.h"
 #include "transport/transport.h"
@@ -46,10 +50,13 @@ class TcpTransport final : public Transport {
  private:
   TcpTransport(const TransportOptions& options, std::unique_ptr<Engine> engine);
   int sockets_towards(const SocketAddress& to) const;
-  // `peer_host`: known on the acceptor's side (from the handshake), nullopt on the connector's.
   Result<std::unique_ptr<Connection>> make_connection(const PeerIdentity& who, std::string address,
                                                       std::vector<UniqueFd> sockets, const HostIdentity& self_host,
-                                                      std::optional<HostIdentity> peer_host);
+                                                      const HostIdentity& peer_host);
+  // One pass over the listener and the sockets in their handshake: accepts new ones, advances
+  // each, files the authenticated ones in pending_. Waits at most until `deadline` (and 100 ms).
+  Status serve_handshakes(const AcceptorExpect& expect, Deadline deadline);
+  void refused(const AcceptorHandshake& h, int self_rank);
 
   // Sockets of a peer whose connection is not complete or not yet asked for by accept().
   struct Pending {
@@ -68,6 +75,18 @@ class TcpTransport final : public Transport {
   UniqueFd listen_fd_;
   std::string address_;
   std::map<int, Pending> pending_;  // by the connecting rank
+  std::vector<AcceptorHandshake> handshaking_;  // accepted sockets not yet authenticated
+  auth::JobSecret secret_;
+  // Refused sockets that claimed a rank (their hello was right, their proof was not), for the
+  // message of an accept() that then times out waiting for that rank.
+  struct RefusedClaim {
+    size_t count = 0;
+    std::string from, why;
+  };
+  std::map<int, RefusedClaim> refused_claims_;
+  // Refusals are logged at most once per kRefusalLogInterval; the next line counts the rest.
+  Clock::time_point refusal_logged_at_{};
+  size_t refusals_unlogged_ = 0;
   std::vector<Completion> ready_;
 };
 
