@@ -93,27 +93,73 @@ std::string CommunicatorImpl::progress_text(uint64_t seq, const std::string& wha
   return s + "; last completed " + (done_seq_ == 0 ? std::string("none") : done_what_);
 }
 
-std::string CommunicatorImpl::timeout_report(uint64_t seq, const std::string& what) {
+TimeoutReport CommunicatorImpl::timeout_report(uint64_t seq, const std::string& what) {
   auto all = board_.collect_progress(Deadline::after(kReportCollect));
+  std::ostringstream o;
+  o << "Timeout report for operation #" << seq << " (" << what << ", first timed out on rank " << cfg_.rank << "): ";
+  if (board_.store_unreachable()) {
+    // Every rank would read "no answer" here, which says nothing about them.
+    o << "none: the other ranks' progress could not be read from the store";
+    return {-1, o.str()};
+  }
   std::string late, silent, lines;
+  int culprit = -1, first_late = -1;
   for (int r = 0; r < cfg_.size; ++r) {
     const auto& p = all[static_cast<size_t>(r)];
     lines += "; rank " + std::to_string(r) + ": ";
     if (!p) {
       silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+      if (culprit < 0) culprit = r;
       lines += "no answer (dead, stuck without its progress thread, or cut off from the store)";
       continue;
     }
-    if (std::max(p->in_seq, p->done_seq) < seq) late += (late.empty() ? "" : ", ") + std::to_string(r);
+    if (std::max(p->in_seq, p->done_seq) < seq) {
+      late += (late.empty() ? "" : ", ") + std::to_string(r);
+      if (first_late < 0) first_late = r;
+    }
     lines += p->text;
   }
-  std::ostringstream o;
-  o << "Timeout report for operation #" << seq << " (" << what << ", first timed out on rank " << cfg_.rank
-    << "): ranks that have not reached operation #" << seq << ": " << (late.empty() ? "none" : late);
+  o << "ranks that have not reached operation #" << seq << ": " << (late.empty() ? "none" : late);
   if (!silent.empty()) o << "; ranks that did not answer: " << silent;
   o << lines;
   if (!board_.store_problem().empty()) o << "; the store could not be read: " << board_.store_problem();
-  return o.str();
+  return {culprit >= 0 ? culprit : first_late, o.str()};
+}
+
+// What happened to the store, for messages: which bound expired, or that it is gone.
+std::string CommunicatorImpl::store_trouble() const {
+  const std::string who = cfg_.store_rank >= 0 ? "the store that rank " + std::to_string(cfg_.store_rank) + " serves"
+                                                : "the store";
+  if (board_.store_silent()) {
+    const auto ms = board_.store_timeout().count();
+    std::string s = who + " at " + board_.store_address() + " did not answer within " + std::to_string(ms / 1000) + "." +
+                    std::to_string(ms % 1000 / 100) + " s";
+    if (cfg_.board_bounded) s += ", the bound on failure reports (BRAID_TIMEOUT_S, kept within 5..10 s)";
+    return s;
+  }
+  return who + " at " + board_.store_address() + " dropped the connection (" +
+         (cfg_.store_rank >= 0 ? "rank " + std::to_string(cfg_.store_rank) + " exited or crashed" : "its server is gone") + ")";
+}
+
+// The rank to blame for `s`, which this rank found itself; -1 when it cannot tell. Without a
+// launcher rank 0 serves the store: when that store is silent or gone, rank 0 is stopped, dead
+// or cut off, and what this rank saw itself (often a peer that closed its connections in
+// reaction) is secondary. `why` gets the reason when it is not `s` itself.
+int CommunicatorImpl::own_culprit(const Status& s, std::string* why) const {
+  if (board_.store_unreachable() && cfg_.store_rank >= 0 && cfg_.store_rank != cfg_.rank) {
+    *why = store_trouble();
+    return cfg_.store_rank;
+  }
+  if (s.code() == ErrorCode::peer_lost && failed_peer_ >= 0) return failed_peer_;
+  if (s.code() == ErrorCode::aborted) return cfg_.rank;
+  return -1;
+}
+
+// "<what> on rank R failed because of rank C (why): ", or "" when C is unknown or this rank.
+std::string CommunicatorImpl::blame(const std::string& what, int culprit, const std::string& why) const {
+  if (culprit < 0 || culprit == cfg_.rank) return "";
+  return what + " on rank " + std::to_string(cfg_.rank) + " failed because of rank " + std::to_string(culprit) +
+         (why.empty() ? "" : " (" + why + ")") + ": ";
 }
 
 Status CommunicatorImpl::on_failure(Status s, const std::string& what, uint64_t seq, const std::vector<OpRun*>& runs,
@@ -131,7 +177,7 @@ Status CommunicatorImpl::on_failure(Status s, const std::string& what, uint64_t 
       std::lock_guard<std::mutex> lock(state_mu_);
       reason = abort_reason_;
     }
-    (void)board_.publish({ErrorCode::aborted, cfg_.rank, me + " aborted the communicator (" + reason + ")"});
+    (void)board_.publish({ErrorCode::aborted, cfg_.rank, me + " aborted the communicator (" + reason + ")", cfg_.rank});
     close_connections(runs);
     Status out(ErrorCode::aborted, what + " on " + me + ": aborted on this rank (" + reason + ")");
     end(CommState::aborted, out);
@@ -139,34 +185,45 @@ Status CommunicatorImpl::on_failure(Status s, const std::string& what, uint64_t 
   }
   if (!adopted && header_unread) {
     const Deadline bound = Deadline::after(kPreciseReportWait);
-    while (!(adopted = board_.read()) && !bound.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    while (!(adopted = board_.read()) && !bound.expired() && !board_.store_unreachable()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
   }
+  std::string why;
   if (!adopted) {
     // Often the consequence of another rank's failure (it closed its connections after
     // writing the reason): look before claiming it.
     adopted = board_.read();
-    if (!adopted || adopted->rank == cfg_.rank) adopted = board_.publish({s.code(), cfg_.rank, s.message()});
+    if (!adopted || adopted->rank == cfg_.rank) {
+      const int culprit = own_culprit(s, &why);
+      adopted = board_.publish({s.code(), cfg_.rank, s.message(), culprit});
+    }
   }
   board_.write_progress({seq, done_seq_, progress_text(seq, what, waiting)});
   Status out;
+  int culprit = adopted->culprit;
   if (adopted->rank == cfg_.rank) {
     std::string msg = s.message();
     if (s.code() == ErrorCode::timeout) {
-      const std::string report = timeout_report(seq, what);
+      const TimeoutReport report = timeout_report(seq, what);
       board_.write_report(report);
-      msg += ". " + report;
-    } else if (!board_.store_problem().empty()) {
-      msg += " (the other ranks could not be told: the store is unreachable: " + board_.store_problem() + ")";
+      if (culprit < 0) culprit = report.culprit;
+      msg += ". " + report.text;
+    } else if (board_.store_unreachable()) {
+      msg += " (the other ranks could not be told: " + (why.empty() ? store_trouble() : "the store is unreachable") + ")";
     }
-    out = Status(s.code(), msg);
+    out = Status(s.code(), blame(what, culprit, why) + msg);
   } else {
-    std::string msg = what + " on " + me + " failed: rank " + std::to_string(adopted->rank) + " reported: " +
-                      adopted->message;
+    std::string msg = "rank " + std::to_string(adopted->rank) + " reported: " + adopted->message;
     if (adopted->code == ErrorCode::timeout) {
-      if (auto report = board_.wait_report(Deadline::after(kReportWait))) msg += ". " + *report;
+      if (auto report = board_.wait_report(Deadline::after(kReportWait))) {
+        msg += ". " + report->text;
+        if (culprit < 0) culprit = report->culprit;
+      }
     }
     if (s.message() != adopted->message) msg += " (this rank saw: " + s.message() + ")";
-    out = Status(adopted->code, msg);
+    const std::string lead = blame(what, culprit, "");
+    out = Status(adopted->code, (lead.empty() ? what + " on " + me + " failed: " : lead) + msg);
   }
   close_connections(runs);
   end(CommState::failed, out);
@@ -178,13 +235,19 @@ void CommunicatorImpl::idle_check() {
   auto f = board_.read();
   if (!f) return;
   board_.write_progress({0, done_seq_, progress_text(0, "", "")});
-  std::string msg = "rank " + std::to_string(cfg_.rank) + ": the communicator failed while this rank was idle: rank " +
-                    std::to_string(f->rank) + " reported: " + f->message;
+  std::string detail = "rank " + std::to_string(f->rank) + " reported: " + f->message;
+  int culprit = f->culprit;
   if (f->code == ErrorCode::timeout) {
-    if (auto report = board_.wait_report(Deadline::after(kReportWait))) msg += ". " + *report;
+    if (auto report = board_.wait_report(Deadline::after(kReportWait))) {
+      detail += ". " + report->text;
+      if (culprit < 0) culprit = report->culprit;
+    }
   }
+  const std::string because = culprit >= 0 && culprit != cfg_.rank ? " because of rank " + std::to_string(culprit) : "";
   close_connections({});
-  end(CommState::failed, Status(f->code, msg));
+  end(CommState::failed, Status(f->code, "rank " + std::to_string(cfg_.rank) +
+                                             ": the communicator failed while this rank was idle" + because + ": " +
+                                             detail));
 }
 
 void CommunicatorImpl::handle_abort() {
@@ -194,7 +257,7 @@ void CommunicatorImpl::handle_abort() {
     reason = abort_reason_;
   }
   const std::string me = "rank " + std::to_string(cfg_.rank);
-  (void)board_.publish({ErrorCode::aborted, cfg_.rank, me + " aborted the communicator (" + reason + ")"});
+  (void)board_.publish({ErrorCode::aborted, cfg_.rank, me + " aborted the communicator (" + reason + ")", cfg_.rank});
   close_connections({});
   end(CommState::aborted, Status(ErrorCode::aborted, me + ": the communicator was aborted on this rank (" + reason + ")"));
 }

@@ -443,7 +443,13 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
       bool ours = false;
       for (OpRun* r : runs) {
         Status s = r->on_completion(c, &ours);
-        if (!s.is_ok() && first.is_ok()) first = s;
+        if (!s.is_ok() && first.is_ok()) {
+          first = s;
+          // Which peer is gone, for the failure report (our own close() completes as aborted).
+          if (!c.status.is_ok() && c.status.code() != ErrorCode::aborted && c.connection != nullptr && failed_peer_ < 0) {
+            failed_peer_ = c.connection->peer_rank();
+          }
+        }
         if (ours) break;
       }
       if (!ours) {
@@ -590,12 +596,21 @@ void CommunicatorImpl::wake_transport() {
 // failure some ranks may never come: the wait is then short.
 void CommunicatorImpl::finish_job_store() {
   if (!cfg_.store) return;
+  const bool failed = state() != CommState::ok;
+  // After a failure the store may be what failed (its server stopped or dead): the failure
+  // board found out already, at the cost of one bounded call, and then nothing is asked of it.
+  if (failed && board_.store_unreachable()) {
+    BRAID_LOG(warn) << "rank " << cfg_.rank << " leaving without telling the store: " << store_trouble();
+    return;
+  }
+  // The board's connection has the failure-report bound; the program's may wait minutes.
+  Store& store = failed && cfg_.board_bounded ? *cfg_.board_store : *cfg_.store;
   try {
-    cfg_.store->add("finished", 1);
+    store.add("finished", 1);
     if (cfg_.server) {
-      const double bound = state() == CommState::ok ? std::min(cfg_.env.rendezvous_timeout_s, 60.0) : 3.0;
+      const double bound = !failed ? std::min(cfg_.env.rendezvous_timeout_s, 60.0) : 3.0;
       Deadline deadline = Deadline::after_seconds(bound);
-      while (cfg_.store->add("finished", 0) < cfg_.size && !deadline.expired()) {
+      while (store.add("finished", 0) < cfg_.size && !deadline.expired()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
     }

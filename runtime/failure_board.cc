@@ -10,21 +10,24 @@ namespace {
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
 
 std::string encode(const Failure& f) {
-  return std::to_string(static_cast<int>(f.code)) + "\n" + std::to_string(f.rank) + "\n" + f.message;
+  return std::to_string(static_cast<int>(f.code)) + "\n" + std::to_string(f.rank) + "\n" + std::to_string(f.culprit) +
+         "\n" + f.message;
 }
 
 std::optional<Failure> decode(const std::string& v) {
   const size_t a = v.find('\n');
   const size_t b = a == std::string::npos ? a : v.find('\n', a + 1);
-  if (b == std::string::npos) return std::nullopt;
+  const size_t c = b == std::string::npos ? b : v.find('\n', b + 1);
+  if (c == std::string::npos) return std::nullopt;
   Failure f;
   try {
     f.code = static_cast<ErrorCode>(std::stoi(v.substr(0, a)));
     f.rank = std::stoi(v.substr(a + 1, b - a - 1));
+    f.culprit = std::stoi(v.substr(b + 1, c - b - 1));
   } catch (const std::exception&) {
     return std::nullopt;
   }
-  f.message = v.substr(b + 1);
+  f.message = v.substr(c + 1);
   return f;
 }
 
@@ -44,17 +47,27 @@ std::optional<Progress> decode_progress(const std::string& v) {
 FailureBoard::FailureBoard(std::shared_ptr<Store> store, int rank, int size)
     : store_(std::move(store)), rank_(rank), size_(size) {}
 
-// Store calls throw; here an unreachable store only makes the messages poorer.
+// Store calls throw; here an unreachable store only makes the messages poorer. The first
+// problem is kept: later ones only say that the connection was given up.
 template <typename F>
 bool FailureBoard::guarded(F&& f) {
-  if (!store_) return false;
+  if (!store_ || unreachable_) return false;
   try {
     f();
     return true;
   } catch (const Error& e) {
-    store_problem_ = e.what();
+    if (store_problem_.empty()) store_problem_ = e.what();
+    if (e.code() == ErrorCode::timeout || e.code() == ErrorCode::peer_lost) {
+      unreachable_ = true;
+      silent_ = e.code() == ErrorCode::timeout;
+    }
     return false;
   }
+}
+
+std::string FailureBoard::store_address() const { return store_ ? store_->address() : "(none)"; }
+std::chrono::milliseconds FailureBoard::store_timeout() const {
+  return store_ ? store_->timeout() : std::chrono::milliseconds(0);
 }
 
 Failure FailureBoard::publish(const Failure& f) {
@@ -98,19 +111,26 @@ std::vector<std::optional<Progress>> FailureBoard::collect_progress(Deadline bou
   }
 }
 
-void FailureBoard::write_report(const std::string& text) {
-  guarded([&] { store_->set("report", text); });
+void FailureBoard::write_report(const TimeoutReport& report) {
+  guarded([&] { store_->set("report", std::to_string(report.culprit) + "\n" + report.text); });
 }
 
-std::optional<std::string> FailureBoard::wait_report(Deadline bound) {
+std::optional<TimeoutReport> FailureBoard::wait_report(Deadline bound) {
   for (;;) {
-    std::optional<std::string> out;
+    std::optional<std::string> raw;
     if (!guarded([&] {
-          if (store_->check({"report"})) out = store_->get("report");
+          if (store_->check({"report"})) raw = store_->get("report");
         })) {
       return std::nullopt;
     }
-    if (out || bound.expired()) return out;
+    if (raw) {
+      TimeoutReport out;
+      const size_t nl = raw->find('\n');
+      out.culprit = std::atoi(raw->c_str());
+      out.text = nl == std::string::npos ? *raw : raw->substr(nl + 1);
+      return out;
+    }
+    if (bound.expired()) return std::nullopt;
     std::this_thread::sleep_for(kPollInterval);
   }
 }

@@ -7,12 +7,19 @@
 // by an idle progress thread once a second.
 //
 // Keys, in the communicator's own store namespace:
-//   abort         "<code>\n<rank>\n<message>" - the first failure; the first writer wins
+//   abort         "<code>\n<rank>\n<culprit>\n<message>" - the first failure; the first writer
+//                 wins. culprit: the rank that failed as the writer saw it, -1 when unknown
 //   progress/<r>  "<in_seq> <done_seq>\n<text>" - rank r's progress, written once it learned
 //                 of the failure: the operation it is in (0: idle) and the last one it completed
-//   report        the timeout report, written by the rank that timed out first
+//   report        "<culprit>\n<text>": the timeout report, written by the rank that timed out first
+//
+// Every call is bounded by the store's own timeout; the communicator gives the board a
+// connection of its own with a short one (communicator.cc). The first call that gets no answer
+// or finds the connection lost marks the store unreachable, and the board makes no more calls:
+// one stopped store costs one bound, not one per call.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,6 +35,12 @@ struct Failure {
   ErrorCode code = ErrorCode::internal;
   int rank = -1;        // the rank that found it
   std::string message;  // complete in itself
+  int culprit = -1;     // the rank that failed (a dead or silent peer, an aborting rank); -1: unknown
+};
+
+struct TimeoutReport {
+  int culprit = -1;  // the first rank that did not answer, else the first late one; -1: none
+  std::string text;
 };
 
 struct Progress {
@@ -48,10 +61,16 @@ class FailureBoard {
   void write_progress(const Progress& p);
   // Every rank's progress; waits up to `bound` for missing ones (nullopt: no answer).
   std::vector<std::optional<Progress>> collect_progress(Deadline bound);
-  void write_report(const std::string& text);
-  std::optional<std::string> wait_report(Deadline bound);
-  // The last store error seen ("" when none), for messages.
+  void write_report(const TimeoutReport& report);
+  std::optional<TimeoutReport> wait_report(Deadline bound);
+  // The first store error seen ("" when none), for messages.
   const std::string& store_problem() const { return store_problem_; }
+  // True once a call got no answer in time or found the connection lost; no call is made after.
+  bool store_unreachable() const { return unreachable_; }
+  // True when that was a call that got no answer in time (the store is silent, not gone).
+  bool store_silent() const { return silent_; }
+  std::string store_address() const;
+  std::chrono::milliseconds store_timeout() const;
 
  private:
   template <typename F>
@@ -61,6 +80,8 @@ class FailureBoard {
   int rank_;
   int size_;
   std::string store_problem_;
+  bool unreachable_ = false;
+  bool silent_ = false;
 };
 
 }  // namespace braid
