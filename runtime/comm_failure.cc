@@ -19,6 +19,9 @@ constexpr auto kDrainBound = std::chrono::seconds(2);
 constexpr auto kAbortBound = std::chrono::seconds(10);
 // How long a rank that could not read a peer's header waits for that peer's precise report.
 constexpr auto kPreciseReportWait = std::chrono::milliseconds(1500);
+// Fewer retransmissions than this on a rank's links name no lossy link: a busy link on a loaded
+// machine retransmits now and then (tail-loss probes, spurious timeouts).
+constexpr uint64_t kLossyRetransmits = 20;
 
 }  // namespace
 
@@ -87,6 +90,15 @@ void CommunicatorImpl::close_connections(const std::vector<OpRun*>& runs) {
   }
 }
 
+std::vector<std::pair<int, uint64_t>> CommunicatorImpl::retransmits() const {
+  std::vector<std::pair<int, uint64_t>> out;
+  for (size_t r = 0; r < connections_.size(); ++r) {
+    const uint64_t n = connections_[r] ? connections_[r]->retransmissions() : 0;
+    if (n > 0) out.emplace_back(static_cast<int>(r), n);
+  }
+  return out;
+}
+
 std::string CommunicatorImpl::progress_text(uint64_t seq, const std::string& what, const std::string& waiting) const {
   std::string s = seq == 0 ? "idle (not inside a braid operation)" : "in " + what;
   if (!waiting.empty()) s += ", waiting for " + waiting;
@@ -102,8 +114,13 @@ TimeoutReport CommunicatorImpl::timeout_report(uint64_t seq, const std::string& 
     o << "none: the other ranks' progress could not be read from the store";
     return {-1, o.str()};
   }
-  std::string late, silent, lines;
+  std::string late, silent, lines, links;
   int culprit = -1, first_late = -1;
+  // A link that loses packets stalls the ranks on either side, and the ranks behind them, with
+  // no rank late or silent. TCP retransmits most on the links that lose packets; each count
+  // is added to both ends, and a rank whose links lost clearly most (twice the next rank's, and
+  // not the few retransmissions any busy link may have) is the one whose link is lossy.
+  std::vector<uint64_t> lost(static_cast<size_t>(cfg_.size), 0);
   for (int r = 0; r < cfg_.size; ++r) {
     const auto& p = all[static_cast<size_t>(r)];
     lines += "; rank " + std::to_string(r) + ": ";
@@ -117,13 +134,43 @@ TimeoutReport CommunicatorImpl::timeout_report(uint64_t seq, const std::string& 
       late += (late.empty() ? "" : ", ") + std::to_string(r);
       if (first_late < 0) first_late = r;
     }
+    for (const auto& [peer, count] : p->retransmits) {
+      links += (links.empty() ? "" : ", ") + std::to_string(r) + "->" + std::to_string(peer) + " " + std::to_string(count);
+      if (peer < 0 || peer >= cfg_.size) continue;
+      lost[static_cast<size_t>(r)] += count;
+      lost[static_cast<size_t>(peer)] += count;
+    }
     lines += p->text;
   }
+  int lossy = -1, runner_up = -1;
+  uint64_t top = 0, second = 0;
+  for (int r = 0; r < cfg_.size; ++r) {
+    const uint64_t n = lost[static_cast<size_t>(r)];
+    if (n > top) {
+      second = top, runner_up = lossy;
+      top = n, lossy = r;
+    } else if (n > second) {
+      second = n, runner_up = r;
+    }
+  }
+  // Two ranks close together: most retransmissions are on the one link between them, and
+  // which end of it loses packets cannot be told from here.
+  const int top_rank = lossy;
+  const bool one_link = top >= kLossyRetransmits && top < 2 * second && runner_up >= 0;
+  if (top < kLossyRetransmits || top < 2 * second) lossy = -1;
   o << "ranks that have not reached operation #" << seq << ": " << (late.empty() ? "none" : late);
   if (!silent.empty()) o << "; ranks that did not answer: " << silent;
+  if (!links.empty()) {
+    o << "; TCP retransmissions (sender->receiver count): " << links;
+    if (lossy >= 0) o << " - most on rank " << lossy << "'s links: its link loses packets";
+    if (one_link) {
+      o << " - most on the link between rank " << std::min(top_rank, runner_up) << " and rank "
+        << std::max(top_rank, runner_up) << ": one of them has a link that loses packets";
+    }
+  }
   o << lines;
   if (!board_.store_problem().empty()) o << "; the store could not be read: " << board_.store_problem();
-  return {culprit >= 0 ? culprit : first_late, o.str()};
+  return {culprit >= 0 ? culprit : lossy >= 0 ? lossy : first_late, o.str()};
 }
 
 // What happened to the store, for messages: which bound expired, or that it is gone.
@@ -199,7 +246,7 @@ Status CommunicatorImpl::on_failure(Status s, const std::string& what, uint64_t 
       adopted = board_.publish({s.code(), cfg_.rank, s.message(), culprit});
     }
   }
-  board_.write_progress({seq, done_seq_, progress_text(seq, what, waiting)});
+  board_.write_progress({seq, done_seq_, retransmits(), progress_text(seq, what, waiting)});
   Status out;
   int culprit = adopted->culprit;
   if (adopted->rank == cfg_.rank) {
@@ -234,7 +281,7 @@ void CommunicatorImpl::idle_check() {
   if (state() != CommState::ok || cfg_.size == 1) return;
   auto f = board_.read();
   if (!f) return;
-  board_.write_progress({0, done_seq_, progress_text(0, "", "")});
+  board_.write_progress({0, done_seq_, retransmits(), progress_text(0, "", "")});
   std::string detail = "rank " + std::to_string(f->rank) + " reported: " + f->message;
   int culprit = f->culprit;
   if (f->code == ErrorCode::timeout) {

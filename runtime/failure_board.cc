@@ -37,7 +37,14 @@ std::optional<Progress> decode_progress(const std::string& v) {
   if (nl == std::string::npos) return std::nullopt;
   char* end = nullptr;
   p.in_seq = std::strtoull(v.c_str(), &end, 10);
-  p.done_seq = std::strtoull(end, nullptr, 10);
+  p.done_seq = std::strtoull(end, &end, 10);
+  while (end != nullptr && *end == ' ') ++end;
+  while (end != nullptr && *end >= '0' && *end <= '9') {
+    const int peer = static_cast<int>(std::strtol(end, &end, 10));
+    if (*end != ':') break;
+    p.retransmits.emplace_back(peer, std::strtoull(end + 1, &end, 10));
+    if (*end == ',') ++end;
+  }
   p.text = v.substr(nl + 1);
   return p;
 }
@@ -86,10 +93,15 @@ std::optional<Failure> FailureBoard::read() {
 }
 
 void FailureBoard::write_progress(const Progress& p) {
-  guarded([&] {
-    store_->set("progress/" + std::to_string(rank_),
-                std::to_string(p.in_seq) + " " + std::to_string(p.done_seq) + "\n" + p.text);
-  });
+  std::string v = std::to_string(p.in_seq);
+  v.append(" ").append(std::to_string(p.done_seq)).append(" ");
+  if (p.retransmits.empty()) v.append("-");
+  for (size_t i = 0; i < p.retransmits.size(); ++i) {
+    v.append(i == 0 ? "" : ",").append(std::to_string(p.retransmits[i].first)).append(":");
+    v.append(std::to_string(p.retransmits[i].second));
+  }
+  v.append("\n").append(p.text);
+  guarded([&] { store_->set("progress/" + std::to_string(rank_), v); });
 }
 
 std::vector<std::optional<Progress>> FailureBoard::collect_progress(Deadline bound) {

@@ -9,8 +9,10 @@
 // Keys, in the communicator's own store namespace:
 //   abort         "<code>\n<rank>\n<culprit>\n<message>" - the first failure; the first writer
 //                 wins. culprit: the rank that failed as the writer saw it, -1 when unknown
-//   progress/<r>  "<in_seq> <done_seq>\n<text>" - rank r's progress, written once it learned
-//                 of the failure: the operation it is in (0: idle) and the last one it completed
+//   progress/<r>  "<in_seq> <done_seq> <retransmits>\n<text>" - rank r's progress, written once it
+//                 learned of the failure: the operation it is in (0: idle), the last one it
+//                 completed, and its connections that retransmitted ("1:40,3:2": peer:count;
+//                 "-": none)
 //   report        "<culprit>\n<text>": the timeout report, written by the rank that timed out first
 //
 // Every call is bounded by the store's own timeout; the communicator gives the board a
@@ -23,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "braid/store.h"
@@ -46,6 +49,7 @@ struct TimeoutReport {
 struct Progress {
   uint64_t in_seq = 0;    // the operation it is running, 0 when idle
   uint64_t done_seq = 0;  // the last operation it completed
+  std::vector<std::pair<int, uint64_t>> retransmits;  // (peer, count) for connections that retransmitted
   std::string text;
 };
 

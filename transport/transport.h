@@ -86,6 +86,9 @@ class Connection {
   // beyond "the peer has not sent" (e.g. the peer never answered the connection handshake);
   // empty otherwise. For timeout reports.
   virtual std::string stall_hint() const { return {}; }
+  // Packets this connection had to send again (TCP's retransmissions; 0 where there is no
+  // such count). Lets a timeout report tell a lossy link from a slow rank.
+  virtual uint64_t retransmissions() const { return 0; }
 };
 
 class Transport {

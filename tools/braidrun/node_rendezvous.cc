@@ -272,18 +272,32 @@ Status NodeRendezvous::wait_for_nodes(const LaunchOptions& o, int signal_fd) {
   return Status::ok();
 }
 
+// The store is asked on a helper thread, one question at a time: a store that stopped
+// answering must not stop braidrun from relaying its ranks' output and obeying SIGINT/SIGTERM
+// (the call itself ends with the store's timeout, which then stops the job).
 std::optional<ExternalStop> NodeRendezvous::poll_job() {
   if (nnodes_ == 1) return std::nullopt;
-  std::optional<ExternalStop> stop;
-  Status s = store_call("checking the job", [&] {
-    if (++ticks_ % 4 == 0) store_->add(key("heartbeat/" + std::to_string(node_rank_)), 1);
-    if (!store_->check({key("failed")})) return;
-    std::string v = store_->get(key("failed"));
-    size_t nl = v.find('\n');
-    stop = ExternalStop{v.substr(nl == std::string::npos ? 0 : nl + 1), std::atoi(v.c_str())};
-  });
-  if (!s.is_ok()) return ExternalStop{"lost the job's store (" + s.message() + ")", 1};
-  return stop;
+  if (poll_ && !poll_->done.load(std::memory_order_acquire)) return std::nullopt;
+  if (poll_) {
+    std::shared_ptr<PendingPoll> p = std::move(poll_);
+    if (!p->status.is_ok()) return ExternalStop{"lost the job's store (" + p->status.message() + ")", 1};
+    if (p->stop) return p->stop;
+  }
+  auto p = std::make_shared<PendingPoll>();
+  poll_ = p;
+  const bool beat = ++ticks_ % 4 == 0;
+  std::thread([p, store = store_, beat, heartbeat = key("heartbeat/" + std::to_string(node_rank_)),
+               failed = key("failed")] {
+    p->status = store_call("checking the job", [&] {
+      if (beat) store->add(heartbeat, 1);
+      if (!store->check({failed})) return;
+      std::string v = store->get(failed);
+      size_t nl = v.find('\n');
+      p->stop = ExternalStop{v.substr(nl == std::string::npos ? 0 : nl + 1), std::atoi(v.c_str())};
+    });
+    p->done.store(true, std::memory_order_release);
+  }).detach();
+  return std::nullopt;
 }
 
 int NodeRendezvous::finish(const JobOutcome& outcome, int signal_fd) {

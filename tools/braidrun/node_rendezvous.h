@@ -14,6 +14,7 @@
 // ranks finishing late can still use it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -71,6 +72,12 @@ class NodeRendezvous {
   int nnodes_ = 1;
   double grace_s_ = 5;
   unsigned ticks_ = 0;
+  struct PendingPoll {  // poll_job()'s question in flight
+    std::atomic<bool> done{false};
+    Status status;
+    std::optional<ExternalStop> stop;
+  };
+  std::shared_ptr<PendingPoll> poll_;
   int* stop_signal_ = nullptr;
 };
 

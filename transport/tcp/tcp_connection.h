@@ -69,6 +69,7 @@ class TcpConnection final : public Connection {
   int peer_rank() const override { return peer_rank_; }
   const std::string& peer_address() const override { return peer_address_; }
   std::string stall_hint() const override;
+  uint64_t retransmissions() const override;
   size_t socket_count() const { return streams_.size(); }
   // Whether the peer competes with us for one CPU (see above); on the connector's side false
   // until the acceptor's answer has been read.
