@@ -193,13 +193,19 @@ std::string CommunicatorImpl::store_trouble() const {
 // or cut off, and what this rank saw itself (often a peer that closed its connections in
 // reaction) is secondary. `why` gets the reason when it is not `s` itself.
 int CommunicatorImpl::own_culprit(const Status& s, std::string* why) const {
-  if (board_.store_unreachable() && cfg_.store_rank >= 0 && cfg_.store_rank != cfg_.rank) {
-    *why = store_trouble();
-    return cfg_.store_rank;
-  }
+  int culprit = -1;
+  blame_store_server(&culprit, why);
+  if (culprit >= 0) return culprit;
   if (s.code() == ErrorCode::peer_lost && failed_peer_ >= 0) return failed_peer_;
   if (s.code() == ErrorCode::aborted) return cfg_.rank;
   return -1;
+}
+
+// With no culprit known yet: the rank serving a store that stopped answering, if any.
+void CommunicatorImpl::blame_store_server(int* culprit, std::string* why) const {
+  if (*culprit >= 0 || !board_.store_unreachable() || cfg_.store_rank < 0 || cfg_.store_rank == cfg_.rank) return;
+  *culprit = cfg_.store_rank;
+  *why = store_trouble();
 }
 
 // "<what> on rank R failed because of rank C (why): ", or "" when C is unknown or this rank.
@@ -256,6 +262,7 @@ Status CommunicatorImpl::on_failure(Status s, const std::string& what, uint64_t 
       board_.write_report(report);
       if (culprit < 0) culprit = report.culprit;
       msg += ". " + report.text;
+      blame_store_server(&culprit, &why);
     } else if (board_.store_unreachable()) {
       msg += " (the other ranks could not be told: " + (why.empty() ? store_trouble() : "the store is unreachable") + ")";
     }
@@ -268,8 +275,10 @@ Status CommunicatorImpl::on_failure(Status s, const std::string& what, uint64_t 
         if (culprit < 0) culprit = report->culprit;
       }
     }
+    // The report may not have come because the store stopped answering in the meantime.
+    blame_store_server(&culprit, &why);
     if (s.message() != adopted->message) msg += " (this rank saw: " + s.message() + ")";
-    const std::string lead = blame(what, culprit, "");
+    const std::string lead = blame(what, culprit, why);
     out = Status(adopted->code, (lead.empty() ? what + " on " + me + " failed: " : lead) + msg);
   }
   close_connections(runs);
@@ -290,7 +299,11 @@ void CommunicatorImpl::idle_check() {
       if (culprit < 0) culprit = report->culprit;
     }
   }
-  const std::string because = culprit >= 0 && culprit != cfg_.rank ? " because of rank " + std::to_string(culprit) : "";
+  std::string why;
+  blame_store_server(&culprit, &why);
+  const std::string because = culprit >= 0 && culprit != cfg_.rank ? " because of rank " + std::to_string(culprit) +
+                                                                         (why.empty() ? "" : " (" + why + ")")
+                                                                   : "";
   close_connections({});
   end(CommState::failed, Status(f->code, "rank " + std::to_string(cfg_.rank) +
                                              ": the communicator failed while this rank was idle" + because + ": " +

@@ -146,6 +146,7 @@ class CommunicatorImpl {
   std::string store_trouble() const;
   std::vector<std::pair<int, uint64_t>> retransmits() const;
   int own_culprit(const Status& s, std::string* why) const;
+  void blame_store_server(int* culprit, std::string* why) const;
   std::string blame(const std::string& what, int culprit, const std::string& why) const;
   std::string progress_text(uint64_t seq, const std::string& what, const std::string& waiting) const;
   void idle_check();
