@@ -19,9 +19,6 @@ constexpr auto kDrainBound = std::chrono::seconds(2);
 constexpr auto kAbortBound = std::chrono::seconds(10);
 // How long a rank that could not read a peer's header waits for that peer's precise report.
 constexpr auto kPreciseReportWait = std::chrono::milliseconds(1500);
-// Fewer retransmissions than this on a rank's links name no lossy link: a busy link on a loaded
-// machine retransmits now and then (tail-loss probes, spurious timeouts).
-constexpr uint64_t kLossyRetransmits = 20;
 
 }  // namespace
 
@@ -116,11 +113,6 @@ TimeoutReport CommunicatorImpl::timeout_report(uint64_t seq, const std::string& 
   }
   std::string late, silent, lines, links;
   int culprit = -1, first_late = -1;
-  // A link that loses packets stalls the ranks on either side, and the ranks behind them, with
-  // no rank late or silent. TCP retransmits most on the links that lose packets; each count
-  // is added to both ends, and a rank whose links lost clearly most (twice the next rank's, and
-  // not the few retransmissions any busy link may have) is the one whose link is lossy.
-  std::vector<uint64_t> lost(static_cast<size_t>(cfg_.size), 0);
   for (int r = 0; r < cfg_.size; ++r) {
     const auto& p = all[static_cast<size_t>(r)];
     lines += "; rank " + std::to_string(r) + ": ";
@@ -136,41 +128,25 @@ TimeoutReport CommunicatorImpl::timeout_report(uint64_t seq, const std::string& 
     }
     for (const auto& [peer, count] : p->retransmits) {
       links += (links.empty() ? "" : ", ") + std::to_string(r) + "->" + std::to_string(peer) + " " + std::to_string(count);
-      if (peer < 0 || peer >= cfg_.size) continue;
-      lost[static_cast<size_t>(r)] += count;
-      lost[static_cast<size_t>(peer)] += count;
     }
     lines += p->text;
   }
-  int lossy = -1, runner_up = -1;
-  uint64_t top = 0, second = 0;
-  for (int r = 0; r < cfg_.size; ++r) {
-    const uint64_t n = lost[static_cast<size_t>(r)];
-    if (n > top) {
-      second = top, runner_up = lossy;
-      top = n, lossy = r;
-    } else if (n > second) {
-      second = n, runner_up = r;
-    }
-  }
-  // Two ranks close together: most retransmissions are on the one link between them, and
-  // which end of it loses packets cannot be told from here.
-  const int top_rank = lossy;
-  const bool one_link = top >= kLossyRetransmits && top < 2 * second && runner_up >= 0;
-  if (top < kLossyRetransmits || top < 2 * second) lossy = -1;
+  // A link that loses packets stalls the ranks on either side, and the ranks behind them, with
+  // no rank late or silent: the retransmission counts say which.
+  const LossyLink lossy = find_lossy_link(all);
   o << "ranks that have not reached operation #" << seq << ": " << (late.empty() ? "none" : late);
   if (!silent.empty()) o << "; ranks that did not answer: " << silent;
   if (!links.empty()) {
     o << "; TCP retransmissions (sender->receiver count): " << links;
-    if (lossy >= 0) o << " - most on rank " << lossy << "'s links: its link loses packets";
-    if (one_link) {
-      o << " - most on the link between rank " << std::min(top_rank, runner_up) << " and rank "
-        << std::max(top_rank, runner_up) << ": one of them has a link that loses packets";
+    if (lossy.rank >= 0) o << " - rank " << lossy.rank << " is on every link that lost packets: its link loses packets";
+    if (lossy.rank < 0 && lossy.a >= 0) {
+      o << " - most on the link between rank " << lossy.a << " and rank " << lossy.b
+        << ": one of them has a link that loses packets";
     }
   }
   o << lines;
   if (!board_.store_problem().empty()) o << "; the store could not be read: " << board_.store_problem();
-  return {culprit >= 0 ? culprit : lossy >= 0 ? lossy : first_late, o.str()};
+  return {culprit >= 0 ? culprit : lossy.rank >= 0 ? lossy.rank : first_late, o.str()};
 }
 
 // What happened to the store, for messages: which bound expired, or that it is gone.
@@ -273,6 +249,12 @@ Status CommunicatorImpl::on_failure(Status s, const std::string& what, uint64_t 
       if (auto report = board_.wait_report(Deadline::after(kReportWait))) {
         msg += ". " + report->text;
         if (culprit < 0) culprit = report->culprit;
+      } else if (!board_.store_unreachable()) {
+        // The rank that timed out first may be the one cut off (its link lost the report):
+        // this rank reads the others' progress itself.
+        const TimeoutReport own = timeout_report(seq, what);
+        msg += ". No report from rank " + std::to_string(adopted->rank) + "; this rank's: " + own.text;
+        if (culprit < 0) culprit = own.culprit;
       }
     }
     // The report may not have come because the store stopped answering in the meantime.

@@ -51,6 +51,38 @@ std::optional<Progress> decode_progress(const std::string& v) {
 
 }  // namespace
 
+LossyLink find_lossy_link(const std::vector<std::optional<Progress>>& all) {
+  std::map<std::pair<int, int>, uint64_t> per_link;  // both directions together
+  uint64_t busiest = 0;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (!all[r]) continue;
+    for (const auto& [peer, count] : all[r]->retransmits) {
+      if (peer < 0 || static_cast<size_t>(peer) >= all.size() || static_cast<size_t>(peer) == r) continue;
+      const int me = static_cast<int>(r);
+      uint64_t& n = per_link[{std::min(me, peer), std::max(me, peer)}];
+      n += count;
+      busiest = std::max(busiest, n);
+    }
+  }
+  constexpr uint64_t kFloor = 3;
+  LossyLink out;
+  if (busiest < kFloor) return out;
+  const uint64_t bar = std::max(kFloor, busiest / 4);
+  std::vector<std::pair<int, int>> lossy;
+  for (const auto& [link, n] : per_link) {
+    if (n >= bar) lossy.push_back(link);
+  }
+  if (lossy.size() == 1) {
+    out.a = lossy[0].first;
+    out.b = lossy[0].second;
+    return out;
+  }
+  std::vector<int> on_all = {lossy[0].first, lossy[0].second};
+  for (const auto& [a, b] : lossy) std::erase_if(on_all, [&](int x) { return x != a && x != b; });
+  if (on_all.size() == 1) out.rank = on_all[0];
+  return out;
+}
+
 FailureBoard::FailureBoard(std::shared_ptr<Store> store, int rank, int size)
     : store_(std::move(store)), rank_(rank), size_(size) {}
 

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +53,17 @@ struct Progress {
   std::vector<std::pair<int, uint64_t>> retransmits;  // (peer, count) for connections that retransmitted
   std::string text;
 };
+
+// Which link loses packets, from every rank's retransmission counts (nullopt: no answer).
+// TCP retransmits on the links that lose packets, and now and then on any busy link (tail-loss
+// probes, spurious timeouts on a loaded machine): the links that count are those with at least
+// a quarter of the busiest one's retransmissions (and 3). One rank on all of them, with two or
+// more: `rank`. A single such link: its ends `a` < `b` (either may be the lossy one). Else -1s.
+struct LossyLink {
+  int rank = -1;
+  int a = -1, b = -1;
+};
+LossyLink find_lossy_link(const std::vector<std::optional<Progress>>& all);
 
 class FailureBoard {
  public:
