@@ -109,11 +109,16 @@ std::chrono::milliseconds FailureBoard::store_timeout() const {
   return store_ ? store_->timeout() : std::chrono::milliseconds(0);
 }
 
+// A rank number from the store is only used when it names a rank of this communicator.
+int FailureBoard::rank_or_none(int r) const { return r >= 0 && r < size_ ? r : -1; }
+
 Failure FailureBoard::publish(const Failure& f) {
   std::string now;
   if (!guarded([&] { now = store_->compare_set("abort", "", encode(f)); })) return f;
   auto on_board = decode(now);
-  return on_board ? *on_board : f;
+  if (!on_board) return f;
+  on_board->culprit = rank_or_none(on_board->culprit);
+  return *on_board;
 }
 
 std::optional<Failure> FailureBoard::read() {
@@ -121,6 +126,7 @@ std::optional<Failure> FailureBoard::read() {
   guarded([&] {
     if (store_->check({"abort"})) out = decode(store_->get("abort"));
   });
+  if (out) out->culprit = rank_or_none(out->culprit);
   return out;
 }
 
@@ -170,7 +176,7 @@ std::optional<TimeoutReport> FailureBoard::wait_report(Deadline bound) {
     if (raw) {
       TimeoutReport out;
       const size_t nl = raw->find('\n');
-      out.culprit = std::atoi(raw->c_str());
+      out.culprit = rank_or_none(std::atoi(raw->c_str()));
       out.text = nl == std::string::npos ? *raw : raw->substr(nl + 1);
       return out;
     }

@@ -91,6 +91,7 @@ class FailureBoard {
  private:
   template <typename F>
   bool guarded(F&& f);
+  int rank_or_none(int r) const;
 
   std::shared_ptr<Store> store_;
   int rank_;

@@ -2,7 +2,10 @@
 // rank's links retransmit most, any busy link a little.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "runtime/failure_board.h"
+#include "tests/runtime/faults/failure_board_fuzz.h"
 
 namespace braid {
 namespace {
@@ -42,6 +45,26 @@ TEST(LossyLink, NoiseAloneOrDisjointLinksNameNobody) {
   EXPECT_EQ(r.a, -1);
   r = find_lossy_link({std::nullopt, std::nullopt});
   EXPECT_EQ(r.rank, -1);
+}
+
+// Board values as another rank (or anyone writing to the store) could leave them: random bytes,
+// and well-formed values with one byte changed, never a crash or a rank outside the job.
+TEST(FailureBoardFuzz, RandomAndMutatedValues) {
+  std::mt19937 rng(20261125);
+  const std::string good = std::string("3\n1\n2\nall_reduce #4 failed") + '\xff' + "4 3 1:40,2:7\nin all_reduce #4" +
+                           '\xff' + "0 3 -\nidle" + '\xff' + "4 4 0:30\nx" + '\xff' + "4 4 -\ny" + '\xff' +
+                           "2\nTimeout report";
+  for (int i = 0; i < 3000; ++i) {
+    std::string bytes;
+    if (i % 2 == 0) {
+      bytes.resize(rng() % 200);
+      for (char& c : bytes) c = static_cast<char>(i % 4 == 0 ? rng() % 256 : "0123456789:,-\n \xff"[rng() % 16]);
+    } else {
+      bytes = good;
+      for (int m = 0; m < 1 + i % 3; ++m) bytes[rng() % bytes.size()] = static_cast<char>(rng() % 256);
+    }
+    fuzz_failure_board(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+  }
 }
 
 }  // namespace
