@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -122,13 +123,23 @@ std::shared_ptr<Store> open_job_store(const JobInfo& job, const Env& env, std::u
   }
 }
 
+// How long one call of the failure board may wait for the store: BRAID_TIMEOUT_S, kept within
+// 5..10 s. A failure is reported within BRAID_TIMEOUT_S plus a margin even when the store itself
+// is what stopped (rank 0 serving it was stopped or cut off); a healthy store answers these
+// small requests at once, and one that does not only costs the report its detail.
+std::chrono::milliseconds board_call_bound(const Env& env) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::clamp(env.timeout_s, 5.0, 10.0) * 1000));
+}
+
 // The failure board (failure_board.h) gets a store connection of its own where it can, so its
-// reads never queue behind a long get() the program makes on comm.store().
+// reads never queue behind a long get() the program makes on comm.store(), and each of its calls
+// is bounded by board_call_bound (the program's connection keeps the rendezvous timeout).
 std::shared_ptr<Store> open_board_store(const std::shared_ptr<Store>& store, const JobInfo& job, const Env& env,
                                         int generation) {
   if (dynamic_cast<TcpStore*>(store.get()) == nullptr || job.store_port == 0) return nullptr;
   try {
     std::shared_ptr<Store> base(TcpStore::connect(job.master_addr, job.store_port, store_options(job, env)).release());
+    base->set_timeout(board_call_bound(env));
     return std::make_shared<PrefixStore>("braid/c" + std::to_string(generation), base);
   } catch (const Error& e) {
     BRAID_LOG(warn) << "rank " << job.rank << ": failure reports share the program's store connection (" << e.what()
@@ -159,6 +170,9 @@ Communicator make(std::shared_ptr<Store> store, std::unique_ptr<TcpStoreServer> 
   cfg.comm_id = joined.comm_id;
   cfg.store = joined.store;
   cfg.board_store = open_board_store(store, job, env, generation);
+  cfg.board_bounded = cfg.board_store != nullptr;
+  // Without a launcher rank 0 serves the store: when it stops answering, so did rank 0.
+  if (job.store_port != 0 && !job.agent_store) cfg.store_rank = 0;
   cfg.server = std::move(server);
   cfg.master_addr = job.master_addr;
   cfg.env = env;

@@ -468,7 +468,13 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
       bool ours = false;
       for (OpRun* r : runs) {
         Status s = r->on_completion(c, &ours);
-        if (!s.is_ok() && first.is_ok()) first = s;
+        if (!s.is_ok() && first.is_ok()) {
+          first = s;
+          // Which peer is gone, for the failure report (our own close() completes as aborted).
+          if (!c.status.is_ok() && c.status.code() != ErrorCode::aborted && c.connection != nullptr && failed_peer_ < 0) {
+            failed_peer_ = c.connection->peer_rank();
+          }
+        }
         if (ours) break;
       }
       if (!ours) {
@@ -616,12 +622,21 @@ void CommunicatorImpl::wake_transport() {
 // the store goes as its ranks leave (leave_store).
 void CommunicatorImpl::finish_job_store() {
   if (!cfg_.store) return;
+  const bool failed = state() != CommState::ok;
+  // After a failure the store may be what failed (its server stopped or dead): the failure
+  // board found out already, at the cost of one bounded call, and then nothing is asked of it.
+  if (failed && board_.store_unreachable()) {
+    BRAID_LOG(warn) << "rank " << cfg_.rank << " leaving without telling the store: " << store_trouble();
+    return;
+  }
+  // The board's connection has the failure-report bound; the program's may wait minutes.
+  Store& store = failed && cfg_.board_bounded ? *cfg_.board_store : *cfg_.store;
   try {
     const bool lingering = cfg_.server != nullptr;
-    if (leave_store(*cfg_.store, cfg_.rank, cfg_.size, lingering) < cfg_.size && lingering) {
-      const double bound = state() == CommState::ok ? std::min(cfg_.env.rendezvous_timeout_s, 60.0) : 3.0;
+    if (leave_store(store, cfg_.rank, cfg_.size, lingering) < cfg_.size && lingering) {
+      const double bound = !failed ? std::min(cfg_.env.rendezvous_timeout_s, 60.0) : 3.0;
       Deadline deadline = Deadline::after_seconds(bound);
-      while (!everyone_left(*cfg_.store, cfg_.size) && !deadline.expired()) {
+      while (!everyone_left(store, cfg_.size) && !deadline.expired()) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
     }

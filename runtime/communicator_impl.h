@@ -51,6 +51,8 @@ struct CommunicatorConfig {
   uint64_t comm_id = 0;
   std::shared_ptr<Store> store;              // the communicator's namespace
   std::shared_ptr<Store> board_store;        // the same namespace on a connection of its own (or null: store)
+  bool board_bounded = false;                // board_store's timeout is the failure-report bound
+  int store_rank = -1;                       // the rank whose process serves the store, or -1
   std::unique_ptr<TcpStoreServer> server;    // when this rank serves the job's store
   std::string master_addr;
   Env env;
@@ -140,7 +142,12 @@ class CommunicatorImpl {
   static constexpr size_t kMaxStream = 16;
   Status on_failure(Status s, const std::string& what, uint64_t seq, const std::vector<OpRun*>& runs,
                     std::optional<Failure> adopted);
-  std::string timeout_report(uint64_t seq, const std::string& what);
+  TimeoutReport timeout_report(uint64_t seq, const std::string& what);
+  std::string store_trouble() const;
+  std::vector<std::pair<int, uint64_t>> retransmits() const;
+  int own_culprit(const Status& s, std::string* why) const;
+  void blame_store_server(int* culprit, std::string* why) const;
+  std::string blame(const std::string& what, int culprit, const std::string& why) const;
   std::string progress_text(uint64_t seq, const std::string& what, const std::string& waiting) const;
   void idle_check();
   void handle_abort();
@@ -225,6 +232,7 @@ class CommunicatorImpl {
     bool completed = false;
   };
   std::vector<StreamOp> stream_ops_;
+  int failed_peer_ = -1;     // the peer whose connection failed first (drive), for failure reports
   uint64_t done_seq_ = 0;    // the last operation completed, for timeout reports
   std::string done_what_;
 

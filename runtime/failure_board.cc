@@ -10,21 +10,24 @@ namespace {
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
 
 std::string encode(const Failure& f) {
-  return std::to_string(static_cast<int>(f.code)) + "\n" + std::to_string(f.rank) + "\n" + f.message;
+  return std::to_string(static_cast<int>(f.code)) + "\n" + std::to_string(f.rank) + "\n" + std::to_string(f.culprit) +
+         "\n" + f.message;
 }
 
 std::optional<Failure> decode(const std::string& v) {
   const size_t a = v.find('\n');
   const size_t b = a == std::string::npos ? a : v.find('\n', a + 1);
-  if (b == std::string::npos) return std::nullopt;
+  const size_t c = b == std::string::npos ? b : v.find('\n', b + 1);
+  if (c == std::string::npos) return std::nullopt;
   Failure f;
   try {
     f.code = static_cast<ErrorCode>(std::stoi(v.substr(0, a)));
     f.rank = std::stoi(v.substr(a + 1, b - a - 1));
+    f.culprit = std::stoi(v.substr(b + 1, c - b - 1));
   } catch (const std::exception&) {
     return std::nullopt;
   }
-  f.message = v.substr(b + 1);
+  f.message = v.substr(c + 1);
   return f;
 }
 
@@ -34,34 +37,88 @@ std::optional<Progress> decode_progress(const std::string& v) {
   if (nl == std::string::npos) return std::nullopt;
   char* end = nullptr;
   p.in_seq = std::strtoull(v.c_str(), &end, 10);
-  p.done_seq = std::strtoull(end, nullptr, 10);
+  p.done_seq = std::strtoull(end, &end, 10);
+  while (end != nullptr && *end == ' ') ++end;
+  while (end != nullptr && *end >= '0' && *end <= '9') {
+    const int peer = static_cast<int>(std::strtol(end, &end, 10));
+    if (*end != ':') break;
+    p.retransmits.emplace_back(peer, std::strtoull(end + 1, &end, 10));
+    if (*end == ',') ++end;
+  }
   p.text = v.substr(nl + 1);
   return p;
 }
 
 }  // namespace
 
+LossyLink find_lossy_link(const std::vector<std::optional<Progress>>& all) {
+  std::map<std::pair<int, int>, uint64_t> per_link;  // both directions together
+  uint64_t busiest = 0;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (!all[r]) continue;
+    for (const auto& [peer, count] : all[r]->retransmits) {
+      if (peer < 0 || static_cast<size_t>(peer) >= all.size() || static_cast<size_t>(peer) == r) continue;
+      const int me = static_cast<int>(r);
+      uint64_t& n = per_link[{std::min(me, peer), std::max(me, peer)}];
+      n += count;
+      busiest = std::max(busiest, n);
+    }
+  }
+  constexpr uint64_t kFloor = 3;
+  LossyLink out;
+  if (busiest < kFloor) return out;
+  const uint64_t bar = std::max(kFloor, busiest / 4);
+  std::vector<std::pair<int, int>> lossy;
+  for (const auto& [link, n] : per_link) {
+    if (n >= bar) lossy.push_back(link);
+  }
+  if (lossy.size() == 1) {
+    out.a = lossy[0].first;
+    out.b = lossy[0].second;
+    return out;
+  }
+  std::vector<int> on_all = {lossy[0].first, lossy[0].second};
+  for (const auto& [a, b] : lossy) std::erase_if(on_all, [&](int x) { return x != a && x != b; });
+  if (on_all.size() == 1) out.rank = on_all[0];
+  return out;
+}
+
 FailureBoard::FailureBoard(std::shared_ptr<Store> store, int rank, int size)
     : store_(std::move(store)), rank_(rank), size_(size) {}
 
-// Store calls throw; here an unreachable store only makes the messages poorer.
+// Store calls throw; here an unreachable store only makes the messages poorer. The first
+// problem is kept: later ones only say that the connection was given up.
 template <typename F>
 bool FailureBoard::guarded(F&& f) {
-  if (!store_) return false;
+  if (!store_ || unreachable_) return false;
   try {
     f();
     return true;
   } catch (const Error& e) {
-    store_problem_ = e.what();
+    if (store_problem_.empty()) store_problem_ = e.what();
+    if (e.code() == ErrorCode::timeout || e.code() == ErrorCode::peer_lost) {
+      unreachable_ = true;
+      silent_ = e.code() == ErrorCode::timeout;
+    }
     return false;
   }
 }
+
+std::string FailureBoard::store_address() const { return store_ ? store_->address() : "(none)"; }
+std::chrono::milliseconds FailureBoard::store_timeout() const {
+  return store_ ? store_->timeout() : std::chrono::milliseconds(0);
+}
+
+// A rank number from the store is only used when it names a rank of this communicator.
+int FailureBoard::rank_or_none(int r) const { return r >= 0 && r < size_ ? r : -1; }
 
 Failure FailureBoard::publish(const Failure& f) {
   std::string now;
   if (!guarded([&] { now = store_->compare_set("abort", "", encode(f)); })) return f;
   auto on_board = decode(now);
-  return on_board ? *on_board : f;
+  if (!on_board) return f;
+  on_board->culprit = rank_or_none(on_board->culprit);
+  return *on_board;
 }
 
 std::optional<Failure> FailureBoard::read() {
@@ -69,14 +126,20 @@ std::optional<Failure> FailureBoard::read() {
   guarded([&] {
     if (store_->check({"abort"})) out = decode(store_->get("abort"));
   });
+  if (out) out->culprit = rank_or_none(out->culprit);
   return out;
 }
 
 void FailureBoard::write_progress(const Progress& p) {
-  guarded([&] {
-    store_->set("progress/" + std::to_string(rank_),
-                std::to_string(p.in_seq) + " " + std::to_string(p.done_seq) + "\n" + p.text);
-  });
+  std::string v = std::to_string(p.in_seq);
+  v.append(" ").append(std::to_string(p.done_seq)).append(" ");
+  if (p.retransmits.empty()) v.append("-");
+  for (size_t i = 0; i < p.retransmits.size(); ++i) {
+    v.append(i == 0 ? "" : ",").append(std::to_string(p.retransmits[i].first)).append(":");
+    v.append(std::to_string(p.retransmits[i].second));
+  }
+  v.append("\n").append(p.text);
+  guarded([&] { store_->set("progress/" + std::to_string(rank_), v); });
 }
 
 std::vector<std::optional<Progress>> FailureBoard::collect_progress(Deadline bound) {
@@ -98,19 +161,26 @@ std::vector<std::optional<Progress>> FailureBoard::collect_progress(Deadline bou
   }
 }
 
-void FailureBoard::write_report(const std::string& text) {
-  guarded([&] { store_->set("report", text); });
+void FailureBoard::write_report(const TimeoutReport& report) {
+  guarded([&] { store_->set("report", std::to_string(report.culprit) + "\n" + report.text); });
 }
 
-std::optional<std::string> FailureBoard::wait_report(Deadline bound) {
+std::optional<TimeoutReport> FailureBoard::wait_report(Deadline bound) {
   for (;;) {
-    std::optional<std::string> out;
+    std::optional<std::string> raw;
     if (!guarded([&] {
-          if (store_->check({"report"})) out = store_->get("report");
+          if (store_->check({"report"})) raw = store_->get("report");
         })) {
       return std::nullopt;
     }
-    if (out || bound.expired()) return out;
+    if (raw) {
+      TimeoutReport out;
+      const size_t nl = raw->find('\n');
+      out.culprit = rank_or_none(std::atoi(raw->c_str()));
+      out.text = nl == std::string::npos ? *raw : raw->substr(nl + 1);
+      return out;
+    }
+    if (bound.expired()) return std::nullopt;
     std::this_thread::sleep_for(kPollInterval);
   }
 }

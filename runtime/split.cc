@@ -66,6 +66,10 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::split(int color, int
   cfg.comm_id = fnv1a(prefix, cfg_.comm_id * 1099511628211ull + 1);
   cfg.store = std::make_shared<PrefixStore>(prefix, cfg_.store);
   cfg.board_store = std::make_shared<PrefixStore>(prefix, cfg_.board_store ? cfg_.board_store : cfg_.store);
+  cfg.board_bounded = cfg_.board_bounded;
+  for (int i = 0; i < cfg.size; ++i) {  // the store's server, by its rank in the child
+    if (cfg_.store_rank >= 0 && members[static_cast<size_t>(i)].second == cfg_.store_rank) cfg.store_rank = i;
+  }
   cfg.master_addr = cfg_.master_addr;
   cfg.env = cfg_.env;
   cfg.inproc_fabric = cfg_.inproc_fabric;

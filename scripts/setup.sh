@@ -10,6 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev  # tests and benchmarks
   iproute2 iperf3 procps psmisc             # network namespaces, link checks, process checks
   valgrind                                  # the memcheck test of every operation
+  iptables                                  # packet loss in the fault soak where tc netem is missing
   zlib1g-dev dataset-fashion-mnist          # the DDP training example and its data
   libtorch-dev                              # the libtorch DDP adapter and its example (torch feature)
 )

@@ -85,6 +85,9 @@ class Connection {
   // Why an operation waiting on this connection may be stuck, when the transport knows a reason
   // beyond "the peer has not sent"; empty otherwise. For timeout reports.
   virtual std::string stall_hint() const { return {}; }
+  // Packets this connection had to send again (TCP's retransmissions; 0 where there is no
+  // such count). Lets a timeout report tell a lossy link from a slow rank.
+  virtual uint64_t retransmissions() const { return 0; }
 };
 
 class Transport {

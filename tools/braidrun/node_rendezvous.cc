@@ -15,6 +15,7 @@
 #include "common/deadline.h"
 #include "tools/braidrun/output_relay.h"
 #include "tools/braidrun/rank_exit.h"
+#include "tools/braidrun/store_wait.h"
 
 namespace braid::braidrun {
 namespace {
@@ -83,6 +84,15 @@ Status store_call(const std::string& what, F&& f) {
   }
 }
 
+// " (connect: Connection refused)" from TcpStore's long message, for progress lines.
+std::string brief_error(const std::string& e) {
+  if (e.empty()) return "";
+  const size_t at = e.rfind("last error: ");
+  if (at == std::string::npos) return " (" + e + ")";
+  const size_t from = at + 12;
+  return " (" + e.substr(from, e.find(')', from) - from) + ")";
+}
+
 }  // namespace
 
 std::optional<int> take_stop_signal(int signal_fd) {
@@ -97,6 +107,17 @@ std::optional<int> take_stop_signal(int signal_fd) {
 
 NodeRendezvous::~NodeRendezvous() = default;
 
+template <typename T>
+Result<T> NodeRendezvous::ask(const std::string& what, const std::string& waiting_for, std::function<T(TcpStore&)> f) {
+  auto out = std::make_shared<T>();
+  Status s = wait_for_store(
+      StoreWaitOptions{.signal_fd = signal_fd_}, waiting_for,
+      [store = store_, out, f = std::move(f), what] { return store_call(what, [&] { *out = f(*store); }); },
+      stop_signal_);
+  if (!s.is_ok()) return s;
+  return *out;
+}
+
 Status NodeRendezvous::aborted_by(int sig) {
   if (stop_signal_) *stop_signal_ = sig;
   return Status(ErrorCode::aborted, "interrupted by " + signal_name(sig) + " during rendezvous");
@@ -106,6 +127,7 @@ Result<std::unique_ptr<NodeRendezvous>> NodeRendezvous::join(const LaunchOptions
                                                               int signal_fd, int* stop_signal) {
   std::unique_ptr<NodeRendezvous> r(new NodeRendezvous());
   r->stop_signal_ = stop_signal;
+  r->signal_fd_ = signal_fd;
   r->prefix_ = "braidrun/" + o.run_id + "/";
   r->nnodes_ = o.nnodes;
   r->grace_s_ = o.grace_s;
@@ -146,9 +168,11 @@ Status NodeRendezvous::serve_or_connect(const LaunchOptions& o, const StoreAuth&
   const std::string addr = endpoint(connect_host, master_port_);
   Deadline deadline = Deadline::after_seconds(o.rdzv_timeout_s);
   std::string last_error;
+  ProgressLine progress;
   // Short connect attempts, so SIGINT is noticed while the serving node is not up yet.
   while (!store_) {
     if (auto sig = take_stop_signal(signal_fd)) return aborted_by(*sig);
+    progress.tick("the job's store at " + addr + " to accept a connection" + brief_error(last_error));
     if (deadline.expired()) {
       // A node that tried to serve and could not says why: the port may be taken by something
       // that does not serve a store, in which case no node of the job will.
@@ -181,8 +205,9 @@ Status NodeRendezvous::take_node_rank(const LaunchOptions& o) {
   } else if (serving()) {
     node_rank_ = 0;
   } else {
-    int64_t n = 0;
-    RETURN_IF_ERROR(store_call("taking a node rank", [&] { n = store_->add(key("next_node"), 1); }));
+    ASSIGN_OR_RETURN(int64_t n, ask<int64_t>("taking a node rank",
+                                             "the job's store at " + store_->address() + " to hand out a node rank",
+                                             [k = key("next_node")](TcpStore& s) { return s.add(k, 1); }));
     if (n >= o.nnodes) {
       return invalid_argument("more braidruns joined job '" + o.run_id + "' at " + store_->address() + " than --nnodes " +
                               std::to_string(o.nnodes) + " (this one would be node " + std::to_string(n) + ")");
@@ -190,8 +215,13 @@ Status NodeRendezvous::take_node_rank(const LaunchOptions& o) {
     node_rank_ = static_cast<int>(n);
   }
   std::string info = hostname() + "\n" + std::to_string(getpid()) + "\n" + std::to_string(o.nproc_per_node);
-  std::string now;
-  RETURN_IF_ERROR(store_call("registering this node", [&] { now = store_->compare_set(key("node/" + std::to_string(node_rank_)), "", info); }));
+  ASSIGN_OR_RETURN(std::string now,
+                   ask<std::string>("registering this node",
+                                    "the job's store at " + store_->address() + " to register node " +
+                                        std::to_string(node_rank_),
+                                    [k = key("node/" + std::to_string(node_rank_)), info](TcpStore& s) {
+                                      return s.compare_set(k, "", info);
+                                    }));
   if (now != info) {
     return invalid_argument("--node-rank " + std::to_string(node_rank_) + " is already taken by " +
                             describe_node(node_rank_, parse_node_info(now)) + "; give each node its own --node-rank");
@@ -204,9 +234,14 @@ Status NodeRendezvous::wait_for_nodes(const LaunchOptions& o, int signal_fd) {
   for (int r = 0; r < o.nnodes; ++r) keys.push_back(key("node/" + std::to_string(r)));
   Deadline deadline = Deadline::after_seconds(o.rdzv_timeout_s);
   bool all = false;
+  ProgressLine progress;
+  const std::string waiting_for = "the other nodes of job '" + o.run_id + "' (--nnodes " + std::to_string(o.nnodes) +
+                                  ") at the store " + store_->address();
   while (!all) {
     if (auto sig = take_stop_signal(signal_fd)) return aborted_by(*sig);
-    RETURN_IF_ERROR(store_call("waiting for the other nodes", [&] { all = store_->check(keys); }));
+    progress.tick(waiting_for);
+    ASSIGN_OR_RETURN(all, ask<bool>("waiting for the other nodes", waiting_for,
+                                    [keys](TcpStore& s) { return s.check(keys); }));
     if (all) break;
     if (deadline.expired()) break;
     std::this_thread::sleep_for(std::min<milliseconds>(milliseconds(100), std::chrono::duration_cast<milliseconds>(deadline.remaining())));
@@ -214,12 +249,15 @@ Status NodeRendezvous::wait_for_nodes(const LaunchOptions& o, int signal_fd) {
   std::map<int, NodeInfo> arrived;
   std::vector<int> missing;
   for (int r = 0; r < o.nnodes; ++r) {
-    bool present = false;
-    RETURN_IF_ERROR(store_call("reading node " + std::to_string(r), [&] {
-      present = store_->check({keys[static_cast<size_t>(r)]});
-      if (present) arrived[r] = parse_node_info(store_->get(keys[static_cast<size_t>(r)]));
-    }));
-    if (!present) missing.push_back(r);
+    ASSIGN_OR_RETURN(std::string v, ask<std::string>("reading node " + std::to_string(r), waiting_for,
+                                                     [k = keys[static_cast<size_t>(r)]](TcpStore& s) {
+                                                       return s.check({k}) ? "+" + s.get(k) : std::string();
+                                                     }));
+    if (v.empty()) {
+      missing.push_back(r);
+    } else {
+      arrived[r] = parse_node_info(v.substr(1));
+    }
   }
   if (!missing.empty()) {
     std::string who, gaps;
@@ -241,34 +279,56 @@ Status NodeRendezvous::wait_for_nodes(const LaunchOptions& o, int signal_fd) {
   return Status::ok();
 }
 
+// The store is asked on a helper thread, one question at a time: a store that stopped
+// answering must not stop braidrun from relaying its ranks' output and obeying SIGINT/SIGTERM
+// (the call itself ends with the store's timeout, which then stops the job).
 std::optional<ExternalStop> NodeRendezvous::poll_job() {
   if (nnodes_ == 1) return std::nullopt;
-  std::optional<ExternalStop> stop;
-  Status s = store_call("checking the job", [&] {
-    if (++ticks_ % 4 == 0) store_->add(key("heartbeat/" + std::to_string(node_rank_)), 1);
-    if (!store_->check({key("failed")})) return;
-    std::string v = store_->get(key("failed"));
-    size_t nl = v.find('\n');
-    stop = ExternalStop{v.substr(nl == std::string::npos ? 0 : nl + 1), std::atoi(v.c_str())};
-  });
-  if (!s.is_ok()) return ExternalStop{"lost the job's store (" + s.message() + ")", 1};
-  return stop;
+  if (poll_ && !poll_->done.load(std::memory_order_acquire)) return std::nullopt;
+  if (poll_) {
+    std::shared_ptr<PendingPoll> p = std::move(poll_);
+    if (!p->status.is_ok()) return ExternalStop{"lost the job's store (" + p->status.message() + ")", 1};
+    if (p->stop) return p->stop;
+  }
+  auto p = std::make_shared<PendingPoll>();
+  poll_ = p;
+  const bool beat = ++ticks_ % 4 == 0;
+  std::thread([p, store = store_, beat, heartbeat = key("heartbeat/" + std::to_string(node_rank_)),
+               failed = key("failed")] {
+    p->status = store_call("checking the job", [&] {
+      if (beat) store->add(heartbeat, 1);
+      if (!store->check({failed})) return;
+      std::string v = store->get(failed);
+      size_t nl = v.find('\n');
+      p->stop = ExternalStop{v.substr(nl == std::string::npos ? 0 : nl + 1), std::atoi(v.c_str())};
+    });
+    p->done.store(true, std::memory_order_release);
+  }).detach();
+  return std::nullopt;
 }
 
 int NodeRendezvous::finish(const JobOutcome& outcome, int signal_fd) {
   int code = outcome.exit_code;
   if (nnodes_ == 1) return code;
   std::string me = "node " + std::to_string(node_rank_);
-  Status s = store_call("reporting the end of " + me, [&] {
-    if (outcome.cause == JobOutcome::Cause::rank_failed || outcome.cause == JobOutcome::Cause::signaled) {
-      std::string what = outcome.cause == JobOutcome::Cause::rank_failed
-                             ? me + ": rank " + std::to_string(outcome.failed_rank) + " failed: " + outcome.failure
-                             : me + ": " + outcome.failure;
-      store_->compare_set(key("failed"), "", std::to_string(code) + "\n" + what);
-    }
-    store_->set(key("done/" + std::to_string(node_rank_)), std::to_string(code));
-  });
-  if (!s.is_ok()) say(s.message());
+  std::string failed;
+  if (outcome.cause == JobOutcome::Cause::rank_failed || outcome.cause == JobOutcome::Cause::signaled) {
+    failed = std::to_string(code) + "\n" +
+             (outcome.cause == JobOutcome::Cause::rank_failed
+                  ? me + ": rank " + std::to_string(outcome.failed_rank) + " failed: " + outcome.failure
+                  : me + ": " + outcome.failure);
+  }
+  auto reported = ask<bool>("reporting the end of " + me, "the job's store at " + store_->address() + " to record the end of " + me,
+                            [failed, failed_key = key("failed"), done_key = key("done/" + std::to_string(node_rank_)),
+                             code](TcpStore& s) {
+                              if (!failed.empty()) s.compare_set(failed_key, "", failed);
+                              s.set(done_key, std::to_string(code));
+                              return true;
+                            });
+  if (!reported.is_ok()) say(reported.status().message());
+  if (!reported.is_ok() && reported.status().code() == ErrorCode::aborted && !serving()) {
+    return code == 0 && stop_signal_ && *stop_signal_ ? 128 + *stop_signal_ : code;
+  }
   if (!serving()) return code;
 
   // Wait for the others while they show signs of life; a node that stopped beating (its

@@ -14,7 +14,9 @@
 // ranks finishing late can still use it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -62,9 +64,14 @@ class NodeRendezvous {
   Status take_node_rank(const LaunchOptions& o);
   Status wait_for_nodes(const LaunchOptions& o, int signal_fd);
   std::string key(const std::string& k) const { return prefix_ + k; }
+  // One store call that SIGINT/SIGTERM can end and that says what it waits for (store_wait.h).
+  // `f` gets the store and must capture only copies: it may outlive the call.
+  template <typename T>
+  Result<T> ask(const std::string& what, const std::string& waiting_for, std::function<T(TcpStore&)> f);
 
   std::unique_ptr<TcpStoreServer> server_;
-  std::unique_ptr<TcpStore> store_;
+  std::shared_ptr<TcpStore> store_;  // shared: a call left behind on a signal keeps it alive
+  int signal_fd_ = -1;
   std::string prefix_;
   std::string master_addr_;
   uint16_t master_port_ = 0;
@@ -72,6 +79,12 @@ class NodeRendezvous {
   int nnodes_ = 1;
   double grace_s_ = 5;
   unsigned ticks_ = 0;
+  struct PendingPoll {  // poll_job()'s question in flight
+    std::atomic<bool> done{false};
+    Status status;
+    std::optional<ExternalStop> stop;
+  };
+  std::shared_ptr<PendingPoll> poll_;
   int* stop_signal_ = nullptr;
 };
 

@@ -1,5 +1,9 @@
 #include "transport/tcp/tcp_connection.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <cerrno>
 #include <cstring>
 #include <sstream>
@@ -34,6 +38,16 @@ TcpConnection::~TcpConnection() { close(); }
 Status TcpConnection::start() {
   for (auto& s : streams_) RETURN_IF_ERROR(engine_->add(s.get()));
   return Status::ok();
+}
+
+uint64_t TcpConnection::retransmissions() const {
+  uint64_t n = 0;
+  for (const auto& s : streams_) {
+    tcp_info info{};
+    socklen_t len = sizeof info;
+    if (s->fd() >= 0 && getsockopt(s->fd(), IPPROTO_TCP, TCP_INFO, &info, &len) == 0) n += info.tcpi_total_retrans;
+  }
+  return n;
 }
 
 std::string TcpConnection::describe_peer() const {
