@@ -210,6 +210,22 @@ TEST_P(AuthTest, AStrangerCannotTakeTheRankItClaims) {
   EXPECT_EQ(count_of(text, "refused a connection"), 1u) << "refusals are logged at most once per interval:\n" << text;
 }
 
+// Connections that say nothing cost the acceptor nothing: it runs every socket's handshake at
+// once. Before, it read each new socket's hello in turn with a 2 s deadline, so 20 silent
+// connections during setup held the real peer for 40 s, past the 20 s both ends wait here.
+TEST_P(AuthTest, SilentConnectionsDuringSetupDoNotHoldUpTheRealPeer) {
+  const auth::JobSecret s = secret("the job's secret, as braidrun makes it");
+  std::vector<std::unique_ptr<Stranger>> silent;
+  accept_after(with(s), with(s), [&](const std::string& address) {
+    for (int i = 0; i < 20; ++i) silent.push_back(std::make_unique<Stranger>(address));
+  });
+  ASSERT_TRUE(accepted_.is_ok()) << accepted_.status().message();
+  ASSERT_TRUE(connected_.is_ok()) << connected_.status().message();
+  link_.ca = std::move(accepted_).value();
+  link_.cb = std::move(connected_).value();
+  exchange(link_);
+}
+
 // An acceptor whose peer never proves itself ends at its deadline, and says what it refused.
 TEST_P(AuthTest, AnAcceptorThatTimesOutNamesTheConnectionsItRefused) {
   const auth::JobSecret s = secret("the job's secret, as braidrun makes it");
