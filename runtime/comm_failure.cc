@@ -146,6 +146,9 @@ TimeoutReport CommunicatorImpl::timeout_report(uint64_t seq, const std::string& 
   }
   o << lines;
   if (!board_.store_problem().empty()) o << "; the store could not be read: " << board_.store_problem();
+  // A rank whose progress line never came may only have been cut off from the store, by the
+  // lossy link of the rank that serves it: silence then says nothing against the silent rank.
+  if (lossy.rank >= 0 && lossy.rank == cfg_.store_rank) return {lossy.rank, o.str()};
   return {culprit >= 0 ? culprit : lossy.rank >= 0 ? lossy.rank : first_late, o.str()};
 }
 
