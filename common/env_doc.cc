@@ -72,7 +72,7 @@ std::string configuration_markdown() {
 std::string build_summary() {
   auto yes = [](bool on) { return on ? " yes" : " no"; };
   return std::string("braid ") + BRAID_VERSION + " (io_uring" + yes(BRAID_HAVE_LIBURING) + ", ib" +
-         yes(BRAID_HAVE_IBVERBS) + ", cuda" + yes(BRAID_HAVE_CUDA) + ", torch" + yes(BRAID_HAVE_TORCH) + ")";
+         yes(BRAID_HAVE_IB) + ", cuda" + yes(BRAID_HAVE_CUDA) + ", torch" + yes(BRAID_HAVE_TORCH) + ")";
 }
 
 }  // namespace braid
