@@ -6,6 +6,11 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "common/env_vars.h"
+#include "common/log.h"
+
+extern char** environ;
+
 namespace braid {
 
 EnvLookup process_env() {
@@ -39,17 +44,30 @@ Result<double> parse_env_seconds(const char* name, const char* value) {
 
 namespace {
 
-Status one_of(const char* name, const std::string& v, std::initializer_list<const char*> allowed) {
+// The row of a variable Env::parse reads; env_vars_test checks every one is there.
+const EnvVar& row(const char* name) {
+  const EnvVar* v = find_env_var(name);
+  if (v == nullptr) std::abort();
+  return *v;
+}
+
+Status one_of(const char* name, const std::string& v) {
   std::string list;
-  for (const char* a : allowed) {
+  for (std::string_view a : env_choices(row(name))) {
     if (v == a) return Status::ok();
-    list += list.empty() ? a : std::string(", ") + a;
+    list += (list.empty() ? "" : ", ") + std::string(a);
   }
   return invalid_argument(std::string(name) + "='" + v + "' is not one of: " + list);
 }
 
+Result<int64_t> in_range(const char* name, const char* value) {
+  return parse_env_int(name, value, row(name).min, row(name).max);
+}
+
 // Sizes accept a K/M/G suffix (powers of two), as braid-perf's -b/-e do.
-Result<size_t> parse_bytes(const char* name, const char* value, size_t min, size_t max) {
+Result<size_t> parse_bytes(const char* name, const char* value) {
+  const size_t min = static_cast<size_t>(row(name).min);
+  const size_t max = row(name).max == 0 ? SIZE_MAX >> 1 : static_cast<size_t>(row(name).max);
   std::string v = value;
   size_t mult = 1;
   if (!v.empty()) {
@@ -62,8 +80,10 @@ Result<size_t> parse_bytes(const char* name, const char* value, size_t min, size
   auto n = parse_env_int(name, v.c_str(), 0, INT64_MAX / static_cast<int64_t>(mult));
   size_t bytes = n.is_ok() ? static_cast<size_t>(n.value()) * mult : 0;
   if (!n.is_ok() || (bytes != 0 && (bytes < min || bytes > max))) {
-    return invalid_argument(std::string(name) + "='" + value + "' must be 0 or a size in [" + std::to_string(min) +
-                            ", " + std::to_string(max) + "] bytes (K/M/G suffixes allowed)");
+    const std::string range = row(name).max == 0 ? "of at least " + std::to_string(min) + " bytes"
+                                                 : "in [" + std::to_string(min) + ", " + std::to_string(max) + "] bytes";
+    return invalid_argument(std::string(name) + "='" + value + "' must be 0 or a size " + range +
+                            " (K/M/G suffixes allowed)");
   }
   return bytes;
 }
@@ -74,23 +94,23 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
   Env e;
   if (const char* v = lookup("BRAID_TRANSPORT")) {
     e.transport = v;
-    RETURN_IF_ERROR(one_of("BRAID_TRANSPORT", e.transport, {"auto", "tcp", "tcp-poll", "ib", "shm", "inproc"}));
+    RETURN_IF_ERROR(one_of("BRAID_TRANSPORT", e.transport));
   }
   if (const char* v = lookup("BRAID_SOCKET_IFNAME")) e.socket_ifname = v;
   if (const char* v = lookup("BRAID_NSOCKS")) {
-    ASSIGN_OR_RETURN(int64_t n, parse_env_int("BRAID_NSOCKS", v, 0, 64));
+    ASSIGN_OR_RETURN(int64_t n, in_range("BRAID_NSOCKS", v));
     e.nsocks = static_cast<int>(n);
   }
   if (const char* v = lookup("BRAID_CHUNK_BYTES")) {
-    ASSIGN_OR_RETURN(e.chunk_bytes, parse_bytes("BRAID_CHUNK_BYTES", v, 4096, size_t{64} << 20));
+    ASSIGN_OR_RETURN(e.chunk_bytes, parse_bytes("BRAID_CHUNK_BYTES", v));
   }
   if (const char* v = lookup("BRAID_RING_DEPTH")) {
-    ASSIGN_OR_RETURN(int64_t n, parse_env_int("BRAID_RING_DEPTH", v, 0, 16));
+    ASSIGN_OR_RETURN(int64_t n, in_range("BRAID_RING_DEPTH", v));
     e.ring_depth = static_cast<int>(n);
   }
   if (const char* v = lookup("BRAID_ALGO")) {
     e.algo = v;
-    RETURN_IF_ERROR(one_of("BRAID_ALGO", e.algo, {"auto", "ring", "tree", "rd", "chain", "pairwise"}));
+    RETURN_IF_ERROR(one_of("BRAID_ALGO", e.algo));
   }
   if (const char* v = lookup("BRAID_TIMEOUT_S")) {
     ASSIGN_OR_RETURN(e.timeout_s, parse_env_seconds("BRAID_TIMEOUT_S", v));
@@ -115,19 +135,19 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
   if (const char* v = lookup("BRAID_DEBUG")) {
     std::string s = v;
     for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    RETURN_IF_ERROR(one_of("BRAID_DEBUG", s, {"WARN", "INFO", "TRACE"}));
+    RETURN_IF_ERROR(one_of("BRAID_DEBUG", s));
     e.debug = s == "TRACE" ? LogLevel::trace : s == "INFO" ? LogLevel::info : LogLevel::warn;
   }
   if (const char* v = lookup("BRAID_ZCOPY_BYTES")) {
-    ASSIGN_OR_RETURN(e.zcopy_bytes, parse_bytes("BRAID_ZCOPY_BYTES", v, 1, SIZE_MAX >> 1));
+    ASSIGN_OR_RETURN(e.zcopy_bytes, parse_bytes("BRAID_ZCOPY_BYTES", v));
   }
   if (const char* v = lookup("BRAID_SPIN_US")) {
-    ASSIGN_OR_RETURN(int64_t n, parse_env_int("BRAID_SPIN_US", v, 0, 100000));
+    ASSIGN_OR_RETURN(int64_t n, in_range("BRAID_SPIN_US", v));
     e.spin_us = static_cast<int>(n);
   }
   if (const char* v = lookup("BRAID_CALLER_PROGRESS")) {
     std::string s = v;
-    RETURN_IF_ERROR(one_of("BRAID_CALLER_PROGRESS", s, {"0", "1"}));
+    RETURN_IF_ERROR(one_of("BRAID_CALLER_PROGRESS", s));
     e.caller_progress = s == "1";
   }
   if (const char* v = lookup("BRAID_LOOPBACK_CC")) {
@@ -142,7 +162,7 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
   if (const char* v = lookup("BRAID_IB_HCA")) e.ib_hca = v;
   if (const char* v = lookup("BRAID_GDR")) {
     e.gdr = v;
-    RETURN_IF_ERROR(one_of("BRAID_GDR", e.gdr, {"0", "1", "auto"}));
+    RETURN_IF_ERROR(one_of("BRAID_GDR", e.gdr));
   }
   if (const char* v = lookup("BRAID_SECRET")) {
     e.secret = v;
@@ -166,15 +186,15 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
   }
   if (const char* v = lookup("BRAID_STORE_MAX_FRAME_BYTES")) {
     ASSIGN_OR_RETURN(e.store_max_frame_bytes,
-                     parse_bytes("BRAID_STORE_MAX_FRAME_BYTES", v, size_t{4} << 10, size_t{64} << 20));
+                     parse_bytes("BRAID_STORE_MAX_FRAME_BYTES", v));
     if (e.store_max_frame_bytes == 0) e.store_max_frame_bytes = size_t{4} << 20;
   }
   if (const char* v = lookup("BRAID_STORE_MAX_CLIENTS")) {
-    ASSIGN_OR_RETURN(int64_t n, parse_env_int("BRAID_STORE_MAX_CLIENTS", v, 16, 1000000));
+    ASSIGN_OR_RETURN(int64_t n, in_range("BRAID_STORE_MAX_CLIENTS", v));
     e.store_max_clients = static_cast<size_t>(n);
   }
   if (const char* v = lookup("BRAID_STORE_MAX_PENDING")) {
-    ASSIGN_OR_RETURN(int64_t n, parse_env_int("BRAID_STORE_MAX_PENDING", v, 1, 100000));
+    ASSIGN_OR_RETURN(int64_t n, in_range("BRAID_STORE_MAX_PENDING", v));
     e.store_max_pending = static_cast<size_t>(n);
   }
   return e;
@@ -183,7 +203,11 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
 const Result<Env>& global_env() {
   static std::once_flag once;
   static Result<Env>* parsed = nullptr;
-  std::call_once(once, [] { parsed = new Result<Env>(Env::parse(process_env())); });
+  std::call_once(once, [] {
+    parsed = new Result<Env>(Env::parse(process_env()));
+    // log_line, not BRAID_LOG: the level filter would call back into global_env.
+    for (const std::string& w : unknown_env_warnings(environ)) log_line(LogLevel::warn, w);
+  });
   return *parsed;
 }
 

@@ -1,8 +1,9 @@
 // common/env.h - every BRAID_* variable, read and checked once.
 //
 // Nobody else calls getenv for BRAID_* settings: they take an `Env`. A bad value is an error
-// naming the variable, its value and what is allowed, never silently ignored. Each variable is
-// documented here and in README with its default.
+// naming the variable, its value and what is allowed, never silently ignored. common/env_vars.cc
+// lists every variable with its bounds, default and meaning (docs/configuration.md is printed from
+// it); a BRAID_* name that is not on that list gets one warning at the first global_env().
 #pragma once
 
 #include <cstddef>
@@ -86,10 +87,12 @@ struct Env {
 
   // Parses every variable; the first bad one is an invalid_argument error naming it.
   static Result<Env> parse(const EnvLookup& lookup);
+  bool operator==(const Env&) const = default;
 };
 
 // The process's Env, parsed on first use (thread-safe) and never changed after: the reference
-// stays valid for the life of the process. A bad value fails every call.
+// stays valid for the life of the process. A bad value fails every call. The first call also
+// warns, once per unknown name, about BRAID_* variables that braid does not know.
 const Result<Env>& global_env();
 
 // Helpers for other layers that read their own variables through an EnvLookup

@@ -7,6 +7,7 @@
 #include "collectives/runner.h"
 #include "collectives/selection.h"
 #include "collectives/validate.h"
+#include "common/env_vars.h"
 #include "common/job_secret.h"
 #include "common/log.h"
 #include "common/spin.h"
@@ -80,6 +81,8 @@ CommunicatorImpl::~CommunicatorImpl() {
 // from lower ones, in rank order; connect() waits for its acceptor's answer, and this order
 // cannot deadlock (transport/tcp/wire_format.h says why).
 Status CommunicatorImpl::connect_all() {
+  static std::once_flag build_logged;
+  std::call_once(build_logged, [] { BRAID_LOG(info) << build_summary(); });  // version and features
   const int rank = cfg_.rank, size = cfg_.size;
   if (size > 1) RETURN_IF_ERROR(agree_on_settings(*cfg_.store, cfg_.env, rank, size));
   transport::TransportOptions options;

@@ -43,7 +43,10 @@ std::vector<TransportEntry> register_builtin_transports() {
 #if BRAID_HAVE_INPROC
   r.push_back({"inproc", true, "", [](const TransportOptions& o) -> Result<std::unique_ptr<Transport>> {
                  if (o.inproc_fabric == nullptr) {
-                   return invalid_argument("the inproc transport needs TransportOptions::inproc_fabric");
+                   // Only a job whose ranks are threads of one process has a Fabric to share.
+                   return invalid_argument(
+                       "BRAID_TRANSPORT=inproc: the inproc transport is for tests whose ranks are threads of one "
+                       "process, not for a job of separate processes; use BRAID_TRANSPORT=auto (or tcp, tcp-poll)");
                  }
                  return inproc::create_inproc_transport(*static_cast<inproc::Fabric*>(o.inproc_fabric));
                }});

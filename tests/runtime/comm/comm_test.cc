@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "braid_config.h"
 #include "tests/support/subprocess.h"
 
 namespace braid {
@@ -111,6 +112,7 @@ TEST(Comm, InfoPrintsOneInitLinePerRank) {
       env["BRAID_DEBUG"] = "INFO";
       env["BRAID_TRANSPORT"] = "tcp-poll";
       env["BRAID_ALGO"] = algo;
+      env["BRAID_TIMOUT_S"] = "60";  // misspelt: warned about once, never a setting
       if (std::string(algo) == "ring") env["BRAID_RING_DEPTH"] = "3";
       ranks[r] = std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "join"}, env);
     }
@@ -118,6 +120,12 @@ TEST(Comm, InfoPrintsOneInitLinePerRank) {
       ASSERT_EQ(ranks[r]->wait(kBound), 0) << ranks[r]->output();
       const std::string& out = ranks[r]->output();
       EXPECT_EQ(count_of(out, "communicator ready: rank " + std::to_string(r) + " of 2"), 1) << out;
+      // The build, once per process, before anything else the communicator says.
+      EXPECT_EQ(count_of(out, std::string("INFO: braid ") + BRAID_VERSION + " (io_uring "), 1) << out;
+      EXPECT_NE(out.find(", ib "), std::string::npos) << out;
+      EXPECT_NE(out.find(", cuda "), std::string::npos) << out;
+      EXPECT_NE(out.find(", torch "), std::string::npos) << out;
+      EXPECT_EQ(count_of(out, "BRAID_TIMOUT_S: unknown; did you mean BRAID_TIMEOUT_S?"), 1) << out;
       EXPECT_NE(out.find("transport tcp (epoll) on "), std::string::npos) << out;
       EXPECT_NE(out.find("1 socket per peer"), std::string::npos) << out;
       if (std::string(algo) == "auto") {
@@ -128,6 +136,27 @@ TEST(Comm, InfoPrintsOneInitLinePerRank) {
         EXPECT_NE(out.find("ring depth 3 (BRAID_RING_DEPTH)"), std::string::npos) << out;
       }
     }
+  }
+}
+
+// inproc needs ranks that are threads of one process; in a job of processes it is a clear
+// invalid-argument error on every rank, not a message about TransportOptions.
+TEST(Comm, InprocTransportInAJobOfProcessesSaysItIsForTests) {
+  int port = testing::free_port();
+  std::vector<std::unique_ptr<Subprocess>> ranks(2);
+  for (int r = 0; r < 2; ++r) {
+    auto env = rank_env(port, r, 2);
+    env["BRAID_TRANSPORT"] = "inproc";
+    ranks[r] = std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "join"}, env);
+  }
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(ranks[r]->wait(kBound), 0) << ranks[r]->output();
+    const std::string& out = ranks[r]->output();
+    EXPECT_NE(out.find("BRAID_TRANSPORT=inproc: the inproc transport is for tests whose ranks are threads of one process"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("use BRAID_TRANSPORT=auto"), std::string::npos) << out;
+    EXPECT_EQ(out.find("TransportOptions"), std::string::npos) << out;
   }
 }
 

@@ -1,0 +1,144 @@
+#include "common/env_vars.h"
+
+#include <algorithm>
+
+namespace braid {
+namespace {
+
+using enum EnvKind;
+constexpr int64_t kKiB = 1024, kMiB = kKiB * 1024;
+
+// In the order docs/configuration.md shows them: transport, collectives, timeouts, diagnostics,
+// tuning, security, store; then the variables users do not set.
+constexpr EnvVar kVars[] = {
+    {"BRAID_TRANSPORT", choice, "auto", "auto|tcp|tcp-poll|ib|shm|inproc", 0, 0,
+     "Transport between ranks. auto: tcp over io_uring, falling back to epoll where io_uring cannot be set up; tcp: "
+     "io_uring or fail; tcp-poll: epoll. ib and shm are not built yet; inproc is for tests whose ranks are threads "
+     "of one process."},
+    {"BRAID_SOCKET_IFNAME", text, "", "like NCCL_SOCKET_IFNAME: \"eth0,ib\" prefixes, \"^docker\" excludes, \"=eth0\" exact",
+     0, 0, "Interfaces the transport uses. Unset: the interface that routes to MASTER_ADDR."},
+    {"BRAID_NSOCKS", integer, "0", "", 0, 64,
+     "Sockets per peer that a message is striped across; 0 chooses from the link speed."},
+    {"BRAID_PORT_RANGE", text, "", "LO-HI with 1 <= LO <= HI <= 65535, or one port", 0, 0,
+     "Ports the transport listens on. Unset: any free port."},
+    {"BRAID_IB_HCA", text, "", "HCA names, like NCCL_IB_HCA", 0, 0, "RDMA devices the ib transport may use (reserved: ib is not built yet). Unset: all."},
+    {"BRAID_GDR", choice, "auto", "0|1|auto", 0, 0, "GPUDirect RDMA for CUDA buffers (reserved for the ib transport)."},
+    {"BRAID_ALGO", choice, "auto", "auto|ring|tree|rd|chain|pairwise", 0, 0,
+     "Collective algorithm (rd: recursive doubling); auto picks by operation and size. Same on every rank."},
+    {"BRAID_CHUNK_BYTES", bytes, "0", "", 4 * kKiB, 64 * kMiB,
+     "Pipelining segment of collectives; 0 chooses automatically. Same on every rank."},
+    {"BRAID_RING_DEPTH", integer, "0", "", 0, 16,
+     "Segments each hop of a ring keeps moving; 0: 1 when every rank is on a host-local address, else 2. "
+     "Same on every rank."},
+    {"BRAID_TIMEOUT_S", seconds, "600", "", 0, 0, "Bound on every collective, in seconds."},
+    {"BRAID_RENDEZVOUS_TIMEOUT_S", seconds, "300", "", 0, 0, "Bound on rendezvous and on every store wait, in seconds."},
+    {"BRAID_PEER_TIMEOUT_S", seconds, "30", "", 0, 0,
+     "A silent peer (no FIN, no RST) is declared lost after this many seconds."},
+    {"BRAID_DEBUG", choice, "WARN", "WARN|INFO|TRACE", 0, 0,
+     "Diagnostics on stderr (any case). INFO: the version, features and one line per communicator; TRACE: every "
+     "operation."},
+    {"BRAID_CALLER_PROGRESS", choice, "1", "0|1", 0, 0,
+     "1: a blocking call with nothing else queued runs on the calling thread instead of waking the progress thread."},
+    {"BRAID_SPIN_US", integer, "50", "", 0, 100000, "Microseconds a waiter spins before sleeping."},
+    {"BRAID_ZCOPY_BYTES", bytes, "1M", "", 1, 0,
+     "Sends at least this large use zero-copy (MSG_ZEROCOPY / SEND_ZC); 0 never does."},
+    {"BRAID_LOOPBACK_CC", text, "reno", "a TCP congestion control the kernel allows (reno, cubic, ...), or system", 0, 0,
+     "Congestion control of data sockets to a peer at a loopback address; system keeps the kernel's default."},
+    {"BRAID_SECRET", text, "", "at least 16 characters (e.g. from `openssl rand -hex 32`)", 0, 0,
+     "The job's secret: every store and transport connection proves it knows it. Unset: unauthenticated (said "
+     "once). Set at most one of BRAID_SECRET and BRAID_SECRET_FILE."},
+    {"BRAID_SECRET_FILE", text, "", "a file readable by its owner only (mode 0600 or stricter)", 0, 0,
+     "A file holding the job's secret; braidrun makes one per job and passes it this way."},
+    {"BRAID_JOB_ID", text, "", "any name", 0, 0,
+     "A name for the job, shown when another job meets this one's store. Unset: braidrun's, TORCHELASTIC_RUN_ID or "
+     "SLURM_JOB_ID."},
+    {"BRAID_STORE_BIND", text, "", "an address; 0.0.0.0 or :: for every interface", 0, 0,
+     "Where the rendezvous store listens. Unset: the address MASTER_ADDR resolves to."},
+    {"BRAID_STORE_MAX_FRAME_BYTES", bytes, "4M", "", 4 * kKiB, 64 * kMiB,
+     "Largest store request (key and value); a longer one is refused before it is buffered. 0 means the default."},
+    {"BRAID_STORE_MAX_CLIENTS", integer, "65536", "", 16, 1000000, "Connections the store serves at once."},
+    {"BRAID_STORE_MAX_PENDING", integer, "256", "", 1, 100000,
+     "Connections that have not yet proved the job's secret; past it the oldest is dropped."},
+
+    {"BRAID_STORE_PORT", integer, "", "", 1, 65535,
+     "Port of braid's rendezvous store (read by runtime/rendezvous.cc). Unset: MASTER_PORT, or MASTER_PORT+1 under "
+     "torchrun."},
+
+    {"BRAID_AGENT_STORE", choice, "", "1", 0, 0,
+     "Set by braidrun: the store is braidrun's own, so no rank serves it (read by runtime/rendezvous.cc).",
+     EnvScope::launcher},
+    {"BRAID_SETUP_ANCHORS", choice, "0", "0|1", 0, 0,
+     "scripts/setup.sh also installs Gloo and Open MPI for the side-by-side benchmarks.", EnvScope::tool},
+    {"BRAID_PERF", text, "", "a path", 0, 0, "braid's tests: the braid-perf binary under test.", EnvScope::tool},
+    {"BRAID_TEST_HAVE_IO_URING", choice, "", "0|1", 0, 0, "braid's tests: whether the build has io_uring.",
+     EnvScope::tool},
+};
+
+}  // namespace
+
+std::span<const EnvVar> env_vars() { return kVars; }
+
+const EnvVar* find_env_var(std::string_view name) {
+  for (const EnvVar& v : kVars) {
+    if (v.name == name) return &v;
+  }
+  return nullptr;
+}
+
+std::vector<std::string_view> env_choices(const EnvVar& var) {
+  std::vector<std::string_view> out;
+  std::string_view rest = var.allowed;
+  while (!rest.empty()) {
+    size_t bar = rest.find('|');
+    out.push_back(rest.substr(0, bar));
+    rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
+  }
+  return out;
+}
+
+}  // namespace braid
+
+namespace braid {
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({above + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::vector<std::string> unknown_env_warnings(const char* const* entries) {
+  constexpr std::string_view kPrefix = "BRAID_";
+  std::vector<std::string> out;
+  std::vector<std::string_view> seen;
+  for (; entries != nullptr && *entries != nullptr; ++entries) {
+    std::string_view entry = *entries;
+    std::string_view name = entry.substr(0, entry.find('='));
+    if (!name.starts_with(kPrefix) || find_env_var(name) != nullptr) continue;
+    if (std::find(seen.begin(), seen.end(), name) != seen.end()) continue;
+    seen.push_back(name);
+    // A suggestion only within a few edits of the part after BRAID_, so that an unrelated name
+    // (BRAID_HOME) gets none rather than a guess.
+    const size_t bound = std::max<size_t>(2, (name.size() - kPrefix.size()) / 4);
+    const EnvVar* best = nullptr;
+    size_t best_distance = bound + 1;
+    for (const EnvVar& v : kVars) {
+      size_t d = edit_distance(name, v.name);
+      if (d < best_distance) best = &v, best_distance = d;
+    }
+    std::string line = std::string(name) + ": unknown";
+    if (best != nullptr) line += "; did you mean " + std::string(best->name) + "?";
+    out.push_back(line + " (docs/configuration.md lists every BRAID_ variable)");
+  }
+  return out;
+}
+
+}  // namespace braid
