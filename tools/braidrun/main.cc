@@ -9,6 +9,7 @@
 
 #include "common/env.h"
 #include "common/job_secret.h"
+#include "common/version.h"
 #include "tools/braidrun/launch_options.h"
 #include "tools/braidrun/node_rendezvous.h"
 #include "tools/braidrun/output_relay.h"
@@ -74,6 +75,10 @@ int run(int argc, char** argv) {
   const LaunchOptions& o = *parsed;
   if (o.help) {
     write_all(STDOUT_FILENO, launch_usage());
+    return 0;
+  }
+  if (o.version) {
+    write_all(STDOUT_FILENO, version_text("braidrun"));
     return 0;
   }
   Result<std::string> program = resolve_program(o.program[0], std::getenv("PATH"));
