@@ -36,6 +36,20 @@ TEST(BraidrunCli, HelpSaysWhatItDoesItsFlagsAndTheEnvironmentItReads) {
   }
 }
 
+// A bad BRAID_* value is braidrun's error for a job, but must not hide its help or version.
+TEST(BraidrunCli, HelpAndVersionDespiteABadBraidVariable) {
+  setenv("BRAID_TIMEOUT_S", "soon", 1);
+  RunResult help = run_braidrun({"--help"});
+  RunResult version = run_braidrun({"--version"});
+  RunResult job = run_braidrun({"--standalone", rank_helper_path()});
+  unsetenv("BRAID_TIMEOUT_S");
+  EXPECT_EQ(help.exit_code, 0) << help.err;
+  EXPECT_TRUE(contains(help.out, "usage: braidrun")) << help.out;
+  EXPECT_EQ(version.exit_code, 0) << version.err;
+  EXPECT_EQ(job.exit_code, 1);
+  EXPECT_TRUE(contains(job.err, "BRAID_TIMEOUT_S")) << job.err;
+}
+
 // A rank prints a header, flushes and then works (sleeps) for a long time: braidrun shows the
 // header while the rank still runs, not when its next line or its exit comes.
 TEST(BraidrunOutput, AFlushedLineAppearsWhileTheRankStillRuns) {
