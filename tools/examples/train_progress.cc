@@ -6,7 +6,9 @@ namespace braid::examples {
 namespace {
 
 constexpr auto kRedrawEvery = std::chrono::milliseconds(100);
-constexpr size_t kBarWidth = 30;
+// Short enough that the whole bar line fits an 80-column terminal: a wrapped line cannot be
+// redrawn in place with '\r'.
+constexpr size_t kBarWidth = 20;
 
 double seconds_between(TrainProgress::Clock::time_point a, TrainProgress::Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -40,7 +42,7 @@ void TrainProgress::step(int epoch, size_t done, size_t steps, Clock::time_point
   const size_t filled = static_cast<size_t>(fraction * kBarWidth);
   const double in_epoch = seconds_between(epoch_start_, now);
   const std::string left = done ? format_span(in_epoch / fraction - in_epoch) : "?";
-  std::fprintf(out_, "\r\033[Kepoch %d/%d [%s%s] %3.0f%% %zu/%zu steps, %s, about %s left in this epoch", epoch + 1,
+  std::fprintf(out_, "\r\033[Kepoch %d/%d [%s%s] %3.0f%% %zu/%zu steps, %s, about %s left", epoch + 1,
                epochs_, std::string(filled, '=').c_str(), std::string(kBarWidth - filled, ' ').c_str(), 100 * fraction,
                done, steps, format_span(in_epoch).c_str(), left.c_str());
   std::fflush(out_);
