@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -12,6 +13,7 @@
 #include "tests/ddp/synthetic.h"
 #include "tools/examples/idx_reader.h"
 #include "tools/examples/mlp.h"
+#include "tools/examples/train_progress.h"
 
 namespace braid::examples {
 namespace {
@@ -109,6 +111,50 @@ TEST(IdxReader, FashionMnistWhenInstalled) {
   std::vector<int32_t> labels = read_idx_labels(dir + "t10k-labels-idx1-ubyte.gz");
   ASSERT_EQ(labels.size(), 10000u);
   for (int32_t y : labels) ASSERT_TRUE(y >= 0 && y < 10);
+}
+
+// What a log file or braidrun's pipe gets from a 3-epoch run: one line per epoch with the time
+// since the start and the time left at the pace so far, and nothing from the steps in between.
+std::string progress_output(bool bar) {
+  std::FILE* f = std::tmpfile();
+  using Clock = TrainProgress::Clock;
+  const Clock::time_point t0{};
+  TrainProgress p(f, bar, 3, t0);
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    const auto epoch_start = t0 + std::chrono::seconds(10 * epoch);
+    for (size_t s = 1; s <= 4; ++s) p.step(epoch, s, 4, epoch_start + std::chrono::seconds(2 * s));
+    p.end_epoch(epoch, "train loss 0.5", epoch_start + std::chrono::seconds(10));
+  }
+  std::string out;
+  std::rewind(f);
+  for (int c; (c = std::fgetc(f)) != EOF;) out += static_cast<char>(c);
+  std::fclose(f);
+  return out;
+}
+
+TEST(TrainProgress, OneLinePerEpochWithElapsedAndTimeLeftWhenNotATerminal) {
+  EXPECT_EQ(progress_output(false),
+            "epoch 1/3: train loss 0.5 | elapsed 10.0 s, about 20.0 s left\n"
+            "epoch 2/3: train loss 0.5 | elapsed 20.0 s, about 10.0 s left\n"
+            "epoch 3/3: train loss 0.5 | elapsed 30.0 s, done\n");
+}
+
+TEST(TrainProgress, OnATerminalABarWithinTheEpochIsClearedBeforeEachEpochLine) {
+  const std::string out = progress_output(true);
+  EXPECT_NE(out.find("\r\033[Kepoch 1/3 [" + std::string(10, '=') + std::string(10, ' ') + "]  50% 2/4 steps, 4.0 s, "
+                     "about 4.0 s left"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("\r\033[Kepoch 1/3: train loss 0.5 | elapsed 10.0 s, about 20.0 s left\n"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("\r\033[Kepoch 3/3: train loss 0.5 | elapsed 30.0 s, done\n"), std::string::npos) << out;
+}
+
+TEST(TrainProgress, SpansReadAsPeopleSayThem) {
+  EXPECT_EQ(TrainProgress::format_span(4.25), "4.2 s");
+  EXPECT_EQ(TrainProgress::format_span(245), "4 min 05 s");
+  EXPECT_EQ(TrainProgress::format_span(3720), "1 h 02 min");
+  EXPECT_EQ(TrainProgress::format_span(-1), "0.0 s");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,19 @@ TEST(TorchTrainExample, OneEpochAloneAndOnTwoRanks) {
   EXPECT_NEAR(got[0].test_loss, want[0].test_loss, 2e-3) << both;
   EXPECT_NEAR(got[0].train_acc, want[0].train_acc, 0.5) << both;
   EXPECT_NEAR(got[0].test_acc, want[0].test_acc, 0.5) << both;
+}
+
+TEST(TorchTrainExample, HelpAndVersionExitZero) {
+  const std::string exe = braid::testing::binary_from_env("TRAIN_FASHION_MNIST_TORCH");
+  Subprocess help({exe, "--help"});
+  ASSERT_EQ(help.wait(kBound), 0) << help.output();
+  for (const char* want : {"usage: train_fashion_mnist_torch", "libtorch", "--epochs N", "WORLD_SIZE"})
+    EXPECT_NE(help.output().find(want), std::string::npos) << want << " in:\n" << help.output();
+  Subprocess version({exe, "--version"});
+  ASSERT_EQ(version.wait(kBound), 0) << version.output();
+  EXPECT_TRUE(std::regex_search(version.output(), std::regex(R"(^train_fashion_mnist_torch \(braid [\d.]+\)\n)"
+                                                             R"(features: .*torch yes\n$)")))
+      << version.output();
 }
 
 }  // namespace

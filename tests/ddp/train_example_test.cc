@@ -4,6 +4,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -69,6 +71,48 @@ TEST(TrainExample, SameLossesAloneAndUnderBraidrun) {
     ASSERT_EQ(run.wait(kBound), 0) << run.output();
     expect_close(epochs(run.output()), want,
                  std::string(n) + " ranks:\n" + run.output() + "\nalone:\n" + alone.output());
+  }
+}
+
+TEST(TrainExample, HelpAndVersionExitZero) {
+  const std::string exe = braid::testing::binary_from_env("TRAIN_FASHION_MNIST");
+  Subprocess help({exe, "--help"});
+  ASSERT_EQ(help.wait(kBound), 0) << help.output();
+  for (const char* want : {"usage: train_fashion_mnist", "Fashion-MNIST", "--epochs N", "--hook", "WORLD_SIZE", "BRAID_"})
+    EXPECT_NE(help.output().find(want), std::string::npos) << want << " in:\n" << help.output();
+  Subprocess version({exe, "--version", "--epochs", "bad"});  // --version wins over what follows
+  ASSERT_EQ(version.wait(kBound), 0) << version.output();
+  EXPECT_TRUE(std::regex_search(version.output(), std::regex(R"(^train_fashion_mnist \(braid \d+\.\d+\.\d+\)\n)"
+                                                             R"(features: io_uring (yes|no), ib (yes|no), )"
+                                                             R"(cuda (yes|no), torch (yes|no)\n$)")))
+      << version.output();
+}
+
+// Under braidrun the output is a pipe: rank 0 prints exactly one line per epoch, with the time
+// so far and an estimate of the time left (no bar, no carriage returns), and the others nothing.
+TEST(TrainExample, UnderBraidrunOneProgressLinePerEpoch) {
+  const std::string exe = braid::testing::binary_from_env("TRAIN_FASHION_MNIST");
+  const char* braidrun = std::getenv("BRAIDRUN");
+  if (!braidrun) GTEST_SKIP() << "BRAIDRUN not set (braidrun not built)";
+  Subprocess run({braidrun, "--standalone", "--nproc-per-node", "2", exe, "--epochs", "3", "--limit", "640"},
+                 {{"BRAID_RENDEZVOUS_TIMEOUT_S", "30"}});
+  const int rc = run.wait(kBound);
+  if (rc == kSkipped) GTEST_SKIP() << run.output();
+  ASSERT_EQ(rc, 0) << run.output();
+  EXPECT_EQ(run.output().find('\r'), std::string::npos) << run.output();
+  std::vector<std::string> epoch_lines;
+  std::istringstream in(run.output());
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("epoch ") != std::string::npos) epoch_lines.push_back(line);
+  }
+  const std::string num = R"(\d+\.\d s|\d+ min \d\d s)";
+  const std::string results = R"(train loss [\d.]+ acc [\d.]+% \| test loss [\d.]+ acc [\d.]+% \| 10 steps, [\d.]+ s)";
+  ASSERT_EQ(epoch_lines.size(), 3u) << run.output();
+  for (int e = 1; e <= 3; ++e) {
+    const std::string tail = e < 3 ? "about (" + num + ") left" : "done";
+    EXPECT_TRUE(std::regex_match(epoch_lines[e - 1], std::regex(R"(\[rank 0\] epoch )" + std::to_string(e) + "/3: " +
+                                                                results + R"( \| elapsed ()" + num + "), " + tail)))
+        << epoch_lines[e - 1];
   }
 }
 

@@ -13,6 +13,21 @@ pc=$(dirname "$(find "$root" -name braid.pc | head -1)")
 export PKG_CONFIG_PATH=$pc PKG_CONFIG_SYSROOT_DIR=$root
 flags=$(pkg-config --cflags --libs braid)
 echo "pkg-config: $flags"
+# Each .pc names each library once (pkg.generate used to repeat every layer's dependencies:
+# cudart eight times), describes braid, and has no placeholder URL.
+for f in "$pc"/braid*.pc; do
+  dups=$(grep -E '^(Libs|Libs\.private|Requires|Requires\.private):' "$f" | cut -d: -f2- | tr ' ,' '\n\n' |
+         grep -v '^$' | sort | uniq -d)
+  [ -z "$dups" ] || { echo "$(basename "$f") names more than once: $dups"; cat "$f"; exit 1; }
+  grep -qE '^Description: .{20,}' "$f" || { echo "$(basename "$f") has no real Description"; cat "$f"; exit 1; }
+  if grep -q '^URL: .*\.invalid' "$f"; then echo "$(basename "$f") has a placeholder URL"; exit 1; fi
+done
+static=$(pkg-config --libs --static braid)
+echo "pkg-config --static: $static"
+for lib in -lbraid cudart; do
+  n=$(tr ' ' '\n' <<<"$static" | grep -c -- "$lib" || true)
+  [ "$n" -le 1 ] || { echo "pkg-config --libs --static braid names $lib $n times: $static"; exit 1; }
+done
 inc=$(pkg-config --cflags-only-I braid | sed 's/^-I//; s/ .*//')
 while IFS= read -r h; do
   name=${h#"$inc"/}

@@ -104,7 +104,7 @@ constexpr FlagSpec kFlags[] = {
     {"role", Arity::one},           {"no-python", Arity::none},     {"module", Arity::none},
     {"run-path", Arity::none},      {"no-prefix", Arity::none},     {"log-dir", Arity::one},
     {"grace-s", Arity::one},        {"rdzv-timeout-s", Arity::one}, {"help", Arity::none},
-    {"cpu-bind", Arity::one},
+    {"cpu-bind", Arity::one},       {"version", Arity::none},
 };
 
 const FlagSpec* find_flag(const std::string& name) {
@@ -167,6 +167,8 @@ Status apply(const std::string& flag, const std::string& v, LaunchOptions& o, Se
     ASSIGN_OR_RETURN(o.rdzv_timeout_s, parse_seconds(flag, v, /*zero_ok=*/false));
   } else if (flag == "help") {
     o.help = true;
+  } else if (flag == "version") {
+    o.version = true;
   }
   // rdzv-conf, monitor-interval, role, no-python: accepted so pasted torchrun lines work;
   // they change nothing here (braidrun never implies Python, has one role and no monitor).
@@ -211,7 +213,7 @@ Result<LaunchOptions> parse_launch_options(const std::vector<std::string>& args,
     RETURN_IF_ERROR(apply(name, value, o, seen));
   }
   o.program.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
-  if (o.help) return o;
+  if (o.help || o.version) return o;
 
   if (!seen.rdzv_endpoint) {
     o.endpoint_host = seen.master_addr.value_or("127.0.0.1");
@@ -261,7 +263,15 @@ braidrun flags:
   --cpu-bind auto|none   auto: when there is at least one CPU per local rank, bind each rank to
                          its own share of the CPUs (stable timings on small machines). Default auto
   --rdzv-timeout-s S     how long nodes wait for each other. Default BRAID_RENDEZVOUS_TIMEOUT_S or 300
+  --version              print braid's version and the features built in, and exit
   -h, --help             this text
+
+Environment braidrun reads (every other variable reaches the ranks unchanged):
+  BRAID_RENDEZVOUS_TIMEOUT_S   default for --rdzv-timeout-s
+  BRAID_SECRET, BRAID_SECRET_FILE   the job's secret; unset on one node: braidrun makes one per
+                         job and hands it to the ranks as a file only they can read
+  BRAID_JOB_ID           the job's id for authentication. Default --rdzv-id
+  PATH                   where PROGRAM is looked up when it has no '/'
 
 When a rank fails, braidrun stops the others, names the rank and how it failed, prints its last
 lines and exits with its exit code (128+signal when it was killed).

@@ -32,7 +32,8 @@ struct LaunchOptions {
   bool cpu_bind = true;
   double rdzv_timeout_s = 300;
   bool help = false;
-  std::vector<std::string> program;  // program and its arguments; empty only with help
+  bool version = false;
+  std::vector<std::string> program;  // program and its arguments; empty only with help or version
 };
 
 // Parses argv without argv[0]. `default_rdzv_timeout_s` comes from BRAID_RENDEZVOUS_TIMEOUT_S.

@@ -9,6 +9,7 @@
 
 #include "common/env.h"
 #include "common/job_secret.h"
+#include "common/version.h"
 #include "tools/braidrun/launch_options.h"
 #include "tools/braidrun/node_rendezvous.h"
 #include "tools/braidrun/output_relay.h"
@@ -66,16 +67,21 @@ Result<JobTrust> make_job_trust(const Env& env, const LaunchOptions& o) {
 }
 
 int run(int argc, char** argv) {
+  // --help and --version answer even when a BRAID_* variable is bad: that error comes after.
   Result<Env> env = global_env();
-  if (!env.is_ok()) return fail(env.status());
-  Result<LaunchOptions> parsed =
-      parse_launch_options(std::vector<std::string>(argv + 1, argv + argc), env->rendezvous_timeout_s);
+  Result<LaunchOptions> parsed = parse_launch_options(std::vector<std::string>(argv + 1, argv + argc),
+                                                      env.is_ok() ? env->rendezvous_timeout_s : 300);
   if (!parsed.is_ok()) return fail(parsed.status());
   const LaunchOptions& o = *parsed;
   if (o.help) {
     write_all(STDOUT_FILENO, launch_usage());
     return 0;
   }
+  if (o.version) {
+    write_all(STDOUT_FILENO, version_text("braidrun"));
+    return 0;
+  }
+  if (!env.is_ok()) return fail(env.status());
   Result<std::string> program = resolve_program(o.program[0], std::getenv("PATH"));
   if (!program.is_ok()) return fail(program.status());
 

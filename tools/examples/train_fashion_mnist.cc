@@ -86,6 +86,7 @@ int run(const TrainFlags& flags) {
       n_train, braid::ddp::SamplerOptions{.num_replicas = world, .rank = rank, .shuffle = true, .seed = flags.seed});
   std::vector<float> x(local_batch * d);
   std::vector<int32_t> y(local_batch);
+  const std::unique_ptr<braid::examples::TrainProgress> progress = braid::examples::make_progress(comm, flags);
   for (int epoch = 0; epoch < flags.epochs; ++epoch) {
     const auto start = std::chrono::steady_clock::now();
     sampler.set_epoch(static_cast<uint64_t>(epoch));
@@ -109,14 +110,20 @@ int run(const TrainFlags& flags) {
       sums[0] += stats.loss_sum;
       sums[1] += static_cast<double>(stats.correct);
       sums[2] += static_cast<double>(local_batch);
+      if (progress) progress->step(epoch, s + 1, steps, std::chrono::steady_clock::now());
     }
     double test_loss = 0, test_acc = 0;
     evaluate(comm, mlp, test, test_labels, &test_loss, &test_acc);
-    braid::examples::finish_epoch(comm, flags, epoch, sums, test_loss, test_acc, steps, start);
+    braid::examples::finish_epoch(comm, progress.get(), epoch, sums, test_loss, test_acc, steps, start);
   }
   return 0;
 }
 
+constexpr const char* kAbout =
+    "Trains a 784-128-10 MLP on Fashion-MNIST with data-parallel SGD: every rank holds the whole\n"
+    "model, braid's DDP Reducer averages the gradients. Start it alone or under braidrun, e.g.\n"
+    "  braidrun --standalone --nproc-per-node 4 train_fashion_mnist --epochs 3";
+
 }  // namespace
 
-int main(int argc, char** argv) { return braid::examples::train_main("train_fashion_mnist", argc, argv, run); }
+int main(int argc, char** argv) { return braid::examples::train_main("train_fashion_mnist", kAbout, argc, argv, run); }

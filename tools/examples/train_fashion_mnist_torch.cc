@@ -117,6 +117,7 @@ int run(const TrainFlags& flags) {
 
   braid::ddp::DistributedSampler sampler(
       n_train, braid::ddp::SamplerOptions{.num_replicas = world, .rank = rank, .shuffle = true, .seed = flags.seed});
+  const std::unique_ptr<braid::examples::TrainProgress> progress = braid::examples::make_progress(comm, flags);
   for (int epoch = 0; epoch < flags.epochs; ++epoch) {
     const auto start = std::chrono::steady_clock::now();
     sampler.set_epoch(static_cast<uint64_t>(epoch));
@@ -140,14 +141,20 @@ int run(const TrainFlags& flags) {
       sums[0] += loss.item<double>() * static_cast<double>(local_batch);
       sums[1] += logits.argmax(1).eq(y).sum().item<double>();
       sums[2] += static_cast<double>(local_batch);
+      if (progress) progress->step(epoch, s + 1, steps, std::chrono::steady_clock::now());
     }
     double test_loss = 0, test_acc = 0;
     evaluate(comm, model, test_x, test_y, &test_loss, &test_acc);
-    braid::examples::finish_epoch(comm, flags, epoch, sums, test_loss, test_acc, steps, start);
+    braid::examples::finish_epoch(comm, progress.get(), epoch, sums, test_loss, test_acc, steps, start);
   }
   return 0;
 }
 
+constexpr const char* kAbout =
+    "Trains a 784-128-10 MLP on Fashion-MNIST with libtorch's model, autograd and SGD, and braid's\n"
+    "TorchDdp averaging the gradients over the ranks. Start it alone or under braidrun, e.g.\n"
+    "  braidrun --standalone --nproc-per-node 4 train_fashion_mnist_torch --epochs 3";
+
 }  // namespace
 
-int main(int argc, char** argv) { return braid::examples::train_main("train_fashion_mnist_torch", argc, argv, run); }
+int main(int argc, char** argv) { return braid::examples::train_main("train_fashion_mnist_torch", kAbout, argc, argv, run); }

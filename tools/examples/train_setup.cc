@@ -1,21 +1,49 @@
 #include "tools/examples/train_setup.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 
+#include "common/version.h"
+
 namespace braid::examples {
 namespace {
 
+constexpr const char* kUsage =
+    "usage: %s [--epochs N] [--batch GLOBAL_BATCH] [--lr LR] [--limit N_IMAGES]\n"
+    "       [--data DIR] [--hook avg|f16|bf16] [--seed S]\n";
+
 [[noreturn]] void usage(const char* program, const std::string& why) {
-  std::fprintf(stderr,
-               "%s: %s\n"
-               "usage: %s [--epochs N] [--batch GLOBAL_BATCH] [--lr LR] [--limit N_IMAGES]\n"
-               "       [--data DIR] [--hook avg|f16|bf16] [--seed S]\n",
-               program, why.c_str(), program);
+  std::fprintf(stderr, "%s: %s\n", program, why.c_str());
+  std::fprintf(stderr, kUsage, program);
   std::exit(2);
+}
+
+[[noreturn]] void help(const char* program, const char* about) {
+  std::printf(kUsage, program);
+  std::printf(
+      "\n%s\n\n"
+      "  --epochs N         passes over the training images. Default 3\n"
+      "  --batch N          global batch, split evenly over the ranks. Default 64\n"
+      "  --lr LR            SGD learning rate. Default 0.1\n"
+      "  --limit N          train on the first N images only (0: all). Default 0\n"
+      "  --data DIR         the Fashion-MNIST IDX files (apt-get install dataset-fashion-mnist).\n"
+      "                     Default /usr/share/datasets/fashion-mnist\n"
+      "  --hook avg|f16|bf16  how gradients travel: as they are, or compressed to 16 bits. Default avg\n"
+      "  --seed S           weights and shuffling. Default 1\n"
+      "  --version          braid's version and the features built in\n"
+      "  -h, --help         this text\n\n"
+      "Run alone it trains as one rank; under braidrun or torchrun it reads RANK, WORLD_SIZE,\n"
+      "LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT, and braid reads its BRAID_*\n"
+      "variables (BRAID_TRANSPORT, BRAID_TIMEOUT_S, BRAID_DEBUG, ...; see docs/configuration.md).\n"
+      "Rank 0 prints one line per epoch with the time so far and an estimate of the time left,\n"
+      "and a progress bar within the epoch when its output is a terminal. Exit status 77: the\n"
+      "dataset is missing.\n",
+      about);
+  std::exit(0);
 }
 
 bool exists(const std::string& path) {
@@ -25,10 +53,15 @@ bool exists(const std::string& path) {
 
 }  // namespace
 
-TrainFlags parse_train_flags(const char* program, int argc, char** argv) {
+TrainFlags parse_train_flags(const char* program, const char* about, int argc, char** argv) {
   TrainFlags f;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "-h" || a == "--help") help(program, about);
+    if (a == "--version") {
+      std::fputs(version_text(program).c_str(), stdout);
+      std::exit(0);
+    }
     if (i + 1 >= argc) usage(program, "missing value after " + a);
     const char* v = argv[++i];
     char* end = nullptr;
@@ -82,20 +115,27 @@ std::shared_ptr<ddp::CommHook> make_hook(const std::string& name) {
   return ddp::average_hook();
 }
 
-void finish_epoch(Communicator& comm, const TrainFlags& flags, int epoch, double train_sums[3], double test_loss,
-                  double test_acc, size_t steps, std::chrono::steady_clock::time_point start) {
-  comm.all_reduce(train_sums, 3, DType::f64, Op::sum);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (comm.rank() != 0) return;
-  const double n = train_sums[2];
-  std::printf("epoch %d/%d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %zu steps, %.1f s\n", epoch + 1,
-              flags.epochs, n ? train_sums[0] / n : 0.0, n ? 100 * train_sums[1] / n : 0.0, test_loss, 100 * test_acc,
-              steps, secs);
-  std::fflush(stdout);
+std::unique_ptr<TrainProgress> make_progress(const Communicator& comm, const TrainFlags& flags) {
+  if (comm.rank() != 0) return nullptr;
+  return std::make_unique<TrainProgress>(stdout, ::isatty(STDOUT_FILENO) == 1, flags.epochs,
+                                         TrainProgress::Clock::now());
 }
 
-int train_main(const char* program, int argc, char** argv, int (*run)(const TrainFlags&)) {
-  const TrainFlags flags = parse_train_flags(program, argc, argv);
+void finish_epoch(Communicator& comm, TrainProgress* progress, int epoch, double train_sums[3], double test_loss,
+                  double test_acc, size_t steps, std::chrono::steady_clock::time_point start) {
+  comm.all_reduce(train_sums, 3, DType::f64, Op::sum);
+  const auto now = TrainProgress::Clock::now();
+  if (!progress) return;
+  const double n = train_sums[2];
+  char results[160];
+  std::snprintf(results, sizeof results, "train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %zu steps, %.1f s",
+                n ? train_sums[0] / n : 0.0, n ? 100 * train_sums[1] / n : 0.0, test_loss, 100 * test_acc, steps,
+                std::chrono::duration<double>(now - start).count());
+  progress->end_epoch(epoch, results, now);
+}
+
+int train_main(const char* program, const char* about, int argc, char** argv, int (*run)(const TrainFlags&)) {
+  const TrainFlags flags = parse_train_flags(program, about, argc, argv);
   try {
     return run(flags);
   } catch (const Error& e) {

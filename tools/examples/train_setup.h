@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "tools/examples/train_progress.h"
+
 namespace braid::examples {
 
 struct TrainFlags {
@@ -23,8 +25,10 @@ struct TrainFlags {
 };
 
 // Parses --epochs --batch --lr --limit --data --hook --seed; on a bad flag prints why and the
-// usage line (naming `program`) and exits with 2.
-TrainFlags parse_train_flags(const char* program, int argc, char** argv);
+// usage line (naming `program`) and exits with 2. --help prints `about` (what the program
+// does), the flags and the environment it reads; --version prints braid's version and
+// features; both exit with 0.
+TrainFlags parse_train_flags(const char* program, const char* about, int argc, char** argv);
 
 // The four IDX files under flags.data (train images, train labels, test images, test labels).
 struct DatasetFiles {
@@ -40,13 +44,18 @@ Communicator make_communicator(std::unique_ptr<TcpStoreServer>& server);
 // The DDP communication hook --hook names.
 std::shared_ptr<ddp::CommHook> make_hook(const std::string& name);
 
-// Ends an epoch: sums this rank's {loss * images, correct, images} over all ranks and prints the
-// epoch line on rank 0 (test loss and accuracy already summed over ranks). Collective.
-void finish_epoch(Communicator& comm, const TrainFlags& flags, int epoch, double train_sums[3], double test_loss,
+// Progress on stdout for rank 0 (a bar within each epoch when stdout is a terminal); null on
+// the other ranks, which print nothing.
+std::unique_ptr<TrainProgress> make_progress(const Communicator& comm, const TrainFlags& flags);
+
+// Ends an epoch: sums this rank's {loss * images, correct, images} over all ranks and, on rank
+// 0 (`progress` set), prints the epoch line (test loss and accuracy already summed over ranks)
+// with the time so far and an estimate of the time left. Collective.
+void finish_epoch(Communicator& comm, TrainProgress* progress, int epoch, double train_sums[3], double test_loss,
                   double test_acc, size_t steps, std::chrono::steady_clock::time_point start);
 
 // main() of an example: parses the flags, runs `run`, and turns an exception into one line
 // naming the program and exit code 1.
-int train_main(const char* program, int argc, char** argv, int (*run)(const TrainFlags&));
+int train_main(const char* program, const char* about, int argc, char** argv, int (*run)(const TrainFlags&));
 
 }  // namespace braid::examples

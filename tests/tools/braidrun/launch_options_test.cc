@@ -131,6 +131,16 @@ TEST(LaunchOptions, Help) {
   EXPECT_NE(launch_usage().find("--nproc-per-node"), std::string::npos);
 }
 
+// --version needs no program; after the program it is the program's flag, not braidrun's.
+TEST(LaunchOptions, Version) {
+  EXPECT_TRUE(parse_ok({"--version"}).version);
+  EXPECT_TRUE(parse_ok({"--nproc-per-node", "2", "--version", "./prog"}).version);
+  LaunchOptions o = parse_ok({"./prog", "--version"});
+  EXPECT_FALSE(o.version);
+  EXPECT_EQ(o.program, (std::vector<std::string>{"./prog", "--version"}));
+  EXPECT_NE(parse_error({"--version=1"}).find("takes no value"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace braid::braidrun
 

@@ -1,0 +1,21 @@
+#include "common/version.h"
+
+#include "braid_config.h"
+
+namespace braid {
+namespace {
+
+const char* yes_no(bool on) { return on ? "yes" : "no"; }
+
+}  // namespace
+
+std::string feature_list() {
+  return std::string("io_uring ") + yes_no(BRAID_HAVE_LIBURING) + ", ib " + yes_no(BRAID_HAVE_IBVERBS) + ", cuda " +
+         yes_no(BRAID_HAVE_CUDA) + ", torch " + yes_no(BRAID_HAVE_TORCH);
+}
+
+std::string version_text(const std::string& program) {
+  return program + " (braid " + BRAID_VERSION + ")\nfeatures: " + feature_list() + "\n";
+}
+
+}  // namespace braid
