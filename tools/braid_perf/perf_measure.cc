@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #include "tools/braid_perf/perf_check.h"
@@ -187,13 +186,6 @@ double bus_factor(const std::string& op, int n) {
   if (op == "all_reduce") return 2 * (nd - 1) / nd;
   if (is_split(op)) return (nd - 1) / nd;
   return 1;
-}
-
-size_t next_size(const PerfOptions& opt, size_t bytes, size_t smallest) {
-  constexpr size_t kEnd = std::numeric_limits<size_t>::max();
-  if (opt.step_factor <= 1) return bytes > kEnd - opt.step_bytes ? kEnd : bytes + opt.step_bytes;
-  if (bytes == 0) return std::max<size_t>(smallest, 1);
-  return bytes > kEnd / opt.step_factor ? kEnd : bytes * opt.step_factor;
 }
 
 Row measure_row(Communicator& comm, const PerfOptions& opt, size_t bytes, DType dtype, Op redop, int root) {

@@ -43,8 +43,6 @@ struct Row {
 size_t per_rank_count(const std::string& op, size_t bytes, size_t esize, int n);
 // busbw / algbw, as nccl-tests defines it.
 double bus_factor(const std::string& op, int n);
-// The next size of the sweep after `bytes`; from 0 it goes to the smallest size that carries data.
-size_t next_size(const PerfOptions& opt, size_t bytes, size_t smallest);
 
 Row measure_row(Communicator& comm, const PerfOptions& opt, size_t bytes, DType dtype, Op redop, int root);
 

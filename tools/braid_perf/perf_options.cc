@@ -1,7 +1,8 @@
 #include "tools/braid_perf/perf_options.h"
 
 #include <cstdlib>
-#include <functional>
+#include <algorithm>
+#include <limits>
 #include <map>
 
 #include "braid_config.h"
@@ -95,6 +96,13 @@ bool parse_size(const std::string& text, size_t* out) {
   else if (!suffix.empty()) return false;
   *out = static_cast<size_t>(v) * mult;
   return true;
+}
+
+size_t next_size(const PerfOptions& opt, size_t bytes, size_t smallest) {
+  constexpr size_t kEnd = std::numeric_limits<size_t>::max();
+  if (opt.step_factor <= 1) return bytes > kEnd - opt.step_bytes ? kEnd : bytes + opt.step_bytes;
+  if (bytes == 0) return std::max<size_t>(smallest, 1);
+  return bytes > kEnd / opt.step_factor ? kEnd : bytes * opt.step_factor;
 }
 
 namespace {

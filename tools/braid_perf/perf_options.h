@@ -47,6 +47,9 @@ Parsed parse_perf_options(const std::vector<std::string>& args, PerfOptions* out
 // "4K" -> 4096, "256M", "1G"; plain numbers are bytes.
 bool parse_size(const std::string& text, size_t* out);
 const char* perf_usage();
+// The next size of the sweep after `bytes` (-f, else -i); from 0 it goes on to `smallest`, the
+// smallest size that carries data. Never wraps: past SIZE_MAX it returns SIZE_MAX.
+size_t next_size(const PerfOptions& opt, size_t bytes, size_t smallest);
 // "braid-perf 0.1.0 (io_uring, ib; without cuda, torch)".
 std::string perf_version();
 // The collectives braid-perf knows, and what they are.
