@@ -3,6 +3,8 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "braid_config.h"
+
 namespace braid::perf {
 namespace {
 
@@ -125,7 +127,8 @@ std::string format_footer(const PerfOptions& opt, const std::vector<RowRecord>& 
 
 std::string format_json(const PerfOptions& opt, const RunInfo& info, const std::vector<RowRecord>& rows) {
   std::string j = "{\n";
-  j += "  \"tool\": \"braid-perf\",\n  \"version\": " + json_string(info.version) + ",\n";
+  j += "  \"tool\": \"braid-perf\",\n  \"version\": " + json_string(BRAID_VERSION) + ",\n";
+  j += "  \"build\": " + json_string(info.version) + ",\n";
   j += "  \"label\": " + (opt.label.empty() ? std::string("null") : json_string(opt.label)) + ",\n";
   j += "  \"timestamp\": " + json_string(info.timestamp) + ",\n";
   j += "  \"command_line\": " + json_strings(info.command_line) + ",\n";
