@@ -131,7 +131,8 @@ int run_main(int argc, char** argv) {
             if (!printer) continue;
             std::fputs(format_row(opt, row).c_str(), stdout);
             if (opt.result_rows) {
-              const Timing& t = row.out_of_place;
+              // In place: the anchors (../shared/bench) time an in-place all_reduce.
+              const Timing& t = row.in_place.ran ? row.in_place : row.out_of_place;
               std::printf("RESULT\tbraid\t%s\t%d\t%zu\t%d\t%.3f\t%.3f\t%.3f\t%.4f\t%.4f\t%s\n", row.algo.c_str(),
                           comm.size(), row.bytes, opt.iters, t.time_us, t.time_us, t.time_us, t.algbw, t.busbw,
                           t.wrong <= 0 ? "ok" : "FAIL");
