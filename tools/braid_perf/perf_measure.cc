@@ -81,19 +81,19 @@ Work start(Case& c, const Layout& l) {
   return comm.group_end();
 }
 
-// One timed iteration: -m operations as one group. A single operation runs as a blocking call,
+// Runs `ops` operations as one group and waits. A single operation runs as a blocking call,
 // which drives progress on this thread (the fastest path for one operation at a time).
-void run_blocking(Case& c, const Layout& l) {
+void run_blocking(Case& c, const Layout& l, int ops) {
   if (c.op() == "sendrecv" && c.n() == 1) {  // a rank's message to itself
     std::memcpy(l.recv, l.send, c.count * c.esize);
     return;
   }
-  if (c.opt.agg == 1 && c.op() != "sendrecv") {
+  if (ops == 1 && c.op() != "sendrecv") {
     start(c, l).wait();
     return;
   }
   c.comm.group_start();
-  for (int k = 0; k < c.opt.agg; ++k) start(c, l);
+  for (int k = 0; k < ops; ++k) start(c, l);
   c.comm.group_end().wait();
 }
 
@@ -111,7 +111,7 @@ Timing time_form(Case& c, bool in_place, std::string* algo) {
   const PerfOptions& opt = c.opt;
   for (int w = 0; w < opt.warmup; ++w) {
     fill(c, l);
-    run_blocking(c, l);
+    run_blocking(c, l, opt.agg);
   }
   std::vector<double> times;
   if (opt.blocking) {
@@ -119,7 +119,7 @@ Timing time_form(Case& c, bool in_place, std::string* algo) {
       fill(c, l);
       c.comm.barrier();
       auto t0 = Clock::now();
-      run_blocking(c, l);
+      run_blocking(c, l, opt.agg);
       times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / opt.agg);
     }
   } else {
@@ -147,7 +147,8 @@ Timing time_form(Case& c, bool in_place, std::string* algo) {
   return t;
 }
 
-// -c iterations, each from poisoned buffers, compared with the exact expected result; results
+// -c iterations of one operation (not -m: in place, a second one would reduce the first's
+// result again), each from poisoned buffers, compared with the exact expected result; results
 // every rank holds are also compared across ranks (bitwise).
 int64_t check_form(Case& c, bool in_place) {
   Layout l = layout(c, in_place);
@@ -160,7 +161,7 @@ int64_t check_form(Case& c, bool in_place) {
     std::memset(c.recv.data(), 0x5a, c.recv.size());
     fill(c, l);
     c.comm.barrier();
-    run_blocking(c, l);
+    run_blocking(c, l, 1);
     wrong += count_wrong(l.result, c.expected, c.dt, c.redop);
     if (shared) hashes.push_back(hash_bytes(l.result, c.expected.result.size()));
   }

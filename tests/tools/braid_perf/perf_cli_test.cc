@@ -106,6 +106,20 @@ TEST(PerfCli, SendrecvHasNoInPlaceForm) {
   EXPECT_NE(p.output().find("# Out of bounds values : 0 OK"), std::string::npos) << p.output();
 }
 
+// -m groups several operations per timed iteration and -z 0 issues iterations back to back; the
+// check still runs one operation (in place, a second reduce would reduce the first's result).
+TEST(PerfCli, AggregatedAndBackToBackIterationsCheckClean) {
+  for (const char* op : {"reduce", "all_reduce", "reduce_scatter"}) {
+    for (const char* blocking : {"1", "0"}) {
+      Subprocess p(perf_under_braidrun(3, {"--op", op, "-b", "1K", "-e", "64K", "-f", "8", "-n", "3", "-w", "1", "-m",
+                                           "3", "-z", blocking, "-a", "1", "-c", "2"}));
+      ASSERT_EQ(p.wait(std::chrono::seconds(60)), 0) << op << " -z " << blocking << "\n" << p.output();
+      EXPECT_NE(p.output().find("# Out of bounds values : 0 OK"), std::string::npos) << p.output();
+      EXPECT_EQ(data_rows(p.output()).size(), 3u) << p.output();
+    }
+  }
+}
+
 // Python's json module reads the record and finds what reproducing and comparing a run needs.
 const char* kJsonCheck = R"(
 import json, sys
