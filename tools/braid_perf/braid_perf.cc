@@ -100,7 +100,10 @@ int run_main(int argc, char** argv) {
   Communicator comm = Communicator::from_env();
   info.ranks = comm.size();
   if (opt.root >= comm.size()) {
-    if (comm.rank() == 0) std::fprintf(stderr, "braid-perf: --root %d is not a rank of this %d-rank job\n", opt.root, comm.size());
+    if (comm.rank() == 0) {
+      std::fprintf(stderr, "braid-perf: -r %d is not a rank of this %d-rank job (ranks are 0..%d, or -r all)\n",
+                   opt.root, comm.size(), comm.size() - 1);
+    }
     return 2;
   }
   FILE* json = nullptr;

@@ -100,7 +100,8 @@ void run_blocking(Case& c, const Layout& l, int ops) {
 // Combines each rank's values (-a) into what every rank then holds.
 void combine(Communicator& comm, std::vector<double>& v, Average how) {
   if (how == Average::rank0) comm.broadcast(v.data(), v.size(), DType::f64, 0);
-  else comm.all_reduce(v.data(), v.size(), DType::f64, how == Average::min ? Op::min : how == Average::max ? Op::max : Op::avg);
+  const Op op = how == Average::min ? Op::min : how == Average::max ? Op::max : Op::avg;
+  if (how != Average::rank0) comm.all_reduce(v.data(), v.size(), DType::f64, op);
 }
 
 Timing time_form(Case& c, bool in_place, std::string* algo) {
