@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -165,6 +166,31 @@ TEST(PerfCli, JsonRecordsTheRunAndBraidPlotDrawsIt) {
   EXPECT_GT(picture.size(), 1000u);
   EXPECT_EQ(picture.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
   unlink(json.c_str());
+  unlink(png.c_str());
+}
+
+// The Gloo/Open MPI bench scripts' RESULT rows plot too: one line per library, algorithm and
+// rank count; a leading round tag is skipped and rows without busbw (memcpy baselines) ignored.
+TEST(PerfCli, BraidPlotReadsBenchResultRows) {
+  Subprocess has_mpl({"/usr/bin/python3", "-c", "import matplotlib"});
+  if (has_mpl.wait(std::chrono::seconds(30)) != 0) {
+    GTEST_SKIP() << "python3-matplotlib is missing (scripts/setup.sh installs it)";
+  }
+  const std::string tsv = temp_path(".tsv"), png = temp_path("-bench.png");
+  FILE* f = std::fopen(tsv.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("loopback\tRESULT\tmem\tmemcpy\t1\t4096\t20\t5.0\t4.0\t1.0\n", f);
+  for (const char* lib : {"gloo\tring", "mpi\ttcp-lo"}) {
+    for (const char* row : {"4096\t20\t50.0\t40.0\t60.0\t0.08\t0.08\tok", "65536\t20\t90.0\t80.0\t99.0\t0.7\t0.7\tok"}) {
+      std::fprintf(f, "round1\tRESULT\t%s\t2\t%s\n", lib, row);
+    }
+  }
+  std::fclose(f);
+  Subprocess plot({testing::binary_from_env("BRAID_PLOT"), tsv, "-o", png});
+  EXPECT_EQ(plot.wait(std::chrono::seconds(60)), 0) << plot.output();
+  EXPECT_NE(plot.output().find("(2 lines)"), std::string::npos) << plot.output();
+  EXPECT_GT(testing::read_file(png).size(), 1000u);
+  unlink(tsv.c_str());
   unlink(png.c_str());
 }
 
