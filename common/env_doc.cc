@@ -1,5 +1,4 @@
-// docs/configuration.md and the INFO build line, both printed from what the code knows.
-#include "braid_config.h"
+// docs/configuration.md, printed from what the code knows.
 #include "common/env_vars.h"
 
 namespace braid {
@@ -68,11 +67,4 @@ std::string configuration_markdown() {
   table(out, EnvScope::tool);
   return out;
 }
-
-std::string build_summary() {
-  auto yes = [](bool on) { return on ? " yes" : " no"; };
-  return std::string("braid ") + BRAID_VERSION + " (io_uring" + yes(BRAID_HAVE_LIBURING) + ", ib" +
-         yes(BRAID_HAVE_IB) + ", cuda" + yes(BRAID_HAVE_CUDA) + ", torch" + yes(BRAID_HAVE_TORCH) + ")";
-}
-
 }  // namespace braid

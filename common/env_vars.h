@@ -54,8 +54,6 @@ std::vector<std::string> unknown_env_warnings(const char* const* entries);
 // Edits (insert, delete, substitute) between two strings.
 size_t edit_distance(std::string_view a, std::string_view b);
 
-// "braid 0.1.0 (io_uring yes, ib no, cuda no, torch no)": the version and compiled-in features.
-std::string build_summary();
 
 // docs/configuration.md, as tools/config_doc prints it.
 std::string configuration_markdown();

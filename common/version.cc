@@ -10,9 +10,11 @@ const char* yes_no(bool on) { return on ? "yes" : "no"; }
 }  // namespace
 
 std::string feature_list() {
-  return std::string("io_uring ") + yes_no(BRAID_HAVE_LIBURING) + ", ib " + yes_no(BRAID_HAVE_IBVERBS) + ", cuda " +
+  return std::string("io_uring ") + yes_no(BRAID_HAVE_LIBURING) + ", ib " + yes_no(BRAID_HAVE_IB) + ", cuda " +
          yes_no(BRAID_HAVE_CUDA) + ", torch " + yes_no(BRAID_HAVE_TORCH);
 }
+
+std::string build_summary() { return std::string("braid ") + BRAID_VERSION + " (" + feature_list() + ")"; }
 
 std::string version_text(const std::string& program) {
   return program + " (braid " + BRAID_VERSION + ")\nfeatures: " + feature_list() + "\n";

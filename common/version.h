@@ -6,8 +6,12 @@
 
 namespace braid {
 
-// "io_uring yes, ib no, cuda no, torch no": each optional feature and whether it is built in.
+// "io_uring yes, ib no, cuda no, torch no": each optional feature and whether it is built in
+// ("ib": the ib transport itself, not only libibverbs).
 std::string feature_list();
+
+// "braid 0.1.0 (io_uring yes, ib no, cuda no, torch no)": the BRAID_DEBUG=INFO line.
+std::string build_summary();
 
 // Two lines, each ending in '\n': "PROGRAM (braid VERSION)" and "features: ...".
 std::string version_text(const std::string& program);

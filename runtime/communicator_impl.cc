@@ -8,6 +8,7 @@
 #include "collectives/selection.h"
 #include "collectives/validate.h"
 #include "common/env_vars.h"
+#include "common/version.h"
 #include "common/job_secret.h"
 #include "common/log.h"
 #include "common/spin.h"

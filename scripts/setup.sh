@@ -13,6 +13,7 @@ packages=(
   iptables                                  # packet loss in the fault soak where tc netem is missing
   zlib1g-dev dataset-fashion-mnist          # the DDP training example and its data
   libtorch-dev                              # the libtorch DDP adapter and its example (torch feature)
+  python3-matplotlib                        # braid-plot (busbw and time against size)
 )
 if [ "${BRAID_SETUP_ANCHORS:-0}" = 1 ]; then   # the Gloo/Open MPI side-by-side benchmarks
   packages+=(libgloo-dev openmpi-bin libopenmpi-dev hwloc-nox)

@@ -1,6 +1,7 @@
 // The list of BRAID_* variables (common/env_vars.h) against what Env::parse does with them, and
 // the warning for names that are not on it.
 #include "common/env_vars.h"
+#include "common/version.h"
 
 #include <gtest/gtest.h>
 

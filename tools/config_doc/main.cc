@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/env_vars.h"
+#include "common/version.h"
 
 int main(int argc, char** argv) {
   if (argc > 1 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0)) {

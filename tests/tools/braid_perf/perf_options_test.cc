@@ -5,37 +5,103 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
+
+#include "braid_config.h"
 
 #include "tools/braid_perf/perf_check.h"
 #include "tools/braid_perf/perf_data.h"
+#include "tools/braid_perf/perf_measure.h"
+#include "tools/braid_perf/perf_report.h"
 
 namespace braid::perf {
 namespace {
 
 bool parse(std::vector<std::string> args, PerfOptions* o, std::string* err) {
-  bool help = false;
-  return parse_perf_options(args, o, err, &help);
+  return parse_perf_options(args, o, err) == Parsed::run;
 }
 
-TEST(PerfOptions, NcclTestsFlags) {
+// Every nccl-tests flag, in its short and long spelling, with the meaning nccl-tests gives it.
+TEST(PerfOptions, EveryNcclTestsFlagParses) {
+  using Check = std::function<bool(const PerfOptions&)>;
+  struct Case {
+    std::vector<std::string> args;
+    Check check;
+  };
+  const std::vector<DType> every_dtype{DType::i8, DType::u8, DType::i32, DType::i64,
+                                       DType::f16, DType::f32, DType::f64, DType::bf16};
+  const std::vector<Case> cases = {
+      {{"-b", "4K"}, [](auto& o) { return o.min_bytes == 4096; }},
+      {{"--minbytes", "0"}, [](auto& o) { return o.min_bytes == 0; }},
+      {{"-b8"}, [](auto& o) { return o.min_bytes == 8; }},  // getopt's joined form
+      {{"-b", "1K", "-e", "256M"}, [](auto& o) { return o.max_bytes == size_t{256} << 20; }},
+      {{"-b", "1", "--maxbytes=1G"}, [](auto& o) { return o.max_bytes == size_t{1} << 30; }},
+      {{"-i", "64K"}, [](auto& o) { return o.step_bytes == 65536 && o.step_factor == 1; }},
+      {{"--stepbytes", "100"}, [](auto& o) { return o.step_bytes == 100; }},
+      {{"-f", "4"}, [](auto& o) { return o.step_factor == 4; }},
+      {{"--stepfactor", "2"}, [](auto& o) { return o.step_factor == 2; }},
+      {{"-n", "7"}, [](auto& o) { return o.iters == 7; }},
+      {{"--iters", "3"}, [](auto& o) { return o.iters == 3; }},
+      {{"-w", "0"}, [](auto& o) { return o.warmup == 0; }},
+      {{"--warmup_iters", "9"}, [](auto& o) { return o.warmup == 9; }},
+      {{"-m", "4"}, [](auto& o) { return o.agg == 4; }},
+      {{"--agg_iters", "2"}, [](auto& o) { return o.agg == 2; }},
+      {{"-c", "0"}, [](auto& o) { return o.check_iters == 0; }},
+      {{"--check", "5"}, [](auto& o) { return o.check_iters == 5; }},
+      {{"-z", "0"}, [](auto& o) { return !o.blocking; }},
+      {{"--blocking", "1"}, [](auto& o) { return o.blocking; }},
+      {{"-a", "0"}, [](auto& o) { return o.average == Average::rank0; }},
+      {{"-a", "1"}, [](auto& o) { return o.average == Average::mean; }},
+      {{"--average", "2"}, [](auto& o) { return o.average == Average::min; }},
+      {{"-N", "0"}, [](auto& o) { return o.cycles == 0; }},
+      {{"--run_cycles", "3"}, [](auto& o) { return o.cycles == 3; }},
+      {{"-d", "bf16"}, [](auto& o) { return o.dtypes == std::vector<DType>{DType::bf16}; }},
+      {{"--datatype", "half"}, [](auto& o) { return o.dtypes == std::vector<DType>{DType::f16}; }},
+      {{"-d", "all"}, [&](auto& o) { return o.dtypes == every_dtype; }},
+      {{"-o", "max"}, [](auto& o) { return o.redops == std::vector<Op>{Op::max}; }},
+      {{"--op", "prod"}, [](auto& o) { return o.redops == std::vector<Op>{Op::prod} && o.op == "all_reduce"; }},
+      {{"--op", "all_gather"}, [](auto& o) { return o.op == "all_gather"; }},
+      {{"--redop=min"}, [](auto& o) { return o.redops == std::vector<Op>{Op::min}; }},
+      {{"-o", "all"}, [](auto& o) { return o.redops == std::vector<Op>{Op::sum, Op::prod, Op::min, Op::max, Op::avg}; }},
+      {{"-r", "3"}, [](auto& o) { return o.root == 3; }},
+      {{"--root", "all"}, [](auto& o) { return o.root == -1; }},
+      {{"-T", "30"}, [](auto& o) { return o.timeout_s == 30; }},
+      {{"--algo", "ring"}, [](auto& o) { return o.algo == "ring"; }},
+      {{"--json", "out.json", "--label", "x y"}, [](auto& o) { return o.json_path == "out.json" && o.label == "x y"; }},
+      {{"--result-rows"}, [](auto& o) { return o.result_rows; }},
+      // Accepted and said not to apply; their neutral values say nothing.
+      {{"-g", "8"}, [](auto& o) { return o.notes.size() == 1 && o.notes[0].find("-g 8: not applicable") == 0; }},
+      {{"--ngpus", "1", "-t", "1"}, [](auto& o) { return o.notes.empty(); }},
+      {{"--nthreads", "4"}, [](auto& o) { return o.notes.size() == 1 && o.notes[0].find("-t 4") == 0; }},
+      {{"-p", "1"}, [](auto& o) { return o.notes.size() == 1 && o.notes[0].find("-p 1") == 0; }},
+      {{"-R", "1"}, [](auto& o) { return o.notes.size() == 1 && o.notes[0].find("-R 1") == 0; }},
+      {{"--local_register", "0"}, [](auto& o) { return o.notes.empty(); }},
+      {{"-G", "10"}, [](auto& o) { return o.notes.size() == 1 && o.notes[0].find("-G 10") == 0; }},
+      {{"-y", "1", "-C", "1", "-M", "1"}, [](auto& o) { return o.notes.size() == 3; }},
+  };
+  for (const Case& c : cases) {
+    PerfOptions o;
+    std::string err, args;
+    for (const std::string& a : c.args) args += a + " ";
+    ASSERT_TRUE(parse(c.args, &o, &err)) << args << ": " << err;
+    EXPECT_TRUE(c.check(o)) << args;
+  }
+}
+
+TEST(PerfOptions, HelpAndVersion) {
   PerfOptions o;
   std::string err;
-  ASSERT_TRUE(parse({"--op", "all_gather", "-b", "4K", "-e", "256M", "-f", "2", "-n", "20", "-w", "5", "-d", "bf16",
-                     "-c", "1", "--redop=max", "--root", "3", "--algo", "ring", "--json", "out.json"},
-                    &o, &err))
-      << err;
-  EXPECT_EQ(o.op, "all_gather");
-  EXPECT_EQ(o.min_bytes, 4096u);
-  EXPECT_EQ(o.max_bytes, 256u << 20);
-  EXPECT_EQ(o.step_factor, 2u);
-  EXPECT_EQ(o.iters, 20);
-  EXPECT_EQ(o.warmup, 5);
-  EXPECT_EQ(o.dtype, DType::bf16);
-  EXPECT_TRUE(o.check);
-  EXPECT_EQ(o.redop, Op::max);
-  EXPECT_EQ(o.root, 3);
-  EXPECT_EQ(o.algo, "ring");
-  EXPECT_EQ(o.json_path, "out.json");
+  EXPECT_EQ(parse_perf_options({"-n", "3", "--help"}, &o, &err), Parsed::help);
+  EXPECT_EQ(parse_perf_options({"-h"}, &o, &err), Parsed::help);
+  EXPECT_EQ(parse_perf_options({"--version"}, &o, &err), Parsed::version);
+  EXPECT_EQ(perf_version().find(std::string("braid-perf ") + BRAID_VERSION + " (features: "), 0u) << perf_version();
+  // --help names every flag it accepts.
+  const std::string usage = perf_usage();
+  for (const char* flag : {"-b,", "-e,", "-i,", "-f,", "-n,", "-w,", "-m,", "-c,", "-z,", "-a,", "-d,", "-o,", "-r,",
+                           "-N,", "-T,", "-t,", "-g,", "-p,", "-R,", "-G,", "-y,", "-C,", "-M", "--op NAME", "--algo",
+                           "--json", "--label", "--result-rows", "--help", "--version", "--redop"}) {
+    EXPECT_NE(usage.find(flag), std::string::npos) << flag;
+  }
 }
 
 TEST(PerfOptions, SizesUsePowersOfTwo) {
@@ -54,12 +120,69 @@ TEST(PerfOptions, BadInputIsAClearError) {
                         Case{{"-b", "1M", "-e", "4K"}, "-b is larger than -e"},
                         Case{{"-d", "f32", "--redop", "bxor"}, "needs an integer type"},
                         Case{{"-n"}, "needs a value"}, Case{{"--frobnicate", "1"}, "unknown option --frobnicate"},
-                        Case{{"-c", "2"}, "bad value '2' for -c"}}) {
+                        Case{{"-z", "2"}, "bad value '2' for -z"}, Case{{"-a", "4"}, "bad value '4' for -a"},
+                        Case{{"-d", "uint64"}, "bad value 'uint64' for -d"}, Case{{"-F", "x.csv"}, "--json PATH"},
+                        Case{{"-g", "many"}, "bad value 'many' for -g"}, Case{{"-i", "0"}, "bad value '0' for -i"}}) {
     PerfOptions o;
     std::string err;
     EXPECT_FALSE(parse(c.args, &o, &err));
     EXPECT_NE(err.find(c.expect), std::string::npos) << err;
   }
+}
+
+TEST(PerfSweep, SizesFollowStepFactorOrStepBytesAndGoOnFromZero) {
+  PerfOptions o;
+  o.step_factor = 4;
+  EXPECT_EQ(next_size(o, 0, 8), 8u);  // -b 0: on to the smallest size that carries data
+  EXPECT_EQ(next_size(o, 8, 8), 32u);
+  o.step_factor = 1;
+  o.step_bytes = 1000;
+  EXPECT_EQ(next_size(o, 0, 8), 1000u);
+  EXPECT_EQ(next_size(o, 1000, 8), 2000u);
+  o.step_factor = 2;  // never wraps around
+  EXPECT_GT(next_size(o, size_t{1} << 63, 8), size_t{1} << 63);
+}
+
+TEST(PerfReport, ColumnsOutOfPlaceAndInPlaceWithNotApplicable) {
+  PerfOptions o;
+  o.check_iters = 0;
+  Row row;
+  row.bytes = 4096;
+  row.count = 1024;
+  row.algo = "ring";
+  row.out_of_place = {true, 12.5, 0.3, 0.3, -1};
+  row.in_place = {};  // no in-place form
+  const std::string line = format_row(o, row);
+  std::vector<std::string> fields;
+  for (size_t at = 0; at < line.size();) {
+    size_t b = line.find_first_not_of(" \n", at);
+    if (b == std::string::npos) break;
+    size_t e = line.find_first_of(" \n", b);
+    fields.push_back(line.substr(b, e - b));
+    at = e;
+  }
+  ASSERT_EQ(fields.size(), 14u) << line;
+  EXPECT_EQ(fields[0], "4096");
+  EXPECT_EQ(fields[5], "ring");
+  EXPECT_EQ(fields[6], "12.50");
+  EXPECT_EQ(fields[9], "N/A");  // -c 0: not "0"
+  for (size_t i = 10; i < 14; ++i) EXPECT_EQ(fields[i], "N/A") << line;
+  RunInfo info;
+  info.version = "braid-perf x";
+  info.ranks = 2;
+  info.hosts = {"a", "b"};
+  const std::string header = format_header(o, info);
+  EXPECT_NE(header.find("out-of-place"), std::string::npos);
+  EXPECT_NE(header.find("in-place"), std::string::npos);
+  const std::string footer = format_footer(o, {{0, row}});
+  EXPECT_NE(footer.find("# Out of bounds values : N/A"), std::string::npos) << footer;
+  EXPECT_EQ(footer.find("OK"), std::string::npos) << footer;
+  EXPECT_NE(footer.find("# Avg bus bandwidth    : 0.3000 GB/s"), std::string::npos) << footer;
+  o.check_iters = 1;
+  row.out_of_place.wrong = 0;
+  EXPECT_NE(format_footer(o, {{0, row}}).find("# Out of bounds values : 0 OK"), std::string::npos);
+  row.out_of_place.wrong = 3;
+  EXPECT_NE(format_footer(o, {{0, row}}).find("# Out of bounds values : 3 FAILED"), std::string::npos);
 }
 
 TEST(PerfData, ExpectedResultsAreExactIntegers) {
