@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 
 #include "braid/error.h"
+#include "common/log.h"
 
 namespace braid {
 namespace {
@@ -36,17 +38,42 @@ Status fail_everyone(Store& ns, const std::string& reason) {
   return invalid_argument(reason);
 }
 
-std::string missing_ranks(Store& ns, int size) {
-  std::string list;
-  int missing = 0;
+struct Missing {
+  std::string list;  // "2, 3", the first 16 only
+  int count = 0;
+};
+
+Missing missing_ranks(Store& ns, int size) {
+  Missing m;
   for (int r = 0; r < size; ++r) {
     bool present = true;
     (void)store_call([&] { present = ns.check({"rank/" + std::to_string(r)}); });
     if (present) continue;
-    if (++missing <= 16) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    if (++m.count <= 16) m.list += (m.list.empty() ? "" : ", ") + std::to_string(r);
   }
-  if (missing > 16) list += ", ... (" + std::to_string(missing) + " in all)";
-  return list;
+  if (m.count > 16) m.list += ", ... (" + std::to_string(m.count) + " in all)";
+  return m;
+}
+
+// A rank waiting for the others says so this often, so that a mistake (a rank not started, a
+// wrong MASTER_PORT) shows long before the timeout. A short timeout shortens it: a few lines
+// before giving up whatever the timeout.
+constexpr std::chrono::milliseconds kProgressPeriod = std::chrono::seconds(10);
+constexpr std::chrono::milliseconds kMinProgressPeriod = std::chrono::milliseconds(100);
+
+std::chrono::milliseconds progress_period(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout / 4, kMinProgressPeriod, kProgressPeriod);
+}
+
+void say_still_waiting(Store& job, Store& ns, int rank, int size, std::chrono::milliseconds left) {
+  int64_t joined = 0;
+  (void)store_call([&] { joined = ns.add("joined", 0); });
+  const Missing m = missing_ranks(ns, size);
+  const auto left_s = std::chrono::duration_cast<std::chrono::seconds>(left + std::chrono::milliseconds(999));
+  log_line(LogLevel::warn, "rendezvous: rank " + std::to_string(rank) + " waiting for " +
+                               (m.count == 1 ? "rank " : "ranks ") + m.list + " at " + job.address() + " - " +
+                               std::to_string(joined) + "/" + std::to_string(size) + " joined, giving up in " +
+                               std::to_string(left_s.count()) + " s (BRAID_RENDEZVOUS_TIMEOUT_S)");
 }
 
 }  // namespace
@@ -79,11 +106,23 @@ Result<JoinResult> join_through_store(std::shared_ptr<Store> store, int rank, in
   RETURN_IF_ERROR(store_call([&] { joined = ns->add("joined", 1); }));
   if (joined == size) RETURN_IF_ERROR(store_call([&] { ns->set("ready", "ok"); }));
 
-  Status waited = store_call([&] { ns->wait({"ready"}, timeout); });
+  // Waits in slices, saying between them who is missing: a rendezvous mistake otherwise waits
+  // the whole timeout without a word.
+  using Clock = std::chrono::steady_clock;
+  const auto give_up = Clock::now() + timeout;
+  const auto period = progress_period(timeout);
+  Status waited;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(give_up - Clock::now());
+    waited = store_call([&] { ns->wait({"ready"}, std::clamp(left, std::chrono::milliseconds(0), period)); });
+    if (waited.code() != ErrorCode::timeout || Clock::now() >= give_up) break;
+    say_still_waiting(*store, *ns, rank, size,
+                      std::chrono::duration_cast<std::chrono::milliseconds>(give_up - Clock::now()));
+  }
   if (waited.code() == ErrorCode::timeout) {
     return timeout_error("rendezvous: rank " + std::to_string(rank) + " waited " +
                          std::to_string(timeout.count() / 1000) + " s at the store " + store->address() +
-                         " for ranks " + missing_ranks(*ns, size) + " (" + std::to_string(size) +
+                         " for ranks " + missing_ranks(*ns, size).list + " (" + std::to_string(size) +
                          " expected). Are they started, with the same MASTER_ADDR/MASTER_PORT? "
                          "BRAID_RENDEZVOUS_TIMEOUT_S sets the limit");
   }
