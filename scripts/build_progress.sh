@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # scripts/build_progress.sh - sourced by test.sh and bench.sh, so that a build is never minutes
 # of silence. On a terminal ninja draws its own one-line status. Elsewhere (CI logs, a pipe) its
 # line per step would be hundreds of lines: they are folded into one line at most every

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # scripts/package_lock.sh - sourced by setup.sh: another apt or dpkg (unattended-upgrades at
 # boot, a second terminal) may hold the package manager's lock; setup waits for it, saying who
 # holds it, rather than fail at once. Tested by tests/scripts/package_lock_test.sh.

@@ -29,6 +29,7 @@ sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive
 
+# shellcheck source=scripts/package_lock.sh
 . "$(dirname "$0")/package_lock.sh"
 # apt's own wait covers a lock taken between our check and its start.
 apt_get() {
