@@ -38,6 +38,7 @@ Status agree_on_settings(Store& store, const Env& env, int rank, int size) {
   cards[static_cast<size_t>(rank)] = settings_card(env);
   try {
     store.set("settings/" + std::to_string(rank), cards[static_cast<size_t>(rank)]);
+    RETURN_IF_ERROR(wait_for_ranks(store, "settings", "settings card", rank, size));  // saying who is late
     for (int r = 0; r < size; ++r) {
       if (r != rank) cards[static_cast<size_t>(r)] = store.get("settings/" + std::to_string(r));
     }
@@ -105,6 +106,7 @@ Status CommunicatorImpl::connect_all() {
   std::vector<std::string> addresses(size);
   try {
     cfg_.store->set("addr/" + std::to_string(rank), address);
+    RETURN_IF_ERROR(wait_for_ranks(*cfg_.store, "addr", "transport address", rank, size));  // saying who is late
     for (int r = 0; r < size; ++r) {
       if (r != rank) addresses[r] = cfg_.store->get("addr/" + std::to_string(r));
     }

@@ -2,9 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
+#include <vector>
 
 #include "braid/error.h"
+#include "common/log.h"
 
 namespace braid {
 namespace {
@@ -36,17 +39,51 @@ Status fail_everyone(Store& ns, const std::string& reason) {
   return invalid_argument(reason);
 }
 
-std::string missing_ranks(Store& ns, int size) {
-  std::string list;
-  int missing = 0;
+struct Missing {
+  std::string list;  // "2, 3", the first 16 only
+  int count = 0;
+  std::string ranks() const { return (count == 1 ? "rank " : "ranks ") + list; }
+};
+
+// The ranks other than `self` that have not set `<kind>/<r>`.
+Missing missing_ranks(Store& ns, const std::string& kind, int size, int self = -1) {
+  Missing m;
   for (int r = 0; r < size; ++r) {
     bool present = true;
-    (void)store_call([&] { present = ns.check({"rank/" + std::to_string(r)}); });
+    if (r != self) (void)store_call([&] { present = ns.check({kind + "/" + std::to_string(r)}); });
     if (present) continue;
-    if (++missing <= 16) list += (list.empty() ? "" : ", ") + std::to_string(r);
+    if (++m.count <= 16) m.list += (m.list.empty() ? "" : ", ") + std::to_string(r);
   }
-  if (missing > 16) list += ", ... (" + std::to_string(missing) + " in all)";
-  return list;
+  if (m.count > 16) m.list += ", ... (" + std::to_string(m.count) + " in all)";
+  return m;
+}
+
+// A rank waiting for the others says so this often, so that a mistake (a rank not started, a
+// wrong MASTER_PORT) shows long before the timeout. A short timeout shortens it: a few lines
+// before giving up whatever the timeout.
+constexpr std::chrono::milliseconds kProgressPeriod = std::chrono::seconds(10);
+constexpr std::chrono::milliseconds kMinProgressPeriod = std::chrono::milliseconds(100);
+
+// Waits up to `timeout` for `keys` in slices, calling still_waiting(time left) between them.
+// Returns the last wait's status: ok, a timeout, or another store failure.
+template <typename F>
+Status wait_in_slices(Store& ns, const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
+                      F&& still_waiting) {
+  using Clock = std::chrono::steady_clock;
+  using std::chrono::milliseconds;
+  const auto give_up = Clock::now() + timeout;
+  const auto period = std::clamp(timeout / 4, kMinProgressPeriod, kProgressPeriod);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<milliseconds>(give_up - Clock::now());
+    Status waited = store_call([&] { ns.wait(keys, std::clamp(left, milliseconds(0), period)); });
+    if (waited.code() != ErrorCode::timeout || Clock::now() >= give_up) return waited;
+    still_waiting(std::chrono::duration_cast<milliseconds>(give_up - Clock::now()));
+  }
+}
+
+std::string seconds_left(std::chrono::milliseconds left) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(left + std::chrono::milliseconds(999)).count()) +
+         " s";
 }
 
 }  // namespace
@@ -79,11 +116,20 @@ Result<JoinResult> join_through_store(std::shared_ptr<Store> store, int rank, in
   RETURN_IF_ERROR(store_call([&] { joined = ns->add("joined", 1); }));
   if (joined == size) RETURN_IF_ERROR(store_call([&] { ns->set("ready", "ok"); }));
 
-  Status waited = store_call([&] { ns->wait({"ready"}, timeout); });
+  // Waits in slices, saying between them who is missing: a rendezvous mistake otherwise waits
+  // the whole timeout without a word.
+  Status waited = wait_in_slices(*ns, {"ready"}, timeout, [&](std::chrono::milliseconds left) {
+    int64_t now_joined = 0;
+    (void)store_call([&] { now_joined = ns->add("joined", 0); });
+    log_line(LogLevel::warn, "rendezvous: rank " + std::to_string(rank) + " waiting for " +
+                                 missing_ranks(*ns, "rank", size).ranks() + " at " + store->address() + " - " +
+                                 std::to_string(now_joined) + "/" + std::to_string(size) + " joined, giving up in " +
+                                 seconds_left(left) + " (BRAID_RENDEZVOUS_TIMEOUT_S)");
+  });
   if (waited.code() == ErrorCode::timeout) {
     return timeout_error("rendezvous: rank " + std::to_string(rank) + " waited " +
                          std::to_string(timeout.count() / 1000) + " s at the store " + store->address() +
-                         " for ranks " + missing_ranks(*ns, size) + " (" + std::to_string(size) +
+                         " for " + missing_ranks(*ns, "rank", size).ranks() + " (" + std::to_string(size) +
                          " expected). Are they started, with the same MASTER_ADDR/MASTER_PORT? "
                          "BRAID_RENDEZVOUS_TIMEOUT_S sets the limit");
   }
@@ -96,6 +142,29 @@ Result<JoinResult> join_through_store(std::shared_ptr<Store> store, int rank, in
   result.store = ns;
   result.comm_id = std::stoull(comm_id);
   return result;
+}
+
+Status wait_for_ranks(Store& ns, const std::string& kind, const std::string& what, int rank, int size) {
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) {
+    if (r != rank) keys.push_back(kind + "/" + std::to_string(r));
+  }
+  const std::chrono::milliseconds timeout = ns.timeout();
+  Status waited = wait_in_slices(ns, keys, timeout, [&](std::chrono::milliseconds left) {
+    const Missing m = missing_ranks(ns, kind, size, rank);
+    log_line(LogLevel::warn, "rendezvous: rank " + std::to_string(rank) + " waiting for the " + what + " of " +
+                                 m.ranks() + " at " + ns.address() + " - " + std::to_string(size - m.count) + "/" +
+                                 std::to_string(size) + " published, giving up in " + seconds_left(left) +
+                                 " (BRAID_RENDEZVOUS_TIMEOUT_S)");
+  });
+  if (waited.code() == ErrorCode::timeout) {
+    return timeout_error("rendezvous: rank " + std::to_string(rank) + " waited " +
+                         std::to_string(timeout.count() / 1000) + " s at the store " + ns.address() + " for the " +
+                         what + " of " + missing_ranks(ns, kind, size, rank).ranks() +
+                         ", which joined but published none: did they exit or crash after joining? "
+                         "BRAID_RENDEZVOUS_TIMEOUT_S sets the limit");
+  }
+  return waited;
 }
 
 namespace {

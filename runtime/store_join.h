@@ -39,6 +39,11 @@ struct JoinResult {
 Result<JoinResult> join_through_store(std::shared_ptr<Store> store, int rank, int size, int generation,
                                       std::chrono::milliseconds timeout);
 
+// Waits until every rank but `rank` has set `<kind>/<r>` in `ns` (a communicator's namespace),
+// up to ns.timeout(), saying every ~10 s which ranks have not, as the join does. `what` names
+// the keys for people ("transport address"). A timeout error names the missing ranks.
+Status wait_for_ranks(Store& ns, const std::string& kind, const std::string& what, int rank, int size);
+
 // Rank `rank` leaves the communicator whose namespace is `ns` (its communicator is destroyed):
 // counts itself in `finished` and deletes what nobody will read again. Its own keys go as it
 // leaves when every rank has read them; the last rank to leave deletes the shared ones (and

@@ -5,8 +5,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-[ -f build/build.ninja ] || meson setup build >/dev/null
-ninja -C build >/dev/null
+. scripts/build_progress.sh
+if [ ! -f build/build.ninja ]; then
+  echo "== configuring build/"
+  meson setup build >/dev/null
+fi
+build_with_progress "build (braid, braidrun, braid-perf, tests)" -C build
 nproc_per_node=${NPROC:-2}
 if [ $# -eq 0 ]; then
   set -- --op all_reduce -b 4K -e 64M -f 4 -n 20 -w 5 -c 1 -d f32

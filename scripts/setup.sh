@@ -29,5 +29,13 @@ echo "setup: installing ${missing[*]}" >&2
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq >/dev/null
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+# shellcheck source=scripts/package_lock.sh
+. "$(dirname "$0")/package_lock.sh"
+# apt's own wait covers a lock taken between our check and its start.
+apt_get() {
+  wait_for_package_lock || exit 1
+  $sudo apt-get -o DPkg::Lock::Timeout="$lock_timeout_s" "$@"
+}
+apt_get update -qq >/dev/null
+apt_get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -7,12 +7,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+. scripts/build_progress.sh
 
 configure() {
   local dir=$1; shift
   if [ -f "$dir/build.ninja" ]; then
     meson setup --reconfigure "$dir" "$@" >/dev/null
   else
+    echo "== configuring $dir"
     meson setup "$dir" "$@" >/dev/null
   fi
 }
@@ -29,7 +31,7 @@ for variant in full minimal; do
 import json, sys
 opts = {o["name"]: o["value"] for o in json.load(sys.stdin)}
 print(", ".join(f"{k}={opts[k]}" for k in ("liburing", "ibverbs", "cuda", "torch", "werror")))')"
-  ninja -C "$dir" >/dev/null
+  build_with_progress "$variant build" -C "$dir"
   if ! meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes 2 "$@"; then
     status=1
   fi
@@ -48,9 +50,9 @@ if [ $# -eq 0 ]; then
   configure "$dir" -Dwerror=true -Db_sanitize=address -Db_lundef=false -Dbuildtype=debugoptimized \
     -Dliburing=enabled -Dibverbs=disabled -Dcuda=disabled -Dtorch=disabled -Dbenchmarks=false
   echo "== asan build: lifetime tests (io_uring, epoll, inproc), device-buffer staging (fake device), shared-CPU path"
-  ninja -C "$dir" tests/runtime/async/lifetime_test tests/runtime/async/async_lifetime_asan_test \
-    tests/runtime/async/async_rank tests/runtime/device/device_staging_test \
-    tests/transport/shared_cpu_path_test >/dev/null
+  build_with_progress "asan build" -C "$dir" tests/runtime/async/lifetime_test \
+    tests/runtime/async/async_lifetime_asan_test tests/runtime/async/async_rank \
+    tests/runtime/device/device_staging_test tests/transport/shared_cpu_path_test
   asan_logs=$PWD/$dir/asan-reports
   rm -rf "$asan_logs" && mkdir -p "$asan_logs"
   if ! ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:log_path=$asan_logs/report \

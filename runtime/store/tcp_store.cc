@@ -21,6 +21,7 @@
 #include "braid/store.h"
 #include "common/deadline.h"
 #include "common/job_secret.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "runtime/store/socket_util.h"
 #include "runtime/store/store_handshake.h"
@@ -48,6 +49,31 @@ constexpr auto kHandshakeAttempt = std::chrono::seconds(5);
 constexpr std::chrono::milliseconds kMaxTimeout = std::chrono::hours(24);
 
 std::string ms_text(std::chrono::milliseconds ms) { return std::to_string(ms.count()) + " ms"; }
+
+// The first line of what a stranger on the store's port said, for a message ("HTTP/1.1 400 ...").
+std::string first_words(const std::string& said) {
+  constexpr size_t kShown = 60;
+  std::string out;
+  for (size_t i = 0; i < said.size() && out.size() < kShown; ++i) {
+    const unsigned char c = static_cast<unsigned char>(said[i]);
+    if ((c == '\r' || c == '\n') && !out.empty()) break;
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      static const char kHex[] = "0123456789abcdef";
+      out += std::string("\\x") + kHex[c >> 4] + kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+// Any bytes before a complete hello mean another program: a braid store sends its hello in one
+// small frame, at once. Retrying would only wait out the timeout to say less.
+Status not_a_braid_store(const std::string& address, const std::string& said) {
+  return protocol_error("the program at " + address + " is not a braid store: it answered \"" + first_words(said) +
+                        "\" where a braid store greets with its handshake. Is MASTER_PORT taken by another "
+                        "program (a web server, another service)? Give the job a free MASTER_PORT");
+}
 
 }  // namespace
 
@@ -89,6 +115,7 @@ Status TcpStore::Impl::connect_with_backoff() {
   auto backoff = std::chrono::duration_cast<std::chrono::nanoseconds>(kFirstBackoff);
   std::string last_error;
   int attempts = 0;
+  bool warned_silent = false;
   for (;;) {
     ++attempts;
     Result<UniqueFd> r = try_connect(deadline);
@@ -102,6 +129,12 @@ Status TcpStore::Impl::connect_with_backoff() {
       fd.reset();
       rbuf.clear();
       if (fatal) return Status(st.code(), "store connect: " + st.message());
+      if (st.code() == ErrorCode::timeout && !warned_silent) {
+        warned_silent = true;
+        BRAID_LOG(warn) << "store connect: " << st.message() << ". Trying again for up to "
+                        << ms_text(std::chrono::duration_cast<std::chrono::milliseconds>(deadline.remaining()))
+                        << " (BRAID_RENDEZVOUS_TIMEOUT_S)";
+      }
     }
     last_error = st.message();
     if (deadline.expired()) break;
@@ -147,11 +180,24 @@ Result<UniqueFd> TcpStore::Impl::try_connect(const Deadline& deadline) {
 }
 
 Status TcpStore::Impl::handshake(const Deadline& deadline, bool* fatal) {
-  const Deadline attempt = Deadline::after(std::min<std::chrono::nanoseconds>(deadline.remaining(), kHandshakeAttempt));
+  const auto attempt_length = std::min<std::chrono::nanoseconds>(deadline.remaining(), kHandshakeAttempt);
+  const Deadline attempt = Deadline::after(attempt_length);
   store::ClientHandshake hs(secret, job_id, address, port);
   const std::string what = "handshake";
-  ASSIGN_OR_RETURN(std::string hello, read_frame(attempt, what, store::kMaxHandshakeBytes));
-  Result<std::string> answer = hs.on_hello(hello);
+  Result<std::string> hello = read_frame(attempt, what, store::kMaxHandshakeBytes);
+  if (!hello.is_ok() && !rbuf.empty()) {
+    *fatal = true;
+    return not_a_braid_store(address, rbuf);
+  }
+  if (!hello.is_ok() && hello.status().code() == ErrorCode::timeout) {
+    // A braid store that is only overloaded is tried again; the caller warns meanwhile.
+    return timeout_error("the program at " + address + " accepted the connection but sent nothing for " +
+                         ms_text(std::chrono::duration_cast<std::chrono::milliseconds>(attempt_length)) +
+                         ", where a braid store greets at once: either it is not a braid store (is MASTER_PORT "
+                         "taken by another program?) or the store's host is overloaded");
+  }
+  RETURN_IF_ERROR(hello.status());
+  Result<std::string> answer = hs.on_hello(hello.value());
   *fatal = !answer.is_ok();
   if (!answer.is_ok()) return answer.status();
   RETURN_IF_ERROR(send_all(answer.value(), attempt, what));
