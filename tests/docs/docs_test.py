@@ -197,11 +197,21 @@ def check_example(src, build, errors):
         print(f"skipping the example: {lib} is not built")
         return
     cxx = os.environ.get("CXX", "c++")
+    sanitize = []  # a sanitized libbraid needs the program built with the same sanitizer
+    try:
+        import json
+        with open(os.path.join(build, "meson-info", "intro-buildoptions.json"), encoding="utf-8") as f:
+            opts = {o["name"]: o["value"] for o in json.load(f)}
+        if opts.get("b_sanitize", "none") not in ("none", []):
+            value = opts["b_sanitize"]
+            sanitize = ["-fsanitize=" + (value if isinstance(value, str) else ",".join(value))]
+    except (OSError, ValueError, KeyError):
+        pass
     with tempfile.TemporaryDirectory() as tmp:
         cc, exe = os.path.join(tmp, "hello.cc"), os.path.join(tmp, "hello")
         with open(cc, "w", encoding="utf-8") as f:
             f.write(hello[0] + "\n")
-        r = subprocess.run([cxx, "-std=c++20", "-Wall", "-Wextra", "-Werror", cc, "-I", os.path.join(src, "include"),
+        r = subprocess.run([cxx, "-std=c++20", *sanitize, "-Wall", "-Wextra", "-Werror", cc, "-I", os.path.join(src, "include"),
                             "-L", build, "-lbraid", f"-Wl,-rpath,{os.path.abspath(build)}", "-o", exe],
                            capture_output=True, text=True)
         if r.returncode != 0:
