@@ -79,7 +79,29 @@ LossyLink find_lossy_link(const std::vector<std::optional<Progress>>& all) {
   }
   std::vector<int> on_all = {lossy[0].first, lossy[0].second};
   for (const auto& [a, b] : lossy) std::erase_if(on_all, [&](int x) { return x != a && x != b; });
-  if (on_all.size() == 1) out.rank = on_all[0];
+  if (on_all.size() == 1) {
+    out.rank = on_all[0];
+    return out;
+  }
+  // A busy link between two healthy ranks (a stalled ring pushes retransmissions around it)
+  // can hide the lossy rank from the rule above; its own links still carry clearly the most.
+  std::map<int, uint64_t> per_rank;
+  for (const auto& [link, n] : per_link) {
+    per_rank[link.first] += n;
+    per_rank[link.second] += n;
+  }
+  int top = -1;
+  uint64_t first = 0, second = 0;
+  for (const auto& [r, n] : per_rank) {
+    if (n > first) {
+      second = first;
+      first = n;
+      top = r;
+    } else {
+      second = std::max(second, n);
+    }
+  }
+  if (2 * first >= 3 * second) out.rank = top;
   return out;
 }
 

@@ -58,7 +58,9 @@ struct Progress {
 // TCP retransmits on the links that lose packets, and now and then on any busy link (tail-loss
 // probes, spurious timeouts on a loaded machine): the links that count are those with at least
 // a quarter of the busiest one's retransmissions (and 3). One rank on all of them, with two or
-// more: `rank`. A single such link: its ends `a` < `b` (either may be the lossy one). Else -1s.
+// more: `rank`; else, with two or more, the rank whose links carry at least 1.5 times the
+// retransmissions of any other rank's. A single such link: its ends `a` < `b` (either may be
+// the lossy one). Else -1s.
 struct LossyLink {
   int rank = -1;
   int a = -1, b = -1;

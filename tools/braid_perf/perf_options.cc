@@ -6,10 +6,7 @@
 #include <map>
 
 #include "braid_config.h"
-
-#ifndef BRAID_PERF_HAVE_TORCH  // set by tools/braid_perf/meson.build
-#define BRAID_PERF_HAVE_TORCH 0
-#endif
+#include "common/version.h"
 
 namespace braid::perf {
 
@@ -47,17 +44,7 @@ const char* perf_usage() {
 }
 
 std::string perf_version() {
-  std::string on, off;
-  auto add = [&](bool have, const char* name) {
-    std::string& list = have ? on : off;
-    list += (list.empty() ? "" : ", ") + std::string(name);
-  };
-  add(BRAID_HAVE_LIBURING, "io_uring");
-  add(BRAID_HAVE_IBVERBS, "ib");
-  add(BRAID_HAVE_CUDA, "cuda");
-  add(BRAID_PERF_HAVE_TORCH, "torch");
-  return std::string("braid-perf ") + BRAID_VERSION + " (features: " + (on.empty() ? "none" : on) +
-         (off.empty() ? "" : "; without " + off) + ")";
+  return std::string("braid-perf ") + BRAID_VERSION + " (features: " + feature_list() + ")";
 }
 
 bool is_known_op(const std::string& op) {
