@@ -78,7 +78,7 @@ LossyLink find_lossy_link(const std::vector<std::optional<Progress>>& all) {
     return out;
   }
   std::vector<int> on_all = {lossy[0].first, lossy[0].second};
-  for (const auto& [a, b] : lossy) std::erase_if(on_all, [&](int x) { return x != a && x != b; });
+  for (const auto& link : lossy) std::erase_if(on_all, [&](int x) { return x != link.first && x != link.second; });
   if (on_all.size() == 1) {
     out.rank = on_all[0];
     return out;
