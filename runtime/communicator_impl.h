@@ -202,7 +202,7 @@ class CommunicatorImpl {
   std::vector<int> stream_after_;
   // Finished runs kept for operations of the same shape (OpRun::reuse): a training loop repeats
   // a few collectives, and building the schedule, the executor and the headers anew cost a small
-  // operation ~a third of its CPU (callgrind, README). Keyed by all that fixes the schedule on
+  // operation ~a third of its CPU (callgrind, docs/performance.md). Keyed by all that fixes the schedule on
   // this communicator; several runs of one shape may be kept (operations overlap in a stream).
   struct RunShape {
     collectives::Kind kind;

@@ -172,8 +172,8 @@ Status check_handshake(const Handshake& h, uint64_t comm_id, int self_rank) {
 
 // Loopback carries no network whose congestion a TCP congestion control could follow: all one
 // costs there is its work per acknowledgement and, for a pacing one (bbr, this VM's default), a
-// rate limit. Measured on loopback (README, BRAID_LOOPBACK_CC): 4 MiB messages 4.6-4.9 GB/s
-// under bbr, 6.8-7.7 GB/s under reno; an 8-byte ping-pong on one CPU ~0.05 us faster.
+// rate limit, which holds a loopback stream well below what reno moves (docs/performance.md,
+// BRAID_LOOPBACK_CC, has the figures and their commands).
 Status set_loopback_congestion_control(int fd, const std::string& cc) {
   if (cc == "system") return Status::ok();
   // Our own end says it as well as the peer's (a loopback address talks only to loopback), and
