@@ -133,8 +133,8 @@ TEST(StoreStress, LegitimateClientsAreServedCorrectlyUnderAttackAndTheServerStay
   EXPECT_LT(rss_bytes(server.process->pid()), kRssBound);
 }
 
-// 8 connections each send all but the last byte of a 64 MiB frame (the old server buffered them:
-// ~500 MB), and 8 more that know the secret do the same after their handshake: both are refused
+// 8 connections each send all but the last byte of a 64 MiB frame (the old server buffered every
+// byte of them), and 8 more that know the secret do the same after their handshake: both are refused
 // at the length, so the server's memory never grows.
 TEST(StoreStress, AlmostWholeHugeFramesCostTheServerNoMemory) {
   Server server = start_server({{"BRAID_SECRET", kSecret}});
