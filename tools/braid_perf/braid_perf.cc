@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "common/env.h"
+#include "common/env_vars.h"
 #include "tools/braid_perf/perf_measure.h"
 #include "tools/braid_perf/perf_options.h"
 #include "tools/braid_perf/perf_report.h"
-
-extern char** environ;
 
 namespace braid::perf {
 namespace {
@@ -29,12 +29,15 @@ std::string utc_now() {
   return buf;
 }
 
-// The BRAID_* settings of this run, as recorded in the JSON (secrets left out).
+// The BRAID_* settings of this run, as recorded in the JSON: every known variable that is set
+// (common/env_vars.h lists them), the secret left out.
 std::vector<std::string> braid_settings() {
   std::vector<std::string> out;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv = *e;
-    if (kv.rfind("BRAID_", 0) == 0 && kv.rfind("BRAID_SECRET", 0) != 0) out.push_back(kv);
+  const EnvLookup lookup = process_env();
+  for (const EnvVar& var : env_vars()) {
+    const std::string name(var.name);
+    if (name.rfind("BRAID_SECRET", 0) == 0) continue;
+    if (const char* value = lookup(name.c_str())) out.push_back(name + "=" + value);
   }
   return out;
 }
