@@ -1,0 +1,43 @@
+#include "py_work.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "errors.h"
+
+namespace braid::python {
+
+bool PyWork::wait(std::optional<double> timeout) {
+  if (timeout && (!std::isfinite(*timeout) || *timeout < 0)) {
+    throw py::value_error("Work.wait: timeout must be a finite number of seconds >= 0 or None");
+  }
+  bool done = true;
+  {
+    py::gil_scoped_release nogil;
+    if (timeout) {
+      done = work_.wait_for(std::chrono::milliseconds(static_cast<int64_t>(std::ceil(*timeout * 1000.0))));
+    } else {
+      work_.wait();
+    }
+  }
+  if (done) held_.clear();
+  return done;
+}
+
+py::object PyWork::exception() const {
+  if (!work_.test() || work_.error_code() == ErrorCode::ok) return py::none();
+  return make_error(work_.error_code(), work_.error_message());
+}
+
+void bind_work(py::module_& m) {
+  py::class_<PyWork, std::shared_ptr<PyWork>>(m, "Work",
+      "An operation running in the background, returned by the *_async calls. Its buffers "
+      "must not be touched until it is complete.")
+      .def("wait", &PyWork::wait, py::arg("timeout") = py::none(),
+           "Block (without the GIL) until complete; True, or False if `timeout` seconds passed "
+           "first. Raises the operation's braid.Error if it failed.")
+      .def("is_completed", &PyWork::is_completed, "True once finished, successfully or not; never blocks.")
+      .def("exception", &PyWork::exception, "The braid.Error of a failed operation, else None.");
+}
+
+}  // namespace braid::python
