@@ -1,0 +1,343 @@
+"""What each rank process of the tests runs: `rank_programs.py SCENARIO [ARGS]`.
+
+Every scenario joins the job from the environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+set by conftest.run_ranks or braidrun), checks what it can itself (an AssertionError exits
+non-zero), and prints one line `RESULT <json>` for the test to judge what only it can.
+"""
+
+import gc
+import json
+import os
+import sys
+import threading
+import time
+import weakref
+
+import numpy as np
+
+import braid
+
+DTYPES = [np.float32, np.float64, np.float16, np.int8, np.uint8, np.int32, np.int64]
+FLOAT_OPS = ["sum", "prod", "min", "max", "avg"]
+INT_OPS = ["sum", "prod", "min", "max", "band", "bor", "bxor"]
+
+
+def report(**result):
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+def wait_for_file(path, limit_s=60):
+    deadline = time.monotonic() + limit_s
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f"{path} did not appear within {limit_s} s"
+        time.sleep(0.01)
+
+
+def data(rank, n, dtype, salt=0):
+    # Small values: sums and products of up to four ranks stay exact in every dtype (int8 too).
+    return ((np.arange(n) * 3 + rank * 5 + salt) % 4 + 1).astype(dtype)
+
+
+def reference(stack, op, dtype):
+    if op == "sum":
+        return np.sum(stack, axis=0, dtype=dtype)
+    if op == "prod":
+        return np.prod(stack, axis=0, dtype=dtype)
+    if op == "min":
+        return np.min(stack, axis=0)
+    if op == "max":
+        return np.max(stack, axis=0)
+    if op == "avg":
+        return (np.sum(stack.astype(np.float64), axis=0) / len(stack)).astype(dtype)
+    fn = {"band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}[op]
+    return fn.reduce(stack, axis=0)
+
+
+def same(got, want, what):
+    tol = 1e-2 if got.dtype == np.float16 else 1e-6
+    if np.issubdtype(got.dtype, np.floating):
+        ok = np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+    else:
+        ok = np.array_equal(got, want)
+    assert ok, f"{what}: got {got!r}, want {want!r}"
+
+
+def collectives():
+    """Every collective, in place and out of place, on every dtype, against numpy's answer."""
+    comm = braid.init()
+    r, size = comm.rank, comm.size
+    assert (comm.local_rank, comm.local_size) == (r, size)
+    n = 7  # odd and not a multiple of the world size
+    checked = 0
+    for dt in DTYPES:
+        name = np.dtype(dt).name
+        everyone = np.stack([data(q, n, dt) for q in range(size)])
+        for op in FLOAT_OPS if np.issubdtype(dt, np.floating) else INT_OPS:
+            want = reference(everyone, op, dt)
+            buf = data(r, n, dt)
+            comm.all_reduce(buf, op=op)
+            same(buf, want, f"all_reduce in place {name} {op}")
+            out = np.zeros(n, dt)
+            comm.all_reduce(data(r, n, dt), out, op)
+            same(out, want, f"all_reduce {name} {op}")
+            root = 1 % size
+            buf = data(r, n, dt)
+            comm.reduce(buf, op=op, root=root)
+            if r == root:
+                same(buf, want, f"reduce in place {name} {op}")
+            out = np.zeros(n, dt)
+            comm.reduce(data(r, n, dt), out, op, root)
+            if r == root:
+                same(out, want, f"reduce {name} {op}")
+            blocks = np.stack([data(q, n * size, dt) for q in range(size)])
+            out = np.zeros(n, dt)
+            comm.reduce_scatter(data(r, n * size, dt), out, op)
+            same(out, reference(blocks, op, dt)[r * n:(r + 1) * n], f"reduce_scatter {name} {op}")
+            counts = [q + 1 for q in range(size)]
+            vblocks = np.stack([data(q, sum(counts), dt) for q in range(size)])
+            out = np.zeros(counts[r], dt)
+            comm.reduce_scatterv(data(r, sum(counts), dt), out, counts, op)
+            start = sum(counts[:r])
+            same(out, reference(vblocks, op, dt)[start:start + counts[r]], f"reduce_scatterv {name} {op}")
+            checked += 7
+
+        root = size - 1
+        buf = data(r, n, dt) if r == root else np.zeros(n, dt)
+        comm.broadcast(buf, root=root)
+        same(buf, data(root, n, dt), f"broadcast in place {name}")
+        out = np.zeros(n, dt)
+        comm.broadcast(data(r, n, dt), out, root=root)
+        same(out, data(root, n, dt), f"broadcast {name}")
+
+        out = np.zeros(n * size, dt)
+        comm.all_gather(data(r, n, dt), out)
+        same(out, np.concatenate([data(q, n, dt) for q in range(size)]), f"all_gather {name}")
+        counts = [2 * q + 1 for q in range(size)]
+        out = np.zeros(sum(counts), dt)
+        comm.all_gatherv(data(r, counts[r], dt), out, counts)
+        same(out, np.concatenate([data(q, counts[q], dt) for q in range(size)]), f"all_gatherv {name}")
+
+        out = np.zeros(n * size, dt) if r == 0 else None
+        comm.gather(data(r, n, dt), out, root=0)
+        if r == 0:
+            same(out, np.concatenate([data(q, n, dt) for q in range(size)]), f"gather {name}")
+        out = np.zeros(n, dt)
+        comm.scatter(data(r, n * size, dt) if r == root else None, out, root=root)
+        same(out, data(root, n * size, dt)[r * n:(r + 1) * n], f"scatter {name}")
+
+        # all_to_all: block p of rank q's send is data(q, n*size)[p*n:(p+1)*n].
+        out = np.zeros(n * size, dt)
+        comm.all_to_all(data(r, n * size, dt), out)
+        want = np.concatenate([data(q, n * size, dt)[r * n:(r + 1) * n] for q in range(size)])
+        same(out, want, f"all_to_all {name}")
+        buf = data(r, n * size, dt)
+        comm.all_to_all(buf)
+        same(buf, want, f"all_to_all in place {name}")
+
+        # all_to_allv: rank q sends k(q, p) elements to rank p.
+        def k(q, p):
+            return (q + 2 * p) % 3 + 1
+
+        def block(q, p):
+            return data(q * 10 + p, k(q, p), dt)
+
+        send = np.concatenate([block(r, p) for p in range(size)])
+        out = np.zeros(sum(k(q, r) for q in range(size)), dt)
+        comm.all_to_allv(send, [k(r, p) for p in range(size)], out, [k(q, r) for q in range(size)])
+        same(out, np.concatenate([block(q, r) for q in range(size)]), f"all_to_allv {name}")
+
+        # send/recv around the ring: the send runs in the background while this rank receives.
+        right, left = (r + 1) % size, (r - 1) % size
+        w = comm.send_async(data(r, n, dt), right, tag=5)
+        out = np.zeros(n, dt)
+        comm.recv(out, left, tag=5)
+        w.wait()
+        same(out, data(left, n, dt), f"send/recv {name}")
+        checked += 10
+
+    comm.barrier()
+    empty = np.zeros(0, np.float32)
+    comm.all_reduce(empty)
+    checked += 2
+    comm.close()
+    report(checked=checked)
+
+
+def torch_tensors():
+    """torch CPU tensors, bfloat16 included, reduced in place (zero-copy) and gathered."""
+    import torch
+    comm = braid.init()
+    r, size = comm.rank, comm.size
+    for dt in [torch.bfloat16, torch.float16, torch.float32, torch.int64]:
+        t = torch.arange(6, dtype=dt) + r
+        ptr = t.data_ptr()
+        comm.all_reduce(t, op="sum")
+        want = sum(torch.arange(6, dtype=torch.float64) + q for q in range(size))
+        assert t.data_ptr() == ptr and torch.equal(t.double(), want), (dt, t)
+        out = torch.zeros(6 * size, dtype=dt)
+        comm.all_gather(torch.full((6,), r, dtype=dt), out)
+        assert torch.equal(out.double(), torch.arange(size, dtype=torch.float64).repeat_interleave(6)), (dt, out)
+    comm.close()
+    report(ok=True)
+
+
+def async_ops(gate):
+    """A Work that cannot finish before the peer joins: wait(timeout) says False, then True;
+    the buffers of an operation whose Work and array were dropped stay alive until it ends."""
+    comm = braid.init()
+    r = comm.rank
+    if r == 0:
+        x = np.ones(1000, np.float32)
+        w = comm.all_reduce_async(x)
+        early = (w.is_completed(), w.wait(timeout=0.2))
+        dropped = np.ones(16, np.int32)
+        alive = weakref.ref(dropped)
+        comm.all_reduce_async(dropped)  # Work dropped at once
+        del dropped
+        gc.collect()
+        held_while_pending = alive() is not None
+        open(gate, "w").close()  # now rank 1 may join
+        done = w.wait(timeout=60)
+        comm.barrier()  # the dropped operation is complete once this returns
+        assert comm.rank == 0  # any call lets the communicator let go of completed operations
+        gc.collect()
+        report(early=list(early), done=done, completed=w.is_completed(), exception=repr(w.exception()),
+               sum=float(x[0]), held_while_pending=held_while_pending, released_after=alive() is None)
+    else:
+        wait_for_file(gate)
+        x = np.ones(1000, np.float32)
+        y = np.ones(16, np.int32)
+        works = [comm.all_reduce_async(x), comm.all_reduce_async(y), comm.barrier_async()]
+        for w in works:
+            assert w.wait() is True
+        report(sum=float(x[0]), int_sum=int(y[0]))
+    comm.close()
+
+
+def gil(gate):
+    """Rank 1 enters the all_reduce only after rank 0's Python thread ran while rank 0 was waiting
+    in it: with the GIL held during the wait, rank 0 would time out instead."""
+    comm = braid.init()
+    x = np.ones(4, np.float32)
+    if comm.rank == 0:
+        entering = threading.Event()
+        counts = [0]
+
+        def counter():
+            entering.wait()
+            time.sleep(0.5)  # by now the main thread is inside all_reduce
+            for _ in range(10000):
+                counts[0] += 1
+            open(gate, "w").close()
+
+        t = threading.Thread(target=counter)
+        t.start()
+        entering.set()
+        comm.all_reduce(x)
+        t.join()
+        report(counted=counts[0], sum=float(x[0]))
+    else:
+        wait_for_file(gate)
+        comm.all_reduce(x)
+        report(sum=float(x[0]))
+    comm.close()
+
+
+def error_of(fn):
+    try:
+        fn()
+    except braid.Error as e:
+        return {"type": type(e).__name__, "code": e.code, "message": str(e),
+                "mro": [c.__name__ for c in type(e).__mro__]}
+    return None
+
+
+def mismatch():
+    """Rank 0 reduces 4 elements, rank 1 reduces 5."""
+    comm = braid.init()
+    err = error_of(lambda: comm.all_reduce(np.ones(4 + comm.rank, np.float32)))
+    later = error_of(comm.barrier)
+    report(error=err, later=later, state=comm.state)
+
+
+def peer_exits():
+    """Rank 1 leaves right after joining; rank 0's all_reduce must end with an error."""
+    comm = braid.init()
+    if comm.rank == 1:
+        os._exit(0)
+    err = error_of(lambda: comm.all_reduce(np.ones(1 << 16, np.float32)))
+    report(error=err)
+
+
+def timeout(gate):
+    """Rank 1 never calls the all_reduce (BRAID_TIMEOUT_S is small): rank 0 times out."""
+    comm = braid.init()
+    if comm.rank == 0:
+        err = error_of(lambda: comm.all_reduce(np.ones(8, np.float32)))
+        open(gate, "w").close()
+        report(error=err)
+    else:
+        wait_for_file(gate)
+        report(error=None)
+    sys.stdout.flush()
+    os._exit(0)  # the communicator failed; no goodbye needed
+
+
+def abort(gate):
+    """Rank 1 aborts while rank 0 waits in an all_reduce rank 1 never joins."""
+    comm = braid.init()
+    if comm.rank == 0:
+        w = comm.all_reduce_async(np.ones(8, np.float32))
+        open(gate, "w").close()
+        err = error_of(w.wait)
+        report(error=err, exception=repr(w.exception()))
+    else:
+        wait_for_file(gate)
+        comm.abort("rank 1 aborts on purpose")
+        err = error_of(comm.barrier)
+        report(error=err)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def subgroups():
+    """split() by parity and new_group() of the ranks but the last, with collectives in each."""
+    comm = braid.init()
+    r, size = comm.rank, comm.size
+    sub = comm.split(r % 2, key=-r)
+    members = [q for q in range(size) if q % 2 == r % 2]
+    assert sub.size == len(members) and sub.rank == len(members) - 1 - members.index(r), (sub.rank, sub.size)
+    x = np.array([r], np.int64)
+    sub.all_reduce(x)
+    assert x[0] == sum(members), x
+    none = comm.split(-1 if r == 0 else 0)
+    assert (none is None) == (r == 0), none
+    group = comm.new_group(list(range(size - 1)))
+    if r == size - 1:
+        assert group is None
+    else:
+        y = np.array([1.0], np.float64)
+        group.all_reduce(y)
+        assert y[0] == size - 1
+        group.close()
+    if none is not None:
+        none.close()
+    sub.close()
+    comm.close()
+    report(ok=True)
+
+
+def url(address):
+    """braid.init(url=...) with rank and size given, not from the environment."""
+    rank, size = int(os.environ.pop("RANK")), int(os.environ.pop("WORLD_SIZE"))
+    with braid.init(url=address, rank=rank, size=size) as comm:
+        x = np.full(3, rank + 1, np.int32)
+        comm.all_reduce(x, op=braid.Op.max)
+        report(rank=comm.rank, size=comm.size, max=int(x[0]))
+
+
+SCENARIOS = {f.__name__: f for f in [collectives, torch_tensors, async_ops, gil, mismatch, peer_exits,
+                                      timeout, abort, subgroups, url]}
+
+if __name__ == "__main__":
+    SCENARIOS[sys.argv[1]](*sys.argv[2:])

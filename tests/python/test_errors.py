@@ -1,0 +1,61 @@
+"""braid's failures arrive as the braid.Error subclass of their code, with braid's message."""
+
+from conftest import import_braid, run_ranks
+
+braid = import_braid()
+
+
+def test_mismatch_raises_mismatch_error_on_both_ranks():
+    ranks = run_ranks(2, "mismatch").check_ok()
+    for r in range(2):
+        res = ranks.result(r)
+        err = res["error"]
+        assert err["type"] == "MismatchError" and err["code"] == "mismatch", err
+        assert "count 4" in err["message"] and "count 5" in err["message"], err
+        assert f"on rank {r}" in err["message"], err
+        # Later calls fail at once with the original reason.
+        assert res["later"]["type"] == "MismatchError" and res["state"] == "failed", res
+
+
+def test_peer_that_exits_raises_peer_lost_error():
+    ranks = run_ranks(2, "peer_exits", env={"BRAID_TIMEOUT_S": "30"})
+    assert ranks.codes == [0, 0], ranks.describe()
+    err = ranks.result(0)["error"]
+    assert err is not None and err["type"] == "PeerLostError", err
+    assert "rank 1" in err["message"] and "ConnectionError" in err["mro"], err
+
+
+def test_timeout_raises_timeout_error(tmp_path):
+    ranks = run_ranks(2, "timeout", tmp_path / "gate", env={"BRAID_TIMEOUT_S": "2"})
+    assert ranks.codes == [0, 0], ranks.describe()
+    err = ranks.result(0)["error"]
+    assert err is not None and err["type"] == "TimeoutError" and err["code"] == "timeout", err
+    assert "BRAID_TIMEOUT_S" in err["message"] and "rank 1" in err["message"], err
+    assert "OSError" in err["mro"], err  # also the built-in TimeoutError
+
+
+def test_abort_ends_the_peer_operation_with_aborted_error(tmp_path):
+    ranks = run_ranks(2, "abort", tmp_path / "gate", env={"BRAID_TIMEOUT_S": "30"})
+    assert ranks.codes == [0, 0], ranks.describe()
+    r0, r1 = ranks.result(0), ranks.result(1)
+    assert r0["error"]["type"] == "AbortedError" and "rank 1 aborts on purpose" in r0["error"]["message"], r0
+    assert r0["exception"].startswith("AbortedError("), r0
+    assert r1["error"]["type"] == "AbortedError", r1
+
+
+def test_error_classes_and_codes():
+    assert issubclass(braid.TimeoutError, TimeoutError) and issubclass(braid.TimeoutError, braid.Error)
+    assert issubclass(braid.PeerLostError, ConnectionError)
+    assert issubclass(braid.InvalidArgumentError, ValueError)
+    assert braid.errors.class_for("mismatch") is braid.MismatchError
+    assert braid.errors.class_for("no such code") is braid.Error
+
+
+def test_bad_environment_raises_invalid_argument(monkeypatch):
+    monkeypatch.setenv("BRAID_TIMEOUT_S", "soon")
+    try:
+        braid.init(url="tcp://127.0.0.1:1", rank=0, size=1)
+    except braid.InvalidArgumentError as e:
+        assert "BRAID_TIMEOUT_S" in str(e)
+    else:
+        raise AssertionError("a bad BRAID_TIMEOUT_S was accepted")
