@@ -1,25 +1,24 @@
 #include "py_communicator.h"
 
-#include <optional>
+#include <stdexcept>
 #include <utility>
-#include <vector>
-
 
 namespace braid::python {
 
-PyCommunicator::PyCommunicator(Communicator comm) : comm_(std::make_unique<Communicator>(std::move(comm))) {}
+PyCommunicator::PyCommunicator(Communicator comm) : holder_(std::make_shared<CommHolder>(std::move(comm))) {}
 
 PyCommunicator::~PyCommunicator() { close(); }
 
 Communicator& PyCommunicator::get(const char* op) {
-  if (!comm_) throw py::value_error(std::string(op) + ": the communicator is closed");
+  Communicator* comm = holder_->get();
+  if (comm == nullptr) throw py::value_error(std::string(op) + ": the communicator is closed");
   prune();
-  return *comm_;
+  return *comm;
 }
 
 std::shared_ptr<PyWork> PyCommunicator::track(Work work, HeldBuffers held) {
   if (!work.test()) pending_.push_back(Pending{work, held});
-  return std::make_shared<PyWork>(std::move(work), std::move(held));
+  return std::make_shared<PyWork>(std::move(work), std::move(held), holder_);
 }
 
 void PyCommunicator::finish(const std::shared_ptr<PyWork>& work) { work->wait(std::nullopt); }
@@ -29,18 +28,20 @@ void PyCommunicator::prune() {
 }
 
 void PyCommunicator::close() {
-  if (comm_) {
-    std::unique_ptr<Communicator> comm = std::move(comm_);
+  // Only the thread that closes lets go of the buffers, once the operations have ended.
+  if (!holder_->begin_close()) return;
+  {
     py::gil_scoped_release nogil;
-    comm.reset();  // waits, bounded, for pending operations
+    holder_->finish_close();
   }
   pending_.clear();
 }
 
 void PyCommunicator::abort(const std::string& reason) {
-  Communicator& c = get("abort");
+  get("abort");
   py::gil_scoped_release nogil;
-  c.abort(reason);
+  CommHolder::Use use(*holder_);
+  if (use.comm() != nullptr) use.comm()->abort(reason);
 }
 
 namespace {
@@ -52,6 +53,28 @@ py::object wrap(Communicator comm) {
 }
 
 }  // namespace
+
+py::object PyCommunicator::split(int color, std::optional<int> key) {
+  int k = key.value_or(get("split").rank());
+  Communicator sub = [&] {
+    py::gil_scoped_release nogil;
+    CommHolder::Use use(*holder_);
+    if (use.comm() == nullptr) throw std::invalid_argument("split: the communicator was closed by another thread");
+    return use.comm()->split(color < 0 ? Communicator::kNoColor : color, k);
+  }();
+  return wrap(std::move(sub));
+}
+
+py::object PyCommunicator::new_group(const std::vector<int>& ranks) {
+  get("new_group");
+  Communicator sub = [&] {
+    py::gil_scoped_release nogil;
+    CommHolder::Use use(*holder_);
+    if (use.comm() == nullptr) throw std::invalid_argument("new_group: the communicator was closed by another thread");
+    return use.comm()->new_group(ranks);
+  }();
+  return wrap(std::move(sub));
+}
 
 void bind_communicator(py::module_& m) {
   py::class_<PyCommunicator, std::shared_ptr<PyCommunicator>> cls(m, "Communicator",
@@ -67,25 +90,10 @@ void bind_communicator(py::module_& m) {
       .def_property_readonly("error_message", [](PyCommunicator& c) { return c.get("error_message").error_message(); },
                              "The failure that ended the communicator ('' while state is 'ok').")
       .def_property_readonly("last_algorithm", [](PyCommunicator& c) { return c.get("last_algorithm").last_algorithm(); })
-      .def("split", [](PyCommunicator& c, int color, std::optional<int> key) {
-             Communicator& comm = c.get("split");
-             int k = key.value_or(comm.rank());
-             Communicator sub = [&] {
-               py::gil_scoped_release nogil;
-               return comm.split(color < 0 ? Communicator::kNoColor : color, k);
-             }();
-             return wrap(std::move(sub));
-           }, py::arg("color"), py::arg("key") = py::none(),
+      .def("split", &PyCommunicator::split, py::arg("color"), py::arg("key") = py::none(),
            "Every rank calls it; ranks with the same color form a new Communicator, ranked by "
            "(key, rank). A negative color returns None (not a member).")
-      .def("new_group", [](PyCommunicator& c, std::vector<int> ranks) {
-             Communicator& comm = c.get("new_group");
-             Communicator sub = [&] {
-               py::gil_scoped_release nogil;
-               return comm.new_group(ranks);
-             }();
-             return wrap(std::move(sub));
-           }, py::arg("ranks"),
+      .def("new_group", &PyCommunicator::new_group, py::arg("ranks"),
            "Every rank calls it with the same list; listed ranks get a Communicator ranked in list "
            "order, the others None.")
       .def("abort", &PyCommunicator::abort, py::arg("reason") = "abort() called",

@@ -9,10 +9,12 @@
 #include <pybind11/pybind11.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "braid/communicator.h"
+#include "comm_holder.h"
 #include "py_work.h"
 
 namespace braid::python {
@@ -35,8 +37,11 @@ class PyCommunicator {
 
   // Waits (bounded, without the GIL) for pending operations and releases everything.
   void close();
-  bool closed() const { return comm_ == nullptr; }
+  bool closed() const { return holder_->get() == nullptr; }
   void abort(const std::string& reason);
+  // split() and new_group(): wait for the other ranks without the GIL.
+  py::object split(int color, std::optional<int> key);
+  py::object new_group(const std::vector<int>& ranks);
 
  private:
   struct Pending {
@@ -45,7 +50,7 @@ class PyCommunicator {
   };
   void prune();
 
-  std::unique_ptr<Communicator> comm_;
+  std::shared_ptr<CommHolder> holder_;
   std::vector<Pending> pending_;
 };
 

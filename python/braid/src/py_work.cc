@@ -14,6 +14,7 @@ bool PyWork::wait(std::optional<double> timeout) {
   bool done = true;
   {
     py::gil_scoped_release nogil;
+    CommHolder::Use use(*holder_);
     if (timeout) {
       done = work_.wait_for(std::chrono::milliseconds(static_cast<int64_t>(std::ceil(*timeout * 1000.0))));
     } else {

@@ -10,6 +10,7 @@
 
 #include "braid/work.h"
 #include "buffer.h"
+#include "comm_holder.h"
 
 namespace braid::python {
 
@@ -21,7 +22,8 @@ class PyWork {
  public:
   // `held`: the buffers the operation reads and writes, kept (with their Python objects) until
   // it is complete. Its communicator keeps them too, so dropping the Work early is safe.
-  PyWork(Work work, HeldBuffers held) : work_(std::move(work)), held_(std::move(held)) {}
+  PyWork(Work work, HeldBuffers held, std::shared_ptr<CommHolder> holder)
+      : work_(std::move(work)), held_(std::move(held)), holder_(std::move(holder)) {}
 
   // Waits without the GIL. timeout in seconds (None: as long as the operation's own timeout
   // allows). True once complete; False when `timeout` passed first (the operation goes on).
@@ -34,6 +36,7 @@ class PyWork {
  private:
   Work work_;
   HeldBuffers held_;
+  std::shared_ptr<CommHolder> holder_;  // keeps close() from destroying it while we wait
 };
 
 void bind_work(py::module_& m);
