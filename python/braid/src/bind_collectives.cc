@@ -1,6 +1,8 @@
 // The collectives as Communicator methods. Each is written once, as the function that checks
-// its arguments and starts the operation; def_both() binds it twice: `name` (blocking: start,
-// then wait without the GIL) and `name_async` (returns the braid.Work).
+// its arguments and runs the operation; def_both() binds it twice: `name` (blocking, without
+// the GIL) and `name_async` (returns the braid.Work). Blocking calls use the C++ blocking form,
+// not async + wait: with nothing else queued it runs on the calling thread, where an async
+// operation would wake the progress thread first.
 //
 // Python spells the C++ overloads with None: all_reduce(send) is in place and
 // all_reduce(send, recv) out of place. Element counts come from the buffers, and every buffer
@@ -21,7 +23,9 @@ using WorkPtr = std::shared_ptr<PyWork>;
 // One call's buffers and checks; every message names the call and the argument.
 class Call {
  public:
-  Call(PyCommunicator& pc, const char* name) : pc_(pc), comm_(pc.get(name)), name_(name) {}
+  enum class Mode { blocking, async };
+  Call(PyCommunicator& pc, const char* name, Mode mode)
+      : pc_(pc), comm_(pc.get(name)), use_(pc.holder()), name_(name), mode_(mode) {}
 
   Communicator& comm() { return comm_; }
   int size() const { return comm_.size(); }
@@ -70,7 +74,15 @@ class Call {
                           " is not one of 'sum', 'prod', 'min', 'max', 'avg', 'band', 'bor', 'bxor' (or braid.Op)");
   }
 
-  WorkPtr start(Work w) { return pc_.track(std::move(w), std::move(held_)); }
+  // Blocking: runs `blocking` without the GIL and returns nullptr; the buffers stay held
+  // until this Call ends. Async: starts `async` and returns its Work, which holds them.
+  template <class Blocking, class Async>
+  WorkPtr run(Blocking&& blocking, Async&& async) {
+    if (mode_ == Mode::async) return pc_.track(async(comm_), std::move(held_));
+    py::gil_scoped_release nogil;
+    blocking(comm_);
+    return nullptr;
+  }
 
  private:
   Buffer& take(py::handle obj, const char* arg, Access access) {
@@ -80,89 +92,93 @@ class Call {
 
   PyCommunicator& pc_;
   Communicator& comm_;
+  CommHolder::Use use_;  // close() on another thread waits for this call
   const char* name_;
+  Mode mode_;
   HeldBuffers held_;
 };
 
 size_t sum(const std::vector<size_t>& v) { return std::accumulate(v.begin(), v.end(), size_t{0}); }
 
-WorkPtr all_reduce(PyCommunicator& pc, py::object send, py::object recv, py::object op) {
-  Call c(pc, "all_reduce");
+WorkPtr all_reduce(Call& c, py::object send, py::object recv, py::object op) {
   Op o = c.op(op);
   if (recv.is_none()) {
     Buffer& b = c.out(send, "send");
-    return c.start(c.comm().all_reduce_async(b.data(), b.count(), b.dtype(), o));
+    return c.run([&](Communicator& m) { m.all_reduce(b.data(), b.count(), b.dtype(), o); },
+               [&](Communicator& m) { return m.all_reduce_async(b.data(), b.count(), b.dtype(), o); });
   }
   Buffer& s = c.in(send, "send");
   Buffer& r = c.out(recv, "recv");
   c.same_dtype(s, "send", r, "recv");
   c.count_is(r, "recv", s.count(), "as many as 'send'");
-  return c.start(c.comm().all_reduce_async(s.data(), r.data(), s.count(), s.dtype(), o));
+  return c.run([&](Communicator& m) { m.all_reduce(s.data(), r.data(), s.count(), s.dtype(), o); },
+               [&](Communicator& m) { return m.all_reduce_async(s.data(), r.data(), s.count(), s.dtype(), o); });
 }
 
-WorkPtr broadcast(PyCommunicator& pc, py::object send, py::object recv, int root) {
-  Call c(pc, "broadcast");
+WorkPtr broadcast(Call& c, py::object send, py::object recv, int root) {
   c.peer(root, "root");
   if (recv.is_none()) {
     Buffer& b = c.out(send, "send");
-    return c.start(c.comm().broadcast_async(b.data(), b.count(), b.dtype(), root));
+    return c.run([&](Communicator& m) { m.broadcast(b.data(), b.count(), b.dtype(), root); },
+               [&](Communicator& m) { return m.broadcast_async(b.data(), b.count(), b.dtype(), root); });
   }
   Buffer& s = c.in(send, "send");
   Buffer& r = c.out(recv, "recv");
   c.same_dtype(s, "send", r, "recv");
   c.count_is(s, "send", r.count(), "as many as 'recv'");
-  return c.start(c.comm().broadcast_async(s.data(), r.data(), r.count(), r.dtype(), root));
+  return c.run([&](Communicator& m) { m.broadcast(s.data(), r.data(), r.count(), r.dtype(), root); },
+               [&](Communicator& m) { return m.broadcast_async(s.data(), r.data(), r.count(), r.dtype(), root); });
 }
 
-WorkPtr reduce(PyCommunicator& pc, py::object send, py::object recv, py::object op, int root) {
-  Call c(pc, "reduce");
+WorkPtr reduce(Call& c, py::object send, py::object recv, py::object op, int root) {
   Op o = c.op(op);
   c.peer(root, "root");
   bool is_root = c.rank() == root;
   if (recv.is_none()) {  // in place: the result lands in root's send
     Buffer& s = is_root ? c.out(send, "send") : c.in(send, "send");
-    return c.start(c.comm().reduce_async(s.data(), is_root ? s.data() : nullptr, s.count(), s.dtype(), o, root));
+    return c.run([&](Communicator& m) { m.reduce(s.data(), is_root ? s.data() : nullptr, s.count(), s.dtype(), o, root); },
+               [&](Communicator& m) { return m.reduce_async(s.data(), is_root ? s.data() : nullptr, s.count(), s.dtype(), o, root); });
   }
   Buffer& s = c.in(send, "send");
   Buffer& r = c.out(recv, "recv");
   c.same_dtype(s, "send", r, "recv");
   c.count_is(r, "recv", s.count(), "as many as 'send'");
-  return c.start(c.comm().reduce_async(s.data(), r.data(), s.count(), s.dtype(), o, root));
+  return c.run([&](Communicator& m) { m.reduce(s.data(), r.data(), s.count(), s.dtype(), o, root); },
+               [&](Communicator& m) { return m.reduce_async(s.data(), r.data(), s.count(), s.dtype(), o, root); });
 }
 
-WorkPtr all_gather(PyCommunicator& pc, py::object send, py::object recv) {
-  Call c(pc, "all_gather");
+WorkPtr all_gather(Call& c, py::object send, py::object recv) {
   Buffer& s = c.in(send, "send");
   Buffer& r = c.out(recv, "recv");
   c.same_dtype(s, "send", r, "recv");
   c.count_is(r, "recv", s.count() * c.size(), "size * len(send)");
-  return c.start(c.comm().all_gather_async(s.data(), r.data(), s.count(), s.dtype()));
+  return c.run([&](Communicator& m) { m.all_gather(s.data(), r.data(), s.count(), s.dtype()); },
+               [&](Communicator& m) { return m.all_gather_async(s.data(), r.data(), s.count(), s.dtype()); });
 }
 
-WorkPtr all_gatherv(PyCommunicator& pc, py::object send, py::object recv, std::vector<size_t> counts) {
-  Call c(pc, "all_gatherv");
+WorkPtr all_gatherv(Call& c, py::object send, py::object recv, std::vector<size_t> counts) {
   counts = c.counts(counts, "counts");
   Buffer& s = c.in(send, "send");
   Buffer& r = c.out(recv, "recv");
   c.same_dtype(s, "send", r, "recv");
   c.count_is(s, "send", counts[c.rank()], "counts[rank]");
   c.count_is(r, "recv", sum(counts), "sum(counts)");
-  return c.start(c.comm().all_gatherv_async(s.data(), r.data(), counts, s.dtype()));
+  return c.run([&](Communicator& m) { m.all_gatherv(s.data(), r.data(), counts, s.dtype()); },
+               [&](Communicator& m) { return m.all_gatherv_async(s.data(), r.data(), counts, s.dtype()); });
 }
 
-WorkPtr reduce_scatter(PyCommunicator& pc, py::object send, py::object recv, py::object op) {
-  Call c(pc, "reduce_scatter");
+WorkPtr reduce_scatter(Call& c, py::object send, py::object recv, py::object op) {
   Op o = c.op(op);
   Buffer& s = c.in(send, "send");
   Buffer& r = c.out(recv, "recv");
   c.same_dtype(s, "send", r, "recv");
   c.count_is(s, "send", r.count() * c.size(), "size * len(recv)");
-  return c.start(c.comm().reduce_scatter_async(s.data(), r.data(), r.count(), r.dtype(), o));
+  return c.run([&](Communicator& m) { m.reduce_scatter(s.data(), r.data(), r.count(), r.dtype(), o); },
+               [&](Communicator& m) { return m.reduce_scatter_async(s.data(), r.data(), r.count(), r.dtype(), o); });
 }
 
-WorkPtr reduce_scatterv(PyCommunicator& pc, py::object send, py::object recv, std::vector<size_t> counts,
+WorkPtr reduce_scatterv(Call& c, py::object send, py::object recv, std::vector<size_t> counts,
                         py::object op) {
-  Call c(pc, "reduce_scatterv");
   Op o = c.op(op);
   counts = c.counts(counts, "counts");
   Buffer& s = c.in(send, "send");
@@ -170,11 +186,11 @@ WorkPtr reduce_scatterv(PyCommunicator& pc, py::object send, py::object recv, st
   c.same_dtype(s, "send", r, "recv");
   c.count_is(s, "send", sum(counts), "sum(counts)");
   c.count_is(r, "recv", counts[c.rank()], "counts[rank]");
-  return c.start(c.comm().reduce_scatterv_async(s.data(), r.data(), counts, r.dtype(), o));
+  return c.run([&](Communicator& m) { m.reduce_scatterv(s.data(), r.data(), counts, r.dtype(), o); },
+               [&](Communicator& m) { return m.reduce_scatterv_async(s.data(), r.data(), counts, r.dtype(), o); });
 }
 
-WorkPtr gather(PyCommunicator& pc, py::object send, py::object recv, int root) {
-  Call c(pc, "gather");
+WorkPtr gather(Call& c, py::object send, py::object recv, int root) {
   c.peer(root, "root");
   Buffer& s = c.in(send, "send");
   void* r_data = nullptr;
@@ -184,11 +200,11 @@ WorkPtr gather(PyCommunicator& pc, py::object send, py::object recv, int root) {
     c.count_is(r, "recv", s.count() * c.size(), "size * len(send)");
     r_data = r.data();
   }
-  return c.start(c.comm().gather_async(s.data(), r_data, s.count(), s.dtype(), root));
+  return c.run([&](Communicator& m) { m.gather(s.data(), r_data, s.count(), s.dtype(), root); },
+               [&](Communicator& m) { return m.gather_async(s.data(), r_data, s.count(), s.dtype(), root); });
 }
 
-WorkPtr scatter(PyCommunicator& pc, py::object send, py::object recv, int root) {
-  Call c(pc, "scatter");
+WorkPtr scatter(Call& c, py::object send, py::object recv, int root) {
   c.peer(root, "root");
   Buffer& r = c.out(recv, "recv");
   const void* s_data = nullptr;
@@ -198,27 +214,28 @@ WorkPtr scatter(PyCommunicator& pc, py::object send, py::object recv, int root) 
     c.count_is(s, "send", r.count() * c.size(), "size * len(recv)");
     s_data = s.data();
   }
-  return c.start(c.comm().scatter_async(s_data, r.data(), r.count(), r.dtype(), root));
+  return c.run([&](Communicator& m) { m.scatter(s_data, r.data(), r.count(), r.dtype(), root); },
+               [&](Communicator& m) { return m.scatter_async(s_data, r.data(), r.count(), r.dtype(), root); });
 }
 
-WorkPtr all_to_all(PyCommunicator& pc, py::object send, py::object recv) {
-  Call c(pc, "all_to_all");
+WorkPtr all_to_all(Call& c, py::object send, py::object recv) {
   if (recv.is_none()) {
     Buffer& b = c.out(send, "send");
     size_t n = c.per_rank(b, "send");
-    return c.start(c.comm().all_to_all_async(b.data(), b.data(), n, b.dtype()));
+    return c.run([&](Communicator& m) { m.all_to_all(b.data(), b.data(), n, b.dtype()); },
+               [&](Communicator& m) { return m.all_to_all_async(b.data(), b.data(), n, b.dtype()); });
   }
   Buffer& s = c.in(send, "send");
   Buffer& r = c.out(recv, "recv");
   c.same_dtype(s, "send", r, "recv");
   size_t n = c.per_rank(s, "send");
   c.count_is(r, "recv", s.count(), "as many as 'send'");
-  return c.start(c.comm().all_to_all_async(s.data(), r.data(), n, s.dtype()));
+  return c.run([&](Communicator& m) { m.all_to_all(s.data(), r.data(), n, s.dtype()); },
+               [&](Communicator& m) { return m.all_to_all_async(s.data(), r.data(), n, s.dtype()); });
 }
 
-WorkPtr all_to_allv(PyCommunicator& pc, py::object send, std::vector<size_t> send_counts, py::object recv,
+WorkPtr all_to_allv(Call& c, py::object send, std::vector<size_t> send_counts, py::object recv,
                     std::vector<size_t> recv_counts) {
-  Call c(pc, "all_to_allv");
   send_counts = c.counts(send_counts, "send_counts");
   recv_counts = c.counts(recv_counts, "recv_counts");
   Buffer& s = c.in(send, "send");
@@ -226,35 +243,41 @@ WorkPtr all_to_allv(PyCommunicator& pc, py::object send, std::vector<size_t> sen
   c.same_dtype(s, "send", r, "recv");
   c.count_is(s, "send", sum(send_counts), "sum(send_counts)");
   c.count_is(r, "recv", sum(recv_counts), "sum(recv_counts)");
-  return c.start(c.comm().all_to_allv_async(s.data(), send_counts, r.data(), recv_counts, s.dtype()));
+  return c.run([&](Communicator& m) { m.all_to_allv(s.data(), send_counts, r.data(), recv_counts, s.dtype()); },
+               [&](Communicator& m) { return m.all_to_allv_async(s.data(), send_counts, r.data(), recv_counts, s.dtype()); });
 }
 
-WorkPtr barrier(PyCommunicator& pc) {
-  Call c(pc, "barrier");
-  return c.start(c.comm().barrier_async());
+WorkPtr barrier(Call& c) {
+  return c.run([&](Communicator& m) { m.barrier(); },
+               [&](Communicator& m) { return m.barrier_async(); });
 }
 
-WorkPtr send(PyCommunicator& pc, py::object buf, int peer, uint64_t tag) {
-  Call c(pc, "send");
+WorkPtr send(Call& c, py::object buf, int peer, uint64_t tag) {
   c.peer(peer, "peer");
   Buffer& b = c.in(buf, "buf");
-  return c.start(c.comm().send_async(b.data(), b.count(), b.dtype(), peer, tag));
+  return c.run([&](Communicator& m) { m.send(b.data(), b.count(), b.dtype(), peer, tag); },
+               [&](Communicator& m) { return m.send_async(b.data(), b.count(), b.dtype(), peer, tag); });
 }
 
-WorkPtr recv(PyCommunicator& pc, py::object buf, int peer, uint64_t tag) {
-  Call c(pc, "recv");
+WorkPtr recv(Call& c, py::object buf, int peer, uint64_t tag) {
   c.peer(peer, "peer");
   Buffer& b = c.out(buf, "buf");
-  return c.start(c.comm().recv_async(b.data(), b.count(), b.dtype(), peer, tag));
+  return c.run([&](Communicator& m) { m.recv(b.data(), b.count(), b.dtype(), peer, tag); },
+               [&](Communicator& m) { return m.recv_async(b.data(), b.count(), b.dtype(), peer, tag); });
 }
 
+// `name` must be a string literal (the bound functions keep the pointer for their messages).
 template <class... A, class... Extra>
-void def_both(Cls& cls, const char* name, WorkPtr (*f)(PyCommunicator&, A...), const char* doc,
-              const Extra&... extra) {
-  cls.def(name, [f](PyCommunicator& pc, A... a) { PyCommunicator::finish(f(pc, std::move(a)...)); }, doc, extra...);
+void def_both(Cls& cls, const char* name, WorkPtr (*f)(Call&, A...), const char* doc, const Extra&... extra) {
+  cls.def(name, [f, name](PyCommunicator& pc, A... a) {
+    Call c(pc, name, Call::Mode::blocking);
+    f(c, std::move(a)...);
+  }, doc, extra...);
   std::string async_doc = std::string("Like ") + name + "(), but returns a braid.Work at once.";
-  cls.def((std::string(name) + "_async").c_str(), [f](PyCommunicator& pc, A... a) { return f(pc, std::move(a)...); },
-          async_doc.c_str(), extra...);
+  cls.def((std::string(name) + "_async").c_str(), [f, name](PyCommunicator& pc, A... a) {
+    Call c(pc, name, Call::Mode::async);
+    return f(c, std::move(a)...);
+  }, async_doc.c_str(), extra...);
 }
 
 }  // namespace

@@ -21,8 +21,6 @@ std::shared_ptr<PyWork> PyCommunicator::track(Work work, HeldBuffers held) {
   return std::make_shared<PyWork>(std::move(work), std::move(held), holder_);
 }
 
-void PyCommunicator::finish(const std::shared_ptr<PyWork>& work) { work->wait(std::nullopt); }
-
 void PyCommunicator::prune() {
   std::erase_if(pending_, [](const Pending& p) { return p.work.test(); });
 }

@@ -3,7 +3,7 @@
 //
 // Every *_async call registers its buffers here as well as in its Work, so that an operation
 // whose Work was dropped still has live memory; completed entries are pruned on each call and
-// all of them at close(). Blocking calls are their async form plus a wait without the GIL.
+// all of them at close().
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -32,8 +32,7 @@ class PyCommunicator {
   Communicator& get(const char* op);
   // Registers a started operation and wraps it for Python.
   std::shared_ptr<PyWork> track(Work work, HeldBuffers held);
-  // Waits (without the GIL) for a blocking call's operation; raises its error.
-  static void finish(const std::shared_ptr<PyWork>& work);
+  CommHolder& holder() { return *holder_; }
 
   // Waits (bounded, without the GIL) for pending operations and releases everything.
   void close();
