@@ -327,6 +327,35 @@ def subgroups():
     report(ok=True)
 
 
+def groups():
+    """Every rank sends to every other and receives from each in one group (batch_isend_irecv),
+    then two all_reduce calls coalesced in a group; blocking calls are refused inside one."""
+    comm = braid.init()
+    r, size = comm.rank, comm.size
+    inbox = {p: np.zeros(5, np.int64) for p in range(size) if p != r}
+    comm.group_start()
+    works = [comm.send_async(np.full(5, r * 10 + p, np.int64), p, tag=1) for p in range(size) if p != r]
+    works += [comm.recv_async(inbox[p], p, tag=1) for p in inbox]
+    done = comm.group_end()
+    assert done.wait(timeout=60) is True
+    assert all(w.is_completed() for w in works)
+    for p, got in inbox.items():
+        assert got.tolist() == [p * 10 + r] * 5, (p, got)
+    a, b = np.full(3, r, np.float32), np.full(7, 1, np.float32)
+    comm.group_start()
+    wa, wb = comm.all_reduce_async(a), comm.all_reduce_async(b)
+    try:
+        comm.barrier()
+        refused = None
+    except ValueError as e:
+        refused = str(e)
+    comm.group_end().wait()
+    wa.wait(), wb.wait()
+    assert a.tolist() == [sum(range(size))] * 3 and b.tolist() == [size] * 7, (a, b)
+    comm.close()
+    report(refused=refused)
+
+
 def url(address):
     """braid.init(url=...) with rank and size given, not from the environment."""
     rank, size = int(os.environ.pop("RANK")), int(os.environ.pop("WORLD_SIZE"))
@@ -337,7 +366,7 @@ def url(address):
 
 
 SCENARIOS = {f.__name__: f for f in [collectives, torch_tensors, async_ops, gil, mismatch, peer_exits,
-                                      timeout, abort, subgroups, url]}
+                                      timeout, abort, subgroups, groups, url]}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](*sys.argv[2:])

@@ -48,3 +48,11 @@ def test_under_braidrun():
                          env=env, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count('RESULT {"checked": 373}') == 3, out.stdout
+
+
+def test_group_calls_run_as_one():
+    # Each rank's sends and receives to every other in one group (they would deadlock one by one
+    # if sends waited for their receives), then two all_reduce calls coalesced.
+    ranks = run_ranks(3, "groups").check_ok()
+    for r in range(3):
+        assert "inside group_start() before group_end()" in ranks.result(r)["refused"]

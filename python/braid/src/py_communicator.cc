@@ -94,6 +94,11 @@ void bind_communicator(py::module_& m) {
       .def("new_group", &PyCommunicator::new_group, py::arg("ranks"),
            "Every rank calls it with the same list; listed ranks get a Communicator ranked in list "
            "order, the others None.")
+      .def("group_start", [](PyCommunicator& c) { c.get("group_start").group_start(); },
+           "The *_async calls until group_end() run as one unit: send/recv all at once "
+           "(batch_isend_irecv), all_reduce calls coalesced. Blocking calls are refused inside.")
+      .def("group_end", [](PyCommunicator& c) { return c.track(c.get("group_end").group_end(), {}); },
+           "Start the group; returns a braid.Work for all of it (each call's Work completes with it).")
       .def("abort", &PyCommunicator::abort, py::arg("reason") = "abort() called",
            "End every pending operation here and on the other ranks; any thread may call it.")
       .def("close", &PyCommunicator::close, "Wait (bounded) for pending operations, then release the connections.")
