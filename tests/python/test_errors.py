@@ -66,3 +66,28 @@ def test_bad_environment_raises_invalid_argument():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("InvalidArgumentError") and "BRAID_TIMEOUT_S" in out.stdout, out.stdout
+
+
+def run_init(env_changes):
+    code = ("import braid\n"
+            "try:\n"
+            "    braid.init()\n"
+            "except braid.Error as e:\n"
+            "    print(type(e).__name__, e)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env.update(env_changes)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_init_without_launcher_variables_says_which_are_missing():
+    out = run_init({})
+    assert out.startswith("InvalidArgumentError") and "MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE" in out, out
+
+
+def test_init_whose_peer_never_comes_times_out():
+    from conftest import free_port
+    out = run_init({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+                    "BRAID_RENDEZVOUS_TIMEOUT_S": "2", "BRAID_SECRET": "0123456789abcdef0123"})
+    assert out.startswith("TimeoutError rendezvous: rank 0 waited 2 s") and "for rank 1" in out, out
