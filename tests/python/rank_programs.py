@@ -214,6 +214,29 @@ def async_ops(gate):
     comm.close()
 
 
+def interrupt(gate):
+    """Ctrl-C (SIGINT) interrupts rank 0's Work.wait() on an operation rank 1 has not joined;
+    the operation goes on and completes once rank 1 joins."""
+    import signal
+    comm = braid.init()
+    x = np.ones(8, np.float32)
+    if comm.rank == 0:
+        w = comm.all_reduce_async(x)
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            w.wait()
+            interrupted = False
+        except KeyboardInterrupt:
+            interrupted = True
+        open(gate, "w").close()
+        report(interrupted=interrupted, done=w.wait(timeout=60), sum=float(x[0]))
+    else:
+        wait_for_file(gate)
+        comm.all_reduce(x)
+        report(sum=float(x[0]))
+    comm.close()
+
+
 def gil(gate):
     """Rank 1 enters the all_reduce only after rank 0's Python thread ran while rank 0 was waiting
     in it: with the GIL held during the wait, rank 0 would time out instead."""
@@ -365,7 +388,7 @@ def url(address):
         report(rank=comm.rank, size=comm.size, max=int(x[0]))
 
 
-SCENARIOS = {f.__name__: f for f in [collectives, torch_tensors, async_ops, gil, mismatch, peer_exits,
+SCENARIOS = {f.__name__: f for f in [collectives, torch_tensors, async_ops, interrupt, gil, mismatch, peer_exits,
                                       timeout, abort, subgroups, groups, url]}
 
 if __name__ == "__main__":

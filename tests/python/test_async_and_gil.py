@@ -23,3 +23,9 @@ def test_python_threads_run_while_a_rank_waits(tmp_path):
     ranks = run_ranks(2, "gil", tmp_path / "gate").check_ok()
     assert ranks.result(0) == {"counted": 10000, "sum": 2.0}
     assert ranks.result(1) == {"sum": 2.0}
+
+
+def test_ctrl_c_interrupts_work_wait(tmp_path):
+    ranks = run_ranks(2, "interrupt", tmp_path / "gate").check_ok()
+    assert ranks.result(0) == {"interrupted": True, "done": True, "sum": 2.0}
+    assert ranks.result(1) == {"sum": 2.0}
