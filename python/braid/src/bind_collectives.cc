@@ -27,7 +27,6 @@ class Call {
   Call(PyCommunicator& pc, const char* name, Mode mode)
       : pc_(pc), comm_(pc.get(name)), use_(pc.holder()), name_(name), mode_(mode) {}
 
-  Communicator& comm() { return comm_; }
   int size() const { return comm_.size(); }
   int rank() const { return comm_.rank(); }
 
