@@ -15,7 +15,7 @@ braid = import_braid()
 def test_every_collective_every_dtype(world):
     # Each rank checks its own results (rank_programs.collectives); all must exit 0.
     ranks = run_ranks(world, "collectives").check_ok()
-    assert {ranks.result(r)["checked"] for r in range(world)} == {373}
+    assert {ranks.result(r)["checked"] for r in range(world)} == {384}
 
 
 def test_torch_cpu_tensors_bfloat16_included():
@@ -47,7 +47,7 @@ def test_under_braidrun():
                           sys.executable, RANK_PROGRAMS, "collectives"],
                          env=env, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stdout.count('RESULT {"checked": 373}') == 3, out.stdout
+    assert out.stdout.count('RESULT {"checked": 384}') == 3, out.stdout
 
 
 def test_group_calls_run_as_one():
