@@ -63,6 +63,11 @@ if [ ! -f "$dir/vmlinux" ]; then
   mv "$tmp/vmlinux" "$dir/vmlinux"   # last: its presence means the rest is complete
   rm -rf "$tmp"
   trap - EXIT
+  # Each kernel takes about 400 MB unpacked: keep only the one in use (a guest still running
+  # an older one has its files open already).
+  for old in "$cache"/*/vmlinux; do
+    [ "$old" = "$dir/vmlinux" ] || rm -rf "$(dirname "$old")"
+  done
 fi
 
 # The load order, as insmod lines, from the unpacked tree's module database.
