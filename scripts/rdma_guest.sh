@@ -16,6 +16,7 @@
 # timings on stderr), BRAID_GUEST_CACHE (where prepare.sh keeps the kernel and initramfs),
 # BRAID_GUEST_KERNEL_PKG (default: the package linux-image-amd64 depends on), BRAID_GUEST_QEMU.
 set -euo pipefail
+# shellcheck disable=SC2054  # qemu's options are comma-separated words, not array elements
 here=$(cd "$(dirname "$0")" && pwd)/rdma_guest
 
 say() { echo "rdma_guest: $*" >&2; }
