@@ -161,11 +161,12 @@ void CommunicatorImpl::progress_main() {
   if (!s.is_ok()) return;
 
   uint64_t taken = 0;  // operations pushed to the queue that had left it after the last pass
+  bool worked = false;  // the last pass ran an operation
   for (;;) {
     // A wake-up through the condition variable costs ~40 us here; back-to-back operations
     // (the common case in a training step or a benchmark) arrive within a short spin instead.
-    auto spin_end = Clock::now() + std::chrono::microseconds(cfg_.env.spin_us);
-    {
+    if (worked) {
+      auto spin_end = Clock::now() + std::chrono::microseconds(cfg_.env.spin_us);
       SpinScope spin;
       // Yield, never pause: the next operation comes from a caller that may share this CPU.
       while (enqueued_.load(std::memory_order_acquire) == taken && Clock::now() < spin_end) std::this_thread::yield();
@@ -174,12 +175,13 @@ void CommunicatorImpl::progress_main() {
     bool stop = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, kBoardInterval, [&] {
-        return !busy_ && (stopping_ || !queue_.empty() || (abort_requested_.load() && state() == CommState::ok));
-      });
+      wait_for_work(lock, Clock::now() + kBoardInterval);
       // Another thread runs operations (a caller on its own thread): it watches the failure
       // board while it waits, and hands back what it leaves queued when it is done.
-      if (busy_) continue;
+      if (busy_) {
+        worked = false;
+        continue;
+      }
       busy_ = true;
       if (!queue_.empty()) {
         op = std::move(queue_.front());
@@ -189,7 +191,9 @@ void CommunicatorImpl::progress_main() {
       }
     }
     if (abort_requested_.load() && state() == CommState::ok) handle_abort();
+    worked = op.has_value();
     if (op) {
+      ran_on_progress_.fetch_add(1, std::memory_order_relaxed);
       run_one(*op);
     } else if (stop) {
       break;  // busy_ stays set: nothing runs after this
@@ -201,11 +205,38 @@ void CommunicatorImpl::progress_main() {
     // waits for anything beyond it.
     release_busy(&taken);
   }
+  BRAID_LOG(trace) << "rank " << cfg_.rank << " closing: " << ran_on_caller_.load() << " operations ran on callers' threads, "
+                   << ran_on_progress_.load() << " on the progress thread";
   run_cache_.clear();  // the kept runs name the connections
   close_connections({});
   connections_.clear();
   std::lock_guard<std::mutex> lock(transport_mu_);
   transport_.reset();
+}
+
+void CommunicatorImpl::wait_for_work(std::unique_lock<std::mutex>& lock, Clock::time_point board_at) {
+  for (;;) {
+    if (!busy_ && (stopping_ || (abort_requested_.load() && state() == CommState::ok))) break;
+    Clock::time_point until = board_at;
+    if (!busy_ && !queue_.empty()) {
+      // One operation queued on an idle communicator: its caller may still come for it (help).
+      if (queue_.size() > 1 || Clock::now() >= grace_until_) break;
+      until = std::min(until, grace_until_);
+    }
+    if (Clock::now() >= board_at) break;
+    progress_wakes_at_ = until;
+    cv_.wait_until(lock, until);
+    progress_wakes_at_ = Clock::time_point::min();
+  }
+}
+
+bool CommunicatorImpl::queued_locked(bool idle_before) {
+  enqueued_.fetch_add(1, std::memory_order_release);
+  if (!cfg_.env.caller_progress || !idle_before || cfg_.caller_grace.count() <= 0) return true;
+  grace_until_ = Clock::now() + cfg_.caller_grace;
+  // Awake, or asleep with a deadline within the grace: the progress thread looks at the queue
+  // again by the time the grace ends, so this call saves the wake-up (the cost it exists for).
+  return progress_wakes_at_ > grace_until_;
 }
 
 void CommunicatorImpl::run_one(Pending& op, bool may_stream) {
@@ -383,6 +414,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
       }
     }
     if (next) {
+      ran_on_progress_.fetch_add(1, std::memory_order_relaxed);
       Pending& op = *next;
       admit(op, std::move(next));
     }
@@ -546,15 +578,17 @@ Work CommunicatorImpl::enqueue(collectives::CollectiveArgs args) {
   raise_if_error(collectives::validate_collective(args, cfg_.rank, cfg_.size));
   auto work = std::make_shared<detail::WorkState>();
   std::unique_ptr<DeviceStaging> device = stage_device(args, work);
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Pending op;
     if (!admit_locked(std::move(args), work, &op)) return Work(work);
     op.device = std::move(device);
+    const bool idle = !busy_ && queue_.empty();
     queue_.push_back(std::move(op));
-    enqueued_.fetch_add(1, std::memory_order_release);
+    wake = queued_locked(idle);
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
   return Work(work);
 }
 
@@ -573,7 +607,7 @@ void CommunicatorImpl::run(collectives::CollectiveArgs args) {
         busy_ = true;
       } else {
         queue_.push_back(std::move(op));
-        enqueued_.fetch_add(1, std::memory_order_release);
+        (void)queued_locked(false);  // it waits right away: no grace
       }
     }
   }
@@ -597,11 +631,13 @@ void CommunicatorImpl::help(const detail::WorkState& work) {
     op = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
+    grace_until_ = {};  // taken: the next operation queued gets a grace of its own
   }
   run_here(op);
 }
 
 void CommunicatorImpl::run_here(Pending& op) {
+  ran_on_caller_.fetch_add(1, std::memory_order_relaxed);
   run_one(op);
   release_busy();
 }

@@ -9,6 +9,17 @@
 // (an io_uring ring changes owner only while no I/O is in flight, which holds between
 // operations: a send completes only after its zero-copy notification).
 //
+// The hand-off of an *_async operation. Queued on an idle communicator, it is left to its caller
+// for a short grace (CommunicatorConfig::caller_grace): `_async(...).wait()` then runs it on the
+// caller's thread as the blocking call does. Otherwise the progress thread, woken by the enqueue,
+// would usually take it first (the wake-up tends to land on the caller's CPU and run at once),
+// and the caller would pay a wake-up to learn it is done, and the transport a change of owner
+// each way (an io_uring ring is replaced each time). Once the grace is over the progress thread
+// runs it: work that nobody waits for still overlaps the caller's compute, starting a grace
+// late. An operation queued behind another, or while one runs, gets no grace (wait() could not
+// run it here anyway) and streams on the progress thread as before. An enqueue wakes the
+// progress thread only when it would not wake by itself before the grace ends.
+//
 // Failure (see failure_board.h): the first failed operation ends the communicator. The rank
 // that found the failure writes it to the store, then closes every connection, so peers
 // blocked on it fail at once and name the real reason; every later operation fails fast with
@@ -56,6 +67,9 @@ struct CommunicatorConfig {
   std::unique_ptr<TcpStoreServer> server;    // when this rank serves the job's store
   std::string master_addr;
   Env env;
+  // How long an *_async operation queued on an idle communicator waits for its caller to run it
+  // (see the top). Tests lengthen it to make the hand-off certain.
+  std::chrono::microseconds caller_grace{50};
   void* inproc_fabric = nullptr;             // tests: BRAID_TRANSPORT=inproc
 };
 
@@ -82,6 +96,16 @@ class CommunicatorImpl {
   // Work::wait(): when `work` is the only operation queued and none is running, runs it on the
   // calling thread. Returns at once otherwise (the progress thread has it).
   void help(const detail::WorkState& work);
+
+  // For tests and TRACE: operations (a group counts once) run so far on a caller's thread
+  // (blocking calls, wait()) and on the progress thread.
+  struct HandOffCounts {
+    uint64_t on_caller = 0;
+    uint64_t on_progress_thread = 0;
+  };
+  HandOffCounts hand_off_counts() const {
+    return {ran_on_caller_.load(std::memory_order_relaxed), ran_on_progress_.load(std::memory_order_relaxed)};
+  }
 
   // The CUDA stream that operations on device buffers are ordered on (device_staging.h).
   void set_stream(void* stream) { stream_.store(stream, std::memory_order_relaxed); }
@@ -116,6 +140,12 @@ class CommunicatorImpl {
   static Status finish_device(Pending& op, const Deadline& deadline, const std::string& what);
 
   void progress_main();
+  // The progress thread's wait for something to do, under mu_ (`lock`). Returns once it may take
+  // busy_ (an operation whose grace is over, stopping, an abort) or at `board_at` (idle_check).
+  void wait_for_work(std::unique_lock<std::mutex>& lock, Clock::time_point board_at);
+  // After pushing to queue_, under mu_: starts the grace when the communicator was idle, and says
+  // whether the progress thread must be woken.
+  bool queued_locked(bool idle_before);
   // Queues (or, for an open group, holds) a new operation; under mu_. Returns false (and
   // completes `work` with the reason) when the communicator can no longer run it.
   bool admit_locked(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
@@ -169,6 +199,13 @@ class CommunicatorImpl {
   std::condition_variable cv_;
   std::deque<Pending> queue_;
   bool busy_ = false;  // a thread runs an operation or touches the transport (see the top)
+  // Under mu_: the only queued operation is left to its caller until then (the top).
+  Clock::time_point grace_until_{};
+  // Under mu_: when the progress thread's wait ends by itself; time_point::min() while it is
+  // not waiting (it looks at the queue before it waits again).
+  Clock::time_point progress_wakes_at_ = Clock::time_point::min();
+  std::atomic<uint64_t> ran_on_caller_{0};
+  std::atomic<uint64_t> ran_on_progress_{0};
   bool stopping_ = false;
   uint64_t next_seq_ = 0;
   uint64_t collective_seq_ = 0;

@@ -81,25 +81,6 @@ Work start(Case& c, const Layout& l) {
   return comm.group_end();
 }
 
-// One operation through the blocking call, which runs it on this thread when nothing else is
-// queued. Its _async form followed by wait() may hand it to the progress thread instead and pay
-// a thread wake-up each way, which is most of a small operation's time.
-void run_one(Case& c, const Layout& l) {
-  Communicator& comm = c.comm;
-  const size_t cnt = c.count;
-  const std::string& op = c.op();
-  if (op == "all_reduce") return comm.all_reduce(l.send, l.recv, cnt, c.dt, c.redop);
-  if (op == "broadcast") return comm.broadcast(l.send, l.recv, cnt, c.dt, c.root);
-  if (op == "reduce") return comm.reduce(l.send, l.recv, cnt, c.dt, c.redop, c.root);
-  if (op == "all_gather") return comm.all_gather(l.send, l.recv, cnt, c.dt);
-  if (op == "reduce_scatter") return comm.reduce_scatter(l.send, l.recv, cnt, c.dt, c.redop);
-  if (op == "gather") return comm.gather(l.send, l.recv, cnt, c.dt, c.root);
-  if (op == "scatter") return comm.scatter(l.send, l.recv, cnt, c.dt, c.root);
-  if (op == "all_to_all") return comm.all_to_all(l.send, l.recv, cnt, c.dt);
-  if (op == "barrier") return comm.barrier();
-  start(c, l).wait();
-}
-
 // Runs `ops` operations as one group and waits. A single operation runs as a blocking call,
 // which drives progress on this thread (the fastest path for one operation at a time).
 void run_blocking(Case& c, const Layout& l, int ops) {
@@ -108,7 +89,7 @@ void run_blocking(Case& c, const Layout& l, int ops) {
     return;
   }
   if (ops == 1 && c.op() != "sendrecv") {
-    run_one(c, l);
+    start(c, l).wait();
     return;
   }
   c.comm.group_start();

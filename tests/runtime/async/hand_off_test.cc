@@ -1,0 +1,128 @@
+// Who runs an *_async operation (runtime/communicator_impl.h, "the hand-off"): ranks as threads
+// of this process on the inproc transport, counting with CommunicatorImpl::hand_off_counts()
+// where each operation ran.
+//
+//   - wait() right after *_async on an otherwise idle communicator runs the operation on the
+//     caller's thread, as the blocking call does (collectives and send/recv groups alike);
+//   - an operation nobody waits for still completes, on the progress thread, while the caller
+//     does something else;
+//   - operations queued behind another run on the progress thread, overlapped;
+//   - BRAID_CALLER_PROGRESS=0 runs everything on the progress thread.
+//
+// The grace is lengthened (JobSettings::caller_grace) so that a caller descheduled for a while
+// on a busy machine still comes for its operation in time: the cases check where operations
+// ran, never how long they took.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "braid/communicator.h"
+#include "runtime/communicator_impl.h"
+#include "tests/support/in_process_job.h"
+
+namespace braid {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int kRanks = 2;
+constexpr auto kBound = 20s;  // every wait for a completion ends within this, or the case fails
+
+testing::JobSettings settings(std::chrono::microseconds grace, bool caller_progress = true) {
+  testing::JobSettings s;
+  s.ranks = kRanks;
+  s.caller_grace = grace;
+  s.caller_progress = caller_progress;
+  return s;
+}
+
+// Polls test() (never wait(), which could run the operation itself) until `w` completes.
+bool completes_unwaited(const Work& w) {
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  while (!w.test() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  return w.test();
+}
+
+// All-reduces `n` values of rank + 1, returning them (each must be 1 + 2 + ... + kRanks).
+std::vector<float> ones_times_rank(int rank, size_t n) { return std::vector<float>(n, static_cast<float>(rank + 1)); }
+constexpr float kSum = kRanks * (kRanks + 1) / 2.0f;
+
+TEST(HandOff, WaitRightAfterAsyncRunsOnTheCallersThread) {
+  testing::InProcessJob job(settings(2s));
+  testing::run_ranks(kRanks, [&](int r) {
+    CommunicatorImpl* impl = nullptr;
+    Communicator comm = job.make(r, 0, &impl);
+    constexpr int kIters = 20;
+    for (int i = 0; i < kIters; ++i) {
+      std::vector<float> v = ones_times_rank(r, 1000);
+      comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum).wait();
+      ASSERT_EQ(v[0], kSum);
+      ASSERT_EQ(v[999], kSum);
+    }
+    // A send/recv exchange as one group, as braid-perf's sendrecv issues it.
+    std::vector<int32_t> out(64, r), in(64, -1);
+    comm.group_start();
+    comm.send_async(out.data(), out.size(), DType::i32, 1 - r);
+    comm.recv_async(in.data(), in.size(), DType::i32, 1 - r);
+    comm.group_end().wait();
+    EXPECT_EQ(in[63], 1 - r);
+    const auto counts = impl->hand_off_counts();
+    EXPECT_EQ(counts.on_caller, kIters + 1u) << "rank " << r;
+    EXPECT_EQ(counts.on_progress_thread, 0u) << "rank " << r;
+  });
+}
+
+TEST(HandOff, WorkNobodyWaitsForCompletesOnTheProgressThread) {
+  testing::InProcessJob job(settings(5ms));
+  testing::run_ranks(kRanks, [&](int r) {
+    CommunicatorImpl* impl = nullptr;
+    Communicator comm = job.make(r, 0, &impl);
+    std::vector<float> v = ones_times_rank(r, 4096);
+    Work w = comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum);
+    // The caller does something else; the operation must finish without a wait().
+    ASSERT_TRUE(completes_unwaited(w)) << "rank " << r << ": an un-waited all_reduce never completed";
+    w.wait();
+    EXPECT_EQ(v[4095], kSum);
+    const auto counts = impl->hand_off_counts();
+    EXPECT_EQ(counts.on_caller, 0u) << "rank " << r;
+    EXPECT_EQ(counts.on_progress_thread, 1u) << "rank " << r;
+  });
+}
+
+TEST(HandOff, OperationsQueuedBehindAnotherRunOnTheProgressThread) {
+  testing::InProcessJob job(settings(2s));  // a grace would show here as a 2 s stall per wait
+  testing::run_ranks(kRanks, [&](int r) {
+    CommunicatorImpl* impl = nullptr;
+    Communicator comm = job.make(r, 0, &impl);
+    std::vector<std::vector<float>> bufs(4, ones_times_rank(r, 256));
+    std::vector<Work> works;
+    for (auto& b : bufs) works.push_back(comm.all_reduce_async(b.data(), b.size(), DType::f32, Op::sum));
+    // None waited for yet: the second one queued ends the first one's grace.
+    for (Work& w : works) ASSERT_TRUE(completes_unwaited(w)) << "rank " << r;
+    for (Work& w : works) w.wait();
+    for (auto& b : bufs) EXPECT_EQ(b[255], kSum);
+    const auto counts = impl->hand_off_counts();
+    EXPECT_EQ(counts.on_caller, 0u) << "rank " << r;
+    EXPECT_EQ(counts.on_progress_thread, 4u) << "rank " << r;
+  });
+}
+
+TEST(HandOff, WithoutCallerProgressEverythingRunsOnTheProgressThread) {
+  testing::InProcessJob job(settings(2s, /*caller_progress=*/false));
+  testing::run_ranks(kRanks, [&](int r) {
+    CommunicatorImpl* impl = nullptr;
+    Communicator comm = job.make(r, 0, &impl);
+    std::vector<float> v = ones_times_rank(r, 100);
+    comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum).wait();
+    comm.barrier();
+    EXPECT_EQ(v[99], kSum);
+    const auto counts = impl->hand_off_counts();
+    EXPECT_EQ(counts.on_caller, 0u) << "rank " << r;
+    EXPECT_EQ(counts.on_progress_thread, 2u) << "rank " << r;
+  });
+}
+
+}  // namespace
+}  // namespace braid
