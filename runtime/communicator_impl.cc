@@ -152,6 +152,11 @@ void CommunicatorImpl::progress_main() {
                     << (cfg_.env.algo == "auto" ? "by size: " + collectives::describe_selection(cfg_.size)
                                                 : cfg_.env.algo + " (BRAID_ALGO) where the collective has it");
   }
+  if (s.is_ok()) {
+    // One transport serves every peer today: each connection runs on it.
+    peer_transports_.assign(static_cast<size_t>(cfg_.size), transport_->name());
+    peer_transports_[static_cast<size_t>(cfg_.rank)] = "self";
+  }
   {
     std::lock_guard<std::mutex> lock(setup_mu_);
     setup_status_ = s;

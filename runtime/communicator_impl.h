@@ -87,6 +87,8 @@ class CommunicatorImpl {
   int local_size() const { return cfg_.local_size; }
   const std::shared_ptr<Store>& store() const { return cfg_.store; }
   std::string last_algorithm() const;
+  // Communicator::peer_transports(): set before create() returns, constant after.
+  const std::vector<std::string>& peer_transports() const { return peer_transports_; }
 
   // Validates `args` (throwing braid::Error before anything is sent) and queues it.
   Work enqueue(collectives::CollectiveArgs args);
@@ -204,6 +206,7 @@ class CommunicatorImpl {
   // Under mu_: when the progress thread's wait ends by itself; time_point::min() while it is
   // not waiting (it looks at the queue before it waits again).
   Clock::time_point progress_wakes_at_ = Clock::time_point::min();
+  std::vector<std::string> peer_transports_;  // by rank: what the connection to it runs on
   std::atomic<uint64_t> ran_on_caller_{0};
   std::atomic<uint64_t> ran_on_progress_{0};
   bool stopping_ = false;

@@ -121,6 +121,16 @@ TEST(PerfCli, AggregatedAndBackToBackIterationsCheckClean) {
   }
 }
 
+// The header names the transport each rank's connections took (Communicator::peer_transports),
+// not the one asked for: BRAID_TRANSPORT=tcp-poll is the tcp transport on its epoll engine.
+TEST(PerfCli, HeaderNamesTheTransportOfEveryPeer) {
+  Subprocess p(perf_under_braidrun(3, {"-b", "1K", "-e", "1K", "-n", "2", "-w", "0", "-c", "0"}),
+               {{"BRAID_TRANSPORT", "tcp-poll"}});
+  ASSERT_EQ(p.wait(std::chrono::seconds(60)), 0) << p.output();
+  EXPECT_NE(p.output().find("[rank 0] # transports: tcp (epoll) x2 (every rank, to its peers)"), std::string::npos)
+      << p.output();
+}
+
 // Python's json module reads the record and finds what reproducing and comparing a run needs.
 const char* kJsonCheck = R"(
 import json, sys
@@ -133,6 +143,11 @@ assert d["tool"] == "braid-perf" and d["version"] == sys.argv[2], d["version"]
 assert d["label"] == "cli test" and d["ranks"] == 2 and len(d["hosts"]) == 2 and len(d["peers"]) == 2
 assert d["command_line"][1:4] == ["-b", "4K", "-e"], d["command_line"]
 assert d["transport"]["requested"] and d["algorithm"]["requested"] == "ring"
+# Each rank's Communicator::peer_transports(): itself "self", its one peer a tcp engine.
+per_peer = d["transport"]["per_peer"]
+assert per_peer[0][0] == "self" and per_peer[1][1] == "self", per_peer
+assert per_peer[0][1].startswith("tcp (") and per_peer[1][0] == per_peer[0][1], per_peer
+assert d["transport"]["summary"] == [per_peer[0][1] + " x1"] * 2, d["transport"]
 assert d["settings"]["iters"] == 2 and d["settings"]["run_cycles"] == 2 and d["wrong"] == 0
 assert "BRAID_TIMEOUT_S=60" in d["env"] and not any(e.startswith("BRAID_SECRET") for e in d["env"])
 assert [r["bytes"] for r in d["rows"]] == [4096, 8192, 16384] * 2, d["rows"]

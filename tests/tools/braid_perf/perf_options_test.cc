@@ -299,5 +299,28 @@ TEST(PerfData, HashSeesEveryByte) {
   }
 }
 
+// Communicator::peer_transports() lists grouped for the header and the JSON summary.
+TEST(PerfReport, TransportsAreGroupedPerRank) {
+  EXPECT_EQ(group_transports({"self", "tcp (io_uring)", "tcp (io_uring)", "tcp (io_uring)"}), "tcp (io_uring) x3");
+  EXPECT_EQ(group_transports({"shm", "self", "tcp (io_uring)", "shm"}), "shm x2, tcp (io_uring) x1");
+  EXPECT_EQ(group_transports({"self"}), "none");
+
+  PerfOptions opt;
+  RunInfo info;
+  info.ranks = 2;
+  info.transports = {{"self", "tcp (epoll)"}, {"tcp (epoll)", "self"}};
+  std::string h = format_header(opt, info);
+  EXPECT_NE(h.find("# transports: tcp (epoll) x1 (every rank, to its peers)\n"), std::string::npos) << h;
+  const std::string j = format_json(opt, info, {});
+  EXPECT_NE(j.find("\"per_peer\": [[\"self\", \"tcp (epoll)\"], [\"tcp (epoll)\", \"self\"]]"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"summary\": [\"tcp (epoll) x1\", \"tcp (epoll) x1\"]"), std::string::npos) << j;
+
+  // Ranks that see their peers differently get a line each.
+  info.transports = {{"self", "shm"}, {"tcp (io_uring)", "self"}};
+  h = format_header(opt, info);
+  EXPECT_NE(h.find("# transports: rank 0 to its peers: shm x1\n# transports: rank 1 to its peers: tcp (io_uring) x1\n"),
+            std::string::npos) << h;
+}
+
 }  // namespace
 }  // namespace braid::perf
