@@ -101,6 +101,9 @@ std::string format_header(const PerfOptions& opt, const RunInfo& info) {
                      info.ranks, opt.iters, opt.warmup, opt.agg, opt.agg == 1 ? "" : "s");
   h += opt.blocking ? "# time: median over iterations, each timed alone after a barrier (-z 1)"
                     : "# time: mean over iterations issued back to back (-z 0)";
+  if (opt.blocking && opt.agg == 1) {
+    h += opt.blocking_calls ? "; blocking calls (--calls blocking)" : "; *_async calls and Work::wait() (--calls async)";
+  }
   h += printf_string("; ranks' times combined by %s (-a %d); GB/s = 1e9 bytes/s\n", to_string(opt.average),
                      static_cast<int>(opt.average));
   h += opt.check_iters > 0 ? printf_string("# check: %d iteration%s per column against exact results (-c %d)\n",
@@ -186,9 +189,10 @@ std::string format_json(const PerfOptions& opt, const RunInfo& info, const std::
        ", \"note\": \"each row's algo is what ran\"},\n";
   j += printf_string(
       "  \"settings\": {\"iters\": %d, \"warmup_iters\": %d, \"agg_iters\": %d, \"check_iters\": %d, \"blocking\": %d, "
-      "\"average\": %s, \"run_cycles\": %d, \"minbytes\": %zu, \"maxbytes\": %zu, \"stepbytes\": %zu, "
+      "\"calls\": \"%s\", \"average\": %s, \"run_cycles\": %d, \"minbytes\": %zu, \"maxbytes\": %zu, \"stepbytes\": %zu, "
       "\"stepfactor\": %zu},\n",
-      opt.iters, opt.warmup, opt.agg, opt.check_iters, opt.blocking ? 1 : 0, json_string(to_string(opt.average)).c_str(),
+      opt.iters, opt.warmup, opt.agg, opt.check_iters, opt.blocking ? 1 : 0, opt.blocking_calls ? "blocking" : "async",
+      json_string(to_string(opt.average)).c_str(),
       opt.cycles, opt.min_bytes, opt.max_bytes, opt.step_bytes, opt.step_factor);
   j += "  \"env\": " + json_strings(info.env) + ",\n";
   j += "  \"notes\": " + json_strings(opt.notes) + ",\n";
