@@ -24,6 +24,10 @@ constexpr auto kPollSlice = std::chrono::milliseconds(100);
 // While an operation waits longer than this, and between checks, it looks at the failure board:
 // one store round trip per second of waiting, never one per operation.
 constexpr auto kBoardInterval = std::chrono::seconds(1);
+// The hand-off (communicator_impl.h): for this long after an operation was left to its caller,
+// the idle progress thread looks at the queue every tick (CommunicatorConfig::hand_off_tick)
+// rather than sleeping until it is woken.
+constexpr auto kLinger = std::chrono::milliseconds(50);
 
 // Set on progress threads, so TRACE can say where an operation ran.
 thread_local bool t_progress_thread = false;
@@ -189,6 +193,12 @@ void CommunicatorImpl::progress_main() {
       }
       busy_ = true;
       if (!queue_.empty()) {
+        // Its caller did not come for it in time (or queued more first): it computes meanwhile,
+        // and its next operation starts at once.
+        if (callers_wait_ && queue_.front().work.get() == idle_work_) {
+          callers_wait_ = false;
+          idle_work_ = nullptr;
+        }
         op = std::move(queue_.front());
         queue_.pop_front();
       } else {
@@ -220,28 +230,39 @@ void CommunicatorImpl::progress_main() {
 }
 
 void CommunicatorImpl::wait_for_work(std::unique_lock<std::mutex>& lock, Clock::time_point board_at) {
+  const auto tick = cfg_.hand_off_tick;
   for (;;) {
     if (!busy_ && (stopping_ || (abort_requested_.load() && state() == CommState::ok))) break;
+    const auto now = Clock::now();
+    if (now >= board_at) break;
     Clock::time_point until = board_at;
     if (!busy_ && !queue_.empty()) {
-      // One operation queued on an idle communicator: its caller may still come for it (help).
-      if (queue_.size() > 1 || Clock::now() >= grace_until_) break;
-      until = std::min(until, grace_until_);
+      // One operation left to its caller (help) until its grace ends; a second one queued
+      // means the caller did not wait for the first.
+      if (queue_.size() > 1 || now >= grace_until_) break;
+      until = std::min(until, now + tick);
+    } else if (now < linger_until_) {
+      until = std::min(until, now + tick);
     }
-    if (Clock::now() >= board_at) break;
+    // Never a wait shorter than a tick: arming a timer due within ~1 ms costs this VM ~20 us.
     progress_wakes_at_ = until;
     cv_.wait_until(lock, until);
     progress_wakes_at_ = Clock::time_point::min();
   }
 }
 
-bool CommunicatorImpl::queued_locked(bool idle_before) {
+bool CommunicatorImpl::queued_locked(bool idle_before, const detail::WorkState* work) {
   enqueued_.fetch_add(1, std::memory_order_release);
-  if (!cfg_.env.caller_progress || !idle_before || cfg_.caller_grace.count() <= 0) return true;
-  grace_until_ = Clock::now() + cfg_.caller_grace;
-  // Awake, or asleep with a deadline within the grace: the progress thread looks at the queue
-  // again by the time the grace ends, so this call saves the wake-up (the cost it exists for).
-  return progress_wakes_at_ > grace_until_;
+  if (!cfg_.env.caller_progress || !idle_before || cfg_.hand_off_tick.count() <= 0) return true;
+  const auto now = Clock::now();
+  idle_work_ = work;
+  idle_work_at_ = now;
+  if (!callers_wait_) return true;  // the caller computes meanwhile: start it at once
+  grace_until_ = now + cfg_.hand_off_tick;
+  linger_until_ = now + kLinger;
+  // Awake (it looks at the queue before it waits again) or ticking: no wake-up, which would cost
+  // the caller about as much as the operation it is about to run.
+  return progress_wakes_at_ > now + cfg_.hand_off_tick;
 }
 
 void CommunicatorImpl::run_one(Pending& op, bool may_stream) {
@@ -591,7 +612,7 @@ Work CommunicatorImpl::enqueue(collectives::CollectiveArgs args) {
     op.device = std::move(device);
     const bool idle = !busy_ && queue_.empty();
     queue_.push_back(std::move(op));
-    wake = queued_locked(idle);
+    wake = queued_locked(idle, work.get());
   }
   if (wake) cv_.notify_one();
   return Work(work);
@@ -612,7 +633,7 @@ void CommunicatorImpl::run(collectives::CollectiveArgs args) {
         busy_ = true;
       } else {
         queue_.push_back(std::move(op));
-        (void)queued_locked(false);  // it waits right away: no grace
+        (void)queued_locked(false, nullptr);  // queued behind another: no hand-off to predict
       }
     }
   }
@@ -628,6 +649,12 @@ void CommunicatorImpl::help(const detail::WorkState& work) {
   Pending op;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // The caller waits for what it queued on an idle communicator within a tick: left to it,
+    // the next one would run here (queued_locked), whether or not the progress thread has it.
+    if (&work == idle_work_) {
+      callers_wait_ = Clock::now() - idle_work_at_ < cfg_.hand_off_tick;
+      idle_work_ = nullptr;
+    }
     if (busy_ || queue_.size() != 1 || work.done()) return;
     const Pending& front = queue_.front();
     bool mine = front.work.get() == &work;
@@ -636,7 +663,7 @@ void CommunicatorImpl::help(const detail::WorkState& work) {
     op = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
-    grace_until_ = {};  // taken: the next operation queued gets a grace of its own
+    grace_until_ = {};
   }
   run_here(op);
 }

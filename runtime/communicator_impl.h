@@ -9,16 +9,20 @@
 // (an io_uring ring changes owner only while no I/O is in flight, which holds between
 // operations: a send completes only after its zero-copy notification).
 //
-// The hand-off of an *_async operation. Queued on an idle communicator, it is left to its caller
-// for a short grace (CommunicatorConfig::caller_grace): `_async(...).wait()` then runs it on the
-// caller's thread as the blocking call does. Otherwise the progress thread, woken by the enqueue,
-// would usually take it first (the wake-up tends to land on the caller's CPU and run at once),
-// and the caller would pay a wake-up to learn it is done, and the transport a change of owner
-// each way (an io_uring ring is replaced each time). Once the grace is over the progress thread
-// runs it: work that nobody waits for still overlaps the caller's compute, starting a grace
-// late. An operation queued behind another, or while one runs, gets no grace (wait() could not
-// run it here anyway) and streams on the progress thread as before. An enqueue wakes the
-// progress thread only when it would not wake by itself before the grace ends.
+// The hand-off of an *_async operation queued on an idle communicator. A program either waits
+// for it at once (`_async(...).wait()`, a benchmark, a latency-bound loop), and it should run on
+// the caller's thread as the blocking call does, or computes meanwhile, and the progress thread
+// should start it at once. The communicator predicts which from the last such operation:
+//   - the caller waited for it within a tick (CommunicatorConfig::hand_off_tick): the next one
+//     is left to the caller, without waking the progress thread, which instead looks at the
+//     queue every tick for a while (kLinger) and takes an operation left there over a tick;
+//   - the progress thread had to take it, or more were queued first: the next one wakes the
+//     progress thread at once, as every operation did before.
+// Waking the progress thread races with the caller's wait() (the woken thread tends to run on
+// the caller's CPU and win), and losing costs the caller a wake-up to learn the operation is done
+// and the transport a change of owner each way (an io_uring ring is replaced). Ticks instead of
+// a short timer: on these VMs arming a timer due within ~1 ms costs ~20 us, as much as a small
+// operation. Work queued behind other work gets no hand-off and streams on the progress thread.
 //
 // Failure (see failure_board.h): the first failed operation ends the communicator. The rank
 // that found the failure writes it to the store, then closes every connection, so peers
@@ -67,9 +71,9 @@ struct CommunicatorConfig {
   std::unique_ptr<TcpStoreServer> server;    // when this rank serves the job's store
   std::string master_addr;
   Env env;
-  // How long an *_async operation queued on an idle communicator waits for its caller to run it
-  // (see the top). Tests lengthen it to make the hand-off certain.
-  std::chrono::microseconds caller_grace{50};
+  // The hand-off's tick (see the top): an operation left to its caller waits this long (or up to
+  // twice) before the progress thread takes it. Tests lengthen it to make the hand-off certain.
+  std::chrono::microseconds hand_off_tick{1000};
   void* inproc_fabric = nullptr;             // tests: BRAID_TRANSPORT=inproc
 };
 
@@ -145,9 +149,9 @@ class CommunicatorImpl {
   // The progress thread's wait for something to do, under mu_ (`lock`). Returns once it may take
   // busy_ (an operation whose grace is over, stopping, an abort) or at `board_at` (idle_check).
   void wait_for_work(std::unique_lock<std::mutex>& lock, Clock::time_point board_at);
-  // After pushing to queue_, under mu_: starts the grace when the communicator was idle, and says
-  // whether the progress thread must be woken.
-  bool queued_locked(bool idle_before);
+  // After pushing `work`'s operation to queue_, under mu_: the hand-off (see the top) when the
+  // communicator was idle before. Returns whether the progress thread must be woken.
+  bool queued_locked(bool idle_before, const detail::WorkState* work);
   // Queues (or, for an open group, holds) a new operation; under mu_. Returns false (and
   // completes `work` with the reason) when the communicator can no longer run it.
   bool admit_locked(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
@@ -201,10 +205,15 @@ class CommunicatorImpl {
   std::condition_variable cv_;
   std::deque<Pending> queue_;
   bool busy_ = false;  // a thread runs an operation or touches the transport (see the top)
-  // Under mu_: the only queued operation is left to its caller until then (the top).
-  Clock::time_point grace_until_{};
-  // Under mu_: when the progress thread's wait ends by itself; time_point::min() while it is
-  // not waiting (it looks at the queue before it waits again).
+  // The hand-off (the top), under mu_. idle_work_ identifies (never dereferenced) the last
+  // operation queued on an idle communicator, at idle_work_at_; callers_wait_ is the prediction.
+  const detail::WorkState* idle_work_ = nullptr;
+  Clock::time_point idle_work_at_{};
+  bool callers_wait_ = true;
+  Clock::time_point grace_until_{};   // the only queued operation is left to its caller until then
+  Clock::time_point linger_until_{};  // until then the idle progress thread ticks
+  // When the progress thread's wait ends by itself; time_point::min() while it is not waiting
+  // (it looks at the queue before it waits again).
   Clock::time_point progress_wakes_at_ = Clock::time_point::min();
   std::vector<std::string> peer_transports_;  // by rank: what the connection to it runs on
   std::atomic<uint64_t> ran_on_caller_{0};

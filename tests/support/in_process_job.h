@@ -30,7 +30,7 @@ struct JobSettings {
   double peer_timeout_s = 10;  // BRAID_PEER_TIMEOUT_S
   uint64_t comm_id = 0x11fe71e;
   bool caller_progress = true;                   // BRAID_CALLER_PROGRESS
-  std::chrono::microseconds caller_grace{50};    // CommunicatorConfig::caller_grace
+  std::chrono::microseconds hand_off_tick{1000};  // CommunicatorConfig::hand_off_tick
 };
 
 class InProcessJob {
@@ -57,7 +57,7 @@ class InProcessJob {
     cfg.env.rendezvous_timeout_s = 20;
     cfg.env.peer_timeout_s = settings_.peer_timeout_s;
     cfg.env.caller_progress = settings_.caller_progress;
-    cfg.caller_grace = settings_.caller_grace;
+    cfg.hand_off_tick = settings_.hand_off_tick;
     cfg.inproc_fabric = &fabric_;
     std::unique_ptr<CommunicatorImpl> made = value_or_raise(CommunicatorImpl::create(std::move(cfg)));
     if (impl != nullptr) *impl = made.get();

@@ -299,6 +299,24 @@ TEST(PerfData, HashSeesEveryByte) {
   }
 }
 
+// --calls: how -z 1 issues each operation; async (the public Work path) unless told.
+TEST(PerfOptions, CallsChoosesTheBlockingOrTheAsyncPath) {
+  PerfOptions o;
+  std::string err;
+  ASSERT_TRUE(parse({}, &o, &err)) << err;
+  EXPECT_FALSE(o.blocking_calls);
+  ASSERT_TRUE(parse({"--calls", "blocking"}, &o, &err)) << err;
+  EXPECT_TRUE(o.blocking_calls);
+  PerfOptions a;
+  ASSERT_TRUE(parse({"--calls=async"}, &a, &err)) << err;
+  EXPECT_FALSE(a.blocking_calls);
+  EXPECT_FALSE(parse({"--calls", "sync"}, &a, &err));
+  EXPECT_NE(err.find("--calls"), std::string::npos) << err;
+  EXPECT_NE(format_header(o, RunInfo{}).find("blocking calls (--calls blocking)"), std::string::npos);
+  EXPECT_NE(format_header(a, RunInfo{}).find("*_async calls and Work::wait() (--calls async)"), std::string::npos);
+  EXPECT_NE(format_json(o, RunInfo{}, {}).find("\"calls\": \"blocking\""), std::string::npos);
+}
+
 // Communicator::peer_transports() lists grouped for the header and the JSON summary.
 TEST(PerfReport, TransportsAreGroupedPerRank) {
   EXPECT_EQ(group_transports({"self", "tcp (io_uring)", "tcp (io_uring)", "tcp (io_uring)"}), "tcp (io_uring) x3");
