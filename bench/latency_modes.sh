@@ -5,7 +5,7 @@
 # interleaved over rounds and each cell is the median of its rounds' times (each of those
 # the median of -n iterations, out of place, 2 ranks on loopback under braidrun).
 #
-#   bench/latency_modes.sh                                   # this tree's build, ~1 min
+#   bench/latency_modes.sh                                   # this tree's build, ~1.5 min
 #   BUILDS="before=../latency-base/build after=build" ROUNDS=5 bench/latency_modes.sh
 #
 # A build given as NAME=DIR must hold tools/braidrun/braidrun and a braid-perf that knows
@@ -19,6 +19,7 @@ ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-200}
 MIN_BYTES=${MIN_BYTES:-8}
 MAX_BYTES=${MAX_BYTES:-1M}
+STEP=${STEP:-2}
 OUT=${OUT:-/tmp/braid-latency-modes}
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -34,7 +35,7 @@ for round in $(seq 1 "$ROUNDS"); do
         for calls in blocking async; do
           json="$OUT/$name.$op.cp$cp.$calls.r$round.json"
           BRAID_CALLER_PROGRESS=$cp timeout 300 "$dir/tools/braidrun/braidrun" --standalone --nproc-per-node 2 \
-            "$dir/tools/braid_perf/braid-perf" --op "$op" --calls "$calls" -b "$MIN_BYTES" -e "$MAX_BYTES" -f 4 \
+            "$dir/tools/braid_perf/braid-perf" --op "$op" --calls "$calls" -b "$MIN_BYTES" -e "$MAX_BYTES" -f "$STEP" \
             -n "$ITERS" -w 10 -c 0 --json "$json" > "$OUT/last-run.log" 2>&1 ||
             { log "failed: $name $op cp=$cp $calls"; cat "$OUT/last-run.log" >&2; exit 1; }
         done
