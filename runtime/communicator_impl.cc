@@ -244,7 +244,7 @@ void CommunicatorImpl::wait_for_work(std::unique_lock<std::mutex>& lock, Clock::
     } else if (now < linger_until_) {
       until = std::min(until, now + tick);
     }
-    // Never a wait shorter than a tick: arming a timer due within ~1 ms costs this VM ~20 us.
+    // Never a wait shorter than a tick: a timer due sooner is costly to arm (the top).
     progress_wakes_at_ = until;
     cv_.wait_until(lock, until);
     progress_wakes_at_ = Clock::time_point::min();

@@ -18,11 +18,12 @@
 //     queue every tick for a while (kLinger) and takes an operation left there over a tick;
 //   - the progress thread had to take it, or more were queued first: the next one wakes the
 //     progress thread at once, as every operation did before.
-// Waking the progress thread races with the caller's wait() (the woken thread tends to run on
-// the caller's CPU and win), and losing costs the caller a wake-up to learn the operation is done
-// and the transport a change of owner each way (an io_uring ring is replaced). Ticks instead of
-// a short timer: on these VMs arming a timer due within ~1 ms costs ~20 us, as much as a small
-// operation. Work queued behind other work gets no hand-off and streams on the progress thread.
+// Waking the progress thread races with the caller's wait(), and the woken thread often wins:
+// the caller then pays a wake-up to learn the operation is done, and the transport a change of
+// owner each way (an io_uring ring is replaced). Ticks instead of a short timer: on these VMs
+// arming a timer due within about a millisecond costs as much as a small operation
+// (docs/performance.md). Work queued behind other work gets no hand-off and streams on the
+// progress thread.
 //
 // Failure (see failure_board.h): the first failed operation ends the communicator. The rank
 // that found the failure writes it to the store, then closes every connection, so peers
