@@ -649,10 +649,10 @@ void CommunicatorImpl::help(const detail::WorkState& work) {
   Pending op;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // The caller waits for what it queued on an idle communicator within a tick: left to it,
-    // the next one would run here (queued_locked), whether or not the progress thread has it.
+    // Whether the caller waits at once for what it queued on an idle communicator, whoever runs
+    // it: the prediction for the next one (queued_locked).
     if (&work == idle_work_) {
-      callers_wait_ = Clock::now() - idle_work_at_ < cfg_.hand_off_tick;
+      callers_wait_ = Clock::now() - idle_work_at_ < cfg_.waits_at_once;
       idle_work_ = nullptr;
     }
     if (busy_ || queue_.size() != 1 || work.done()) return;

@@ -13,11 +13,13 @@
 // for it at once (`_async(...).wait()`, a benchmark, a latency-bound loop), and it should run on
 // the caller's thread as the blocking call does, or computes meanwhile, and the progress thread
 // should start it at once. The communicator predicts which from the last such operation:
-//   - the caller waited for it within a tick (CommunicatorConfig::hand_off_tick): the next one
-//     is left to the caller, without waking the progress thread, which instead looks at the
-//     queue every tick for a while (kLinger) and takes an operation left there over a tick;
-//   - the progress thread had to take it, or more were queued first: the next one wakes the
-//     progress thread at once, as every operation did before.
+//   - the caller waited for it at once (CommunicatorConfig::waits_at_once): the next one is
+//     left to the caller, without waking the progress thread, which instead looks at the queue
+//     every tick (CommunicatorConfig::hand_off_tick) for a while (kLinger) and takes an
+//     operation left there over a tick;
+//   - the caller waited later (it computed meanwhile), the progress thread had to take it, or
+//     more were queued first: the next one wakes the progress thread at once, as every
+//     operation did before, so that it overlaps the caller's compute.
 // Waking the progress thread races with the caller's wait(), and the woken thread often wins:
 // the caller then pays a wake-up to learn the operation is done, and the transport a change of
 // owner each way (an io_uring ring is replaced). Ticks instead of a short timer: on these VMs
@@ -75,6 +77,10 @@ struct CommunicatorConfig {
   // The hand-off's tick (see the top): an operation left to its caller waits this long (or up to
   // twice) before the progress thread takes it. Tests lengthen it to make the hand-off certain.
   std::chrono::microseconds hand_off_tick{1000};
+  // A wait() this soon after its *_async call counts as waiting at once. Less compute than two
+  // thread wake-ups in between has nothing to overlap with: the progress thread would barely
+  // have started. Tests lengthen it with the tick.
+  std::chrono::microseconds waits_at_once{100};
   void* inproc_fabric = nullptr;             // tests: BRAID_TRANSPORT=inproc
 };
 

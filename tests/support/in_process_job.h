@@ -31,6 +31,7 @@ struct JobSettings {
   uint64_t comm_id = 0x11fe71e;
   bool caller_progress = true;                   // BRAID_CALLER_PROGRESS
   std::chrono::microseconds hand_off_tick{1000};  // CommunicatorConfig::hand_off_tick
+  std::chrono::microseconds waits_at_once{100};   // CommunicatorConfig::waits_at_once
 };
 
 class InProcessJob {
@@ -58,6 +59,7 @@ class InProcessJob {
     cfg.env.peer_timeout_s = settings_.peer_timeout_s;
     cfg.env.caller_progress = settings_.caller_progress;
     cfg.hand_off_tick = settings_.hand_off_tick;
+    cfg.waits_at_once = settings_.waits_at_once;
     cfg.inproc_fabric = &fabric_;
     std::unique_ptr<CommunicatorImpl> made = value_or_raise(CommunicatorImpl::create(std::move(cfg)));
     if (impl != nullptr) *impl = made.get();

@@ -6,7 +6,8 @@
 //     caller's thread, as the blocking call does (collectives and send/recv groups alike);
 //   - an operation nobody waits for still completes, on the progress thread, while the caller
 //     does something else; the next one then starts there at once, and a caller that waits
-//     at once again gets its operations back;
+//     at once again gets its operations back; a caller that computes before it waits gets its
+//     next operation started at once;
 //   - operations queued behind another run on the progress thread, overlapped;
 //   - BRAID_CALLER_PROGRESS=0 runs everything on the progress thread.
 //
@@ -35,6 +36,7 @@ testing::JobSettings settings(std::chrono::microseconds tick, bool caller_progre
   testing::JobSettings s;
   s.ranks = kRanks;
   s.hand_off_tick = tick;
+  s.waits_at_once = tick;
   s.caller_progress = caller_progress;
   return s;
 }
@@ -113,6 +115,33 @@ TEST(HandOff, ACallerThatWaitsAtOnceAgainGetsItsOperationsBack) {
     const auto counts = impl->hand_off_counts();
     EXPECT_GE(counts.on_caller, 4u) << "rank " << r;
     EXPECT_LE(counts.on_progress_thread, 2u) << "rank " << r;
+  });
+}
+
+// A caller that computes between *_async and wait() (here: sleeps longer than waits_at_once)
+// gets its next operation started at once on the progress thread, overlapping the compute.
+TEST(HandOff, ACallerThatComputesBeforeWaitingGetsOverlap) {
+  testing::JobSettings s = settings(2s);
+  s.waits_at_once = 50ms;
+  testing::InProcessJob job(s);
+  testing::run_ranks(kRanks, [&](int r) {
+    CommunicatorImpl* impl = nullptr;
+    Communicator comm = job.make(r, 0, &impl);
+    std::vector<float> v = ones_times_rank(r, 64);
+    comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum).wait();  // at once: here
+    v = ones_times_rank(r, 64);
+    Work w = comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum);
+    std::this_thread::sleep_for(100ms);  // left to this caller (predicted), which computes first
+    w.wait();
+    ASSERT_EQ(impl->hand_off_counts().on_caller, 2u) << "rank " << r;
+    v = ones_times_rank(r, 64);
+    w = comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum);
+    ASSERT_TRUE(completes_unwaited(w)) << "rank " << r;  // started at once, without a wait()
+    w.wait();
+    EXPECT_EQ(v[63], kSum);
+    const auto counts = impl->hand_off_counts();
+    EXPECT_EQ(counts.on_caller, 2u) << "rank " << r;
+    EXPECT_EQ(counts.on_progress_thread, 1u) << "rank " << r;
   });
 }
 
