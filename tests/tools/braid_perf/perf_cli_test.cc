@@ -1,6 +1,7 @@
 // braid-perf as nccl-tests' users drive it, run for real under braidrun on loopback: the header
 // before the first row, the table's shape (out-of-place and in-place columns, N/A when nothing
-// is checked, -b 0 going on), the JSON record parsed by Python, an unwritable JSON path refused
+// is checked, -b 0 going on), the transports each rank's peers use, the *_async operations run
+// on the caller's thread, the JSON record parsed by Python, an unwritable JSON path refused
 // before anything is measured, and braid-plot drawing a PNG from that record.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -129,6 +130,31 @@ TEST(PerfCli, HeaderNamesTheTransportOfEveryPeer) {
   ASSERT_EQ(p.wait(std::chrono::seconds(60)), 0) << p.output();
   EXPECT_NE(p.output().find("[rank 0] # transports: tcp (epoll) x2 (every rank, to its peers)"), std::string::npos)
       << p.output();
+}
+
+// braid-perf issues *_async + wait() (--calls async), and the runtime runs such an operation on
+// the waiting caller's thread when nothing else is queued (runtime/communicator_impl.h, the
+// hand-off): at BRAID_DEBUG=TRACE each rank says at the end where its operations ran. A few
+// may land on the progress thread when the machine is busy (a caller descheduled between the
+// call and its wait); before the hand-off about a quarter did.
+TEST(PerfCli, AsyncOperationsRunOnTheCallersThread) {
+  Subprocess p(perf_under_braidrun(2, {"-b", "4K", "-e", "4K", "-n", "200", "-w", "5", "-c", "0"}),
+               {{"BRAID_DEBUG", "TRACE"}});
+  ASSERT_EQ(p.wait(std::chrono::seconds(120)), 0) << p.output().substr(0, 4000);
+  std::istringstream lines(p.output());
+  int ranks = 0;
+  for (std::string line; std::getline(lines, line);) {
+    unsigned long here = 0, there = 0;
+    const size_t at = line.find(" closing: ");
+    if (at == std::string::npos ||
+        std::sscanf(line.c_str() + at, " closing: %lu operations ran on callers' threads, %lu", &here, &there) != 2) {
+      continue;
+    }
+    ++ranks;
+    EXPECT_GE(here, 800u) << line;  // 2 x 205 barriers and as many all_reduces, and a few more
+    EXPECT_LE(there, (here + there) / 20) << line;
+  }
+  EXPECT_EQ(ranks, 2) << "no closing line per rank at TRACE";
 }
 
 // Python's json module reads the record and finds what reproducing and comparing a run needs.
