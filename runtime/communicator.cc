@@ -260,6 +260,7 @@ int Communicator::size() const { return impl().size(); }
 int Communicator::local_rank() const { return impl().local_rank(); }
 int Communicator::local_size() const { return impl().local_size(); }
 std::string Communicator::last_algorithm() const { return impl().last_algorithm(); }
+std::vector<std::string> Communicator::peer_transports() const { return impl().peer_transports(); }
 std::shared_ptr<Store> Communicator::store() const { return impl().store(); }
 
 CommState Communicator::state() const { return impl().state(); }

@@ -24,6 +24,10 @@ constexpr auto kPollSlice = std::chrono::milliseconds(100);
 // While an operation waits longer than this, and between checks, it looks at the failure board:
 // one store round trip per second of waiting, never one per operation.
 constexpr auto kBoardInterval = std::chrono::seconds(1);
+// The hand-off (communicator_impl.h): for this long after an operation was left to its caller,
+// the idle progress thread looks at the queue every tick (CommunicatorConfig::hand_off_tick)
+// rather than sleeping until it is woken.
+constexpr auto kLinger = std::chrono::milliseconds(50);
 
 // Set on progress threads, so TRACE can say where an operation ran.
 thread_local bool t_progress_thread = false;
@@ -152,6 +156,11 @@ void CommunicatorImpl::progress_main() {
                     << (cfg_.env.algo == "auto" ? "by size: " + collectives::describe_selection(cfg_.size)
                                                 : cfg_.env.algo + " (BRAID_ALGO) where the collective has it");
   }
+  if (s.is_ok()) {
+    // One transport serves every peer today: each connection runs on it.
+    peer_transports_.assign(static_cast<size_t>(cfg_.size), transport_->name());
+    peer_transports_[static_cast<size_t>(cfg_.rank)] = "self";
+  }
   {
     std::lock_guard<std::mutex> lock(setup_mu_);
     setup_status_ = s;
@@ -161,11 +170,12 @@ void CommunicatorImpl::progress_main() {
   if (!s.is_ok()) return;
 
   uint64_t taken = 0;  // operations pushed to the queue that had left it after the last pass
+  bool worked = false;  // the last pass ran an operation
   for (;;) {
     // A wake-up through the condition variable costs ~40 us here; back-to-back operations
     // (the common case in a training step or a benchmark) arrive within a short spin instead.
-    auto spin_end = Clock::now() + std::chrono::microseconds(cfg_.env.spin_us);
-    {
+    if (worked) {
+      auto spin_end = Clock::now() + std::chrono::microseconds(cfg_.env.spin_us);
       SpinScope spin;
       // Yield, never pause: the next operation comes from a caller that may share this CPU.
       while (enqueued_.load(std::memory_order_acquire) == taken && Clock::now() < spin_end) std::this_thread::yield();
@@ -174,14 +184,21 @@ void CommunicatorImpl::progress_main() {
     bool stop = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait_for(lock, kBoardInterval, [&] {
-        return !busy_ && (stopping_ || !queue_.empty() || (abort_requested_.load() && state() == CommState::ok));
-      });
+      wait_for_work(lock, Clock::now() + kBoardInterval);
       // Another thread runs operations (a caller on its own thread): it watches the failure
       // board while it waits, and hands back what it leaves queued when it is done.
-      if (busy_) continue;
+      if (busy_) {
+        worked = false;
+        continue;
+      }
       busy_ = true;
       if (!queue_.empty()) {
+        // Its caller did not come for it in time (or queued more first): it computes meanwhile,
+        // and its next operation starts at once.
+        if (callers_wait_ && queue_.front().work.get() == idle_work_) {
+          callers_wait_ = false;
+          idle_work_ = nullptr;
+        }
         op = std::move(queue_.front());
         queue_.pop_front();
       } else {
@@ -189,7 +206,9 @@ void CommunicatorImpl::progress_main() {
       }
     }
     if (abort_requested_.load() && state() == CommState::ok) handle_abort();
+    worked = op.has_value();
     if (op) {
+      ran_on_progress_.fetch_add(1, std::memory_order_relaxed);
       run_one(*op);
     } else if (stop) {
       break;  // busy_ stays set: nothing runs after this
@@ -201,11 +220,49 @@ void CommunicatorImpl::progress_main() {
     // waits for anything beyond it.
     release_busy(&taken);
   }
+  BRAID_LOG(trace) << "rank " << cfg_.rank << " closing: " << ran_on_caller_.load() << " operations ran on callers' threads, "
+                   << ran_on_progress_.load() << " on the progress thread";
   run_cache_.clear();  // the kept runs name the connections
   close_connections({});
   connections_.clear();
   std::lock_guard<std::mutex> lock(transport_mu_);
   transport_.reset();
+}
+
+void CommunicatorImpl::wait_for_work(std::unique_lock<std::mutex>& lock, Clock::time_point board_at) {
+  const auto tick = cfg_.hand_off_tick;
+  for (;;) {
+    if (!busy_ && (stopping_ || (abort_requested_.load() && state() == CommState::ok))) break;
+    const auto now = Clock::now();
+    if (now >= board_at) break;
+    Clock::time_point until = board_at;
+    if (!busy_ && !queue_.empty()) {
+      // One operation left to its caller (help) until its grace ends; a second one queued
+      // means the caller did not wait for the first.
+      if (queue_.size() > 1 || now >= grace_until_) break;
+      until = std::min(until, now + tick);
+    } else if (now < linger_until_) {
+      until = std::min(until, now + tick);
+    }
+    // Never a wait shorter than a tick: a timer due sooner is costly to arm (the top).
+    progress_wakes_at_ = until;
+    cv_.wait_until(lock, until);
+    progress_wakes_at_ = Clock::time_point::min();
+  }
+}
+
+bool CommunicatorImpl::queued_locked(bool idle_before, const detail::WorkState* work) {
+  enqueued_.fetch_add(1, std::memory_order_release);
+  if (!cfg_.env.caller_progress || !idle_before || cfg_.hand_off_tick.count() <= 0) return true;
+  const auto now = Clock::now();
+  idle_work_ = work;
+  idle_work_at_ = now;
+  if (!callers_wait_) return true;  // the caller computes meanwhile: start it at once
+  grace_until_ = now + cfg_.hand_off_tick;
+  linger_until_ = now + kLinger;
+  // Awake (it looks at the queue before it waits again) or ticking: no wake-up, which would cost
+  // the caller about as much as the operation it is about to run.
+  return progress_wakes_at_ > now + cfg_.hand_off_tick;
 }
 
 void CommunicatorImpl::run_one(Pending& op, bool may_stream) {
@@ -383,6 +440,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
       }
     }
     if (next) {
+      ran_on_progress_.fetch_add(1, std::memory_order_relaxed);
       Pending& op = *next;
       admit(op, std::move(next));
     }
@@ -546,15 +604,17 @@ Work CommunicatorImpl::enqueue(collectives::CollectiveArgs args) {
   raise_if_error(collectives::validate_collective(args, cfg_.rank, cfg_.size));
   auto work = std::make_shared<detail::WorkState>();
   std::unique_ptr<DeviceStaging> device = stage_device(args, work);
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Pending op;
     if (!admit_locked(std::move(args), work, &op)) return Work(work);
     op.device = std::move(device);
+    const bool idle = !busy_ && queue_.empty();
     queue_.push_back(std::move(op));
-    enqueued_.fetch_add(1, std::memory_order_release);
+    wake = queued_locked(idle, work.get());
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
   return Work(work);
 }
 
@@ -573,7 +633,7 @@ void CommunicatorImpl::run(collectives::CollectiveArgs args) {
         busy_ = true;
       } else {
         queue_.push_back(std::move(op));
-        enqueued_.fetch_add(1, std::memory_order_release);
+        (void)queued_locked(false, nullptr);  // queued behind another: no hand-off to predict
       }
     }
   }
@@ -589,6 +649,12 @@ void CommunicatorImpl::help(const detail::WorkState& work) {
   Pending op;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Whether the caller waits at once for what it queued on an idle communicator, whoever runs
+    // it: the prediction for the next one (queued_locked).
+    if (&work == idle_work_) {
+      callers_wait_ = Clock::now() - idle_work_at_ < cfg_.waits_at_once;
+      idle_work_ = nullptr;
+    }
     if (busy_ || queue_.size() != 1 || work.done()) return;
     const Pending& front = queue_.front();
     bool mine = front.work.get() == &work;
@@ -597,11 +663,13 @@ void CommunicatorImpl::help(const detail::WorkState& work) {
     op = std::move(queue_.front());
     queue_.pop_front();
     busy_ = true;
+    grace_until_ = {};
   }
   run_here(op);
 }
 
 void CommunicatorImpl::run_here(Pending& op) {
+  ran_on_caller_.fetch_add(1, std::memory_order_relaxed);
   run_one(op);
   release_busy();
 }

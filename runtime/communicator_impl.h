@@ -9,6 +9,24 @@
 // (an io_uring ring changes owner only while no I/O is in flight, which holds between
 // operations: a send completes only after its zero-copy notification).
 //
+// The hand-off of an *_async operation queued on an idle communicator. A program either waits
+// for it at once (`_async(...).wait()`, a benchmark, a latency-bound loop), and it should run on
+// the caller's thread as the blocking call does, or computes meanwhile, and the progress thread
+// should start it at once. The communicator predicts which from the last such operation:
+//   - the caller waited for it at once (CommunicatorConfig::waits_at_once): the next one is
+//     left to the caller, without waking the progress thread, which instead looks at the queue
+//     every tick (CommunicatorConfig::hand_off_tick) for a while (kLinger) and takes an
+//     operation left there over a tick;
+//   - the caller waited later (it computed meanwhile), the progress thread had to take it, or
+//     more were queued first: the next one wakes the progress thread at once, as every
+//     operation did before, so that it overlaps the caller's compute.
+// Waking the progress thread races with the caller's wait(), and the woken thread often wins:
+// the caller then pays a wake-up to learn the operation is done, and the transport a change of
+// owner each way (an io_uring ring is replaced). Ticks instead of a short timer: on these VMs
+// arming a timer due within about a millisecond costs as much as a small operation
+// (docs/performance.md). Work queued behind other work gets no hand-off and streams on the
+// progress thread.
+//
 // Failure (see failure_board.h): the first failed operation ends the communicator. The rank
 // that found the failure writes it to the store, then closes every connection, so peers
 // blocked on it fail at once and name the real reason; every later operation fails fast with
@@ -56,6 +74,13 @@ struct CommunicatorConfig {
   std::unique_ptr<TcpStoreServer> server;    // when this rank serves the job's store
   std::string master_addr;
   Env env;
+  // The hand-off's tick (see the top): an operation left to its caller waits this long (or up to
+  // twice) before the progress thread takes it. Tests lengthen it to make the hand-off certain.
+  std::chrono::microseconds hand_off_tick{1000};
+  // A wait() this soon after its *_async call counts as waiting at once. Less compute than two
+  // thread wake-ups in between has nothing to overlap with: the progress thread would barely
+  // have started. Tests lengthen it with the tick.
+  std::chrono::microseconds waits_at_once{100};
   void* inproc_fabric = nullptr;             // tests: BRAID_TRANSPORT=inproc
 };
 
@@ -73,6 +98,8 @@ class CommunicatorImpl {
   int local_size() const { return cfg_.local_size; }
   const std::shared_ptr<Store>& store() const { return cfg_.store; }
   std::string last_algorithm() const;
+  // Communicator::peer_transports(): set before create() returns, constant after.
+  const std::vector<std::string>& peer_transports() const { return peer_transports_; }
 
   // Validates `args` (throwing braid::Error before anything is sent) and queues it.
   Work enqueue(collectives::CollectiveArgs args);
@@ -82,6 +109,16 @@ class CommunicatorImpl {
   // Work::wait(): when `work` is the only operation queued and none is running, runs it on the
   // calling thread. Returns at once otherwise (the progress thread has it).
   void help(const detail::WorkState& work);
+
+  // For tests and TRACE: operations (a group counts once) run so far on a caller's thread
+  // (blocking calls, wait()) and on the progress thread.
+  struct HandOffCounts {
+    uint64_t on_caller = 0;
+    uint64_t on_progress_thread = 0;
+  };
+  HandOffCounts hand_off_counts() const {
+    return {ran_on_caller_.load(std::memory_order_relaxed), ran_on_progress_.load(std::memory_order_relaxed)};
+  }
 
   // The CUDA stream that operations on device buffers are ordered on (device_staging.h).
   void set_stream(void* stream) { stream_.store(stream, std::memory_order_relaxed); }
@@ -116,6 +153,12 @@ class CommunicatorImpl {
   static Status finish_device(Pending& op, const Deadline& deadline, const std::string& what);
 
   void progress_main();
+  // The progress thread's wait for something to do, under mu_ (`lock`). Returns once it may take
+  // busy_ (an operation whose grace is over, stopping, an abort) or at `board_at` (idle_check).
+  void wait_for_work(std::unique_lock<std::mutex>& lock, Clock::time_point board_at);
+  // After pushing `work`'s operation to queue_, under mu_: the hand-off (see the top) when the
+  // communicator was idle before. Returns whether the progress thread must be woken.
+  bool queued_locked(bool idle_before, const detail::WorkState* work);
   // Queues (or, for an open group, holds) a new operation; under mu_. Returns false (and
   // completes `work` with the reason) when the communicator can no longer run it.
   bool admit_locked(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
@@ -169,6 +212,19 @@ class CommunicatorImpl {
   std::condition_variable cv_;
   std::deque<Pending> queue_;
   bool busy_ = false;  // a thread runs an operation or touches the transport (see the top)
+  // The hand-off (the top), under mu_. idle_work_ identifies (never dereferenced) the last
+  // operation queued on an idle communicator, at idle_work_at_; callers_wait_ is the prediction.
+  const detail::WorkState* idle_work_ = nullptr;
+  Clock::time_point idle_work_at_{};
+  bool callers_wait_ = true;
+  Clock::time_point grace_until_{};   // the only queued operation is left to its caller until then
+  Clock::time_point linger_until_{};  // until then the idle progress thread ticks
+  // When the progress thread's wait ends by itself; time_point::min() while it is not waiting
+  // (it looks at the queue before it waits again).
+  Clock::time_point progress_wakes_at_ = Clock::time_point::min();
+  std::vector<std::string> peer_transports_;  // by rank: what the connection to it runs on
+  std::atomic<uint64_t> ran_on_caller_{0};
+  std::atomic<uint64_t> ran_on_progress_{0};
   bool stopping_ = false;
   uint64_t next_seq_ = 0;
   uint64_t collective_seq_ = 0;

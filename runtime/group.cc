@@ -29,6 +29,7 @@ void CommunicatorImpl::group_start() {
 
 Work CommunicatorImpl::group_end() {
   auto work = std::make_shared<detail::WorkState>();
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (group_depth_ == 0) throw Error(ErrorCode::invalid_argument, "group_end() without a matching group_start()");
@@ -42,10 +43,11 @@ Work CommunicatorImpl::group_end() {
     if (cfg_.env.caller_progress) work->comm = this;
     g.seq = members.front().seq;
     g.group = std::move(members);
+    const bool idle = !busy_ && queue_.empty();
     queue_.push_back(std::move(g));
-    enqueued_.fetch_add(1, std::memory_order_release);
+    wake = queued_locked(idle, work.get());  // a group is handed off like any operation
   }
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
   return Work(work);
 }
 

@@ -163,6 +163,11 @@ class Communicator {
 
   // The algorithm the last completed collective used ("ring", "tree", ...), for tools.
   std::string last_algorithm() const;
+  // The transport this rank's connection to each peer uses, indexed by rank, as the transport
+  // names itself ("tcp (io_uring)", "tcp (epoll)", ...); "self" at this rank's own index. Fixed
+  // once the communicator exists. Other ranks may see their peers differently (e.g. one host's
+  // ranks reach each other in a way they cannot reach a remote rank): each rank reports its own.
+  std::vector<std::string> peer_transports() const;
   // The store this communicator met through (shared with the caller, e.g. for a barrier of its own).
   std::shared_ptr<Store> store() const;
 

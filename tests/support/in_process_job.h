@@ -29,6 +29,9 @@ struct JobSettings {
   double timeout_s = 20;       // BRAID_TIMEOUT_S
   double peer_timeout_s = 10;  // BRAID_PEER_TIMEOUT_S
   uint64_t comm_id = 0x11fe71e;
+  bool caller_progress = true;                   // BRAID_CALLER_PROGRESS
+  std::chrono::microseconds hand_off_tick{1000};  // CommunicatorConfig::hand_off_tick
+  std::chrono::microseconds waits_at_once{100};   // CommunicatorConfig::waits_at_once
 };
 
 class InProcessJob {
@@ -36,8 +39,9 @@ class InProcessJob {
   explicit InProcessJob(JobSettings settings)
       : settings_(std::move(settings)), server_(TcpStoreServer::start("127.0.0.1", 0)) {}
 
-  // Rank `rank` of the job (or of a job of `size` ranks on the same store, e.g. 1).
-  Communicator make(int rank, int size = 0) {
+  // Rank `rank` of the job (or of a job of `size` ranks on the same store, e.g. 1). `impl`, when
+  // given, gets the communicator's CommunicatorImpl, for tests that look inside.
+  Communicator make(int rank, int size = 0, CommunicatorImpl** impl = nullptr) {
     if (size == 0) size = settings_.ranks;
     TcpStoreOptions options;
     options.timeout = std::chrono::seconds(30);
@@ -53,8 +57,13 @@ class InProcessJob {
     cfg.env.timeout_s = settings_.timeout_s;
     cfg.env.rendezvous_timeout_s = 20;
     cfg.env.peer_timeout_s = settings_.peer_timeout_s;
+    cfg.env.caller_progress = settings_.caller_progress;
+    cfg.hand_off_tick = settings_.hand_off_tick;
+    cfg.waits_at_once = settings_.waits_at_once;
     cfg.inproc_fabric = &fabric_;
-    return Communicator::from_impl_(value_or_raise(CommunicatorImpl::create(std::move(cfg))));
+    std::unique_ptr<CommunicatorImpl> made = value_or_raise(CommunicatorImpl::create(std::move(cfg)));
+    if (impl != nullptr) *impl = made.get();
+    return Communicator::from_impl_(std::move(made));
   }
 
   int ranks() const { return settings_.ranks; }

@@ -58,6 +58,34 @@ void gather_ranks(Communicator& comm, RunInfo* info) {
   }
 }
 
+// Every rank's Communicator::peer_transports(), in rank order: each rank's list travels as one
+// string of names, one a line, padded to the longest.
+void gather_transports(Communicator& comm, RunInfo* info) {
+  std::string mine;
+  for (const std::string& t : comm.peer_transports()) mine += t + "\n";
+  int64_t longest = static_cast<int64_t>(mine.size());
+  comm.all_reduce(&longest, 1, DType::i64, Op::max);
+  const size_t width = static_cast<size_t>(longest);
+  mine.resize(width, '\0');
+  std::vector<char> all(width * static_cast<size_t>(comm.size()));
+  comm.all_gather(mine.data(), all.data(), width, DType::u8);
+  for (int r = 0; r < comm.size(); ++r) {
+    std::vector<std::string> names;
+    std::string name;
+    for (size_t i = 0; i < width; ++i) {
+      const char ch = all[static_cast<size_t>(r) * width + i];
+      if (ch == '\0') break;
+      if (ch != '\n') {
+        name += ch;
+        continue;
+      }
+      names.push_back(name);
+      name.clear();
+    }
+    info->transports.push_back(std::move(names));
+  }
+}
+
 // Rank 0 opens --json's file now, so a path it cannot write ends the run before it measures.
 // Every rank learns the verdict and exits with it.
 bool open_json(Communicator& comm, const PerfOptions& opt, FILE** out) {
@@ -112,6 +140,7 @@ int run_main(int argc, char** argv) {
   FILE* json = nullptr;
   if (!open_json(comm, opt, &json)) return 2;
   gather_ranks(comm, &info);
+  gather_transports(comm, &info);
   const bool printer = comm.rank() == 0;
   if (printer) {
     std::fputs(format_header(opt, info).c_str(), stdout);

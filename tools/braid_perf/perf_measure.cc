@@ -81,10 +81,11 @@ Work start(Case& c, const Layout& l) {
   return comm.group_end();
 }
 
-// One operation through the blocking call, which runs it on this thread when nothing else is
-// queued. Its _async form followed by wait() may hand it to the progress thread instead and pay
-// a thread wake-up each way, which is most of a small operation's time.
-void run_one(Case& c, const Layout& l) {
+// One operation through the blocking call (--calls blocking). sendrecv has none for a send and
+// a receive at once: even ranks send first and odd ranks receive first, which never deadlocks
+// (in a ring of odd size the last rank's send waits only for rank 0's receive, which follows
+// rank 0's own send) but takes two messages' time where the group takes one.
+void call_blocking(Case& c, const Layout& l) {
   Communicator& comm = c.comm;
   const size_t cnt = c.count;
   const std::string& op = c.op();
@@ -97,18 +98,25 @@ void run_one(Case& c, const Layout& l) {
   if (op == "scatter") return comm.scatter(l.send, l.recv, cnt, c.dt, c.root);
   if (op == "all_to_all") return comm.all_to_all(l.send, l.recv, cnt, c.dt);
   if (op == "barrier") return comm.barrier();
-  start(c, l).wait();
+  const int next = (c.r() + 1) % c.n(), prev = (c.r() + c.n() - 1) % c.n();
+  if (c.r() % 2 == 0) comm.send(l.send, cnt, c.dt, next);
+  comm.recv(l.recv, cnt, c.dt, prev);
+  if (c.r() % 2 == 1) comm.send(l.send, cnt, c.dt, next);
 }
 
-// Runs `ops` operations as one group and waits. A single operation runs as a blocking call,
-// which drives progress on this thread (the fastest path for one operation at a time).
+// Runs `ops` operations as one group and waits. A single operation is issued as a program
+// would: its *_async call and Work::wait() (or, with --calls blocking, the blocking call).
 void run_blocking(Case& c, const Layout& l, int ops) {
   if (c.op() == "sendrecv" && c.n() == 1) {  // a rank's message to itself
     std::memcpy(l.recv, l.send, c.count * c.esize);
     return;
   }
-  if (ops == 1 && c.op() != "sendrecv") {
-    run_one(c, l);
+  if (ops == 1 && c.opt.blocking_calls) {
+    call_blocking(c, l);
+    return;
+  }
+  if (ops == 1) {
+    start(c, l).wait();
     return;
   }
   c.comm.group_start();

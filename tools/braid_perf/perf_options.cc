@@ -36,6 +36,9 @@ const char* perf_usage() {
          "      --op NAME           the collective: all_reduce (default), broadcast, reduce, all_gather,\n"
          "                          reduce_scatter, gather, scatter, all_to_all, barrier, sendrecv\n"
          "      --algo NAME         force an algorithm (sets BRAID_ALGO): ring tree rd chain pairwise auto\n"
+         "      --calls async|blocking  how -z 1 issues each operation: *_async then Work::wait()\n"
+         "                          (default, the path a training program takes), or the blocking\n"
+         "                          call (sendrecv: send() and recv(), even ranks sending first)\n"
          "      --json PATH         rank 0 writes the run (settings, hosts, every row) as JSON\n"
          "      --label TEXT        the run's name in that JSON (braid-plot's legend)\n"
          "      --result-rows       also print tab-separated RESULT rows (../shared/bench's format)\n"
@@ -211,6 +214,9 @@ bool apply(const std::string& flag, const std::string& value, PerfOptions* o, st
   } else if (flag == "--json") {
     ok = !value.empty();
     o->json_path = value;
+  } else if (flag == "--calls") {
+    ok = value == "async" || value == "blocking";
+    o->blocking_calls = value == "blocking";
   } else if (flag == "--label") {
     o->label = value;
   } else {

@@ -1,5 +1,6 @@
 #include "tools/braid_perf/perf_report.h"
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 
@@ -63,7 +64,36 @@ std::string env_value(const RunInfo& info, const std::string& name, const std::s
   return fallback;
 }
 
+// The header's transport lines: one when every rank sees its peers alike, else one per rank.
+std::string transport_lines(const RunInfo& info) {
+  if (info.transports.empty()) return "";
+  std::vector<std::string> grouped;
+  for (const auto& t : info.transports) grouped.push_back(group_transports(t));
+  bool alike = true;
+  for (const std::string& g : grouped) alike = alike && g == grouped[0];
+  if (alike) return "# transports: " + grouped[0] + " (every rank, to its peers)\n";
+  std::string out;
+  for (size_t r = 0; r < grouped.size(); ++r) {
+    out += printf_string("# transports: rank %zu to its peers: %s\n", r, grouped[r].c_str());
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string group_transports(const std::vector<std::string>& per_peer) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (const std::string& t : per_peer) {
+    if (t == "self") continue;
+    auto it = std::find_if(counts.begin(), counts.end(), [&](const auto& c) { return c.first == t; });
+    if (it == counts.end()) counts.emplace_back(t, 1);
+    else ++it->second;
+  }
+  if (counts.empty()) return "none";
+  std::string out;
+  for (const auto& [name, n] : counts) out += (out.empty() ? "" : ", ") + name + " x" + std::to_string(n);
+  return out;
+}
 
 std::string format_header(const PerfOptions& opt, const RunInfo& info) {
   std::string h = "# " + info.version + "\n";
@@ -71,6 +101,9 @@ std::string format_header(const PerfOptions& opt, const RunInfo& info) {
                      info.ranks, opt.iters, opt.warmup, opt.agg, opt.agg == 1 ? "" : "s");
   h += opt.blocking ? "# time: median over iterations, each timed alone after a barrier (-z 1)"
                     : "# time: mean over iterations issued back to back (-z 0)";
+  if (opt.blocking && opt.agg == 1) {
+    h += opt.blocking_calls ? "; blocking calls (--calls blocking)" : "; *_async calls and Work::wait() (--calls async)";
+  }
   h += printf_string("; ranks' times combined by %s (-a %d); GB/s = 1e9 bytes/s\n", to_string(opt.average),
                      static_cast<int>(opt.average));
   h += opt.check_iters > 0 ? printf_string("# check: %d iteration%s per column against exact results (-c %d)\n",
@@ -79,6 +112,7 @@ std::string format_header(const PerfOptions& opt, const RunInfo& info) {
   for (size_t r = 0; r < info.hosts.size(); ++r) {
     h += printf_string("#  rank %3zu pid %7d on %s\n", r, r < info.pids.size() ? info.pids[r] : 0, info.hosts[r].c_str());
   }
+  h += transport_lines(info);
   for (const std::string& note : opt.notes) h += "# note: " + note + "\n";
   h += "#\n";
   h += printf_string("#%11s %12s %6s %6s %5s %9s %32s %32s\n", "", "", "", "", "", "", "out-of-place       ",
@@ -141,18 +175,24 @@ std::string format_json(const PerfOptions& opt, const RunInfo& info, const std::
                        info.hosts[r] == info.hosts[0] ? "true" : "false");
   }
   j += "],\n";
-  // The public API does not say which transport each connection took; what was asked for is
-  // recorded, and BRAID_DEBUG=INFO logs what each rank chose.
+  // What was asked for, and what each rank's connection to each peer took (per_peer[r][p]).
   j += "  \"transport\": {\"requested\": " + json_string(env_value(info, "BRAID_TRANSPORT", "auto")) +
-       ", \"note\": \"per-peer choice not exposed by the API; BRAID_DEBUG=INFO logs it\"},\n";
+       ", \"per_peer\": [";
+  for (size_t r = 0; r < info.transports.size(); ++r) j += (r ? ", " : "") + json_strings(info.transports[r]);
+  j += "], \"summary\": [";
+  for (size_t r = 0; r < info.transports.size(); ++r) {
+    j += (r ? ", " : "") + json_string(group_transports(info.transports[r]));
+  }
+  j += "]},\n";
   j += "  \"algorithm\": {\"requested\": " +
        json_string(!opt.algo.empty() ? opt.algo : env_value(info, "BRAID_ALGO", "auto")) +
        ", \"note\": \"each row's algo is what ran\"},\n";
   j += printf_string(
       "  \"settings\": {\"iters\": %d, \"warmup_iters\": %d, \"agg_iters\": %d, \"check_iters\": %d, \"blocking\": %d, "
-      "\"average\": %s, \"run_cycles\": %d, \"minbytes\": %zu, \"maxbytes\": %zu, \"stepbytes\": %zu, "
+      "\"calls\": \"%s\", \"average\": %s, \"run_cycles\": %d, \"minbytes\": %zu, \"maxbytes\": %zu, \"stepbytes\": %zu, "
       "\"stepfactor\": %zu},\n",
-      opt.iters, opt.warmup, opt.agg, opt.check_iters, opt.blocking ? 1 : 0, json_string(to_string(opt.average)).c_str(),
+      opt.iters, opt.warmup, opt.agg, opt.check_iters, opt.blocking ? 1 : 0, opt.blocking_calls ? "blocking" : "async",
+      json_string(to_string(opt.average)).c_str(),
       opt.cycles, opt.min_bytes, opt.max_bytes, opt.step_bytes, opt.step_factor);
   j += "  \"env\": " + json_strings(info.env) + ",\n";
   j += "  \"notes\": " + json_strings(opt.notes) + ",\n";

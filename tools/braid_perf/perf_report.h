@@ -20,12 +20,18 @@ struct RunInfo {
   std::vector<std::string> hosts;         // per rank
   std::vector<int> pids;                  // per rank
   std::vector<std::string> env;           // BRAID_* settings in effect ("NAME=value"), secrets left out
+  // transports[r][p]: the transport rank r's connection to rank p uses (Communicator::peer_transports).
+  std::vector<std::vector<std::string>> transports;
 };
 
 struct RowRecord {
   int cycle = 0;
   Row row;
 };
+
+// One rank's peer_transports() grouped, in order of first use, own rank left out:
+// "tcp (io_uring) x3", "shm x1, tcp (io_uring) x2"; "none" when it has no peer.
+std::string group_transports(const std::vector<std::string>& per_peer);
 
 // The header, up to and including the column titles (every line starts with '#').
 std::string format_header(const PerfOptions& opt, const RunInfo& info);

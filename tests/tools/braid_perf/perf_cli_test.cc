@@ -1,6 +1,7 @@
 // braid-perf as nccl-tests' users drive it, run for real under braidrun on loopback: the header
 // before the first row, the table's shape (out-of-place and in-place columns, N/A when nothing
-// is checked, -b 0 going on), the JSON record parsed by Python, an unwritable JSON path refused
+// is checked, -b 0 going on), the transports each rank's peers use, the *_async operations run
+// on the caller's thread, the JSON record parsed by Python, an unwritable JSON path refused
 // before anything is measured, and braid-plot drawing a PNG from that record.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -121,6 +122,41 @@ TEST(PerfCli, AggregatedAndBackToBackIterationsCheckClean) {
   }
 }
 
+// The header names the transport each rank's connections took (Communicator::peer_transports),
+// not the one asked for: BRAID_TRANSPORT=tcp-poll is the tcp transport on its epoll engine.
+TEST(PerfCli, HeaderNamesTheTransportOfEveryPeer) {
+  Subprocess p(perf_under_braidrun(3, {"-b", "1K", "-e", "1K", "-n", "2", "-w", "0", "-c", "0"}),
+               {{"BRAID_TRANSPORT", "tcp-poll"}});
+  ASSERT_EQ(p.wait(std::chrono::seconds(60)), 0) << p.output();
+  EXPECT_NE(p.output().find("[rank 0] # transports: tcp (epoll) x2 (every rank, to its peers)"), std::string::npos)
+      << p.output();
+}
+
+// braid-perf issues *_async + wait() (--calls async), and the runtime runs such an operation on
+// the waiting caller's thread when nothing else is queued (runtime/communicator_impl.h, the
+// hand-off): at BRAID_DEBUG=TRACE each rank says at the end where its operations ran. A few
+// may land on the progress thread when the machine is busy (a caller descheduled between the
+// call and its wait); before the hand-off about a quarter did.
+TEST(PerfCli, AsyncOperationsRunOnTheCallersThread) {
+  Subprocess p(perf_under_braidrun(2, {"-b", "4K", "-e", "4K", "-n", "200", "-w", "5", "-c", "0"}),
+               {{"BRAID_DEBUG", "TRACE"}});
+  ASSERT_EQ(p.wait(std::chrono::seconds(120)), 0) << p.output().substr(0, 4000);
+  std::istringstream lines(p.output());
+  int ranks = 0;
+  for (std::string line; std::getline(lines, line);) {
+    unsigned long here = 0, there = 0;
+    const size_t at = line.find(" closing: ");
+    if (at == std::string::npos ||
+        std::sscanf(line.c_str() + at, " closing: %lu operations ran on callers' threads, %lu", &here, &there) != 2) {
+      continue;
+    }
+    ++ranks;
+    EXPECT_GE(here, 800u) << line;  // 2 x 205 barriers and as many all_reduces, and a few more
+    EXPECT_LE(there, (here + there) / 20) << line;
+  }
+  EXPECT_EQ(ranks, 2) << "no closing line per rank at TRACE";
+}
+
 // Python's json module reads the record and finds what reproducing and comparing a run needs.
 const char* kJsonCheck = R"(
 import json, sys
@@ -133,6 +169,11 @@ assert d["tool"] == "braid-perf" and d["version"] == sys.argv[2], d["version"]
 assert d["label"] == "cli test" and d["ranks"] == 2 and len(d["hosts"]) == 2 and len(d["peers"]) == 2
 assert d["command_line"][1:4] == ["-b", "4K", "-e"], d["command_line"]
 assert d["transport"]["requested"] and d["algorithm"]["requested"] == "ring"
+# Each rank's Communicator::peer_transports(): itself "self", its one peer a tcp engine.
+per_peer = d["transport"]["per_peer"]
+assert per_peer[0][0] == "self" and per_peer[1][1] == "self", per_peer
+assert per_peer[0][1].startswith("tcp (") and per_peer[1][0] == per_peer[0][1], per_peer
+assert d["transport"]["summary"] == [per_peer[0][1] + " x1"] * 2, d["transport"]
 assert d["settings"]["iters"] == 2 and d["settings"]["run_cycles"] == 2 and d["wrong"] == 0
 assert "BRAID_TIMEOUT_S=60" in d["env"] and not any(e.startswith("BRAID_SECRET") for e in d["env"])
 assert [r["bytes"] for r in d["rows"]] == [4096, 8192, 16384] * 2, d["rows"]

@@ -299,5 +299,46 @@ TEST(PerfData, HashSeesEveryByte) {
   }
 }
 
+// --calls: how -z 1 issues each operation; async (the public Work path) unless told.
+TEST(PerfOptions, CallsChoosesTheBlockingOrTheAsyncPath) {
+  PerfOptions o;
+  std::string err;
+  ASSERT_TRUE(parse({}, &o, &err)) << err;
+  EXPECT_FALSE(o.blocking_calls);
+  ASSERT_TRUE(parse({"--calls", "blocking"}, &o, &err)) << err;
+  EXPECT_TRUE(o.blocking_calls);
+  PerfOptions a;
+  ASSERT_TRUE(parse({"--calls=async"}, &a, &err)) << err;
+  EXPECT_FALSE(a.blocking_calls);
+  EXPECT_FALSE(parse({"--calls", "sync"}, &a, &err));
+  EXPECT_NE(err.find("--calls"), std::string::npos) << err;
+  EXPECT_NE(format_header(o, RunInfo{}).find("blocking calls (--calls blocking)"), std::string::npos);
+  EXPECT_NE(format_header(a, RunInfo{}).find("*_async calls and Work::wait() (--calls async)"), std::string::npos);
+  EXPECT_NE(format_json(o, RunInfo{}, {}).find("\"calls\": \"blocking\""), std::string::npos);
+}
+
+// Communicator::peer_transports() lists grouped for the header and the JSON summary.
+TEST(PerfReport, TransportsAreGroupedPerRank) {
+  EXPECT_EQ(group_transports({"self", "tcp (io_uring)", "tcp (io_uring)", "tcp (io_uring)"}), "tcp (io_uring) x3");
+  EXPECT_EQ(group_transports({"shm", "self", "tcp (io_uring)", "shm"}), "shm x2, tcp (io_uring) x1");
+  EXPECT_EQ(group_transports({"self"}), "none");
+
+  PerfOptions opt;
+  RunInfo info;
+  info.ranks = 2;
+  info.transports = {{"self", "tcp (epoll)"}, {"tcp (epoll)", "self"}};
+  std::string h = format_header(opt, info);
+  EXPECT_NE(h.find("# transports: tcp (epoll) x1 (every rank, to its peers)\n"), std::string::npos) << h;
+  const std::string j = format_json(opt, info, {});
+  EXPECT_NE(j.find("\"per_peer\": [[\"self\", \"tcp (epoll)\"], [\"tcp (epoll)\", \"self\"]]"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"summary\": [\"tcp (epoll) x1\", \"tcp (epoll) x1\"]"), std::string::npos) << j;
+
+  // Ranks that see their peers differently get a line each.
+  info.transports = {{"self", "shm"}, {"tcp (io_uring)", "self"}};
+  h = format_header(opt, info);
+  EXPECT_NE(h.find("# transports: rank 0 to its peers: shm x1\n# transports: rank 1 to its peers: tcp (io_uring) x1\n"),
+            std::string::npos) << h;
+}
+
 }  // namespace
 }  // namespace braid::perf

@@ -1,0 +1,182 @@
+// Who runs an *_async operation (runtime/communicator_impl.h, "the hand-off"): ranks as threads
+// of this process on the inproc transport, counting with CommunicatorImpl::hand_off_counts()
+// where each operation ran.
+//
+//   - wait() right after *_async on an otherwise idle communicator runs the operation on the
+//     caller's thread, as the blocking call does (collectives and send/recv groups alike);
+//   - an operation nobody waits for still completes, on the progress thread, while the caller
+//     does something else; the next one then starts there at once, and a caller that waits
+//     at once again gets its operations back; a caller that computes before it waits gets its
+//     next operation started at once;
+//   - operations queued behind another run on the progress thread, overlapped;
+//   - BRAID_CALLER_PROGRESS=0 runs everything on the progress thread.
+//
+// The tick is lengthened (JobSettings::hand_off_tick) so that a caller descheduled for a while
+// on a busy machine still counts as waiting at once: the cases check where operations ran,
+// never how long they took.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "braid/communicator.h"
+#include "runtime/communicator_impl.h"
+#include "tests/support/in_process_job.h"
+
+namespace braid {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr int kRanks = 2;
+constexpr auto kBound = 20s;  // every wait for a completion ends within this, or the case fails
+
+testing::JobSettings settings(std::chrono::microseconds tick, bool caller_progress = true) {
+  testing::JobSettings s;
+  s.ranks = kRanks;
+  s.hand_off_tick = tick;
+  s.waits_at_once = tick;
+  s.caller_progress = caller_progress;
+  return s;
+}
+
+// Polls test() (never wait(), which could run the operation itself) until `w` completes.
+bool completes_unwaited(const Work& w) {
+  const auto until = std::chrono::steady_clock::now() + kBound;
+  while (!w.test() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  return w.test();
+}
+
+// All-reduces `n` values of rank + 1, returning them (each must be 1 + 2 + ... + kRanks).
+std::vector<float> ones_times_rank(int rank, size_t n) { return std::vector<float>(n, static_cast<float>(rank + 1)); }
+constexpr float kSum = kRanks * (kRanks + 1) / 2.0f;
+
+TEST(HandOff, WaitRightAfterAsyncRunsOnTheCallersThread) {
+  testing::InProcessJob job(settings(2s));
+  testing::run_ranks(kRanks, [&](int r) {
+    CommunicatorImpl* impl = nullptr;
+    Communicator comm = job.make(r, 0, &impl);
+    constexpr int kIters = 20;
+    for (int i = 0; i < kIters; ++i) {
+      std::vector<float> v = ones_times_rank(r, 1000);
+      comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum).wait();
+      ASSERT_EQ(v[0], kSum);
+      ASSERT_EQ(v[999], kSum);
+    }
+    // A send/recv exchange as one group, as braid-perf's sendrecv issues it.
+    std::vector<int32_t> out(64, r), in(64, -1);
+    comm.group_start();
+    comm.send_async(out.data(), out.size(), DType::i32, 1 - r);
+    comm.recv_async(in.data(), in.size(), DType::i32, 1 - r);
+    comm.group_end().wait();
+    EXPECT_EQ(in[63], 1 - r);
+    const auto counts = impl->hand_off_counts();
+    EXPECT_EQ(counts.on_caller, kIters + 1u) << "rank " << r;
+    EXPECT_EQ(counts.on_progress_thread, 0u) << "rank " << r;
+  });
+}
+
+TEST(HandOff, WorkNobodyWaitsForCompletesOnTheProgressThread) {
+  testing::InProcessJob job(settings(5ms));
+  testing::run_ranks(kRanks, [&](int r) {
+    CommunicatorImpl* impl = nullptr;
+    Communicator comm = job.make(r, 0, &impl);
+    for (int i = 0; i < 3; ++i) {  // the first left to the caller for a tick, the next started at once
+      std::vector<float> v = ones_times_rank(r, 4096);
+      Work w = comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum);
+      // The caller does something else; the operation must finish without a wait().
+      ASSERT_TRUE(completes_unwaited(w)) << "rank " << r << ": un-waited all_reduce " << i << " never completed";
+      w.wait();
+      EXPECT_EQ(v[4095], kSum);
+    }
+    const auto counts = impl->hand_off_counts();
+    EXPECT_EQ(counts.on_caller, 0u) << "rank " << r;
+    EXPECT_EQ(counts.on_progress_thread, 3u) << "rank " << r;
+  });
+}
+
+TEST(HandOff, ACallerThatWaitsAtOnceAgainGetsItsOperationsBack) {
+  testing::InProcessJob job(settings(200ms));
+  testing::run_ranks(kRanks, [&](int r) {
+    CommunicatorImpl* impl = nullptr;
+    Communicator comm = job.make(r, 0, &impl);
+    std::vector<float> v = ones_times_rank(r, 64);
+    Work w = comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum);
+    ASSERT_TRUE(completes_unwaited(w)) << "rank " << r;
+    ASSERT_EQ(impl->hand_off_counts().on_progress_thread, 1u) << "rank " << r;
+    // Predicted to compute: the first of these wakes the progress thread, which may or may not
+    // beat this wait(); the wait shows the caller waits at once, and the rest run here.
+    for (int i = 0; i < 5; ++i) {
+      v = ones_times_rank(r, 64);
+      comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum).wait();
+      ASSERT_EQ(v[63], kSum);
+    }
+    const auto counts = impl->hand_off_counts();
+    EXPECT_GE(counts.on_caller, 4u) << "rank " << r;
+    EXPECT_LE(counts.on_progress_thread, 2u) << "rank " << r;
+  });
+}
+
+// A caller that computes between *_async and wait() (here: sleeps longer than waits_at_once)
+// gets its next operation started at once on the progress thread, overlapping the compute.
+TEST(HandOff, ACallerThatComputesBeforeWaitingGetsOverlap) {
+  testing::JobSettings s = settings(2s);
+  s.waits_at_once = 50ms;
+  testing::InProcessJob job(s);
+  testing::run_ranks(kRanks, [&](int r) {
+    CommunicatorImpl* impl = nullptr;
+    Communicator comm = job.make(r, 0, &impl);
+    std::vector<float> v = ones_times_rank(r, 64);
+    comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum).wait();  // at once: here
+    v = ones_times_rank(r, 64);
+    Work w = comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum);
+    std::this_thread::sleep_for(100ms);  // left to this caller (predicted), which computes first
+    w.wait();
+    ASSERT_EQ(impl->hand_off_counts().on_caller, 2u) << "rank " << r;
+    v = ones_times_rank(r, 64);
+    w = comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum);
+    ASSERT_TRUE(completes_unwaited(w)) << "rank " << r;  // started at once, without a wait()
+    w.wait();
+    EXPECT_EQ(v[63], kSum);
+    const auto counts = impl->hand_off_counts();
+    EXPECT_EQ(counts.on_caller, 2u) << "rank " << r;
+    EXPECT_EQ(counts.on_progress_thread, 1u) << "rank " << r;
+  });
+}
+
+TEST(HandOff, OperationsQueuedBehindAnotherRunOnTheProgressThread) {
+  testing::InProcessJob job(settings(2s));  // a hand-off would show here as a 2 s stall
+  testing::run_ranks(kRanks, [&](int r) {
+    CommunicatorImpl* impl = nullptr;
+    Communicator comm = job.make(r, 0, &impl);
+    std::vector<std::vector<float>> bufs(4, ones_times_rank(r, 256));
+    std::vector<Work> works;
+    for (auto& b : bufs) works.push_back(comm.all_reduce_async(b.data(), b.size(), DType::f32, Op::sum));
+    // None waited for yet: the second one queued ends the first one's grace.
+    for (Work& w : works) ASSERT_TRUE(completes_unwaited(w)) << "rank " << r;
+    for (Work& w : works) w.wait();
+    for (auto& b : bufs) EXPECT_EQ(b[255], kSum);
+    const auto counts = impl->hand_off_counts();
+    EXPECT_EQ(counts.on_caller, 0u) << "rank " << r;
+    EXPECT_EQ(counts.on_progress_thread, 4u) << "rank " << r;
+  });
+}
+
+TEST(HandOff, WithoutCallerProgressEverythingRunsOnTheProgressThread) {
+  testing::InProcessJob job(settings(2s, /*caller_progress=*/false));
+  testing::run_ranks(kRanks, [&](int r) {
+    CommunicatorImpl* impl = nullptr;
+    Communicator comm = job.make(r, 0, &impl);
+    std::vector<float> v = ones_times_rank(r, 100);
+    comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum).wait();
+    comm.barrier();
+    EXPECT_EQ(v[99], kSum);
+    const auto counts = impl->hand_off_counts();
+    EXPECT_EQ(counts.on_caller, 0u) << "rank " << r;
+    EXPECT_EQ(counts.on_progress_thread, 2u) << "rank " << r;
+  });
+}
+
+}  // namespace
+}  // namespace braid
