@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,9 @@ struct RunOptions {
   size_t ring_depth = 1;        // Plan::ring_depth; the same on every rank (BRAID_RING_DEPTH)
   Deadline deadline = Deadline::never();
   uint64_t op_id = 0;           // unique per operation on this transport: goes into cookies
+  // Ring order by host (collectives/ring_order.h, Plan::order); null: rank order. The same on
+  // every rank.
+  std::shared_ptr<const std::vector<int>> order;
 };
 
 // Which algorithm `automatic` resolves to for this operation (the selection table).

@@ -32,7 +32,7 @@ Result<PreparedCollective> prepare_collective(const CollectiveArgs& args, int ra
                             " (or use auto)");
   }
   out.name = operation_name(args.kind, out.algo);
-  const Plan plan = make_plan(args, rank, size, options.chunk_bytes, options.ring_depth);
+  const Plan plan = make_plan(args, rank, size, options.chunk_bytes, options.ring_depth, options.order);
   out.segment_bytes = plan.segment_bytes;
   out.ring_depth = plan.ring_depth;
   ASSIGN_OR_RETURN(Schedule schedule, build_schedule(args, out.algo, plan));
