@@ -31,7 +31,7 @@
 
 #include "common/spin.h"
 #include "transport/tcp/engine.h"
-#include "transport/tcp/host_identity.h"
+#include "transport/host_identity.h"
 #include "transport/tcp/tcp_stream.h"
 #include "transport/transport.h"
 

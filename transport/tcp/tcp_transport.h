@@ -18,7 +18,7 @@
 #include "transport/registry.h"
 #include "transport/tcp/engine.h"
 #include "transport/tcp/handshake.h"
-#include "transport/tcp/host_identity.h"
+#include "transport/host_identity.h"
 #include "transport/tcp/socket_setup.h"
 #include "transport/transport.h"
 
