@@ -1,5 +1,5 @@
 // collectives/algorithms.h - which algorithm implements which collective, and building its
-// schedule from a CollectiveArgs. The one table every other part (selection, run_collective,
+// schedule from a CollectiveArgs. The one table every other part (selection, prepare_collective,
 // the schedule simulator tests) looks algorithms up in.
 #pragma once
 

@@ -69,11 +69,4 @@ struct RunOptions {
 // Which algorithm `automatic` resolves to for this operation (the selection table).
 Algo select_algorithm(const CollectiveArgs& args, int rank, int size, Algo forced);
 
-// Runs one collective to completion on the calling thread, driving `transport.poll()`.
-// peers[r] is the connection to rank r (nullptr for r == rank). Bounded by options.deadline.
-// Errors name the operation, this rank, the peer rank and its address.
-Status run_collective(const CollectiveArgs& args, int rank, int size, transport::Transport& transport,
-                      const std::vector<transport::Connection*>& peers, const RunOptions& options,
-                      Algo* algo_used = nullptr);
-
 }  // namespace braid::collectives

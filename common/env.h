@@ -22,9 +22,13 @@ EnvLookup process_env();
 enum class LogLevel : uint8_t { warn = 0, info = 1, trace = 2 };
 
 struct Env {
-  // BRAID_TRANSPORT: auto | tcp | tcp-poll | ib | shm | inproc. auto = tcp over io_uring, falling
-  // back to epoll when io_uring cannot be set up. Default auto.
+  // BRAID_TRANSPORT: auto, or a preference list of tcp | tcp-poll | ib | shm | inproc ("shm,tcp").
+  // Each peer gets the first transport of the list that both ends brought up and that reaches
+  // it (runtime/transport_choice.h). auto = shm, ib, tcp; tcp over io_uring falls back to epoll
+  // under auto. Default auto.
   std::string transport = "auto";
+  // BRAID_SHM_DISABLE: 1 leaves the shm transport out of BRAID_TRANSPORT's list. Default 0.
+  bool shm_disable = false;
   // BRAID_SOCKET_IFNAME: interfaces to use, like NCCL_SOCKET_IFNAME: "eth0,ib" prefixes,
   // "^docker" excludes, "=eth0" exact. Default: the interface that routes to MASTER_ADDR.
   std::string socket_ifname;

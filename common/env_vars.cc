@@ -12,9 +12,13 @@ constexpr int64_t kKiB = 1024, kMiB = kKiB * 1024;
 // tuning, security, store; then the variables users do not set.
 constexpr EnvVar kVars[] = {
     {"BRAID_TRANSPORT", choice, "auto", "auto|tcp|tcp-poll|ib|shm|inproc", 0, 0,
-     "Transport between ranks. auto: tcp over io_uring, falling back to epoll where io_uring cannot be set up; tcp: "
-     "io_uring or fail; tcp-poll: epoll. ib and shm are not built yet; inproc is for tests whose ranks are threads "
-     "of one process."},
+     "Transports between ranks, in order of preference: one of these, or a comma-separated list (shm,tcp). Each "
+     "peer gets the first that both ranks brought up and that reaches it (shm: only peers on the same host). auto: "
+     "shm, ib, tcp, where tcp runs over io_uring, falling back to epoll where io_uring cannot be set up; tcp: io_uring "
+     "or fail; tcp-poll: epoll. inproc is for tests whose ranks are threads of one process. Explicit lists must be "
+     "the same on every rank."},
+    {"BRAID_SHM_DISABLE", choice, "0", "0|1", 0, 0,
+     "1: leave the shm transport out of BRAID_TRANSPORT's list (peers on the same host then use the next one)."},
     {"BRAID_SOCKET_IFNAME", text, "", "like NCCL_SOCKET_IFNAME: \"eth0,ib\" prefixes, \"^docker\" excludes, \"=eth0\" exact",
      0, 0, "Interfaces the transport uses. Unset: the interface that routes to MASTER_ADDR."},
     {"BRAID_NSOCKS", integer, "0", "", 0, 64,

@@ -24,6 +24,7 @@ namespace {
 using testing::get;
 using testing::input_value;
 using testing::InprocCluster;
+using testing::run_collective;
 using testing::put;
 
 constexpr DType kDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i8, DType::u8, DType::i32, DType::i64};
@@ -199,7 +200,7 @@ void run_case(const Params& p) {
   opt.op_id = op_id;
   opt.deadline = Deadline::after_seconds(30);
   auto st = c.run([&](int r) {
-    return run_collective(d[static_cast<size_t>(r)].args, r, p.n, c.transport(r), c.peers(r), opt);
+    return run_collective(d[static_cast<size_t>(r)].args, r, p.n, c.links(r), opt);
   });
   bool failed = false;
   for (int r = 0; r < p.n; ++r) {

@@ -44,6 +44,7 @@ class TcpTransport final : public Transport {
   Result<std::unique_ptr<Connection>> accept(const PeerIdentity& who, Deadline deadline) override;
   Status poll(std::vector<Completion>& out, std::chrono::microseconds timeout) override;
   void wake() override { engine_->wake(); }
+  int wait_fd() const override { return engine_->wait_fd(); }
 
   EngineStats engine_stats() const { return engine_->stats(); }
 

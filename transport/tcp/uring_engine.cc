@@ -179,6 +179,8 @@ io_uring_sqe* UringEngine::get_sqe() {
   return sqe;
 }
 
+int UringEngine::wait_fd() const { return ring_->ring_fd; }
+
 void UringEngine::arm_wake() {
   io_uring_sqe* sqe = get_sqe();
   io_uring_prep_read(sqe, wake_fd_, &wake_buf_, sizeof wake_buf_, 0);

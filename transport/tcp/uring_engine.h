@@ -40,6 +40,8 @@ class UringEngine final : public Engine {
   void kick(TcpStream* stream) override;
   Status run(std::chrono::microseconds timeout, const std::vector<Completion>& ready) override;
   void wake() override;
+  // The ring polls readable with completions to reap, or (DEFER_TASKRUN) task work to run.
+  int wait_fd() const override;
   EngineStats stats() const override;
 
  private:
