@@ -109,6 +109,8 @@ const Rejected kRejected[] = {
     {"BRAID_PEER_TIMEOUT_S", "-3", "positive number of seconds"},
     {"BRAID_DEBUG", "LOUD", "WARN, INFO, TRACE"},
     {"BRAID_CALLER_PROGRESS", "yes", "0, 1"},
+    {"BRAID_SHM_DISABLE", "yes", "0, 1"},
+    {"BRAID_TRANSPORT", "shm,pigeon", "auto, tcp, tcp-poll, ib, shm, inproc"},
     {"BRAID_SPIN_US", "100001", "[0, 100000]"},
     {"BRAID_ZCOPY_BYTES", "lots", "of at least 1 bytes"},
     {"BRAID_LOOPBACK_CC", "Reno; rm", "reno, cubic"},
