@@ -13,7 +13,7 @@ constexpr int64_t kKiB = 1024, kMiB = kKiB * 1024;
 constexpr EnvVar kVars[] = {
     {"BRAID_TRANSPORT", choice, "auto", "auto|tcp|tcp-poll|ib|shm|inproc", 0, 0,
      "Transport between ranks. auto: tcp over io_uring, falling back to epoll where io_uring cannot be set up; tcp: "
-     "io_uring or fail; tcp-poll: epoll. ib and shm are not built yet; inproc is for tests whose ranks are threads "
+     "io_uring or fail; tcp-poll: epoll. ib is not built yet; shm joins ranks of one host; inproc is for tests whose ranks are threads "
      "of one process."},
     {"BRAID_SOCKET_IFNAME", text, "", "like NCCL_SOCKET_IFNAME: \"eth0,ib\" prefixes, \"^docker\" excludes, \"=eth0\" exact",
      0, 0, "Interfaces the transport uses. Unset: the interface that routes to MASTER_ADDR."},
@@ -40,6 +40,9 @@ constexpr EnvVar kVars[] = {
     {"BRAID_CALLER_PROGRESS", choice, "1", "0|1", 0, 0,
      "1: a blocking call with nothing else queued runs on the calling thread instead of waking the progress thread."},
     {"BRAID_SPIN_US", integer, "50", "", 0, 100000, "Microseconds a waiter spins before sleeping."},
+    {"BRAID_SHM_CMA", choice, "1", "0|1", 0, 0,
+     "shm: 1 moves large messages in one copy (cross-memory attach) where ptrace rules allow; 0 always uses the "
+     "two-copy ring."},
     {"BRAID_ZCOPY_BYTES", bytes, "1M", "", 1, 0,
      "Sends at least this large use zero-copy (MSG_ZEROCOPY / SEND_ZC); 0 never does."},
     {"BRAID_LOOPBACK_CC", text, "reno", "a TCP congestion control the kernel allows (reno, cubic, ...), or system", 0, 0,
