@@ -146,8 +146,10 @@ bool ShmConnection::write_sends() {
       }
     }
     ++send_seq_;
-    if (s.cma) {
-      s.cma_index = ++cma_sent_;
+    // Sends complete in the order they were posted: an inline send behind a cma send that is
+    // still being read waits for it.
+    if (s.cma) s.cma_index = ++cma_sent_;
+    if (s.cma || !acks_.empty()) {
       acks_.push_back(s);
     } else {
       complete(true, s.cookie, s.len, Status::ok());
@@ -163,7 +165,7 @@ bool ShmConnection::collect_acks() {
   if (acks_.empty()) return false;
   const uint64_t done = out_ctl_->cma_done.load(std::memory_order_acquire);
   bool changed = false;
-  while (!acks_.empty() && acks_.front().cma_index <= done) {
+  while (!acks_.empty() && (!acks_.front().cma || acks_.front().cma_index <= done)) {
     complete(true, acks_.front().cookie, acks_.front().len, Status::ok());
     acks_.pop_front();
     changed = true;

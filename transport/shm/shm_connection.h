@@ -4,7 +4,8 @@
 // Sends are written into the outgoing ring in order; a message of at least kCmaMinBytes goes as
 // a cma record (the receiver copies it straight from our buffer with process_vm_readv) when the
 // peer found at setup that it may read our memory, and through the ring otherwise. Inline sends
-// complete once their last byte is in the ring; cma sends once the peer counted them read.
+// complete once their last byte is in the ring; cma sends once the peer counted them read;
+// completions keep the order of posting.
 // Receives take records in order; a record larger than the posted buffer is consumed and the
 // receive fails with ErrorCode::protocol.
 //
@@ -45,7 +46,7 @@ struct ShmConnectionSetup {
 
 class ShmConnection final : public Connection {
  public:
-  static constexpr size_t kMaxInFlight = 256;
+  static constexpr size_t kMaxInFlight = 4096;
 
   explicit ShmConnection(ShmConnectionSetup setup);
   ~ShmConnection() override;
@@ -105,7 +106,7 @@ class ShmConnection final : public Connection {
   int liveness_fd_ = -1;
 
   std::deque<Send> sends_;  // not yet wholly in the ring, in order
-  std::deque<Send> acks_;   // cma records written, waiting for the peer's count
+  std::deque<Send> acks_;   // wholly written, waiting for the peer's count of cma reads
   std::deque<Recv> recvs_;
   uint64_t tail_ = 0;       // our outgoing tail (we alone write it)
   uint64_t head_ = 0;       // our incoming head (we alone write it)
