@@ -87,7 +87,7 @@ ShmTransport::ShmTransport(const TransportOptions& options, UniqueFd eventfd)
 
 ShmTransport::~ShmTransport() {
   // Connections should be gone first (transport.h); any left must not call back into us.
-  for (ShmConnection* c : connections_) (void)c;
+  for (ShmConnection* c : connections_) c->detach();
 }
 
 void ShmTransport::forget(ShmConnection* c) {
@@ -109,12 +109,14 @@ std::string ShmTransport::describe() const {
   if (smallest_ring_ > 0) {
     s << ", rings of " << (smallest_ring_ >> 10) << " KiB per direction, large messages ";
     const int n = static_cast<int>(connections_.size());
+    const auto cma_peers = std::count_if(connections_.begin(), connections_.end(),
+                                         [](const ShmConnection* c) { return c->peer_reads_us(); });
     if (!env_.shm_cma) {
       s << "through the two-copy ring (BRAID_SHM_CMA=0)";
-    } else if (cma_peers_ == n) {
+    } else if (cma_peers == n) {
       s << "single-copy (cross-memory attach)";
     } else {
-      s << "single-copy (cross-memory attach) to " << cma_peers_ << " of " << n
+      s << "single-copy (cross-memory attach) to " << cma_peers << " of " << n
         << " peers, through the two-copy ring to the rest (ptrace rules forbid reading their memory: "
            "kernel.yama.ptrace_scope, or different users)";
     }
@@ -138,7 +140,6 @@ std::unique_ptr<Connection> ShmTransport::make_connection(ShmConnectionSetup set
   smallest_ring_ = smallest_ring_ == 0 ? ring : std::min(smallest_ring_, ring);
   auto c = std::make_unique<ShmConnection>(std::move(setup));
   connections_.push_back(c.get());
-  if (c->peer_reads_us()) ++cma_peers_;
   return c;
 }
 
@@ -195,6 +196,9 @@ Result<std::unique_ptr<Connection>> ShmTransport::connect(const std::string& add
     return protocol_error(where + "its answer to the shared-memory setup is not one (a braid version mismatch?)");
   }
   probe_peer(header->ends[0], header->ends[1], pid.value(), env_.shm_cma);
+  // The acceptor waits for this, so both ends know at once which path large sends take.
+  st = send_with_fds(fd.value().get(), &m, sizeof m, {}, deadline);
+  if (!st.is_ok()) return st.with_context(where);
 
   ShmConnectionSetup setup;
   setup.segment = std::move(mapped).value();
@@ -232,6 +236,10 @@ Status ShmTransport::finish_accepted(tcp::AcceptorHandshake& h, Deadline deadlin
   SetupMessage reply;
   reply.ring_bytes = m.ring_bytes;
   RETURN_IF_ERROR(send_with_fds(fd, &reply, sizeof reply, {eventfd_.get()}, deadline));
+  SetupMessage probed;  // the connector has probed us: its cma_readable is set
+  std::vector<UniqueFd> none;
+  RETURN_IF_ERROR(recv_with_fds(fd, &probed, sizeof probed, none, deadline));
+  if (probed.magic != kSetupMagic || !none.empty()) return protocol_error("its last setup message is not one");
 
   ShmConnectionSetup setup;
   setup.segment = std::move(mapped);

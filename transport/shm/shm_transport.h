@@ -5,7 +5,8 @@
 // namespace, never in the file system, and vanishes with the process). connect() runs the tcp
 // transport's authenticated handshake on it (transport/tcp/handshake.h: the job's secret,
 // communicator id and ranks, both ways), then creates the segment, sends it with its eventfd
-// (SCM_RIGHTS) and takes the acceptor's eventfd back. The acceptor serves every socket that
+// (SCM_RIGHTS), takes the acceptor's eventfd back, probes whether it may read the acceptor's
+// memory and says it has (so both ends know which path large messages take before the first). The acceptor serves every socket that
 // reaches it while it waits in accept(), as tcp does (wire_format.h says why that order cannot
 // deadlock); the pid of each end comes from the kernel (SO_PEERCRED), never from the peer's words.
 //
@@ -65,7 +66,6 @@ class ShmTransport final : public Transport {
   std::string address_;
   size_t ring_bytes_ = kDefaultRingBytes;
   size_t smallest_ring_ = 0;  // over the connections made (0: none yet)
-  int cma_peers_ = 0;         // connections whose peer reads our memory directly
   std::vector<tcp::AcceptorHandshake> handshaking_;
   std::map<int, ShmConnectionSetup> pending_;  // by the connecting rank
   std::map<int, uint64_t> pending_comm_;
