@@ -3,6 +3,8 @@
 // the address and its host, and who is refused. tests/transport/transport_test.cc runs the
 // seam's common suite on shm as well.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <string>
@@ -10,6 +12,7 @@
 
 #include "common/job_secret.h"
 #include "tests/transport/transport_link.h"
+#include "transport/shm/shm_layout.h"
 #include "transport/shm/shm_setup.h"
 
 namespace braid::transport::testing {
@@ -194,6 +197,47 @@ TEST(ShmAuth, AnotherCommunicatorIsRefused) {
   EXPECT_FALSE(c.is_ok());
   EXPECT_FALSE(accepted.is_ok());
   EXPECT_EQ(accepted.status().code(), ErrorCode::timeout) << accepted.status().message();
+}
+
+// A limit on file sizes (RLIMIT_FSIZE) stands in for a tmpfs or memory limit too small for the
+// rings: the memfd cannot grow past it, as it could not past a full /dev/shm.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &saved_);
+    old_handler_ = signal(SIGXFSZ, SIG_IGN);  // the error code is enough
+    rlimit l = saved_;
+    l.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &l);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit saved_{};
+  sighandler_t old_handler_ = SIG_DFL;
+};
+
+TEST(ShmSegment, TooLittleSharedMemoryGivesSmallerRings) {
+  size_t ring = size_t{4} << 20;
+  {
+    FileSizeLimit limit(shm::segment_bytes(size_t{1} << 20));
+    auto fd = shm::create_segment(ring);
+    ASSERT_TRUE(fd.is_ok()) << fd.status().message();
+  }
+  EXPECT_EQ(ring, size_t{1} << 20);
+}
+
+TEST(ShmSegment, FarTooLittleIsAnErrorNamingTheSize) {
+  size_t ring = size_t{4} << 20;
+  FileSizeLimit limit(shm::segment_bytes(shm::kMinRingBytes) - 1);
+  auto fd = shm::create_segment(ring);
+  ASSERT_FALSE(fd.is_ok());
+  const std::string& m = fd.status().message();
+  EXPECT_NE(m.find(std::to_string(shm::segment_bytes(size_t{4} << 20)) + " bytes"), std::string::npos) << m;
+  EXPECT_NE(m.find("BRAID_TRANSPORT=tcp"), std::string::npos) << m;
 }
 
 }  // namespace
