@@ -79,6 +79,7 @@ Status ShmConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
     return invalid_argument("more than " + std::to_string(kMaxInFlight) + " receives outstanding from " + who());
   }
   recvs_.push_back(Recv{static_cast<unsigned char*>(data), capacity, cookie});
+  if (recvs_.size() == 1 && read_records()) notify_peer();  // a message already waiting lands now
   return Status::ok();
 }
 
@@ -97,6 +98,7 @@ void ShmConnection::copy_out(uint64_t pos, void* dst, size_t n) const {
 }
 
 void ShmConnection::complete(bool is_send, uint64_t cookie, size_t bytes, Status st) {
+  if (s_.completions == nullptr) return;  // detached: nobody polls any more
   s_.completions->push_back(Completion{this, cookie, is_send, bytes, std::move(st)});
 }
 

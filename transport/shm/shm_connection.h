@@ -69,7 +69,10 @@ class ShmConnection final : public Connection {
   void set_sleeping(bool on);
   bool idle() const { return sends_.empty() && acks_.empty() && recvs_.empty(); }
   // The transport goes first (a misuse transport.h forbids): no call back into it.
-  void detach() { s_.forget = nullptr; }
+  void detach() {
+    s_.forget = nullptr;
+    s_.completions = nullptr;
+  }
 
  private:
   struct Send {
