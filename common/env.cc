@@ -176,6 +176,11 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
     ASSIGN_OR_RETURN(int64_t n, in_range("BRAID_SPIN_US", v));
     e.spin_us = static_cast<int>(n);
   }
+  if (const char* v = lookup("BRAID_SHM_CMA")) {
+    std::string s = v;
+    RETURN_IF_ERROR(one_of("BRAID_SHM_CMA", s));
+    e.shm_cma = s == "1";
+  }
   if (const char* v = lookup("BRAID_CALLER_PROGRESS")) {
     std::string s = v;
     RETURN_IF_ERROR(one_of("BRAID_CALLER_PROGRESS", s));

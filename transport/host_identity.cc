@@ -96,18 +96,23 @@ HostKey local_host_key() {
   return key;
 }
 
+std::string boot_id_text(const BootId& id) {
+  if (is_unknown(id)) return {};
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < id.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    s += kHex[id[i] >> 4];
+    s += kHex[id[i] & 15];
+  }
+  return s;
+}
+
 std::string host_label(const HostKey& key) {
   if (is_unknown(key.boot_id) || key.net_ns == 0 || key.shm_device == 0) {
     return "unknown/pid:" + std::to_string(::getpid()) + "/net:" + std::to_string(key.net_ns);
   }
-  static const char* kHex = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < key.boot_id.size(); ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
-    s += kHex[key.boot_id[i] >> 4];
-    s += kHex[key.boot_id[i] & 15];
-  }
-  return s + "/net:" + std::to_string(key.net_ns) + "/shm:" + std::to_string(key.shm_device);
+  return boot_id_text(key.boot_id) + "/net:" + std::to_string(key.net_ns) + "/shm:" + std::to_string(key.shm_device);
 }
 
 std::string local_host_label() { return host_label(local_host_key()); }

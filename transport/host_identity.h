@@ -66,6 +66,8 @@ std::string local_host_label();
 // The 16 bytes of a boot id as the kernel prints it ("5e1c0a3e-0c8b-4f43-9d7e-1f2a3b4c5d6e",
 // newline allowed); nullopt when the text is not one.
 std::optional<BootId> parse_boot_id(std::string_view text);
+// The reverse, lowercase; empty for the unknown (all-zero) id.
+std::string boot_id_text(const BootId& id);
 
 size_t cpu_count(const CpuMask& mask);
 CpuMask cpu_mask_of(std::initializer_list<size_t> cpus);  // for tests and messages

@@ -112,6 +112,7 @@ const Rejected kRejected[] = {
     {"BRAID_SHM_DISABLE", "yes", "0, 1"},
     {"BRAID_TRANSPORT", "shm,pigeon", "auto, tcp, tcp-poll, ib, shm, inproc"},
     {"BRAID_SPIN_US", "100001", "[0, 100000]"},
+    {"BRAID_SHM_CMA", "on", "0, 1"},
     {"BRAID_ZCOPY_BYTES", "lots", "of at least 1 bytes"},
     {"BRAID_LOOPBACK_CC", "Reno; rm", "reno, cubic"},
     {"BRAID_SECRET", "short", "at least 16"},
