@@ -220,6 +220,12 @@ Status PeerLinks::poll(std::vector<transport::Completion>& out, std::chrono::mic
   for (const auto& t : transports_) RETURN_IF_ERROR(t->poll(out, std::chrono::microseconds(0)));
   if (!out.empty() || timeout.count() <= 0 || transports_.empty()) return Status::ok();
   if (!wait_fds_.empty()) {
+    bool armed = true;
+    for (const auto& t : transports_) armed = t->arm_wait() && armed;
+    if (!armed) {  // news while arming: taken now instead of after a sleep
+      for (const auto& t : transports_) RETURN_IF_ERROR(t->poll(out, std::chrono::microseconds(0)));
+      return Status::ok();
+    }
     // One sleep on all of them; what woke it is then taken without blocking.
     std::vector<pollfd> fds;
     fds.reserve(wait_fds_.size());

@@ -150,6 +150,11 @@ class Transport {
   // each with timeout 0. Owned by the transport; valid while it lives. -1: the transport has
   // none, and the owner polls it in short slices instead (a longer wake-up for the others).
   virtual int wait_fd() const { return -1; }
+  // Called by the owner right before it sleeps on wait_fd(), after a poll() found nothing:
+  // until the next poll(), news must make the descriptor readable (shm asks its peers to signal
+  // it, which it otherwise saves them). false: news came in meanwhile; poll() instead of
+  // sleeping. Default: the descriptor is always armed.
+  virtual bool arm_wait() { return true; }
 };
 
 }  // namespace braid::transport

@@ -357,7 +357,21 @@ Status ShmTransport::sleep(std::chrono::microseconds timeout) {
   return Status::ok();
 }
 
+bool ShmTransport::arm_wait() {
+  for (ShmConnection* c : connections_) c->set_sleeping(true);
+  armed_ = true;
+  progress_all();  // what peers wrote before they could see the marks
+  return ready_.empty();
+}
+
 Status ShmTransport::poll(std::vector<Completion>& out, std::chrono::microseconds timeout) {
+  if (armed_) {  // the owner's sleep on wait_fd() is over: peers stop signalling, the count goes
+    armed_ = false;
+    for (ShmConnection* c : connections_) c->set_sleeping(false);
+    uint64_t drained = 0;
+    ssize_t r = ::read(eventfd_.get(), &drained, sizeof drained);
+    (void)r;
+  }
   if (ready_.empty()) {
     progress_all();
     if (ready_.empty()) {

@@ -46,6 +46,10 @@ class ShmTransport final : public Transport {
   Result<std::unique_ptr<Connection>> accept(const PeerIdentity& who, Deadline deadline) override;
   Status poll(std::vector<Completion>& out, std::chrono::microseconds timeout) override;
   void wake() override;
+  // The eventfd peers and wake() write; armed by arm_wait() (runtime/peer_links.h sleeps on
+  // several transports at once).
+  int wait_fd() const override { return eventfd_.get(); }
+  bool arm_wait() override;
 
   // Called by a connection as it goes away.
   void forget(ShmConnection* c);
@@ -71,6 +75,7 @@ class ShmTransport final : public Transport {
   std::map<int, uint64_t> pending_comm_;
   std::vector<ShmConnection*> connections_;
   std::vector<Completion> ready_;
+  bool armed_ = false;  // arm_wait() marked the connections asleep; the next poll() undoes it
 };
 
 }  // namespace braid::transport::shm
