@@ -57,6 +57,11 @@ class ShmConnection final : public Connection {
   int peer_rank() const override { return s_.peer_rank; }
   const std::string& peer_address() const override { return s_.peer_address; }
   std::string stall_hint() const override;
+  Capabilities capabilities() const override {
+    Capabilities c;  // as ShmTransport::capabilities()
+    c.max_in_flight = kMaxInFlight;
+    return c;
+  }
 
   // For the transport's poll: moves what can move; true when any counter or operation changed.
   bool progress();

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -95,7 +96,13 @@ TEST_P(TwoTransports, OnePollWakesForEitherTransport) {
   }
   EXPECT_EQ(std::string(got1, 8), "io_uring");
   EXPECT_EQ(std::string(got2, 7), "another");
-  EXPECT_EQ(links_->capabilities().max_in_flight, links_->peers()[1]->capabilities().max_in_flight);
+  // The narrowest of the two connections'.
+  EXPECT_EQ(links_->capabilities().max_in_flight,
+            std::min(links_->peers()[1]->capabilities().max_in_flight, links_->peers()[2]->capabilities().max_in_flight));
+  // Each connection says what its transport can do, not the seam's default.
+  for (int peer : {1, 2}) {
+    EXPECT_NE(links_->peers()[peer]->capabilities().max_in_flight, transport::Capabilities{}.max_in_flight) << peer;
+  }
 }
 
 TEST_P(TwoTransports, WakeEndsTheSleepOnBoth) {
