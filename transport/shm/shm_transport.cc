@@ -249,7 +249,7 @@ Status ShmTransport::finish_accepted(tcp::AcceptorHandshake& h, Deadline deadlin
   setup.self_end = 1;
   setup.self_rank = h.hello().to_rank;
   setup.peer_rank = h.hello().from_rank;
-  setup.peer_address = "shm pid " + std::to_string(pid);
+  setup.peer_address = "accepted on " + address_;  // the connector's own address is not sent
   pending_[setup.peer_rank] = std::move(setup);
   pending_comm_[h.hello().from_rank] = h.hello().comm_id;
   return Status::ok();
