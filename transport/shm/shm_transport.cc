@@ -112,7 +112,7 @@ std::string ShmTransport::describe() const {
     const auto cma_peers = std::count_if(connections_.begin(), connections_.end(),
                                          [](const ShmConnection* c) { return c->peer_reads_us(); });
     if (!env_.shm_cma) {
-      s << "through the two-copy ring (BRAID_SHM_CMA=0)";
+      s << "through the pipelined two-copy ring (BRAID_SHM_CMA=1: single copy by cross-memory attach)";
     } else if (cma_peers == n) {
       s << "single-copy (cross-memory attach)";
     } else {
