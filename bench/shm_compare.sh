@@ -5,8 +5,8 @@
 #   bench/shm_compare.sh [BUILD_DIR]        (default: build)
 #   ROUNDS=3 NS="2 4" MAX=64M bench/shm_compare.sh
 #
-# Per round and world size N: braid-perf all_reduce 4 KiB..MAX (x4 steps) over shm and over tcp,
-# sendrecv 4 KiB (latency) over both, and Open MPI's mpi_bench from ../shared/bench with
+# Per round and world size N: braid-perf all_reduce 4 KiB..MAX (x4 steps) over shm (its default
+# two-copy ring; shm-cma: BRAID_SHM_CMA=1) and over tcp, sendrecv 4 KiB (latency) over each, and Open MPI's mpi_bench from ../shared/bench with
 # `--mca btl self,vader` when mpicc/mpirun are installed (BRAID_SETUP_ANCHORS=1 scripts/setup.sh).
 # Prints RESULT rows (../shared/bench's format) with the library column naming the transport;
 # the summary at the end gives each row's median over the rounds.
@@ -28,8 +28,10 @@ else
 fi
 max_bytes=$(numfmt --from=iec "$MAX")
 
-perf() {  # transport N op -b -e
-  BRAID_TRANSPORT=$1 timeout 300 "$BUILD/tools/braidrun/braidrun" --standalone --nproc-per-node "$2" \
+perf() {  # variant (shm, shm-cma, tcp) N op -b -e
+  local transport=${1%-cma} cma=0
+  [ "$1" = shm-cma ] && cma=1
+  BRAID_TRANSPORT=$transport BRAID_SHM_CMA=$cma timeout 300 "$BUILD/tools/braidrun/braidrun" --standalone --nproc-per-node "$2" \
     "$BUILD/tools/braid_perf/braid-perf" --op "$3" -b "$4" -e "$5" -f 4 -n 20 -w 5 --result-rows 2>&1 |
     sed -n 's/^\[rank 0\] RESULT\tbraid\t/RESULT\tbraid-'"$1"'\t'"$3"'-/p'
 }
@@ -37,7 +39,7 @@ perf() {  # transport N op -b -e
 for round in $(seq "$ROUNDS"); do
   for n in $NS; do
     echo "# round $round, $n ranks, load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-    for t in shm tcp; do
+    for t in shm shm-cma tcp; do
       perf "$t" "$n" all_reduce 4K "$MAX"
       perf "$t" "$n" sendrecv 4K 4K
     done

@@ -56,9 +56,10 @@ struct Env {
   size_t zcopy_bytes = size_t{1} << 20;
   // BRAID_SPIN_US: how long a waiter spins before sleeping, microseconds (0..100000). Default 50.
   int spin_us = 50;
-  // BRAID_SHM_CMA: 1 (default): the shm transport moves large messages in one copy with
-  // cross-memory attach where ptrace rules allow; 0: always through its two-copy ring.
-  bool shm_cma = true;
+  // BRAID_SHM_CMA: 1: the shm transport moves large messages in one copy with cross-memory
+  // attach where ptrace rules allow; 0 (default): through its pipelined two-copy ring, which is
+  // the faster of the two where process_vm_readv copies slower than memcpy (docs/shm.md).
+  bool shm_cma = false;
   // BRAID_CALLER_PROGRESS: 0 | 1. A blocking call (or wait()) whose communicator has nothing
   // else queued or running runs the operation on the calling thread instead of waking the
   // progress thread. Default 1.

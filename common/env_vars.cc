@@ -44,9 +44,9 @@ constexpr EnvVar kVars[] = {
     {"BRAID_CALLER_PROGRESS", choice, "1", "0|1", 0, 0,
      "1: a blocking call with nothing else queued runs on the calling thread instead of waking the progress thread."},
     {"BRAID_SPIN_US", integer, "50", "", 0, 100000, "Microseconds a waiter spins before sleeping."},
-    {"BRAID_SHM_CMA", choice, "1", "0|1", 0, 0,
-     "shm: 1 moves large messages in one copy (cross-memory attach) where ptrace rules allow; 0 always uses the "
-     "two-copy ring."},
+    {"BRAID_SHM_CMA", choice, "0", "0|1", 0, 0,
+     "shm: 1 moves large messages in one copy (cross-memory attach) where ptrace rules allow; 0 uses the pipelined "
+     "two-copy ring (faster where process_vm_readv copies slower than memcpy: docs/shm.md)."},
     {"BRAID_ZCOPY_BYTES", bytes, "1M", "", 1, 0,
      "Sends at least this large use zero-copy (MSG_ZEROCOPY / SEND_ZC); 0 never does."},
     {"BRAID_LOOPBACK_CC", text, "reno", "a TCP congestion control the kernel allows (reno, cubic, ...), or system", 0, 0,

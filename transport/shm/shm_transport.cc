@@ -112,7 +112,7 @@ std::string ShmTransport::describe() const {
     const auto cma_peers = std::count_if(connections_.begin(), connections_.end(),
                                          [](const ShmConnection* c) { return c->peer_reads_us(); });
     if (!env_.shm_cma) {
-      s << "through the two-copy ring (BRAID_SHM_CMA=0)";
+      s << "through the pipelined two-copy ring (BRAID_SHM_CMA=1: single copy by cross-memory attach)";
     } else if (cma_peers == n) {
       s << "single-copy (cross-memory attach)";
     } else {
@@ -249,7 +249,7 @@ Status ShmTransport::finish_accepted(tcp::AcceptorHandshake& h, Deadline deadlin
   setup.self_end = 1;
   setup.self_rank = h.hello().to_rank;
   setup.peer_rank = h.hello().from_rank;
-  setup.peer_address = "shm pid " + std::to_string(pid);
+  setup.peer_address = "accepted on " + address_;  // the connector's own address is not sent
   pending_[setup.peer_rank] = std::move(setup);
   pending_comm_[h.hello().from_rank] = h.hello().comm_id;
   return Status::ok();

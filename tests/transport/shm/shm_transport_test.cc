@@ -77,7 +77,7 @@ TEST_P(ShmTest, DescribeSaysWhichLargeMessagePath) {
   if (GetParam()) {
     EXPECT_NE(d.find("single-copy (cross-memory attach)"), std::string::npos) << d;
   } else {
-    EXPECT_NE(d.find("two-copy ring (BRAID_SHM_CMA=0)"), std::string::npos) << d;
+    EXPECT_NE(d.find("two-copy ring (BRAID_SHM_CMA=1"), std::string::npos) << d;
   }
   EXPECT_NE(d.find("KiB per direction"), std::string::npos) << d;
 }
@@ -138,6 +138,23 @@ TEST_P(ShmTest, BothDirectionsAtOnce) {
   EXPECT_TRUE(check(in_b.data(), n, 1));
 }
 
+TEST_P(ShmTest, WhatWasSentBeforeCloseIsStillDelivered) {
+  join();
+  std::vector<unsigned char> msg(3000), in(3000);
+  fill(msg, 4);
+  ASSERT_TRUE(link_.cb->post_send(msg.data(), msg.size(), 1).is_ok());
+  ASSERT_TRUE(link_.drive([&] { return link_.done_b.size() == 1; }, 10s));
+  link_.cb->close();
+  ASSERT_TRUE(link_.ca->post_recv(in.data(), in.size(), 2).is_ok());
+  ASSERT_TRUE(link_.ca->post_recv(in.data(), in.size(), 3).is_ok());  // nothing more comes
+  ASSERT_TRUE(link_.drive([&] { return link_.done_a.size() == 2; }, 10s));
+  ASSERT_TRUE(link_.done_a[0].status.is_ok()) << link_.done_a[0].status.message();
+  EXPECT_TRUE(check(in.data(), 3000, 4));
+  EXPECT_EQ(link_.done_a[1].status.code(), ErrorCode::peer_lost) << link_.done_a[1].status.message();
+  EXPECT_NE(link_.done_a[1].status.message().find("closed its connection"), std::string::npos)
+      << link_.done_a[1].status.message();
+}
+
 INSTANTIATE_TEST_SUITE_P(LargePath, ShmTest, ::testing::Values(true, false),
                          [](const auto& info) { return std::string(info.param ? "cma" : "two_copy"); });
 
@@ -176,11 +193,22 @@ TEST(ShmAuth, AnotherSecretIsRefusedBothWays) {
   TransportOptions oa, ob;
   oa.secret = secret("the first secret of this test 0123");
   ob.secret = secret("the other secret of this test 4567");
-  Link link;
-  Status s = make_link("shm", oa, ob, link);
-  ASSERT_FALSE(s.is_ok());
+  auto ta = create_transport("shm", oa);
+  auto tb = create_transport("shm", ob);
+  ASSERT_TRUE(ta.is_ok() && tb.is_ok());
+  auto addr = ta.value()->listen();
+  ASSERT_TRUE(addr.is_ok());
+  Result<std::unique_ptr<Connection>> accepted = Status(ErrorCode::internal, "not run");
+  std::thread acceptor([&] { accepted = ta.value()->accept(PeerIdentity{7, 0, 1}, Deadline::after(3s)); });
+  auto c = tb.value()->connect(addr.value(), PeerIdentity{7, 1, 0}, Deadline::after(3s));
+  acceptor.join();
   // The connector learns first: the acceptor's proof does not verify with its secret.
-  EXPECT_TRUE(s.code() == ErrorCode::unauthenticated || s.code() == ErrorCode::timeout) << s.message();
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().code(), ErrorCode::unauthenticated) << c.status().message();
+  EXPECT_NE(c.status().message().find("rank 1 connecting over shm to rank 0"), std::string::npos)
+      << c.status().message();
+  ASSERT_FALSE(accepted.is_ok());
+  EXPECT_EQ(accepted.status().code(), ErrorCode::timeout) << accepted.status().message();
 }
 
 TEST(ShmAuth, AnotherCommunicatorIsRefused) {
