@@ -5,7 +5,8 @@
 #   bench/shm_compare.sh [BUILD_DIR]        (default: build)
 #   ROUNDS=3 NS="2 4" MAX=64M bench/shm_compare.sh
 #
-# Per round and world size N: braid-perf all_reduce 4 KiB..MAX (x4 steps) over shm (its default
+# Per round and world size N: braid-perf all_reduce 4 KiB..MAX (x4 steps; -n 500 -w 200 up to
+# 64 KiB, -n 20 -w 5 above, as Open MPI's mpi_bench takes up to 1000 iterations where they are cheap) over shm (its default
 # two-copy ring; shm-cma: BRAID_SHM_CMA=1) and over tcp, sendrecv 4 KiB (latency) over each, and Open MPI's mpi_bench from ../shared/bench with
 # `--mca btl self,vader` when mpicc/mpirun are installed (BRAID_SETUP_ANCHORS=1 scripts/setup.sh).
 # Prints RESULT rows (../shared/bench's format) with the library column naming the transport;
@@ -28,11 +29,11 @@ else
 fi
 max_bytes=$(numfmt --from=iec "$MAX")
 
-perf() {  # variant (shm, shm-cma, tcp) N op -b -e
+perf() {  # variant (shm, shm-cma, tcp) N op -b -e iterations warmup
   local transport=${1%-cma} cma=0
   [ "$1" = shm-cma ] && cma=1
   BRAID_TRANSPORT=$transport BRAID_SHM_CMA=$cma timeout 300 "$BUILD/tools/braidrun/braidrun" --standalone --nproc-per-node "$2" \
-    "$BUILD/tools/braid_perf/braid-perf" --op "$3" -b "$4" -e "$5" -f 4 -n 20 -w 5 --result-rows 2>&1 |
+    "$BUILD/tools/braid_perf/braid-perf" --op "$3" -b "$4" -e "$5" -f 4 -n "$6" -w "$7" --result-rows 2>&1 |
     sed -n 's/^\[rank 0\] RESULT\tbraid\t/RESULT\tbraid-'"$1"'\t'"$3"'-/p'
 }
 
@@ -40,8 +41,11 @@ for round in $(seq "$ROUNDS"); do
   for n in $NS; do
     echo "# round $round, $n ranks, load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
     for t in shm shm-cma tcp; do
-      perf "$t" "$n" all_reduce 4K "$MAX"
-      perf "$t" "$n" sendrecv 4K 4K
+      # Small sizes get many iterations (their median is a few microseconds), large ones few;
+      # the first size of a run needs a long warm-up (its first ~100 calls are slower).
+      perf "$t" "$n" all_reduce 4K 64K 500 200
+      perf "$t" "$n" all_reduce 256K "$MAX" 20 5
+      perf "$t" "$n" sendrecv 4K 4K 500 200
     done
     if [ -n "$mpi_bench" ]; then
       timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$n" --mca btl self,vader \
