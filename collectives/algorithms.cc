@@ -3,6 +3,7 @@
 #include "collectives/double_binary_tree.h"
 #include "collectives/exchange.h"
 #include "collectives/recursive_doubling.h"
+#include "collectives/ring_order.h"
 #include "collectives/ring.h"
 #include "collectives/tree.h"
 
@@ -48,7 +49,8 @@ std::string operation_name(Kind kind, Algo algo) {
   return std::string(to_string(kind)) + " (" + to_string(algo) + ")";
 }
 
-Plan make_plan(const CollectiveArgs& args, int rank, int size, size_t segment_bytes, size_t ring_depth) {
+Plan make_plan(const CollectiveArgs& args, int rank, int size, size_t segment_bytes, size_t ring_depth,
+               std::shared_ptr<const std::vector<int>> order) {
   Plan p;
   p.rank = rank;
   p.size = size;
@@ -62,13 +64,17 @@ Plan make_plan(const CollectiveArgs& args, int rank, int size, size_t segment_by
   p.segment_bytes = segment_bytes != 0 ? segment_bytes : kDefaultSegmentBytes;
   p.ring_depth = std::max<size_t>(1, ring_depth);
   p.average = args.op == Op::avg;
+  // An identity order changes nothing; dropping it keeps the plain path.
+  if (order && !order->empty() && !is_identity(*order)) p.order = std::move(order);
   const bool same = args.send != nullptr && args.send == args.recv;
   p.in_place = same && (args.kind == Kind::all_reduce || args.kind == Kind::reduce ||
                         args.kind == Kind::all_to_all);
   return p;
 }
 
-Result<Schedule> build_schedule(const CollectiveArgs& args, Algo algo, const Plan& p) {
+namespace {
+
+Result<Schedule> build_in_order(const CollectiveArgs& args, Algo algo, const Plan& p) {
   switch (args.kind) {
     case Kind::all_reduce:
       if (algo == Algo::ring) return ring_all_reduce(p);
@@ -113,6 +119,42 @@ Result<Schedule> build_schedule(const CollectiveArgs& args, Algo algo, const Pla
   }
   return invalid_argument(std::string(to_string(args.kind)) + " has no " + to_string(algo) +
                           " algorithm; it has: " + supported_algorithms(args.kind));
+}
+
+// Collectives whose schedule may run in ring positions instead of ranks: the ones that treat
+// every rank alike but the root (which moves with its rank), and the rings over per-rank
+// blocks, which look their blocks up by rank (rank_at). gather, scatter, all_to_all and
+// send/recv keep rank order: their traffic goes between fixed pairs, whatever the ring.
+bool follows_ring_order(Kind kind) {
+  return kind == Kind::all_reduce || kind == Kind::broadcast || kind == Kind::reduce || kind == Kind::barrier ||
+         kind == Kind::all_gather || kind == Kind::reduce_scatter;
+}
+
+}  // namespace
+
+Result<Schedule> build_schedule(const CollectiveArgs& args, Algo algo, const Plan& p) {
+  if (!p.order || !follows_ring_order(args.kind)) {
+    if (!p.order) return build_in_order(args, algo, p);
+    Plan plain = p;
+    plain.order = nullptr;
+    return build_in_order(args, algo, plain);
+  }
+  const std::vector<int>& order = *p.order;
+  if (order.size() != static_cast<size_t>(p.size)) {
+    return invalid_argument("the ring order names " + std::to_string(order.size()) + " ranks for a world of " +
+                            std::to_string(p.size));
+  }
+  std::vector<int> position(order.size());
+  for (size_t v = 0; v < order.size(); ++v) position[static_cast<size_t>(order[v])] = static_cast<int>(v);
+  Plan q = p;
+  q.rank = position[static_cast<size_t>(p.rank)];
+  if (p.root >= 0 && p.root < p.size) q.root = position[static_cast<size_t>(p.root)];
+  ASSIGN_OR_RETURN(Schedule s, build_in_order(args, algo, q));
+  for (Step& st : s.steps) {
+    if (st.recv_peer >= 0) st.recv_peer = order[static_cast<size_t>(st.recv_peer)];
+    if (st.send_peer >= 0) st.send_peer = order[static_cast<size_t>(st.send_peer)];
+  }
+  return s;
 }
 
 }  // namespace braid::collectives

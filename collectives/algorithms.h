@@ -1,9 +1,11 @@
 // collectives/algorithms.h - which algorithm implements which collective, and building its
-// schedule from a CollectiveArgs. The one table every other part (selection, run_collective,
+// schedule from a CollectiveArgs. The one table every other part (selection, prepare_collective,
 // the schedule simulator tests) looks algorithms up in.
 #pragma once
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "collectives/collective.h"
 #include "collectives/schedule.h"
@@ -25,8 +27,10 @@ std::string operation_name(Kind kind, Algo algo);
 // (send points at this rank's block of recv) and reduce_scatter/scatter in place (recv points
 // at this rank's block of send), as NCCL defines them, need nothing special: the local copy
 // of this rank's block finds source and destination equal and is skipped.
-Plan make_plan(const CollectiveArgs& args, int rank, int size, size_t segment_bytes, size_t ring_depth = 1);
-// This rank's schedule. `algo` must be concrete and supported (invalid_argument otherwise).
+// `order`: the ring order (Plan::order); null or the identity: rank order.
+Plan make_plan(const CollectiveArgs& args, int rank, int size, size_t segment_bytes, size_t ring_depth = 1,
+               std::shared_ptr<const std::vector<int>> order = nullptr);
+// This rank's schedule, in the plan's ring order where the collective follows one. `algo` must be concrete and supported (invalid_argument otherwise).
 Result<Schedule> build_schedule(const CollectiveArgs& args, Algo algo, const Plan& plan);
 
 }  // namespace braid::collectives

@@ -1,7 +1,5 @@
-// collectives/collective.cc - names of kinds and algorithms, and run_collective (runner.h does the work).
+// collectives/collective.cc - names of kinds and algorithms.
 #include "collectives/collective.h"
-
-#include "collectives/runner.h"
 
 namespace braid::collectives {
 
@@ -40,18 +38,6 @@ Result<Algo> parse_algo(const std::string& name) {
     if (name == to_string(a)) return a;
   }
   return invalid_argument("unknown algorithm '" + name + "'; use one of auto, ring, tree, rd, chain, pairwise, direct");
-}
-
-Status run_collective(const CollectiveArgs& args, int rank, int size, transport::Transport& transport,
-                      const std::vector<transport::Connection*>& peers, const RunOptions& options, Algo* algo_used) {
-  ASSIGN_OR_RETURN(PreparedCollective prepared,
-                   prepare_collective(args, rank, size, transport.capabilities(), peers, options));
-  if (algo_used != nullptr) *algo_used = prepared.algo;
-  if (prepared.executor == nullptr) return Status::ok();
-  Executor& ex = *prepared.executor;
-  Status st = drive_to_completion(ex, transport, options, prepared.name + " on rank " + std::to_string(rank) + ": ");
-  if (!st.is_ok() && ex.outstanding() > 0) abandon(ex, transport, peers);
-  return st;
 }
 
 }  // namespace braid::collectives

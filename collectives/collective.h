@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -60,16 +61,12 @@ struct RunOptions {
   size_t ring_depth = 1;        // Plan::ring_depth; the same on every rank (BRAID_RING_DEPTH)
   Deadline deadline = Deadline::never();
   uint64_t op_id = 0;           // unique per operation on this transport: goes into cookies
+  // Ring order by host (collectives/ring_order.h, Plan::order); null: rank order. The same on
+  // every rank.
+  std::shared_ptr<const std::vector<int>> order;
 };
 
 // Which algorithm `automatic` resolves to for this operation (the selection table).
 Algo select_algorithm(const CollectiveArgs& args, int rank, int size, Algo forced);
-
-// Runs one collective to completion on the calling thread, driving `transport.poll()`.
-// peers[r] is the connection to rank r (nullptr for r == rank). Bounded by options.deadline.
-// Errors name the operation, this rank, the peer rank and its address.
-Status run_collective(const CollectiveArgs& args, int rank, int size, transport::Transport& transport,
-                      const std::vector<transport::Connection*>& peers, const RunOptions& options,
-                      Algo* algo_used = nullptr);
 
 }  // namespace braid::collectives

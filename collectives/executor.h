@@ -2,7 +2,7 @@
 //
 // The executor owns no thread and never blocks: progress() posts every receive, reduction and
 // send that may go now and returns; on_completion() takes what transport.poll() reported. The
-// caller (run_collective, or the runtime's progress engine when it interleaves operations)
+// caller (runtime/peer_links.h's loop, for the progress engine and the collectives tests)
 // alternates the two until done() or its deadline.
 //
 // Rules it enforces, so algorithms do not have to:

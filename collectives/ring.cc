@@ -115,7 +115,7 @@ Schedule ring_all_reduce(const Plan& p) {
 Schedule ring_all_gather(const Plan& p) {
   Schedule s;
   const int n = p.size, r = p.rank;
-  const Span own = block(p.counts, p.count, static_cast<size_t>(r), p.elem_size);
+  const Span own = block(p.counts, p.count, rank_at(p, static_cast<size_t>(r)), p.elem_size);
   add(s, make_step(StepKind::copy, -1, -1, range(Buf::recv, own), range(Buf::send, Span{0, own.bytes})));
   if (n == 1) return s;
   const int next = static_cast<int>(mod(r + 1, n)), prev = static_cast<int>(mod(r - 1, n));
@@ -127,7 +127,7 @@ Schedule ring_all_gather(const Plan& p) {
       add(s, make_step(StepKind::send, -1, next, {}, range(Buf::send, split(Span{0, own.bytes}, nseg, sg, p.elem_size))));
       return;
     }
-    Span b = split(block(p.counts, p.count, mod(r - j, n), p.elem_size), nseg, sg, p.elem_size);
+    Span b = split(block(p.counts, p.count, rank_at(p, mod(r - j, n)), p.elem_size), nseg, sg, p.elem_size);
     add(s, make_step(j < n - 1 ? StepKind::recv_copy_send : StepKind::recv, prev, j < n - 1 ? next : -1,
                 range(Buf::recv, b)));
   });
@@ -142,7 +142,7 @@ Schedule ring_all_gather(const Plan& p) {
 Schedule ring_reduce_scatter(const Plan& p) {
   Schedule s;
   const int n = p.size, r = p.rank;
-  const Span own = block(p.counts, p.count, static_cast<size_t>(r), p.elem_size);
+  const Span own = block(p.counts, p.count, rank_at(p, static_cast<size_t>(r)), p.elem_size);
   if (n == 1) {
     add(s, make_step(StepKind::copy, -1, -1, range(Buf::recv, Span{0, own.bytes}), range(Buf::send, own)));
     return s;
@@ -153,7 +153,7 @@ Schedule ring_reduce_scatter(const Plan& p) {
   const size_t nseg = segments_for(largest, p.segment_bytes);
   s.scratch_bytes = total_bytes(p.counts, p.count, n, p.elem_size);
   auto seg = [&](long long b, size_t sg) {
-    return split(block(p.counts, p.count, mod(b, n), p.elem_size), nseg, sg, p.elem_size);
+    return split(block(p.counts, p.count, rank_at(p, mod(b, n)), p.elem_size), nseg, sg, p.elem_size);
   };
   add_columns(nseg, p.ring_depth, n, [&](size_t sg, int k) {
     if (k == 0) {

@@ -1,14 +1,13 @@
-// collectives/runner.h - run_collective in three parts, for a caller that drives operations
-// itself (the runtime's progress engine, which may poll one transport for several of them).
+// collectives/runner.h - preparing one collective for a caller that drives it (the runtime's
+// progress engine and the collectives tests, both through runtime/peer_links.h's loop):
 //
 //   auto prepared = prepare_collective(args, rank, size, caps, peers, options);  // nothing sent yet
 //   prepared->executor->progress(); ... on_completion(c) for each polled completion ...
-//   on failure: abandon(*prepared->executor, transport, peers);
+//   on failure: close the connections of executor->busy_peers() and drain what they held.
 //
-// run_collective() is exactly prepare + drive_to_completion + abandon on failure.
-// One operation at a time on a set of connections: messages pair by their order on a
-// connection, so a second operation may start only when the first is done() on this rank
-// (preparing it early is fine: prepare posts nothing).
+// Messages pair by their order on a connection, so on one set of connections an operation
+// posts only after the previous one posted all of its own (preparing early is fine: prepare
+// posts nothing).
 #pragma once
 
 #include <memory>
@@ -35,15 +34,5 @@ Result<PreparedCollective> prepare_collective(const CollectiveArgs& args, int ra
                                               const transport::Capabilities& caps,
                                               const std::vector<transport::Connection*>& peers,
                                               const RunOptions& options);
-
-// Drives `ex` with transport.poll() until done or options.deadline; the timeout names the
-// operation, this rank and the peers still awaited. `where` is "<name> on rank R: ".
-Status drive_to_completion(Executor& ex, transport::Transport& transport, const RunOptions& options,
-                           const std::string& where);
-
-// After a failure: closes the connections that still hold operations of `ex` (their message
-// order is lost anyway) and waits, bounded, for the transport to hand those operations back,
-// so the buffers they point into may be freed.
-void abandon(Executor& ex, transport::Transport& transport, const std::vector<transport::Connection*>& peers);
 
 }  // namespace braid::collectives

@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -99,7 +100,15 @@ struct Plan {
   size_t ring_depth = 1;
   bool in_place = false;            // send == recv: reads of the input go to Buf::recv
   bool average = false;             // op was avg: reduce with sum, scale once by 1/size
+  // The ring order (collectives/ring_order.h): order[v] is the rank at position v. Null: the
+  // identity. build_schedule builds the symmetric collectives in positions (rank and root are
+  // positions then) and maps the peers back to ranks; schedules that index the caller's
+  // blocks by rank go through rank_at(). The same on every rank.
+  std::shared_ptr<const std::vector<int>> order;
 };
+
+// The rank at position `v` of the ring (v itself without an order).
+inline size_t rank_at(const Plan& p, size_t v) { return p.order ? static_cast<size_t>((*p.order)[v]) : v; }
 
 // ---- The offset helper: every byte range in every schedule comes from these. ----
 

@@ -1,11 +1,13 @@
 #include "common/env.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "common/env_vars.h"
 #include "common/log.h"
@@ -61,6 +63,30 @@ Status one_of(const char* name, const std::string& v) {
   return invalid_argument(std::string(name) + "='" + v + "' is not one of: " + list);
 }
 
+// "auto", one transport, or a comma-separated preference list of distinct transports.
+Status transport_list(const char* name, const std::string& v) {
+  if (v.find(',') == std::string::npos) return one_of(name, v);
+  std::string choices;
+  for (std::string_view a : env_choices(row(name))) choices += (choices.empty() ? "" : ", ") + std::string(a);
+  std::vector<std::string> seen;
+  size_t at = 0;
+  for (;;) {
+    const size_t comma = v.find(',', at);
+    const std::string item = v.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    const bool known = item != "auto" && one_of(name, item).is_ok();
+    if (!known) {
+      return invalid_argument(std::string(name) + "='" + v + "': '" + item + "' is not one of: " + choices +
+                              " (a list names transports other than auto, such as shm,tcp)");
+    }
+    if (std::find(seen.begin(), seen.end(), item) != seen.end()) {
+      return invalid_argument(std::string(name) + "='" + v + "' names '" + item + "' twice");
+    }
+    seen.push_back(item);
+    if (comma == std::string::npos) return Status::ok();
+    at = comma + 1;
+  }
+}
+
 Result<int64_t> in_range(const char* name, const char* value) {
   return parse_env_int(name, value, row(name).min, row(name).max);
 }
@@ -95,7 +121,12 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
   Env e;
   if (const char* v = lookup("BRAID_TRANSPORT")) {
     e.transport = v;
-    RETURN_IF_ERROR(one_of("BRAID_TRANSPORT", e.transport));
+    RETURN_IF_ERROR(transport_list("BRAID_TRANSPORT", e.transport));
+  }
+  if (const char* v = lookup("BRAID_SHM_DISABLE")) {
+    std::string s = v;
+    RETURN_IF_ERROR(one_of("BRAID_SHM_DISABLE", s));
+    e.shm_disable = s == "1";
   }
   if (const char* v = lookup("BRAID_SOCKET_IFNAME")) e.socket_ifname = v;
   if (const char* v = lookup("BRAID_NSOCKS")) {
@@ -145,6 +176,11 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
   if (const char* v = lookup("BRAID_SPIN_US")) {
     ASSIGN_OR_RETURN(int64_t n, in_range("BRAID_SPIN_US", v));
     e.spin_us = static_cast<int>(n);
+  }
+  if (const char* v = lookup("BRAID_SHM_CMA")) {
+    std::string s = v;
+    RETURN_IF_ERROR(one_of("BRAID_SHM_CMA", s));
+    e.shm_cma = s == "1";
   }
   if (const char* v = lookup("BRAID_CALLER_PROGRESS")) {
     std::string s = v;

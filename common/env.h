@@ -22,9 +22,13 @@ EnvLookup process_env();
 enum class LogLevel : uint8_t { warn = 0, info = 1, trace = 2 };
 
 struct Env {
-  // BRAID_TRANSPORT: auto | tcp | tcp-poll | ib | shm | inproc. auto = tcp over io_uring, falling
-  // back to epoll when io_uring cannot be set up. Default auto.
+  // BRAID_TRANSPORT: auto, or a preference list of tcp | tcp-poll | ib | shm | inproc ("shm,tcp").
+  // Each peer gets the first transport of the list that both ends brought up and that reaches
+  // it (runtime/transport_choice.h). auto = shm, ib, tcp; tcp over io_uring falls back to epoll
+  // under auto. Default auto.
   std::string transport = "auto";
+  // BRAID_SHM_DISABLE: 1 leaves the shm transport out of BRAID_TRANSPORT's list. Default 0.
+  bool shm_disable = false;
   // BRAID_SOCKET_IFNAME: interfaces to use, like NCCL_SOCKET_IFNAME: "eth0,ib" prefixes,
   // "^docker" excludes, "=eth0" exact. Default: the interface that routes to MASTER_ADDR.
   std::string socket_ifname;
@@ -52,6 +56,10 @@ struct Env {
   size_t zcopy_bytes = size_t{1} << 20;
   // BRAID_SPIN_US: how long a waiter spins before sleeping, microseconds (0..100000). Default 50.
   int spin_us = 50;
+  // BRAID_SHM_CMA: 1: the shm transport moves large messages in one copy with cross-memory
+  // attach where ptrace rules allow; 0 (default): through its pipelined two-copy ring, which is
+  // the faster of the two where process_vm_readv copies slower than memcpy (docs/shm.md).
+  bool shm_cma = false;
   // BRAID_CALLER_PROGRESS: 0 | 1. A blocking call (or wait()) whose communicator has nothing
   // else queued or running runs the operation on the calling thread instead of waking the
   // progress thread. Default 1.

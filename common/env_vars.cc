@@ -12,9 +12,13 @@ constexpr int64_t kKiB = 1024, kMiB = kKiB * 1024;
 // tuning, security, store; then the variables users do not set.
 constexpr EnvVar kVars[] = {
     {"BRAID_TRANSPORT", choice, "auto", "auto|tcp|tcp-poll|ib|shm|inproc", 0, 0,
-     "Transport between ranks. auto: tcp over io_uring, falling back to epoll where io_uring cannot be set up; tcp: "
-     "io_uring or fail; tcp-poll: epoll. ib and shm are not built yet; inproc is for tests whose ranks are threads "
-     "of one process."},
+     "Transports between ranks, in order of preference: one of these, or a comma-separated list (shm,tcp). Each "
+     "peer gets the first that both ranks brought up and that reaches it (shm: only peers on the same host). auto: "
+     "shm, ib, tcp, where tcp runs over io_uring, falling back to epoll where io_uring cannot be set up; tcp: io_uring "
+     "or fail; tcp-poll: epoll. inproc is for tests whose ranks are threads of one process. Explicit lists must be "
+     "the same on every rank."},
+    {"BRAID_SHM_DISABLE", choice, "0", "0|1", 0, 0,
+     "1: leave the shm transport out of BRAID_TRANSPORT's list (peers on the same host then use the next one)."},
     {"BRAID_SOCKET_IFNAME", text, "", "like NCCL_SOCKET_IFNAME: \"eth0,ib\" prefixes, \"^docker\" excludes, \"=eth0\" exact",
      0, 0, "Interfaces the transport uses. Unset: the interface that routes to MASTER_ADDR."},
     {"BRAID_NSOCKS", integer, "0", "", 0, 64,
@@ -54,6 +58,9 @@ constexpr EnvVar kVars[] = {
     {"BRAID_CALLER_PROGRESS", choice, "1", "0|1", 0, 0,
      "1: a blocking call with nothing else queued runs on the calling thread instead of waking the progress thread."},
     {"BRAID_SPIN_US", integer, "50", "", 0, 100000, "Microseconds a waiter spins before sleeping."},
+    {"BRAID_SHM_CMA", choice, "0", "0|1", 0, 0,
+     "shm: 1 moves large messages in one copy (cross-memory attach) where ptrace rules allow; 0 uses the pipelined "
+     "two-copy ring (faster where process_vm_readv copies slower than memcpy: docs/shm.md)."},
     {"BRAID_ZCOPY_BYTES", bytes, "1M", "", 1, 0,
      "Sends at least this large use zero-copy (MSG_ZEROCOPY / SEND_ZC); 0 never does."},
     {"BRAID_LOOPBACK_CC", text, "reno", "a TCP congestion control the kernel allows (reno, cubic, ...), or system", 0, 0,

@@ -37,9 +37,23 @@ std::string quoted(const std::string& v) {
 
 std::string automatic_or(size_t v) { return v == 0 ? "'0' (automatic)" : quoted(std::to_string(v)); }
 
-// tcp (io_uring), tcp-poll (epoll) and auto (either) speak one wire protocol: ranks may mix them.
-std::string wire_family(const std::string& transport) {
-  return transport == "auto" || transport == "tcp" || transport == "tcp-poll" ? "tcp" : transport;
+constexpr const char* kTransport = "BRAID_TRANSPORT";
+
+// BRAID_TRANSPORT's families in order ("shm,tcp"): tcp (io_uring) and tcp-poll (epoll) speak
+// one wire protocol, so ranks may mix them. auto stays "auto": it agrees with any list, each
+// pair then taking what the two ranks have in common (runtime/transport_choice.h).
+std::string wire_families(const std::string& transport) {
+  if (transport == "auto" || transport.empty()) return "auto";
+  std::string out;
+  size_t at = 0;
+  for (;;) {
+    const size_t comma = transport.find(',', at);
+    const std::string name = transport.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (!out.empty()) out += ',';
+    out += name == "tcp-poll" ? "tcp" : name;
+    if (comma == std::string::npos) return out;
+    at = comma + 1;
+  }
 }
 
 std::vector<Setting> settings_of(const Env& env) {
@@ -48,8 +62,8 @@ std::vector<Setting> settings_of(const Env& env) {
       {"BRAID_CHUNK_BYTES", std::to_string(env.chunk_bytes), automatic_or(env.chunk_bytes), kSetAlike},
       {"BRAID_RING_DEPTH", std::to_string(env.ring_depth), automatic_or(static_cast<size_t>(env.ring_depth)),
        kSetAlike},
-      {"BRAID_TRANSPORT", field(wire_family(env.transport)), quoted(env.transport),
-       "set it the same on every rank (tcp, tcp-poll and auto mix), or leave it unset"},
+      {kTransport, field(wire_families(env.transport)), quoted(env.transport),
+       "set the same list on every rank (tcp and tcp-poll mix; auto agrees with any list), or leave it unset"},
       {"the operation header version", std::to_string(OpHeader::kVersion), quoted(std::to_string(OpHeader::kVersion)),
        "run the same braid build on every rank"},
   };
@@ -64,9 +78,13 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+// BRAID_TRANSPORT stays out of the digest: auto agrees with every list (check_settings
+// compares it by itself).
 std::string digest_of(const std::vector<Setting>& settings) {
   std::string keys;
-  for (const Setting& s : settings) keys += s.name + "\t" + s.key + "\n";
+  for (const Setting& s : settings) {
+    if (s.name != kTransport) keys += s.name + "\t" + s.key + "\n";
+  }
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(keys)));
   return hex;
@@ -118,9 +136,15 @@ std::string settings_card(const Env& env) {
 Status check_settings(const std::vector<std::string>& cards) {
   std::vector<Card> parsed;
   bool same = true;
+  std::string explicit_transport;  // the first rank's list other than auto
   for (size_t r = 0; r < cards.size(); ++r) {
     ASSIGN_OR_RETURN(Card c, parse_card(cards[r], static_cast<int>(r)));
     same = same && (parsed.empty() || c.digest == parsed.front().digest);
+    for (const Setting& s : c.settings) {
+      if (s.name != kTransport || s.key == "auto") continue;
+      if (explicit_transport.empty()) explicit_transport = s.key;
+      same = same && s.key == explicit_transport;
+    }
     parsed.push_back(std::move(c));
   }
   if (same) return Status::ok();
@@ -144,6 +168,7 @@ Status check_settings(const std::vector<std::string>& cards) {
       for (const Setting& s : parsed[r].settings) {
         if (s.name == name) v = {s.key, s.shown};
       }
+      if (name == kTransport && v.first == "auto") continue;  // agrees with any list
       size_t i = 0;
       while (i < values.size() && values[i].first != v.first) ++i;
       if (i == values.size()) {

@@ -63,37 +63,26 @@ void CommunicatorImpl::end(CommState state, Status s) {
 // Closing every connection (not only the busy ones) is what tells peers blocked on this rank,
 // at once, that something happened; the board tells them what.
 void CommunicatorImpl::close_connections(const std::vector<OpRun*>& runs) {
-  for (auto& c : connections_) {
-    if (c) c->close();
-  }
-  if (runs.empty() || !transport_) return;
+  if (!links_) return;
+  links_->close_all();
+  if (runs.empty()) return;
   auto outstanding = [&] {
     size_t n = 0;
     for (OpRun* r : runs) n += r->outstanding();
     return n;
   };
-  const Deadline bound = Deadline::after(kDrainBound);
-  std::vector<transport::Completion> done;
-  while (outstanding() > 0 && !bound.expired()) {
-    done.clear();
-    if (!transport_->poll(done, std::chrono::milliseconds(10)).is_ok()) break;
-    for (const auto& c : done) {
-      for (OpRun* r : runs) {
-        bool ours = false;
-        (void)r->on_completion(c, &ours);
-        if (ours) break;
-      }
+  auto take = [&](const transport::Completion& c) {
+    for (OpRun* r : runs) {
+      bool ours = false;
+      (void)r->on_completion(c, &ours);
+      if (ours) break;
     }
-  }
+  };
+  links_->drain(outstanding, take, kDrainBound);
 }
 
 std::vector<std::pair<int, uint64_t>> CommunicatorImpl::retransmits() const {
-  std::vector<std::pair<int, uint64_t>> out;
-  for (size_t r = 0; r < connections_.size(); ++r) {
-    const uint64_t n = connections_[r] ? connections_[r]->retransmissions() : 0;
-    if (n > 0) out.emplace_back(static_cast<int>(r), n);
-  }
-  return out;
+  return links_ ? links_->retransmits() : std::vector<std::pair<int, uint64_t>>{};
 }
 
 std::string CommunicatorImpl::progress_text(uint64_t seq, const std::string& what, const std::string& waiting) const {

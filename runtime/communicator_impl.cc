@@ -83,64 +83,36 @@ CommunicatorImpl::~CommunicatorImpl() {
   finish_job_store();
 }
 
-// Builds one connection to every other rank. Lower ranks connect to higher ones and accept
-// from lower ones, in rank order; connect() waits for its acceptor's answer, and this order
-// cannot deadlock (transport/tcp/wire_format.h says why).
+// Builds one connection to every other rank, each from the transport that fits it
+// (peer_links.h), after checking that every rank runs with the same settings.
 Status CommunicatorImpl::connect_all() {
   static std::once_flag build_logged;
   std::call_once(build_logged, [] { BRAID_LOG(info) << build_summary(); });  // version and features
   const int rank = cfg_.rank, size = cfg_.size;
   if (size > 1) RETURN_IF_ERROR(agree_on_settings(*cfg_.store, cfg_.env, rank, size));
-  transport::TransportOptions options;
-  options.env = cfg_.env;
-  options.master_addr = cfg_.master_addr;
-  options.inproc_fabric = cfg_.inproc_fabric;
-  ASSIGN_OR_RETURN(options.secret, Result<auth::JobSecret>(auth::process_secret()));
-  {
-    ASSIGN_OR_RETURN(auto transport, transport::create_transport(cfg_.env.transport, options));
-    std::lock_guard<std::mutex> lock(transport_mu_);
-    transport_ = std::move(transport);
-  }
-  connections_.resize(size);
-  peers_.assign(size, nullptr);
-  if (size == 1) return Status::ok();
-
-  ASSIGN_OR_RETURN(std::string address, transport_->listen());
-  Deadline deadline = Deadline::after_seconds(cfg_.env.rendezvous_timeout_s);
-  std::vector<std::string> addresses(size);
-  try {
-    cfg_.store->set("addr/" + std::to_string(rank), address);
-    RETURN_IF_ERROR(wait_for_ranks(*cfg_.store, "addr", "transport address", rank, size));  // saying who is late
-    for (int r = 0; r < size; ++r) {
-      if (r != rank) addresses[r] = cfg_.store->get("addr/" + std::to_string(r));
-    }
-    cfg_.store->add("read", 1);  // this rank needs no other rank's keys any more (leave_store)
-  } catch (const Error& e) {
-    return Status(e.code(), std::string("exchanging transport addresses: ") + e.what());
-  }
-  // Every rank sees the same addresses, so every rank picks the same depth (it fixes the order
-  // of a ring's messages). Host-local links are CPU copies: more in flight only evicts the bytes
+  LinkSetup setup;
+  setup.rank = rank;
+  setup.size = size;
+  setup.comm_id = cfg_.comm_id;
+  setup.env = cfg_.env;
+  setup.master_addr = cfg_.master_addr;
+  setup.inproc_fabric = cfg_.inproc_fabric;
+  ASSIGN_OR_RETURN(setup.secret, Result<auth::JobSecret>(auth::process_secret()));
+  ASSIGN_OR_RETURN(std::unique_ptr<PeerLinks> links,
+                   PeerLinks::connect(setup, *cfg_.store, Deadline::after_seconds(cfg_.env.rendezvous_timeout_s)));
+  // Every rank sees the same cards, so every rank picks the same depth (it fixes the order of
+  // a ring's messages). Host-local links are CPU copies: more in flight only evicts the bytes
   // from cache (2 ranks on loopback, 8 MiB all_reduce: 1.93 ms at depth 1, 1.90 at 2, 3.4 at 4).
-  addresses[rank] = address;
   if (cfg_.env.ring_depth > 0) {
     ring_depth_ = static_cast<size_t>(cfg_.env.ring_depth);
     ring_depth_why_ = "BRAID_RING_DEPTH";
   } else {
-    const bool local = std::all_of(addresses.begin(), addresses.end(),
-                                   [&](const std::string& a) { return transport_->is_host_local(a); });
+    const bool local = size == 1 || links->all_host_local();
     ring_depth_ = local ? 1 : 2;
     ring_depth_why_ = local ? "every rank on a host-local address" : "links leave the host";
   }
-  for (int r = 0; r < size; ++r) {
-    if (r == rank) continue;
-    transport::PeerIdentity who{cfg_.comm_id, rank, r};
-    if (r > rank) {
-      ASSIGN_OR_RETURN(connections_[r], transport_->connect(addresses[r], who, deadline));
-    } else {
-      ASSIGN_OR_RETURN(connections_[r], transport_->accept(who, deadline));
-    }
-    peers_[r] = connections_[r].get();
-  }
+  std::lock_guard<std::mutex> lock(links_mu_);
+  links_ = std::move(links);
   return Status::ok();
 }
 
@@ -150,16 +122,18 @@ void CommunicatorImpl::progress_main() {
   Status s = connect_all();
   if (s.is_ok()) {
     BRAID_LOG(info) << "communicator ready: rank " << cfg_.rank << " of " << cfg_.size << " (comm " << std::hex
-                    << cfg_.comm_id << std::dec << "), transport " << transport_->describe() << ", timeout "
+                    << cfg_.comm_id << std::dec << "), transport " << links_->describe() << ", timeout "
                     << cfg_.env.timeout_s << " s, operation headers on, ring depth " << ring_depth_ << " ("
                     << ring_depth_why_ << "), algorithms "
                     << (cfg_.env.algo == "auto" ? "by size: " + collectives::describe_selection(cfg_.size)
                                                 : cfg_.env.algo + " (BRAID_ALGO) where the collective has it");
   }
   if (s.is_ok()) {
-    // One transport serves every peer today: each connection runs on it.
-    peer_transports_.assign(static_cast<size_t>(cfg_.size), transport_->name());
-    peer_transports_[static_cast<size_t>(cfg_.rank)] = "self";
+    // Each peer's own transport (shm, ib or tcp), as the links chose it.
+    peer_transports_.resize(static_cast<size_t>(cfg_.size));
+    for (int r = 0; r < cfg_.size; ++r) {
+      peer_transports_[static_cast<size_t>(r)] = r == cfg_.rank ? std::string("self") : links_->transport_name(r);
+    }
   }
   {
     std::lock_guard<std::mutex> lock(setup_mu_);
@@ -224,9 +198,8 @@ void CommunicatorImpl::progress_main() {
                    << ran_on_progress_.load() << " on the progress thread";
   run_cache_.clear();  // the kept runs name the connections
   close_connections({});
-  connections_.clear();
-  std::lock_guard<std::mutex> lock(transport_mu_);
-  transport_.reset();
+  std::lock_guard<std::mutex> lock(links_mu_);
+  links_.reset();
 }
 
 void CommunicatorImpl::wait_for_work(std::unique_lock<std::mutex>& lock, Clock::time_point board_at) {
@@ -338,6 +311,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
     options.algo = collectives::supports(op.args.kind, forced_algo_) ? forced_algo_ : collectives::Algo::automatic;
     options.chunk_bytes = cfg_.env.chunk_bytes;
     options.ring_depth = ring_depth_;
+    options.order = links_->ring_order();
     options.deadline = Deadline::after_seconds(cfg_.env.timeout_s);
     options.op_id = op.seq & 0x7fffffffu;  // executor cookies keep bit 63 clear (op_run.h)
     if (op.device) {  // the GPU must have finished what was queued before the call
@@ -358,8 +332,8 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
         return;
       }
     } else {
-      auto made = collectives::prepare_collective(op.args, cfg_.rank, cfg_.size, transport_->capabilities(), peers_,
-                                                  options);
+      auto made = collectives::prepare_collective(op.args, cfg_.rank, cfg_.size, links_->capabilities(),
+                                                  links_->peers(), options);
       if (!made.is_ok()) {
         op.work->complete(made.status().with_context(what + ": "));
         return;
@@ -392,7 +366,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
         return;
       }
       run = std::make_unique<OpRun>(std::move(*prepared), op.args, cfg_.rank, cfg_.comm_id, op.seq, op.match_seq,
-                                    peers_);
+                                    links_->peers());
     }
     runs.push_back(run.get());
     after.push_back(-1);
@@ -498,10 +472,8 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
     }
     return w;
   };
-  RETURN_IF_ERROR(step());
   auto next_board_check = Clock::now() + kBoardInterval;
-  std::vector<transport::Completion>& done = polled_;
-  while (!all_done()) {
+  auto check = [&]() -> Status {
     if (abort_requested_.load(std::memory_order_relaxed)) {
       return Status(ErrorCode::aborted, what + me() + ": aborted on this rank");
     }
@@ -521,34 +493,29 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
       if ((*adopted = board_.read())) return Status((*adopted)->code, (*adopted)->message);
       next_board_check = Clock::now() + kBoardInterval;
     }
-    done.clear();
-    const auto wait = std::min<std::chrono::nanoseconds>(deadline.remaining(), kPollSlice);
-    Status polled = transport_->poll(done, std::chrono::duration_cast<std::chrono::microseconds>(wait));
-    if (!polled.is_ok()) return polled.with_context(what + me() + ": ");
-    // Every completion of the batch is handed over, even after a failure, so the count of
-    // outstanding operations stays true for the drain in close_connections().
+    return Status::ok();
+  };
+  auto take = [&](const transport::Completion& c, bool* ours) -> Status {
     Status first;
-    for (const auto& c : done) {
-      bool ours = false;
-      for (OpRun* r : runs) {
-        Status s = r->on_completion(c, &ours);
-        if (!s.is_ok() && first.is_ok()) {
-          first = s;
-          // Which peer is gone, for the failure report (our own close() completes as aborted).
-          if (!c.status.is_ok() && c.status.code() != ErrorCode::aborted && c.connection != nullptr && failed_peer_ < 0) {
-            failed_peer_ = c.connection->peer_rank();
-          }
+    for (OpRun* r : runs) {
+      Status s = r->on_completion(c, ours);
+      if (!s.is_ok() && first.is_ok()) {
+        first = s;
+        // Which peer is gone, for the failure report (our own close() completes as aborted).
+        if (!c.status.is_ok() && c.status.code() != ErrorCode::aborted && c.connection != nullptr && failed_peer_ < 0) {
+          failed_peer_ = c.connection->peer_rank();
         }
-        if (ours) break;
       }
-      if (!ours) {
-        BRAID_LOG(trace) << what << me() << ": dropped a completion of another operation (cookie " << c.cookie << ")";
-      }
+      if (*ours) break;
     }
-    RETURN_IF_ERROR(first);
-    RETURN_IF_ERROR(step());
-  }
-  return Status::ok();
+    return first;
+  };
+  auto dropped = [&](const transport::Completion& c) {
+    BRAID_LOG(trace) << what << me() << ": dropped a completion of another operation (cookie " << c.cookie << ")";
+  };
+  auto poll_failed = [&](Status s) { return s.with_context(what + me() + ": "); };
+  LinkWorkFns work{all_done, step, take, check, dropped, poll_failed};
+  return links_->drive(work, deadline);
 }
 
 std::string CommunicatorImpl::last_algorithm() const {
@@ -686,8 +653,8 @@ void CommunicatorImpl::release_busy(uint64_t* dequeued) {
 }
 
 void CommunicatorImpl::wake_transport() {
-  std::lock_guard<std::mutex> lock(transport_mu_);
-  if (transport_) transport_->wake();
+  std::lock_guard<std::mutex> lock(links_mu_);
+  if (links_) links_->wake();
 }
 
 // A rank that finishes early may leave; only the rank serving the store must stay until

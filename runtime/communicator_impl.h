@@ -54,6 +54,7 @@
 #include "common/function_ref.h"
 #include "runtime/device_staging.h"
 #include "runtime/failure_board.h"
+#include "runtime/peer_links.h"
 #include "runtime/work_state.h"
 #include "transport/transport.h"
 
@@ -100,6 +101,9 @@ class CommunicatorImpl {
   std::string last_algorithm() const;
   // Communicator::peer_transports(): set before create() returns, constant after.
   const std::vector<std::string>& peer_transports() const { return peer_transports_; }
+  // The links, once create() returned: which transport carries each peer (transport_name), the
+  // ring order. Null after the progress thread ended.
+  const PeerLinks* links() const { return links_.get(); }
 
   // Validates `args` (throwing braid::Error before anything is sent) and queues it.
   Work enqueue(collectives::CollectiveArgs args);
@@ -202,8 +206,9 @@ class CommunicatorImpl {
 
   CommunicatorConfig cfg_;
   collectives::Algo forced_algo_ = collectives::Algo::automatic;
-  // Plan::ring_depth for every collective: BRAID_RING_DEPTH, else 1 when every rank's address is
-  // host-local and 2 otherwise. Set by connect_all from what every rank sees alike.
+  // Plan::ring_depth for every collective: BRAID_RING_DEPTH, else 1 when every connection of
+  // the job is host-local (PeerLinks::all_host_local) and 2 otherwise. Set by connect_all from
+  // what every rank sees alike.
   size_t ring_depth_ = 1;
   std::string ring_depth_why_;
   FailureBoard board_;
@@ -243,14 +248,10 @@ class CommunicatorImpl {
   std::string abort_reason_;
   std::condition_variable state_cv_;
 
-  // Touched only by the thread that holds busy_ (after setup).
-  std::unique_ptr<transport::Transport> transport_;
-  std::mutex transport_mu_;  // guards transport_'s lifetime against wake() from other threads
-  std::vector<std::unique_ptr<transport::Connection>> connections_;
-  std::vector<transport::Connection*> peers_;
-  // What one poll returned. Kept across operations: the transport's list and this one trade
-  // their storage at each poll, so neither is allocated per operation.
-  std::vector<transport::Completion> polled_;
+  // The transports, one connection per peer and the poll loop (peer_links.h). Touched only by
+  // the thread that holds busy_ (after setup).
+  std::unique_ptr<PeerLinks> links_;
+  std::mutex links_mu_;  // guards links_'s lifetime against wake() from other threads
   // drive()'s and run_stream()'s working lists, kept for the same reason. Neither function is
   // re-entered, and only the thread holding busy_ runs them.
   std::vector<bool> drive_started_;

@@ -120,6 +120,7 @@ void CommunicatorImpl::run_group(Pending& g) {
   options.algo = forced_algo_;
   options.chunk_bytes = cfg_.env.chunk_bytes;
   options.ring_depth = ring_depth_;
+  options.order = links_->ring_order();
   options.deadline = Deadline::after_seconds(cfg_.env.timeout_s);
   std::vector<std::unique_ptr<OpRun>> owned;
   std::vector<OpRun*> runs;
@@ -127,8 +128,8 @@ void CommunicatorImpl::run_group(Pending& g) {
   std::vector<Pending*> of_run;
   for (auto& m : members) {
     options.op_id = m.seq & 0x7fffffffu;
-    auto prepared = collectives::prepare_collective(m.args, cfg_.rank, cfg_.size, transport_->capabilities(), peers_,
-                                                    options);
+    auto prepared = collectives::prepare_collective(m.args, cfg_.rank, cfg_.size, links_->capabilities(),
+                                                    links_->peers(), options);
     if (!prepared.is_ok()) {  // nothing was posted yet: the communicator stays usable
       finish(prepared.status().with_context(what + ": "));
       return;
@@ -139,7 +140,7 @@ void CommunicatorImpl::run_group(Pending& g) {
       if (of_run[j]->args.peer == m.args.peer && of_run[j]->args.kind == m.args.kind) previous = static_cast<int>(j);
     }
     owned.push_back(std::make_unique<OpRun>(std::move(prepared).value(), m.args, cfg_.rank, cfg_.comm_id, m.seq,
-                                            m.match_seq, peers_));
+                                            m.match_seq, links_->peers()));
     runs.push_back(owned.back().get());
     after.push_back(previous);
     of_run.push_back(&m);

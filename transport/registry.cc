@@ -8,6 +8,9 @@
 #if BRAID_HAVE_INPROC
 #include "transport/inproc/inproc_transport.h"
 #endif
+#if BRAID_HAVE_SHM
+#include "transport/shm/shm_transport.h"
+#endif
 
 namespace braid::transport {
 
@@ -39,7 +42,12 @@ std::vector<TransportEntry> register_builtin_transports() {
                  return tcp::TcpTransport::create(o, tcp::EngineKind::epoll);
                }});
   r.push_back(unavailable("ib", "not implemented yet in this build"));
-  r.push_back(unavailable("shm", "not implemented yet in this build (a later step); use tcp"));
+#if BRAID_HAVE_SHM
+  // Ranks of one host only: connect() refuses an address of another host, naming both.
+  r.push_back({"shm", true, "", [](const TransportOptions& o) { return shm::ShmTransport::create(o); }});
+#else
+  r.push_back(unavailable("shm", "braid was built without transport/shm; use tcp"));
+#endif
 #if BRAID_HAVE_INPROC
   r.push_back({"inproc", true, "", [](const TransportOptions& o) -> Result<std::unique_ptr<Transport>> {
                  if (o.inproc_fabric == nullptr) {

@@ -16,6 +16,11 @@
 // buffer completes that receive with ErrorCode::protocol (never overruns it). Many sends and
 // receives may be outstanding (up to Capabilities::max_in_flight per direction); buffers must
 // stay valid and unmodified until their completion is reported.
+//
+// Several transports at once: a communicator may hold connections of several transports (shm
+// to peers on its host, ib or tcp to the others; runtime/peer_links.h), all driven by its one
+// owner thread. It polls each with timeout 0 and then sleeps on all of them together through
+// their wait_fd()s, so no transport needs to know of another.
 #pragma once
 
 #include <chrono>
@@ -88,6 +93,10 @@ class Connection {
   // Packets this connection had to send again (TCP's retransmissions; 0 where there is no
   // such count). Lets a timeout report tell a lossy link from a slow rank.
   virtual uint64_t retransmissions() const { return 0; }
+  // What this connection can do. A communicator's connections may come from different
+  // transports (runtime/peer_links.h), so the caller asks the connection, not a transport.
+  // The default says nothing beyond host memory; every transport overrides it.
+  virtual Capabilities capabilities() const { return {}; }
 };
 
 class Transport {
@@ -135,6 +144,17 @@ class Transport {
   [[nodiscard]] virtual Status poll(std::vector<Completion>& out, std::chrono::microseconds timeout) = 0;
   // Makes a poll() blocked on another thread return. Any thread.
   virtual void wake() = 0;
+  // A descriptor that polls readable (POLLIN) whenever poll() may have something new to hand
+  // back, a completion or a wake(), that it did not have at the end of the last poll(): the
+  // owner, driving several transports, sleeps on all their descriptors at once after polling
+  // each with timeout 0. Owned by the transport; valid while it lives. -1: the transport has
+  // none, and the owner polls it in short slices instead (a longer wake-up for the others).
+  virtual int wait_fd() const { return -1; }
+  // Called by the owner right before it sleeps on wait_fd(), after a poll() found nothing:
+  // until the next poll(), news must make the descriptor readable (shm asks its peers to signal
+  // it, which it otherwise saves them). false: news came in meanwhile; poll() instead of
+  // sleeping. Default: the descriptor is always armed.
+  virtual bool arm_wait() { return true; }
 };
 
 }  // namespace braid::transport

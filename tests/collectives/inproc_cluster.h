@@ -1,4 +1,6 @@
-// tests/collectives/inproc_cluster.h - n ranks as threads on one inproc Fabric, fully connected.
+// tests/collectives/inproc_cluster.h - n ranks as threads on one inproc Fabric, fully connected,
+// each rank's connections held by a runtime::PeerLinks, so tests drive collectives through the
+// same poll loop the library does.
 //
 // Built once per world size and reused by many cases (each operation gets a fresh op id), so
 // a sweep of hundreds of collectives costs threads, not connection set-up.
@@ -8,7 +10,9 @@
 #include <memory>
 #include <vector>
 
+#include "collectives/collective.h"
 #include "common/status.h"
+#include "runtime/peer_links.h"
 #include "transport/inproc/inproc_transport.h"
 #include "transport/transport.h"
 
@@ -23,8 +27,8 @@ class InprocCluster {
 
   int size() const { return size_; }
   transport::inproc::Fabric& fabric() { return fabric_; }
-  transport::Transport& transport(int rank) { return *transports_[static_cast<size_t>(rank)]; }
-  const std::vector<transport::Connection*>& peers(int rank) const { return peers_[static_cast<size_t>(rank)]; }
+  PeerLinks& links(int rank) { return *links_[static_cast<size_t>(rank)]; }
+  const std::vector<transport::Connection*>& peers(int rank) const { return links_[static_cast<size_t>(rank)]->peers(); }
 
   // One cluster per world size, kept for the whole test program; drop_shared() forgets one
   // whose connections a failed run closed.
@@ -38,10 +42,14 @@ class InprocCluster {
  private:
   int size_;
   transport::inproc::Fabric fabric_;
-  std::vector<std::unique_ptr<transport::Transport>> transports_;
-  std::vector<std::unique_ptr<transport::Connection>> owned_;
-  std::vector<std::vector<transport::Connection*>> peers_;
+  std::vector<std::unique_ptr<PeerLinks>> links_;
   uint64_t op_id_ = 0;
 };
+
+// Runs one collective to completion on the calling thread as the runtime does: prepared, then
+// driven by links.drive() until done or options.deadline; after a failure the connections
+// still holding its operations are closed and drained. Errors begin "<name> on rank R: ".
+Status run_collective(const CollectiveArgs& args, int rank, int size, PeerLinks& links, const RunOptions& options,
+                      Algo* algo_used = nullptr);
 
 }  // namespace braid::collectives::testing

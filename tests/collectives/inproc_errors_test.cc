@@ -15,6 +15,7 @@ namespace braid::collectives {
 namespace {
 
 using testing::InprocCluster;
+using testing::run_collective;
 
 constexpr size_t kLarge = (size_t{1} << 20) + 3;
 InprocCluster& cluster(int n) { return InprocCluster::shared(n); }
@@ -27,7 +28,7 @@ TEST(InprocCollectives, BarrierEveryWorldSize) {
     opt.deadline = Deadline::after_seconds(30);
     CollectiveArgs a;
     a.kind = Kind::barrier;
-    auto st = c.run([&](int r) { return run_collective(a, r, n, c.transport(r), c.peers(r), opt); });
+    auto st = c.run([&](int r) { return run_collective(a, r, n, c.links(r), opt); });
     for (int r = 0; r < n; ++r) EXPECT_TRUE(st[static_cast<size_t>(r)].is_ok()) << st[static_cast<size_t>(r)].message();
   }
 }
@@ -53,7 +54,7 @@ TEST(InprocCollectives, SendRecvPairs) {
         a.dtype = DType::i32;
         a.send = buf[static_cast<size_t>(r)].data();
         a.recv = buf[static_cast<size_t>(r)].data();
-        return run_collective(a, r, n, c.transport(r), c.peers(r), opt);
+        return run_collective(a, r, n, c.links(r), opt);
       });
       for (int r = 0; r < n; ++r) ASSERT_TRUE(st[static_cast<size_t>(r)].is_ok()) << st[static_cast<size_t>(r)].message();
       for (int r = 1; r < n; r += 2) {
@@ -77,7 +78,7 @@ TEST(InprocCollectives, ForcedAlgorithmMustImplementTheCollective) {
   opt.algo = Algo::ring;
   opt.op_id = c.next_op_id();
   opt.deadline = Deadline::after_seconds(5);
-  Status s = run_collective(a, 0, 2, c.transport(0), c.peers(0), opt);
+  Status s = run_collective(a, 0, 2, c.links(0), opt);
   EXPECT_EQ(s.code(), ErrorCode::invalid_argument);
   EXPECT_NE(s.message().find("algorithm ring (BRAID_ALGO) does not implement all_to_all; it has: pairwise"),
             std::string::npos) << s.message();
@@ -95,7 +96,7 @@ TEST(InprocCollectives, InvalidArgumentsFailBeforeAnythingIsSent) {
     a.count = 4;
     a.root = 3;  // out of range on every rank: nobody sends, nobody waits
     a.send = a.recv = buf.data();
-    return run_collective(a, r, 3, c.transport(r), c.peers(r), opt);
+    return run_collective(a, r, 3, c.links(r), opt);
   });
   for (const Status& s : st) {
     EXPECT_EQ(s.code(), ErrorCode::invalid_argument);
@@ -114,7 +115,7 @@ TEST(InprocCollectives, AutomaticChoiceIsReportedAndAgreedOn) {
     CollectiveArgs a;
     a.count = 3;
     a.send = a.recv = buf[static_cast<size_t>(r)].data();
-    return run_collective(a, r, 4, c.transport(r), c.peers(r), opt, &used[static_cast<size_t>(r)]);
+    return run_collective(a, r, 4, c.links(r), opt, &used[static_cast<size_t>(r)]);
   });
   for (int r = 0; r < 4; ++r) {
     ASSERT_TRUE(st[static_cast<size_t>(r)].is_ok()) << st[static_cast<size_t>(r)].message();
@@ -147,7 +148,7 @@ TEST(InprocCollectives, PreparedOperationsDrivenByTheCaller) {
     x.dtype = y.dtype = DType::i32;
     x.send = x.recv = a[static_cast<size_t>(r)].data();
     y.send = y.recv = b[static_cast<size_t>(r)].data();
-    const auto caps = c.transport(r).capabilities();
+    const auto caps = c.links(r).capabilities();
     ASSIGN_OR_RETURN(auto p1, prepare_collective(x, r, n, caps, c.peers(r), first));
     ASSIGN_OR_RETURN(auto p2, prepare_collective(y, r, n, caps, c.peers(r), second));
     const Deadline deadline = Deadline::after_seconds(30);
@@ -157,7 +158,7 @@ TEST(InprocCollectives, PreparedOperationsDrivenByTheCaller) {
       while (!e->done()) {
         if (deadline.expired()) return timeout_error("rank " + std::to_string(r) + " stuck");
         done.clear();
-        RETURN_IF_ERROR(c.transport(r).poll(done, std::chrono::milliseconds(100)));
+        RETURN_IF_ERROR(c.links(r).poll(done, std::chrono::milliseconds(100)));
         for (const auto& comp : done) {
           bool ours = false;
           RETURN_IF_ERROR(e->on_completion(comp, &ours));
@@ -189,7 +190,7 @@ TEST(InprocCollectives, AMissingRankIsATimeoutNamingWhoWasAwaited) {
     CollectiveArgs a;
     a.count = 64;
     a.send = a.recv = buf[static_cast<size_t>(r)].data();
-    return run_collective(a, r, 3, c.transport(r), c.peers(r), opt);
+    return run_collective(a, r, 3, c.links(r), opt);
   });
   EXPECT_EQ(st[0].code(), ErrorCode::timeout) << st[0].message();
   EXPECT_EQ(st[0].message().rfind("all_reduce (ring) on rank 0: did not finish before its deadline", 0), 0u)
@@ -211,7 +212,7 @@ TEST(InprocCollectives, ADeadPeerFailsTheOperationWithItsName) {
     CollectiveArgs a;
     a.count = 64;
     a.send = a.recv = buf[static_cast<size_t>(r)].data();
-    return run_collective(a, r, 3, c.transport(r), c.peers(r), opt);
+    return run_collective(a, r, 3, c.links(r), opt);
   });
   for (int r = 0; r < 2; ++r) {
     const Status& s = st[static_cast<size_t>(r)];

@@ -14,6 +14,7 @@
 
 #include "collectives/algorithms.h"
 #include "collectives/collective.h"
+#include "collectives/ring_order.h"
 #include "tests/collectives/covering.h"
 #include "tests/collectives/inproc_cluster.h"
 #include "tests/collectives/reference.h"
@@ -24,6 +25,7 @@ namespace {
 using testing::get;
 using testing::input_value;
 using testing::InprocCluster;
+using testing::run_collective;
 using testing::put;
 
 constexpr DType kDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16, DType::i8, DType::u8, DType::i32, DType::i64};
@@ -53,12 +55,13 @@ struct Params {
   Algo algo = Algo::automatic;
   size_t seg = 0;
   size_t ring_depth = 1;
+  bool by_host = false;  // the ring ordered for ranks placed round-robin on two hosts
 
   std::string str() const {
     std::ostringstream o;
     o << to_string(kind) << (uneven ? "v" : "") << " n=" << n << " count=" << count << " " << to_string(dtype) << " "
       << to_string(op) << " root=" << root << (in_place ? " in-place" : "") << " algo=" << to_string(algo)
-      << " seg=" << seg << " depth=" << ring_depth;
+      << " seg=" << seg << " depth=" << ring_depth << (by_host ? " ring by host" : "");
     return o.str();
   }
 };
@@ -196,10 +199,15 @@ void run_case(const Params& p) {
   opt.algo = p.algo;
   opt.chunk_bytes = p.seg;
   opt.ring_depth = p.ring_depth;
+  if (p.by_host) {
+    std::vector<std::string> hosts;
+    for (int r = 0; r < p.n; ++r) hosts.push_back(r % 2 == 0 ? "A" : "B");
+    opt.order = std::make_shared<const std::vector<int>>(ring_order(hosts));
+  }
   opt.op_id = op_id;
   opt.deadline = Deadline::after_seconds(30);
   auto st = c.run([&](int r) {
-    return run_collective(d[static_cast<size_t>(r)].args, r, p.n, c.transport(r), c.peers(r), opt);
+    return run_collective(d[static_cast<size_t>(r)].args, r, p.n, c.links(r), opt);
   });
   bool failed = false;
   for (int r = 0; r < p.n; ++r) {
@@ -278,6 +286,35 @@ TEST(InprocCollectives, ReduceScatter) { sweep(Kind::reduce_scatter); }
 TEST(InprocCollectives, Gather) { sweep(Kind::gather); }
 TEST(InprocCollectives, Scatter) { sweep(Kind::scatter); }
 TEST(InprocCollectives, AllToAll) { sweep(Kind::all_to_all); }
+
+// Ranks placed round-robin on two hosts, the ring ordered by host (ring_order.h): every
+// collective and algorithm moves real bytes through the executor to results indexed by rank.
+TEST(InprocCollectives, EveryCollectiveInARingOrderedByHost) {
+  for (Kind kind : {Kind::all_reduce, Kind::broadcast, Kind::reduce, Kind::all_gather, Kind::reduce_scatter,
+                    Kind::gather, Kind::scatter, Kind::all_to_all}) {
+    for (Algo algo : algorithms_of(kind)) {
+      for (int n : {3, 4, 6}) {
+        for (bool uneven : {false, true}) {
+          if (uneven && !has_v(kind)) continue;
+          Params p;
+          p.kind = kind;
+          p.n = n;
+          p.count = 1003;
+          p.dtype = DType::i32;
+          p.op = Op::sum;
+          p.root = n - 1;
+          p.uneven = uneven;
+          p.algo = algo;
+          p.seg = 256;
+          p.ring_depth = 2;
+          p.by_host = true;
+          run_case(p);
+          if (::testing::Test::HasFailure()) return;
+        }
+      }
+    }
+  }
+}
 
 // The covering design meets each root class; this meets every root of every world size,
 // with each algorithm of each rooted collective.

@@ -45,14 +45,14 @@ size_t sum(const std::vector<size_t>& v, size_t count, int size) {
 class Simulator {
  public:
   Simulator(const std::vector<CollectiveArgs>& per_rank, Algo algo, size_t segment_bytes, size_t window,
-            size_t ring_depth)
+            size_t ring_depth, const std::shared_ptr<const std::vector<int>>& order)
       : n_(static_cast<int>(per_rank.size())), full_(n_ >= 32 ? ~0u : (1u << n_) - 1) {
     const int size = n_;
     ranks_.resize(static_cast<size_t>(size));
     for (int r = 0; r < size; ++r) {
       const CollectiveArgs& args = per_rank[static_cast<size_t>(r)];
       RankSim& rs = ranks_[static_cast<size_t>(r)];
-      const Plan plan = make_plan(args, r, size, segment_bytes, ring_depth);
+      const Plan plan = make_plan(args, r, size, segment_bytes, ring_depth, order);
       auto built = build_schedule(args, algo, plan);
       if (!built.is_ok()) {
         fail(r, 0, built.status().message());
@@ -267,6 +267,7 @@ class Simulator {
         to.phase[ri] = Phase::received;
         ranks_[static_cast<size_t>(key.first)].phase[m.step] = Phase::done;
         ++result_.messages;
+        result_.sent.push_back(SimMessage{key.first, key.second, m.step, st.dst.bytes});
         moved = true;
       }
     }
@@ -318,14 +319,15 @@ size_t recv_bytes(const CollectiveArgs& a, int rank, int size) {
 }
 
 SimResult simulate(const std::vector<CollectiveArgs>& per_rank, Algo algo, size_t segment_bytes, size_t window,
-                   size_t ring_depth) {
-  Simulator sim(per_rank, algo, segment_bytes, window, ring_depth);
+                   size_t ring_depth, std::shared_ptr<const std::vector<int>> order) {
+  Simulator sim(per_rank, algo, segment_bytes, window, ring_depth, order);
   return sim.run();
 }
 
 SimResult simulate(const CollectiveArgs& args, Algo algo, int size, size_t segment_bytes, size_t window,
-                   size_t ring_depth) {
-  return simulate(std::vector<CollectiveArgs>(static_cast<size_t>(size), args), algo, segment_bytes, window, ring_depth);
+                   size_t ring_depth, std::shared_ptr<const std::vector<int>> order) {
+  return simulate(std::vector<CollectiveArgs>(static_cast<size_t>(size), args), algo, segment_bytes, window, ring_depth,
+                  std::move(order));
 }
 
 }  // namespace braid::collectives::testing

@@ -96,9 +96,10 @@ struct Case {
 };
 
 // Runs one configuration and checks the results; returns false (after reporting) on failure.
-bool check(const std::vector<CollectiveArgs>& all, Algo algo, size_t seg, size_t window, size_t ring_depth = 1) {
+bool check(const std::vector<CollectiveArgs>& all, Algo algo, size_t seg, size_t window, size_t ring_depth = 1,
+           std::shared_ptr<const std::vector<int>> order = nullptr) {
   const int n = static_cast<int>(all.size());
-  testing::SimResult res = testing::simulate(all, algo, seg, window, ring_depth);
+  testing::SimResult res = testing::simulate(all, algo, seg, window, ring_depth, std::move(order));
   if (!res.ok) {
     ADD_FAILURE() << res.error;
     return false;
@@ -173,6 +174,48 @@ TEST(Schedules, EveryAlgorithmAndWorldSizeReducesEachContributionOnce) {
                                std::to_string(root) + (in_place ? " in place" : "") + " op=" + to_string(op));
                   if (!check(all, algo, seg, window) && ++failures > 5) return;
                 }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// In a ring order other than the ranks' (ranks grouped by host, ring_order.h), every
+// collective still delivers each rank's result by rank: the ones that follow the order
+// relabel their peers, the ones that do not ignore it.
+TEST(Schedules, EveryCollectiveIsCorrectInAHostOrderedRing) {
+  const std::vector<Case> cases = {
+      {Kind::all_reduce, false}, {Kind::broadcast, false},  {Kind::reduce, false},     {Kind::all_gather, false},
+      {Kind::all_gather, true},  {Kind::reduce_scatter, false}, {Kind::reduce_scatter, true}, {Kind::gather, false},
+      {Kind::scatter, true},     {Kind::all_to_all, true},
+  };
+  int failures = 0;
+  for (int n = 2; n <= 8; ++n) {
+    // Round-robin over two hosts (0 2 4 .. | 1 3 ..), and the reverse of rank order.
+    std::vector<int> by_host, reversed;
+    for (int r = 0; r < n; r += 2) by_host.push_back(r);
+    for (int r = 1; r < n; r += 2) by_host.push_back(r);
+    for (int r = n - 1; r >= 0; --r) reversed.push_back(r);
+    for (const auto& order : {by_host, reversed}) {
+      auto shared = std::make_shared<const std::vector<int>>(order);
+      for (const Case& c : cases) {
+        for (Algo algo : {Algo::ring, Algo::tree, Algo::rd, Algo::chain, Algo::pairwise, Algo::direct}) {
+          if (!supports(c.kind, algo)) continue;
+          for (size_t count : {size_t{1}, size_t{37}}) {
+            for (int root : {0, n - 1}) {
+              if (!rooted(c.kind) && root != 0) continue;
+              for (bool in_place : {false, true}) {
+                if (in_place && (c.kind != Kind::all_reduce || c.uneven)) continue;
+                const Op op = count == 1 ? Op::avg : Op::sum;
+                auto all = make_args(c.kind, n, count, root, in_place, c.uneven, op);
+                SCOPED_TRACE(std::string(to_string(c.kind)) + (c.uneven ? "v" : "") + " " + to_string(algo) +
+                             " n=" + std::to_string(n) + " count=" + std::to_string(count) + " root=" +
+                             std::to_string(root) + (in_place ? " in place" : "") + " order[0..1]=" +
+                             std::to_string(order[0]) + "," + std::to_string(order[1]));
+                if (!check(all, algo, 16, 0, 2, shared) && ++failures > 5) return;
               }
             }
           }

@@ -1,14 +1,18 @@
-// The rule that decides whether a tcp peer competes with us for one CPU, without sockets.
-#include "transport/tcp/host_identity.h"
+// Which host a process is on (the per-peer transport choice), and the rule that decides whether
+// a tcp peer competes with us for one CPU, without sockets.
+#include "transport/host_identity.h"
 
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <cstring>
 #include <thread>
 
-namespace braid::transport::tcp {
+namespace braid::transport {
 namespace {
 
 const BootId kHostA = *parse_boot_id("5e1c0a3e-0c8b-4f43-9d7e-1f2a3b4c5d6e");
@@ -87,5 +91,49 @@ TEST(HostIdentity, LocalIdentityIsThisKernelAndThisThreadsCpus) {
   }).join();
 }
 
+TEST(HostKey, LabelIsTheKernelTheNetworkNamespaceAndTheShmMount) {
+  const HostKey key = local_host_key();
+  EXPECT_NE(key.boot_id, BootId{});
+  EXPECT_NE(key.net_ns, 0u) << "/proc/thread-self/ns/net could not be read";
+  EXPECT_NE(key.shm_device, 0u) << "/dev/shm could not be read";
+  const std::string label = local_host_label();
+  EXPECT_EQ(label, local_host_label());
+  EXPECT_EQ(label.rfind("unknown", 0), std::string::npos) << label;
+  // Equal keys, equal labels; any part different, a different label.
+  for (HostKey other : {key, key, key}) {
+    EXPECT_EQ(host_label(other), label);
+  }
+  HostKey ns = key;
+  ns.net_ns += 1;
+  HostKey shm = key;
+  shm.shm_device += 1;
+  HostKey boot = key;
+  boot.boot_id[15] ^= 1;
+  for (const HostKey& k : {ns, shm, boot}) EXPECT_NE(host_label(k), label);
+  // An unknown part never matches another process's label.
+  HostKey unknown = key;
+  unknown.net_ns = 0;
+  EXPECT_EQ(host_label(unknown).rfind("unknown/pid:" + std::to_string(::getpid()), 0), 0u) << host_label(unknown);
+}
+
+// A thread that enters a network namespace of its own is on another "host" (as the ranks of the
+// netns tests are), though the kernel is the same.
+TEST(HostKey, AnotherNetworkNamespaceIsAnotherHost) {
+  if (::geteuid() != 0) GTEST_SKIP() << "unshare(CLONE_NEWNET) needs root";
+  const std::string here = local_host_label();
+  std::string there;
+  int err = 0;
+  std::thread([&] {
+    if (::unshare(CLONE_NEWNET) != 0) {
+      err = errno;
+      return;
+    }
+    there = local_host_label();
+  }).join();
+  if (there.empty()) GTEST_SKIP() << "unshare(CLONE_NEWNET) failed here: " << std::strerror(err);
+  EXPECT_NE(there, here);
+  EXPECT_EQ(there.substr(0, 36), here.substr(0, 36)) << "same kernel, same boot id";
+}
+
 }  // namespace
-}  // namespace braid::transport::tcp
+}  // namespace braid::transport

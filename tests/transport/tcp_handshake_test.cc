@@ -18,7 +18,7 @@
 #include "common/spin.h"
 #include "tests/support/subprocess.h"
 #include "tests/transport/transport_link.h"
-#include "transport/tcp/host_identity.h"
+#include "transport/host_identity.h"
 #include "transport/tcp/socket_setup.h"
 #include "transport/tcp/tcp_connection.h"
 #include "transport/tcp/wire_format.h"
@@ -29,7 +29,7 @@ namespace {
 using namespace std::chrono_literals;
 using braid::testing::usable_cpu;
 using tcp::Handshake;
-using tcp::HostIdentity;
+using transport::HostIdentity;
 
 tcp::TcpConnection* as_tcp(const std::unique_ptr<Connection>& c) { return dynamic_cast<tcp::TcpConnection*>(c.get()); }
 
@@ -69,8 +69,8 @@ TEST(Handshake, AnotherVersionIsRefusedWithoutWaitingForItsBody) {
   ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
   Handshake h;
   h.comm_id = 7, h.from_rank = 1, h.to_rank = 0;
-  h.boot_id = tcp::local_host_identity().boot_id;
-  h.cpu_mask = tcp::cpu_mask_of({3, 1000});
+  h.boot_id = transport::local_host_identity().boot_id;
+  h.cpu_mask = transport::cpu_mask_of({3, 1000});
   ASSERT_EQ(::send(fds[1], &h, sizeof h, 0), static_cast<ssize_t>(sizeof h));
   got = tcp::read_handshake(fds[0], Deadline::after(30s));
   ASSERT_TRUE(got.is_ok()) << got.status().message();
@@ -184,8 +184,8 @@ class AnswerTest : public TcpEngineTest {
         Handshake h = acceptor.accept_handshake();
         EXPECT_EQ(h.version, tcp::kProtocolVersion);
         EXPECT_EQ(h.from_rank, 1);
-        EXPECT_EQ(h.boot_id, tcp::local_host_identity().boot_id);
-        EXPECT_EQ(h.cpu_mask, tcp::cpu_mask_of({size_t(cpu)})) << "the connecting thread is pinned to CPU " << cpu;
+        EXPECT_EQ(h.boot_id, transport::local_host_identity().boot_id);
+        EXPECT_EQ(h.cpu_mask, transport::cpu_mask_of({size_t(cpu)})) << "the connecting thread is pinned to CPU " << cpu;
         const Handshake answer = make_answer(h);
         if (answer.magic == 0) return acceptor.refuse();
         if (answer.magic == 1) return;
@@ -210,7 +210,7 @@ class AnswerTest : public TcpEngineTest {
   }
 
   // What a real acceptor pinned to `cpus` on host `boot_id` answers.
-  static std::function<Handshake(Handshake)> answer_from(tcp::BootId boot_id, tcp::CpuMask cpus) {
+  static std::function<Handshake(Handshake)> answer_from(transport::BootId boot_id, transport::CpuMask cpus) {
     return [=](Handshake h) {
       std::swap(h.from_rank, h.to_rank);
       h.boot_id = boot_id;
@@ -222,7 +222,7 @@ class AnswerTest : public TcpEngineTest {
 
 TEST_P(AnswerTest, AnAcceptorOnOurCpuIsSeenFromItsAnswer) {
   const size_t cpu = static_cast<size_t>(usable_cpu(0));
-  Outcome o = connect_and_receive(answer_from(tcp::local_host_identity().boot_id, tcp::cpu_mask_of({cpu})));
+  Outcome o = connect_and_receive(answer_from(transport::local_host_identity().boot_id, transport::cpu_mask_of({cpu})));
   ASSERT_TRUE(o.connected.is_ok()) << o.connected.message();
   EXPECT_TRUE(o.proof_ok);
   ASSERT_TRUE(o.received.status.is_ok()) << o.received.status.message();
@@ -231,18 +231,18 @@ TEST_P(AnswerTest, AnAcceptorOnOurCpuIsSeenFromItsAnswer) {
 }
 
 TEST_P(AnswerTest, AnAcceptorElsewhereIsNot) {
-  const tcp::BootId here = tcp::local_host_identity().boot_id;
-  tcp::BootId elsewhere = here;
+  const transport::BootId here = transport::local_host_identity().boot_id;
+  transport::BootId elsewhere = here;
   elsewhere[0] ^= 1;
   const size_t cpu = static_cast<size_t>(usable_cpu(0));  // ours; the answers name others
-  for (const auto& [boot_id, cpus] : {std::pair{here, tcp::cpu_mask_of({cpu + 1})},
-                                      std::pair{here, tcp::cpu_mask_of({cpu, cpu + 1})},
-                                      std::pair{elsewhere, tcp::cpu_mask_of({cpu})}}) {
+  for (const auto& [boot_id, cpus] : {std::pair{here, transport::cpu_mask_of({cpu + 1})},
+                                      std::pair{here, transport::cpu_mask_of({cpu, cpu + 1})},
+                                      std::pair{elsewhere, transport::cpu_mask_of({cpu})}}) {
     Outcome o = connect_and_receive(answer_from(boot_id, cpus));
     ASSERT_TRUE(o.connected.is_ok()) << o.connected.message();
     ASSERT_TRUE(o.received.status.is_ok()) << o.received.status.message();
     EXPECT_EQ(o.payload, 0x1122334455667788u);
-    EXPECT_FALSE(o.shares) << "answered from CPUs " << tcp::describe_cpus(cpus);
+    EXPECT_FALSE(o.shares) << "answered from CPUs " << transport::describe_cpus(cpus);
   }
 }
 
@@ -282,7 +282,7 @@ TEST_P(AnswerTest, AnAcceptorWithAnotherSecretIsRefused) {
   auto other = auth::JobSecret::from_text("another job's secret, 32 bytes!", "test");
   ASSERT_TRUE(other.is_ok());
   const size_t cpu = static_cast<size_t>(usable_cpu(0));
-  Outcome o = connect_and_receive(answer_from(tcp::local_host_identity().boot_id, tcp::cpu_mask_of({cpu})),
+  Outcome o = connect_and_receive(answer_from(transport::local_host_identity().boot_id, transport::cpu_mask_of({cpu})),
                                   other.value());
   EXPECT_EQ(o.connected.code(), ErrorCode::unauthenticated) << o.connected.message();
   EXPECT_EQ(o.connected.message().rfind("rank 1 connecting to rank 0 at 127.0.0.1:", 0), 0u) << o.connected.message();

@@ -102,7 +102,7 @@ TEST_P(TcpStreamTest, AFrameOutOfOrderIsAProtocolError) {
   ASSERT_TRUE(to.is_ok());
   auto fd = tcp::connect_with_retry(to.value(), Deadline::after(20s));
   ASSERT_TRUE(fd.is_ok());
-  Result<tcp::HostIdentity> shook = Status(ErrorCode::internal, "not run");
+  Result<transport::HostIdentity> shook = Status(ErrorCode::internal, "not run");
   std::thread peer([&] {
     tcp::Handshake hello;
     hello.comm_id = 7, hello.from_rank = 1, hello.to_rank = 0;

@@ -43,7 +43,7 @@ class TransportTest : public ::testing::TestWithParam<std::string> {
     ob_ = loopback_options();
     oa_.inproc_fabric = ob_.inproc_fabric = fabric_.get();
   }
-  bool is_tcp() const { return GetParam() != "inproc"; }
+  bool is_tcp() const { return GetParam() == "tcp" || GetParam() == "tcp-poll"; }
   void join() { ASSERT_TRUE(make_link(GetParam(), oa_, ob_, link_).is_ok()) << make_link_error(); }
   std::string make_link_error() { return link_.error.message(); }
 
@@ -444,7 +444,7 @@ TEST_P(TransportTest, NoDescriptorOutlivesItsTransport) {
 }
 
 std::vector<std::string> transports() {
-  std::vector<std::string> v = {"tcp", "tcp-poll"};
+  std::vector<std::string> v = {"tcp", "tcp-poll", "shm"};
 #if BRAID_HAVE_INPROC
   v.push_back("inproc");
 #endif

@@ -24,6 +24,12 @@ bool parse_address(const std::string& address, uint64_t* id) {
   return ec == std::errc() && ptr == end;
 }
 
+Capabilities inproc_capabilities() {
+  Capabilities caps;
+  caps.max_in_flight = size_t{1} << 16;  // queues grow as needed; this bounds nothing but is honest
+  return caps;
+}
+
 class InprocConnection final : public Connection {
  public:
   InprocConnection(std::shared_ptr<Link> link, int side)
@@ -50,6 +56,7 @@ class InprocConnection final : public Connection {
 
   int peer_rank() const override { return link_->rank(1 - side_); }
   const std::string& peer_address() const override { return peer_address_; }
+  Capabilities capabilities() const override { return inproc_capabilities(); }
 
  private:
   Status check_post(const char* what, const void* data, size_t bytes) const {
@@ -94,11 +101,7 @@ class InprocTransport final : public Transport {
 
   bool is_host_local(const std::string&) const override { return true; }  // threads of one process
 
-  Capabilities capabilities() const override {
-    Capabilities caps;
-    caps.max_in_flight = size_t{1} << 16;  // queues grow as needed; this bounds nothing but is honest
-    return caps;
-  }
+  Capabilities capabilities() const override { return inproc_capabilities(); }
 
   Result<std::string> listen() override {
     std::lock_guard<std::mutex> lk(fabric_->mu);

@@ -76,6 +76,8 @@ class Engine {
   // before sleeping. timeout 0 makes one non-blocking pass.
   virtual Status run(std::chrono::microseconds timeout, const std::vector<Completion>& ready) = 0;
   virtual void wake() = 0;
+  // Transport::wait_fd(): readable when run() has new work (an event or a wake()).
+  virtual int wait_fd() const { return -1; }
   virtual EngineStats stats() const { return {}; }
 };
 

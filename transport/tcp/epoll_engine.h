@@ -37,6 +37,7 @@ class EpollEngine final : public Engine {
   void kick(TcpStream* stream) override;
   Status run(std::chrono::microseconds timeout, const std::vector<Completion>& ready) override;
   void wake() override;
+  int wait_fd() const override { return epoll_fd_; }  // readable while an event waits for run()
   EngineStats stats() const override;
 
  private:

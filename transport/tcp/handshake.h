@@ -13,7 +13,7 @@
 #include "common/deadline.h"
 #include "common/job_secret.h"
 #include "common/status.h"
-#include "transport/tcp/host_identity.h"
+#include "transport/host_identity.h"
 #include "transport/tcp/socket_setup.h"
 #include "transport/tcp/wire_format.h"
 

@@ -31,7 +31,7 @@
 
 #include "common/spin.h"
 #include "transport/tcp/engine.h"
-#include "transport/tcp/host_identity.h"
+#include "transport/host_identity.h"
 #include "transport/tcp/tcp_stream.h"
 #include "transport/transport.h"
 
@@ -66,6 +66,12 @@ class TcpConnection final : public Connection {
   int peer_rank() const override { return peer_rank_; }
   const std::string& peer_address() const override { return peer_address_; }
   uint64_t retransmissions() const override;
+  Capabilities capabilities() const override {
+    Capabilities c;
+    c.zero_copy_send = engine_->zero_copy();
+    c.max_in_flight = kMaxInFlight;
+    return c;
+  }
   size_t socket_count() const { return streams_.size(); }
   // Whether the peer competes with us for one CPU (see above).
   bool peer_shares_cpu() const { return shared_cpu_.has_value(); }

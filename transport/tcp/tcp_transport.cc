@@ -41,7 +41,7 @@ TcpTransport::TcpTransport(const TransportOptions& options, std::unique_ptr<Engi
       secret_(options.secret) {}
 
 Capabilities TcpTransport::capabilities() const {
-  Capabilities c;
+  Capabilities c;  // what each connection says too (TcpConnection::capabilities)
   c.zero_copy_send = engine_->zero_copy();
   c.max_in_flight = TcpConnection::kMaxInFlight;
   return c;

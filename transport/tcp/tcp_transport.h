@@ -18,7 +18,7 @@
 #include "transport/registry.h"
 #include "transport/tcp/engine.h"
 #include "transport/tcp/handshake.h"
-#include "transport/tcp/host_identity.h"
+#include "transport/host_identity.h"
 #include "transport/tcp/socket_setup.h"
 #include "transport/transport.h"
 
@@ -44,6 +44,7 @@ class TcpTransport final : public Transport {
   Result<std::unique_ptr<Connection>> accept(const PeerIdentity& who, Deadline deadline) override;
   Status poll(std::vector<Completion>& out, std::chrono::microseconds timeout) override;
   void wake() override { engine_->wake(); }
+  int wait_fd() const override { return engine_->wait_fd(); }
 
   EngineStats engine_stats() const { return engine_->stats(); }
 

@@ -113,6 +113,7 @@ UringEngine::UringEngine(const Env& env, std::unique_ptr<io_uring> ring, bool si
 UringEngine::~UringEngine() {
   io_uring_queue_exit(ring_.get());
   ::close(wake_fd_);
+  if (notify_fd_ >= 0) ::close(notify_fd_);
 }
 
 Status UringEngine::check_owner() {
@@ -133,6 +134,7 @@ Status UringEngine::check_owner() {
     int rc = setup_ring(ring_.get(), kPreferredFlags, &features);
     if (rc < 0) return system_error("io_uring_setup (new owner thread)", -rc);
     enabled_ = false;
+    if (notify_fd_ >= 0) register_notify();  // the new ring counts into the same descriptor
   }
   if (single_issuer_) {
     // liburing 2.3 declares io_uring_enable_rings but its library does not export it.
@@ -177,6 +179,21 @@ io_uring_sqe* UringEngine::get_sqe() {
     sqe = io_uring_get_sqe(ring_.get());
   }
   return sqe;
+}
+
+int UringEngine::wait_fd() const {
+  if (notify_fd_ < 0) {
+    notify_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (notify_fd_ >= 0) register_notify();
+  }
+  return notify_fd_;
+}
+
+void UringEngine::register_notify() const {
+  if (io_uring_register_eventfd(ring_.get(), notify_fd_) != 0) {
+    ::close(notify_fd_);  // no descriptor: the caller polls this transport in slices instead
+    notify_fd_ = -1;
+  }
 }
 
 void UringEngine::arm_wake() {
@@ -315,6 +332,14 @@ Status UringEngine::submit_and_wait(std::chrono::nanoseconds timeout) {
 }
 
 Status UringEngine::run(std::chrono::microseconds timeout, const std::vector<Completion>& ready) {
+  // What the kernel counted into wait_fd() is taken by this pass, emptied before it looks at
+  // the ring: news after that point counts again, so a completion that lands while this pass
+  // runs may cost one needless wake-up, but none is slept through (emptied at the end, the
+  // count of work that came after the last look would be lost).
+  if (notify_fd_ >= 0) {
+    uint64_t count = 0;
+    (void)!::read(notify_fd_, &count, sizeof count);
+  }
   RETURN_IF_ERROR(check_owner());
   woken_ = false;
   if (direct_.active() || take_shared_cpu_path()) return direct_.run(timeout, ready);

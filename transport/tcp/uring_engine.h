@@ -40,6 +40,11 @@ class UringEngine final : public Engine {
   void kick(TcpStream* stream) override;
   Status run(std::chrono::microseconds timeout, const std::vector<Completion>& ready) override;
   void wake() override;
+  // An eventfd registered with the ring (made on first call): the kernel counts into it when
+  // a completion or, with DEFER_TASKRUN, task work arrives, and run() empties it. The ring's
+  // own descriptor would not do: with DEFER_TASKRUN new task work wakes only a thread waiting
+  // in io_uring_enter, never a poll on the ring.
+  int wait_fd() const override;
   EngineStats stats() const override;
 
  private:
@@ -67,6 +72,8 @@ class UringEngine final : public Engine {
   // its own and take the eventfd's count, so a completion waiting in the ring counts too.
   SharedCpuPath direct_;
   bool ring_woke();
+  void register_notify() const;
+  mutable int notify_fd_ = -1;  // wait_fd(): -1 until asked for
   EngineStats stats_;
 };
 

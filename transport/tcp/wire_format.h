@@ -92,7 +92,7 @@
 #include <string_view>
 
 #include "common/job_secret.h"
-#include "transport/tcp/host_identity.h"
+#include "transport/host_identity.h"
 
 namespace braid::transport::tcp {
 

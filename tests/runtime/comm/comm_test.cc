@@ -58,7 +58,7 @@ int count_of(const std::string& text, const std::string& what) {
 
 // BRAID_CALLER_PROGRESS: a blocking call with nothing queued runs on the caller's thread (TRACE
 // says where each operation ran), and results stay right while operations move between the
-// caller and the progress thread, and while queued operations overlap, on both tcp engines.
+// caller and the progress thread, and while queued operations overlap, on both tcp engines and shm.
 // With the knob off, none runs on the caller's thread.
 class CallerProgress : public ::testing::TestWithParam<std::string> {};
 
@@ -99,7 +99,7 @@ TEST_P(CallerProgress, BlockingCallsRunOnTheCallersThread) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, CallerProgress, ::testing::Values("tcp", "tcp-poll"));
+INSTANTIATE_TEST_SUITE_P(Engines, CallerProgress, ::testing::Values("tcp", "tcp-poll", "shm"));
 
 // BRAID_DEBUG=INFO: one line per rank once connected: rank, transport and engine, interface
 // and address, sockets per peer, the algorithm table (or the forced algorithm).

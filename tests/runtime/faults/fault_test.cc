@@ -6,9 +6,11 @@
 #include <csignal>
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -112,6 +114,25 @@ TEST(Faults, KilledRankZeroIsNamedByEverySurvivor) {
     ranks[0]->kill(SIGKILL);
     expect_survivors_name(ranks, 0, Clock::now(), seconds(20) + kMargin);
   }
+}
+
+// Over shm (every rank on this host) a rank killed mid-loop is seen through its pidfd: every
+// survivor names it, and nothing is left in /dev/shm (the rings are memfds).
+TEST(Faults, KilledRankOverShmIsNamedAndLeavesNoFiles) {
+  auto dev_shm = [] {
+    std::set<std::string> names;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) names.insert(e.path().filename());
+    return names;
+  };
+  const auto before = dev_shm();
+  auto ranks = start_ranks(4, {{"BRAID_TIMEOUT_S", "20"}, {"BRAID_TRANSPORT", "shm"}});
+  ASSERT_TRUE(wait_until_ready(ranks)) << ranks[0]->output();
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ranks[2]->kill(SIGKILL);
+  expect_survivors_name(ranks, 2, Clock::now(), seconds(20) + kMargin);
+  ranks.clear();
+  EXPECT_EQ(dev_shm(), before);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "braid/store.h"
 #include "common/job_secret.h"
 #include "runtime/store/store_protocol.h"
+#include "runtime/transport_choice.h"
 #include "tests/runtime/store/store_test_util.h"
 #include "tests/support/subprocess.h"
 #include "transport/tcp/handshake.h"
@@ -88,7 +89,13 @@ void claim_every_rank(uint16_t port, std::atomic<int>* admitted, std::atomic<int
   ASSERT_TRUE(wrong.is_ok());
   std::vector<std::thread> claims;
   for (int target = 1; target < kRanks; ++target) {
-    const std::string address = harness->get("braid/c1/addr/" + std::to_string(target));
+    // The rank's card of transport addresses (runtime/transport_choice.h): its tcp one.
+    auto card = parse_links_card(harness->get("braid/c1/addr/" + std::to_string(target)), target);
+    ASSERT_TRUE(card.is_ok()) << card.status().message();
+    std::string address;
+    for (const auto& a : card.value().addresses) {
+      if (a.family == "tcp") address = a.address;
+    }
     auto where = transport::tcp::SocketAddress::parse(address);
     ASSERT_TRUE(where.is_ok()) << address;
     for (int claimed = 0; claimed < target; ++claimed) {

@@ -1,4 +1,6 @@
-// Every collective over TCP between real processes: braid-perf with -c 1 under braidrun checks
+// Every collective between real processes, over TCP (collectives_tcp) and over shm
+// (collectives_shm: the same cases with BRAID_TRANSPORT=shm in the environment, which every rank
+// inherits and which fails rather than fall back): braid-perf with -c 1 under braidrun checks
 // each result against its exact expected value and that all ranks hold the same bytes. A
 // covering slice (world sizes, dtypes, ops, roots, forced algorithms) keeps it short.
 #include <gtest/gtest.h>
@@ -71,7 +73,8 @@ INSTANTIATE_TEST_SUITE_P(
         PerfCase{"gather", 3, "f16", "sum", 2, "", "30000"}, PerfCase{"scatter", 4, "i32", "sum", 1, "", "40000"},
         PerfCase{"all_to_all", 3, "f32", "sum", 0, "", "3M"}, PerfCase{"all_to_all", 4, "u8", "sum", 0, "", "1001"},
         PerfCase{"barrier", 5, "f32", "sum", 0, "", "0"}, PerfCase{"sendrecv", 3, "f32", "sum", 0, "", "1M"},
-        PerfCase{"all_reduce", 1, "f32", "sum", 0, "", "1M"}, PerfCase{"all_reduce", 2, "f32", "sum", 0, "", "0"}));
+        PerfCase{"all_reduce", 1, "f32", "sum", 0, "", "1M"}, PerfCase{"all_reduce", 2, "f32", "sum", 0, "", "0"},
+        PerfCase{"all_reduce", 2, "f32", "sum", 0, "", "64M"}, PerfCase{"sendrecv", 2, "u8", "sum", 0, "", "64M"}));
 
 }  // namespace
 }  // namespace braid

@@ -1,5 +1,12 @@
-// transport/tcp/host_identity.h - which kernel a process runs on and which CPUs it may use, so
-// two ends of a connection can tell whether they compete for one CPU.
+// transport/host_identity.h - which host a process runs on (for the runtime's choice of a
+// transport per peer), which kernel and which CPUs (so two ends of a tcp connection can tell
+// whether they compete for one CPU).
+//
+// Same host, for choosing a transport (host_label): the same kernel (boot id), the same network
+// namespace and the same shared-memory mount. Processes of one kernel in different network
+// namespaces or containers count as different hosts, so the project's multi-host tests in
+// network namespaces still cross their links, and a container with a /dev/shm of its own cannot
+// map a peer's shared memory anyway.
 //
 // Why: a waiter spins (busy-waits) briefly before it sleeps, because a wake-up costs ~40 us on
 // these VMs. When the peer it waits for is confined to the same single CPU, the peer cannot
@@ -29,7 +36,7 @@
 #include <string>
 #include <string_view>
 
-namespace braid::transport::tcp {
+namespace braid::transport {
 
 inline constexpr size_t kMaxCpus = 1024;
 using BootId = std::array<uint8_t, 16>;
@@ -43,9 +50,24 @@ struct HostIdentity {
 // This kernel's boot id (read once) and the calling thread's CPUs.
 HostIdentity local_host_identity();
 
+// Where a process lives, as far as sharing memory goes: kernel, network namespace, shm mount.
+struct HostKey {
+  BootId boot_id{};         // all zero: unknown
+  uint64_t net_ns = 0;      // inode of the calling thread's network namespace; 0: unknown
+  uint64_t shm_device = 0;  // st_dev of /dev/shm; 0: unknown
+};
+HostKey local_host_key();
+// The key as text for the store ("5e1c0a3e-...-1f2a3b4c5d6e/net:4026531992/shm:24"): equal
+// texts, same host. An unknown part makes the label unique to this process ("unknown/pid:..."),
+// so an unknown host is never taken for another process's.
+std::string host_label(const HostKey& key);
+std::string local_host_label();
+
 // The 16 bytes of a boot id as the kernel prints it ("5e1c0a3e-0c8b-4f43-9d7e-1f2a3b4c5d6e",
 // newline allowed); nullopt when the text is not one.
 std::optional<BootId> parse_boot_id(std::string_view text);
+// The reverse, lowercase; empty for the unknown (all-zero) id.
+std::string boot_id_text(const BootId& id);
 
 size_t cpu_count(const CpuMask& mask);
 CpuMask cpu_mask_of(std::initializer_list<size_t> cpus);  // for tests and messages
@@ -56,4 +78,4 @@ std::string describe_cpus(const CpuMask& mask);            // "0", "0-3,8", "unk
 // confined to the same single CPU). Symmetric: both ends of a connection reach the same answer.
 bool shares_single_cpu(const HostIdentity& self, const HostIdentity& peer);
 
-}  // namespace braid::transport::tcp
+}  // namespace braid::transport

@@ -1,6 +1,8 @@
-#include "transport/tcp/host_identity.h"
+#include "transport/host_identity.h"
 
 #include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <bit>
 #include <cerrno>
@@ -8,7 +10,7 @@
 #include <initializer_list>
 #include <iterator>
 
-namespace braid::transport::tcp {
+namespace braid::transport {
 
 namespace {
 
@@ -82,6 +84,39 @@ std::optional<BootId> parse_boot_id(std::string_view text) {
 
 HostIdentity local_host_identity() { return HostIdentity{this_boot_id(), this_thread_cpus()}; }
 
+HostKey local_host_key() {
+  HostKey key;
+  key.boot_id = this_boot_id();
+  struct stat st{};
+  // thread-self: a thread may have entered a namespace of its own (setns, unshare).
+  if (::stat("/proc/thread-self/ns/net", &st) == 0 || ::stat("/proc/self/ns/net", &st) == 0) {
+    key.net_ns = static_cast<uint64_t>(st.st_ino);
+  }
+  if (::stat("/dev/shm", &st) == 0) key.shm_device = static_cast<uint64_t>(st.st_dev);
+  return key;
+}
+
+std::string boot_id_text(const BootId& id) {
+  if (is_unknown(id)) return {};
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < id.size(); ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
+    s += kHex[id[i] >> 4];
+    s += kHex[id[i] & 15];
+  }
+  return s;
+}
+
+std::string host_label(const HostKey& key) {
+  if (is_unknown(key.boot_id) || key.net_ns == 0 || key.shm_device == 0) {
+    return "unknown/pid:" + std::to_string(::getpid()) + "/net:" + std::to_string(key.net_ns);
+  }
+  return boot_id_text(key.boot_id) + "/net:" + std::to_string(key.net_ns) + "/shm:" + std::to_string(key.shm_device);
+}
+
+std::string local_host_label() { return host_label(local_host_key()); }
+
 size_t cpu_count(const CpuMask& mask) {
   size_t n = 0;
   for (uint64_t w : mask) n += static_cast<size_t>(std::popcount(w));
@@ -122,4 +157,4 @@ bool shares_single_cpu(const HostIdentity& self, const HostIdentity& peer) {
   return cpu_count(both) < 2;
 }
 
-}  // namespace braid::transport::tcp
+}  // namespace braid::transport

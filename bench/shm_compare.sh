@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# bench/shm_compare.sh - the shm transport beside tcp over loopback and Open MPI's shared-memory
+# BTL (vader), in one run, rounds interleaved so a noisy VM hits each the same way.
+#
+#   bench/shm_compare.sh [BUILD_DIR]        (default: build)
+#   ROUNDS=3 NS="2 4" MAX=64M bench/shm_compare.sh
+#
+# Per round and world size N: braid-perf all_reduce 4 KiB..MAX (x4 steps; -n 500 -w 200 up to
+# 64 KiB, -n 20 -w 5 above, as Open MPI's mpi_bench takes up to 1000 iterations where they are cheap) over shm (its default
+# two-copy ring; shm-cma: BRAID_SHM_CMA=1) and over tcp, sendrecv 4 KiB (latency) over each, and Open MPI's mpi_bench from ../shared/bench with
+# `--mca btl self,vader` when mpicc/mpirun are installed (BRAID_SETUP_ANCHORS=1 scripts/setup.sh).
+# Prints RESULT rows (../shared/bench's format) with the library column naming the transport;
+# the summary at the end gives each row's median over the rounds.
+set -euo pipefail
+BUILD=${1:-build}
+ROUNDS=${ROUNDS:-3}
+NS=${NS:-2}
+MAX=${MAX:-64M}
+ANCHORS=${ANCHORS:-$(cd "$(dirname "$0")/../.." && pwd)/shared/bench}
+[ -d "$ANCHORS" ] || ANCHORS=/work/shared/bench
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+mpi_bench=""
+if command -v mpicc > /dev/null && command -v mpirun > /dev/null && [ -f "$ANCHORS/src/mpi_bench.c" ]; then
+  mpicc -O2 -o "$out/mpi_bench" "$ANCHORS/src/mpi_bench.c" -lm && mpi_bench="$out/mpi_bench"
+else
+  echo "# Open MPI not installed: its rows are left out (BRAID_SETUP_ANCHORS=1 scripts/setup.sh)" >&2
+fi
+max_bytes=$(numfmt --from=iec "$MAX")
+
+perf() {  # variant (shm, shm-cma, tcp) N op -b -e iterations warmup
+  local transport=${1%-cma} cma=0
+  [ "$1" = shm-cma ] && cma=1
+  BRAID_TRANSPORT=$transport BRAID_SHM_CMA=$cma timeout 300 "$BUILD/tools/braidrun/braidrun" --standalone --nproc-per-node "$2" \
+    "$BUILD/tools/braid_perf/braid-perf" --op "$3" -b "$4" -e "$5" -f 4 -n "$6" -w "$7" --result-rows 2>&1 |
+    sed -n 's/^\[rank 0\] RESULT\tbraid\t/RESULT\tbraid-'"$1"'\t'"$3"'-/p'
+}
+
+for round in $(seq "$ROUNDS"); do
+  for n in $NS; do
+    echo "# round $round, $n ranks, load: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+    for t in shm shm-cma tcp; do
+      # Small sizes get many iterations (their median is a few microseconds), large ones few;
+      # the first size of a run needs a long warm-up (its first ~100 calls are slower).
+      perf "$t" "$n" all_reduce 4K 64K 500 200
+      perf "$t" "$n" all_reduce 256K "$MAX" 20 5
+      perf "$t" "$n" sendrecv 4K 4K 500 200
+    done
+    if [ -n "$mpi_bench" ]; then
+      timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$n" --mca btl self,vader \
+        "$mpi_bench" --label all_reduce-vader --min-bytes 4096 --max-bytes "$max_bytes" --max-iters 200 |
+        grep '^RESULT' | sed 's/^RESULT\tmpi\t/RESULT\topenmpi-shm\t/' || echo "# mpi_bench failed" >&2
+    fi
+  done
+done | tee "$out/rows"
+
+echo
+echo "# medians over $ROUNDS round(s): library op n bytes median_us busbw_GBps"
+awk -F'\t' '$1 == "RESULT" { k = $2 "\t" $3 "\t" $4 "\t" $5; t[k] = t[k] " " $7; b[k] = b[k] " " $11 }
+  END { for (k in t) print k "\t" t[k] "\t" b[k] }' "$out/rows" |
+  python3 -c '
+import sys, statistics
+rows = []
+for line in sys.stdin:
+    lib, op, n, size, times, bws = line.rstrip("\n").split("\t")
+    rows.append((op.split("-")[0], int(n), int(size), lib, statistics.median(map(float, times.split())),
+                 statistics.median(map(float, bws.split()))))
+for op, n, size, lib, t, bw in sorted(rows):
+    print(f"{lib:14} {op:12} n={n} {size:>10} {t:12.2f} us {bw:8.3f} GB/s")
+'

@@ -1,0 +1,178 @@
+// The shm transport with a real peer process (tests/transport/tcp_peer run with transport=shm,
+// started with posix_spawn): messages of 0 B to 64 MiB both ways through both large-message
+// paths, a peer killed with SIGKILL while data flows (the survivor fails within the bound, naming
+// the rank and its pid, and nothing is left in /dev/shm), and a peer with another secret.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "common/job_secret.h"
+#include "tests/support/subprocess.h"
+#include "tests/transport/transport_link.h"
+
+namespace braid::transport::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using braid::testing::Subprocess;
+
+constexpr const char* kSecret = "shm process test secret 0123456789abcdef";
+
+std::string peer_binary() {
+  if (const char* p = std::getenv("TCP_PEER_BINARY")) return p;
+  char self[PATH_MAX] = {};
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string dir(self, n > 0 ? static_cast<size_t>(n) : 0);
+  return dir.substr(0, dir.rfind('/')) + "/../tcp_peer";
+}
+
+std::set<std::string> dev_shm() {
+  std::set<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) names.insert(e.path().filename());
+  return names;
+}
+
+// Parameter: BRAID_SHM_CMA on both ends.
+class ShmProcessTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    TransportOptions o;
+    o.env.shm_cma = GetParam();
+    o.secret = auth::JobSecret::from_text(kSecret, "test").value();
+    auto t = create_transport("shm", o);
+    ASSERT_TRUE(t.is_ok()) << t.status().message();
+    t_ = std::move(t).value();
+    auto addr = t_->listen();
+    ASSERT_TRUE(addr.is_ok());
+    addr_ = addr.value();
+  }
+  void start_peer(const std::string& script, const std::vector<std::string>& more = {},
+                  const std::string& secret = kSecret) {
+    std::vector<std::string> argv = {peer_binary(), "transport=shm", "role=connect", "addr=" + addr_,
+                                     "rank=1", "peer=0", "script=" + script};
+    argv.insert(argv.end(), more.begin(), more.end());
+    peer_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{
+                                                   {"BRAID_SECRET", secret}, {"BRAID_SHM_CMA", GetParam() ? "1" : "0"}});
+  }
+  void accept_peer() {
+    auto c = t_->accept(PeerIdentity{7, 0, 1}, Deadline::after(20s));
+    ASSERT_TRUE(c.is_ok()) << c.status().message() << "\npeer: " << peer_->output();
+    conn_ = std::move(c).value();
+  }
+  Completion next() {
+    auto end = std::chrono::steady_clock::now() + 60s;
+    while (q_.empty() && std::chrono::steady_clock::now() < end) EXPECT_TRUE(t_->poll(q_, 100ms).is_ok());
+    if (q_.empty()) return Completion{nullptr, 0, false, 0, timeout_error("no completion in 60 s")};
+    Completion c = q_.front();
+    q_.erase(q_.begin());
+    return c;
+  }
+  // Polls until a completion fails; posts more work through `refill` after each success.
+  Completion until_failure(const std::function<void()>& refill, std::chrono::seconds limit) {
+    auto end = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < end) {
+      std::vector<Completion> out;
+      EXPECT_TRUE(t_->poll(out, 50ms).is_ok());
+      for (const Completion& c : out) {
+        if (!c.status.is_ok()) return c;
+        refill();
+      }
+    }
+    return Completion{};
+  }
+
+  std::unique_ptr<Transport> t_;
+  std::string addr_;
+  std::unique_ptr<Subprocess> peer_;
+  std::unique_ptr<Connection> conn_;
+  std::vector<Completion> q_;
+};
+
+TEST_P(ShmProcessTest, EchoesEverySizeFromZeroTo64MiB) {
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4096}, (size_t{1} << 20) + 3, size_t{64} << 20}) {
+    SCOPED_TRACE("bytes " + std::to_string(bytes));
+    start_peer("pingpong", {"bytes=" + std::to_string(bytes), "count=3"});
+    accept_peer();
+    std::vector<char> buf(bytes + 1);
+    for (int i = 0; i < 3; ++i) {  // the peer checks what comes back
+      ASSERT_TRUE(conn_->post_recv(buf.data(), buf.size(), 1).is_ok());
+      Completion r = next();
+      ASSERT_TRUE(r.status.is_ok()) << r.status.message() << "\npeer: " << peer_->output();
+      ASSERT_EQ(r.bytes, bytes);
+      ASSERT_TRUE(conn_->post_send(buf.data(), r.bytes, 2).is_ok());
+      Completion s = next();
+      ASSERT_TRUE(s.status.is_ok()) << s.status.message();
+    }
+    EXPECT_EQ(peer_->wait(30s), 0) << peer_->output();
+    EXPECT_NE(peer_->output().find("OK"), std::string::npos) << peer_->output();
+    conn_.reset();
+  }
+}
+
+TEST_P(ShmProcessTest, PeerKilledMidTransferFailsReceivesNamingItAndLeavesNoFiles) {
+  const auto before = dev_shm();
+  start_peer("stream", {"bytes=" + std::to_string(1 << 20)});
+  accept_peer();
+  std::vector<char> buf(1 << 20);
+  auto post = [&] { ASSERT_TRUE(conn_->post_recv(buf.data(), buf.size(), 0).is_ok()); };
+  post();
+  int received = 0;
+  while (received < 5) {  // the stream flows
+    Completion c = next();
+    ASSERT_TRUE(c.status.is_ok()) << c.status.message() << "\npeer: " << peer_->output();
+    ++received;
+    post();
+  }
+  const pid_t pid = peer_->pid();
+  peer_->kill(SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  Completion failed = until_failure(post, 10s);
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 5s);  // a detection bound
+  EXPECT_EQ(failed.status.code(), ErrorCode::peer_lost) << failed.status.message();
+  const std::string& m = failed.status.message();
+  EXPECT_NE(m.find("rank 1 (pid " + std::to_string(pid)), std::string::npos) << m;
+  EXPECT_NE(m.find("exited"), std::string::npos) << m;
+  EXPECT_NE(m.find("check rank 1"), std::string::npos) << m;
+  peer_.reset();
+  conn_.reset();
+  t_.reset();
+  EXPECT_EQ(dev_shm(), before);
+}
+
+TEST_P(ShmProcessTest, PeerKilledFailsPendingSends) {
+  start_peer("sink", {"bytes=" + std::to_string(1 << 20)});
+  accept_peer();
+  std::vector<char> buf(1 << 20);
+  auto post = [&] { ASSERT_TRUE(conn_->post_send(buf.data(), buf.size(), 0).is_ok()); };
+  for (int i = 0; i < 8; ++i) post();
+  std::this_thread::sleep_for(200ms);
+  peer_->kill(SIGKILL);
+  Completion failed = until_failure(post, 10s);
+  EXPECT_EQ(failed.status.code(), ErrorCode::peer_lost) << failed.status.message();
+  EXPECT_NE(failed.status.message().find("shm send"), std::string::npos) << failed.status.message();
+}
+
+TEST_P(ShmProcessTest, PeerWithAnotherSecretIsRefused) {
+  start_peer("idle", {}, "another secret entirely, 0123456789");
+  auto c = t_->accept(PeerIdentity{7, 0, 1}, Deadline::after(3s));
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().code(), ErrorCode::timeout) << c.status().message();
+  EXPECT_EQ(peer_->wait(20s), 1) << peer_->output();
+  EXPECT_NE(peer_->output().find("could not prove that it knows this job's secret"), std::string::npos)
+      << peer_->output();
+}
+
+INSTANTIATE_TEST_SUITE_P(LargePath, ShmProcessTest, ::testing::Values(true, false),
+                         [](const auto& info) { return std::string(info.param ? "cma" : "two_copy"); });
+
+}  // namespace
+}  // namespace braid::transport::testing

@@ -1,0 +1,272 @@
+// The shm transport with both ends in this process: every size through both large-message paths
+// (cross-memory attach and the two-copy ring), order with many in flight, a receive too small,
+// the address and its host, and who is refused. tests/transport/transport_test.cc runs the
+// seam's common suite on shm as well.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "common/job_secret.h"
+#include "tests/transport/transport_link.h"
+#include "transport/shm/shm_layout.h"
+#include "transport/shm/shm_setup.h"
+
+namespace braid::transport::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+auth::JobSecret secret(const std::string& text) {
+  auto s = auth::JobSecret::from_text(text, "test");
+  EXPECT_TRUE(s.is_ok()) << s.status().message();
+  return s.is_ok() ? s.value() : auth::JobSecret();
+}
+
+// Parameter: whether large messages may go by cross-memory attach (BRAID_SHM_CMA).
+class ShmTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    o_.env.shm_cma = GetParam();
+    o_.secret = secret("shm transport test secret 0123456789");
+  }
+  void join() { ASSERT_TRUE(make_link("shm", o_, o_, link_).is_ok()); }
+
+  // Sends `sizes` from b to a, all posted at once, in buffers `slack` bytes larger; checks bytes
+  // and order.
+  void transfer(const std::vector<size_t>& sizes, size_t slack = 16) {
+    std::vector<std::vector<unsigned char>> out(sizes.size()), in(sizes.size());
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      out[i].resize(sizes[i]);
+      fill(out[i], i);
+      in[i].assign(sizes[i] + slack, 0);
+      ASSERT_TRUE(link_.ca->post_recv(in[i].data(), in[i].size(), 1000 + i).is_ok());
+      ASSERT_TRUE(link_.cb->post_send(out[i].data(), out[i].size(), 2000 + i).is_ok());
+    }
+    ASSERT_TRUE(link_.drive([&] { return link_.done_a.size() == sizes.size() && link_.done_b.size() == sizes.size(); }))
+        << link_.done_a.size() << " received, " << link_.done_b.size() << " sent of " << sizes.size();
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      const Completion& r = link_.done_a[i];
+      ASSERT_TRUE(r.status.is_ok()) << r.status.message();
+      EXPECT_EQ(r.cookie, 1000 + i) << "receives complete in order";
+      EXPECT_EQ(r.bytes, sizes[i]);
+      EXPECT_TRUE(check(in[i].data(), sizes[i], i)) << "message " << i << " of " << sizes[i] << " bytes differs";
+      ASSERT_TRUE(link_.done_b[i].status.is_ok()) << link_.done_b[i].status.message();
+      EXPECT_EQ(link_.done_b[i].cookie, 2000 + i) << "sends complete in order";
+    }
+    link_.done_a.clear();
+    link_.done_b.clear();
+  }
+
+  TransportOptions o_;
+  Link link_;
+};
+
+TEST_P(ShmTest, EverySizeFromZeroTo64MiB) {
+  join();
+  transfer({0, 1, 31, 32, 33, 63, 64, 65, 4096, 65535, 65536, 65537, (1u << 20) + 3, 0, 5u << 20});
+  transfer({64u << 20});
+}
+
+TEST_P(ShmTest, DescribeSaysWhichLargeMessagePath) {
+  join();
+  const std::string d = link_.b->describe();
+  if (GetParam()) {
+    EXPECT_NE(d.find("single-copy (cross-memory attach)"), std::string::npos) << d;
+  } else {
+    EXPECT_NE(d.find("two-copy ring (BRAID_SHM_CMA=1"), std::string::npos) << d;
+  }
+  EXPECT_NE(d.find("KiB per direction"), std::string::npos) << d;
+}
+
+TEST_P(ShmTest, ManyInFlightKeepTheirOrder) {
+  join();
+  const size_t n = link_.a->capabilities().max_in_flight;
+  std::vector<size_t> sizes;
+  for (size_t i = 0; i < n; ++i) sizes.push_back(i % 5 == 0 ? 70000 + i : (i * 37) % 3000);
+  transfer(sizes);
+  transfer(sizes);  // the rings wrapped meanwhile
+}
+
+TEST_P(ShmTest, MoreThanMaxInFlightIsRefused) {
+  join();
+  const size_t n = link_.a->capabilities().max_in_flight;
+  std::vector<unsigned char> buf(8);
+  for (size_t i = 0; i < n; ++i) ASSERT_TRUE(link_.ca->post_recv(buf.data(), buf.size(), i).is_ok());
+  Status s = link_.ca->post_recv(buf.data(), buf.size(), n);
+  EXPECT_EQ(s.code(), ErrorCode::invalid_argument) << s.message();
+}
+
+TEST_P(ShmTest, TooSmallReceiveFailsWithProtocolAndTheNextMessageArrives) {
+  join();
+  for (size_t big : {size_t{100}, size_t{1} << 20}) {
+    std::vector<unsigned char> msg(big), next(50), small(10), in_next(64);
+    fill(msg, 1);
+    fill(next, 2);
+    ASSERT_TRUE(link_.ca->post_recv(small.data(), small.size(), 1).is_ok());
+    ASSERT_TRUE(link_.ca->post_recv(in_next.data(), in_next.size(), 2).is_ok());
+    ASSERT_TRUE(link_.cb->post_send(msg.data(), msg.size(), 1).is_ok());
+    ASSERT_TRUE(link_.cb->post_send(next.data(), next.size(), 2).is_ok());
+    ASSERT_TRUE(link_.drive([&] { return link_.done_a.size() == 2 && link_.done_b.size() == 2; }, 20s));
+    EXPECT_EQ(link_.done_a[0].status.code(), ErrorCode::protocol) << link_.done_a[0].status.message();
+    EXPECT_NE(link_.done_a[0].status.message().find(std::to_string(big) + " bytes"), std::string::npos)
+        << link_.done_a[0].status.message();
+    EXPECT_TRUE(std::all_of(small.begin(), small.end(), [](unsigned char c) { return c == 0; })) << "no overrun";
+    ASSERT_TRUE(link_.done_a[1].status.is_ok()) << link_.done_a[1].status.message();
+    EXPECT_EQ(link_.done_a[1].bytes, 50u);
+    EXPECT_TRUE(check(in_next.data(), 50, 2));
+    link_.done_a.clear();
+    link_.done_b.clear();
+  }
+}
+
+TEST_P(ShmTest, BothDirectionsAtOnce) {
+  join();
+  const size_t n = 3u << 20;
+  std::vector<unsigned char> ab(n), ba(n), in_a(n), in_b(n);
+  fill(ab, 1);
+  fill(ba, 2);
+  ASSERT_TRUE(link_.ca->post_recv(in_a.data(), n, 1).is_ok());
+  ASSERT_TRUE(link_.cb->post_recv(in_b.data(), n, 2).is_ok());
+  ASSERT_TRUE(link_.ca->post_send(ab.data(), n, 3).is_ok());
+  ASSERT_TRUE(link_.cb->post_send(ba.data(), n, 4).is_ok());
+  ASSERT_TRUE(link_.drive([&] { return link_.done_a.size() == 2 && link_.done_b.size() == 2; }));
+  EXPECT_TRUE(check(in_a.data(), n, 2));
+  EXPECT_TRUE(check(in_b.data(), n, 1));
+}
+
+TEST_P(ShmTest, WhatWasSentBeforeCloseIsStillDelivered) {
+  join();
+  std::vector<unsigned char> msg(3000), in(3000);
+  fill(msg, 4);
+  ASSERT_TRUE(link_.cb->post_send(msg.data(), msg.size(), 1).is_ok());
+  ASSERT_TRUE(link_.drive([&] { return link_.done_b.size() == 1; }, 10s));
+  link_.cb->close();
+  ASSERT_TRUE(link_.ca->post_recv(in.data(), in.size(), 2).is_ok());
+  ASSERT_TRUE(link_.ca->post_recv(in.data(), in.size(), 3).is_ok());  // nothing more comes
+  ASSERT_TRUE(link_.drive([&] { return link_.done_a.size() == 2; }, 10s));
+  ASSERT_TRUE(link_.done_a[0].status.is_ok()) << link_.done_a[0].status.message();
+  EXPECT_TRUE(check(in.data(), 3000, 4));
+  EXPECT_EQ(link_.done_a[1].status.code(), ErrorCode::peer_lost) << link_.done_a[1].status.message();
+  EXPECT_NE(link_.done_a[1].status.message().find("closed its connection"), std::string::npos)
+      << link_.done_a[1].status.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(LargePath, ShmTest, ::testing::Values(true, false),
+                         [](const auto& info) { return std::string(info.param ? "cma" : "two_copy"); });
+
+TEST(ShmAddress, NamesItsHostAndIsHostLocal) {
+  auto t = create_transport("shm", TransportOptions{});
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  auto addr = t.value()->listen();
+  ASSERT_TRUE(addr.is_ok()) << addr.status().message();
+  EXPECT_TRUE(t.value()->is_host_local(addr.value()));
+  EXPECT_FALSE(t.value()->is_host_local("127.0.0.1:5000"));
+  auto parsed = shm::ShmAddress::parse(addr.value());
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().message();
+  EXPECT_TRUE(parsed.value().host == shm::local_shm_host());
+  EXPECT_FALSE(parsed.value().host.boot_id.empty());
+  EXPECT_NE(parsed.value().host.netns, 0u);
+  EXPECT_EQ(parsed.value().to_string(), addr.value());
+  EXPECT_FALSE(shm::ShmAddress::parse("shm:x/y").is_ok());
+  EXPECT_FALSE(shm::ShmAddress::parse("10.0.0.1:80").is_ok());
+}
+
+TEST(ShmAddress, AnotherHostsAddressIsRefusedNamingBoth) {
+  auto t = create_transport("shm", TransportOptions{});
+  ASSERT_TRUE(t.is_ok());
+  auto addr = t.value()->listen();
+  ASSERT_TRUE(addr.is_ok());
+  auto other = shm::ShmAddress::parse(addr.value()).value();
+  other.host.netns += 1;  // another network namespace of this kernel: another host for shm
+  auto c = t.value()->connect(other.to_string(), PeerIdentity{7, 1, 0}, Deadline::after(2s));
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().code(), ErrorCode::invalid_argument);
+  EXPECT_NE(c.status().message().find("another host"), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find("BRAID_TRANSPORT=tcp"), std::string::npos) << c.status().message();
+}
+
+TEST(ShmAuth, AnotherSecretIsRefusedBothWays) {
+  TransportOptions oa, ob;
+  oa.secret = secret("the first secret of this test 0123");
+  ob.secret = secret("the other secret of this test 4567");
+  auto ta = create_transport("shm", oa);
+  auto tb = create_transport("shm", ob);
+  ASSERT_TRUE(ta.is_ok() && tb.is_ok());
+  auto addr = ta.value()->listen();
+  ASSERT_TRUE(addr.is_ok());
+  Result<std::unique_ptr<Connection>> accepted = Status(ErrorCode::internal, "not run");
+  std::thread acceptor([&] { accepted = ta.value()->accept(PeerIdentity{7, 0, 1}, Deadline::after(3s)); });
+  auto c = tb.value()->connect(addr.value(), PeerIdentity{7, 1, 0}, Deadline::after(3s));
+  acceptor.join();
+  // The connector learns first: the acceptor's proof does not verify with its secret.
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().code(), ErrorCode::unauthenticated) << c.status().message();
+  EXPECT_NE(c.status().message().find("rank 1 connecting over shm to rank 0"), std::string::npos)
+      << c.status().message();
+  ASSERT_FALSE(accepted.is_ok());
+  EXPECT_EQ(accepted.status().code(), ErrorCode::timeout) << accepted.status().message();
+}
+
+TEST(ShmAuth, AnotherCommunicatorIsRefused) {
+  TransportOptions o;
+  auto ta = create_transport("shm", o);
+  auto tb = create_transport("shm", o);
+  ASSERT_TRUE(ta.is_ok() && tb.is_ok());
+  auto addr = ta.value()->listen();
+  ASSERT_TRUE(addr.is_ok());
+  Result<std::unique_ptr<Connection>> accepted = Status(ErrorCode::internal, "not run");
+  std::thread acceptor([&] { accepted = ta.value()->accept(PeerIdentity{7, 0, 1}, Deadline::after(3s)); });
+  auto c = tb.value()->connect(addr.value(), PeerIdentity{8, 1, 0}, Deadline::after(3s));
+  acceptor.join();
+  EXPECT_FALSE(c.is_ok());
+  EXPECT_FALSE(accepted.is_ok());
+  EXPECT_EQ(accepted.status().code(), ErrorCode::timeout) << accepted.status().message();
+}
+
+// A limit on file sizes (RLIMIT_FSIZE) stands in for a tmpfs or memory limit too small for the
+// rings: the memfd cannot grow past it, as it could not past a full /dev/shm.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &saved_);
+    old_handler_ = signal(SIGXFSZ, SIG_IGN);  // the error code is enough
+    rlimit l = saved_;
+    l.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &l);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit saved_{};
+  sighandler_t old_handler_ = SIG_DFL;
+};
+
+TEST(ShmSegment, TooLittleSharedMemoryGivesSmallerRings) {
+  size_t ring = size_t{4} << 20;
+  {
+    FileSizeLimit limit(shm::segment_bytes(size_t{1} << 20));
+    auto fd = shm::create_segment(ring);
+    ASSERT_TRUE(fd.is_ok()) << fd.status().message();
+  }
+  EXPECT_EQ(ring, size_t{1} << 20);
+}
+
+TEST(ShmSegment, FarTooLittleIsAnErrorNamingTheSize) {
+  size_t ring = size_t{4} << 20;
+  FileSizeLimit limit(shm::segment_bytes(shm::kMinRingBytes) - 1);
+  auto fd = shm::create_segment(ring);
+  ASSERT_FALSE(fd.is_ok());
+  const std::string& m = fd.status().message();
+  EXPECT_NE(m.find(std::to_string(shm::segment_bytes(size_t{4} << 20)) + " bytes"), std::string::npos) << m;
+  EXPECT_NE(m.find("BRAID_TRANSPORT=tcp"), std::string::npos) << m;
+}
+
+}  // namespace
+}  // namespace braid::transport::testing

@@ -1,0 +1,356 @@
+#include "transport/shm/shm_connection.h"
+
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace braid::transport::shm {
+
+namespace {
+
+// Bytes moved between two publications of a counter: the peer starts copying the first part of
+// a large message while the rest is still being written.
+constexpr size_t kChunk = 64 * 1024;
+
+int open_pidfd(pid_t pid) {
+#ifdef SYS_pidfd_open
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+#else
+  (void)pid;
+  errno = ENOSYS;
+  return -1;
+#endif
+}
+
+}  // namespace
+
+ShmConnection::ShmConnection(ShmConnectionSetup setup) : s_(std::move(setup)) {
+  auto* base = static_cast<unsigned char*>(s_.segment.base());
+  header_ = reinterpret_cast<SegmentHeader*>(base);
+  ring_ = header_->ring_bytes;
+  const size_t out = static_cast<size_t>(s_.self_end), in = 1 - out;
+  out_ctl_ = reinterpret_cast<RingControl*>(base + kHeaderBytes + out * kControlBytes);
+  in_ctl_ = reinterpret_cast<RingControl*>(base + kHeaderBytes + in * kControlBytes);
+  out_data_ = base + kDataOffset + out * ring_;
+  in_data_ = base + kDataOffset + in * ring_;
+  pidfd_ = UniqueFd(open_pidfd(s_.peer_pid));
+  liveness_fd_ = pidfd_.get() >= 0 ? pidfd_.get() : s_.socket.get();
+}
+
+ShmConnection::~ShmConnection() {
+  close();
+  if (s_.forget) s_.forget(this);
+}
+
+std::string ShmConnection::who() const {
+  return "rank " + std::to_string(s_.peer_rank) + " (pid " + std::to_string(s_.peer_pid) + ", " + s_.peer_address + ")";
+}
+
+bool ShmConnection::peer_reads_us() const {
+  return header_->ends[1 - s_.self_end].cma_readable.load(std::memory_order_acquire) == kCmaYes;
+}
+
+Status ShmConnection::post_send(const void* data, size_t bytes, uint64_t cookie) {
+  if (closed_) return invalid_argument("post_send on a closed shm connection to " + who());
+  if (!broken_.is_ok()) {
+    complete(true, cookie, 0, broken_);
+    return Status::ok();
+  }
+  if (sends_.size() + acks_.size() >= kMaxInFlight) {
+    return invalid_argument("more than " + std::to_string(kMaxInFlight) + " sends outstanding to " + who());
+  }
+  const bool cma = bytes >= kCmaMinBytes && peer_reads_us();
+  sends_.push_back(Send{static_cast<const unsigned char*>(data), bytes, cookie, cma});
+  if (sends_.size() == 1 && write_sends()) notify_peer();  // a small message leaves at once
+  return Status::ok();
+}
+
+Status ShmConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
+  if (closed_) return invalid_argument("post_recv on a closed shm connection to " + who());
+  if (!broken_.is_ok()) {
+    complete(false, cookie, 0, broken_);
+    return Status::ok();
+  }
+  if (recvs_.size() >= kMaxInFlight) {
+    return invalid_argument("more than " + std::to_string(kMaxInFlight) + " receives outstanding from " + who());
+  }
+  recvs_.push_back(Recv{static_cast<unsigned char*>(data), capacity, cookie});
+  if (recvs_.size() == 1 && read_records()) notify_peer();  // a message already waiting lands now
+  return Status::ok();
+}
+
+void ShmConnection::copy_in(uint64_t pos, const void* src, size_t n) {
+  const size_t at = pos % ring_;
+  const size_t first = std::min<size_t>(n, ring_ - at);
+  std::memcpy(out_data_ + at, src, first);
+  if (first < n) std::memcpy(out_data_, static_cast<const unsigned char*>(src) + first, n - first);
+}
+
+void ShmConnection::copy_out(uint64_t pos, void* dst, size_t n) const {
+  const size_t at = pos % ring_;
+  const size_t first = std::min<size_t>(n, ring_ - at);
+  std::memcpy(dst, in_data_ + at, first);
+  if (first < n) std::memcpy(static_cast<unsigned char*>(dst) + first, in_data_, n - first);
+}
+
+void ShmConnection::complete(bool is_send, uint64_t cookie, size_t bytes, Status st) {
+  if (s_.completions == nullptr) return;  // detached: nobody polls any more
+  s_.completions->push_back(Completion{this, cookie, is_send, bytes, std::move(st)});
+}
+
+bool ShmConnection::write_sends() {
+  bool changed = false;
+  uint64_t head = out_ctl_->head.load(std::memory_order_acquire);
+  uint64_t published = tail_;
+  auto publish = [&] {
+    if (tail_ != published) {
+      out_ctl_->tail.store(tail_, std::memory_order_release);
+      published = tail_;
+      changed = true;
+    }
+  };
+  while (!sends_.empty()) {
+    Send& s = sends_.front();
+    const uint64_t total = s.cma ? kRecordAlign : record_bytes(s.len);
+    const uint64_t payload_end = s.cma ? kRecordHeaderBytes : kRecordHeaderBytes + s.len;
+    while (s.written < total) {
+      const uint64_t need = s.written == 0 ? kRecordHeaderBytes : 1;
+      uint64_t room = ring_ - (tail_ - head);
+      if (room < need) {
+        publish();
+        head = out_ctl_->head.load(std::memory_order_acquire);
+        room = ring_ - (tail_ - head);
+        if (room < need) return changed;  // the ring is full: the peer has not read yet
+      }
+      if (s.written == 0) {
+        RecordHeader h;
+        h.len = s.len;
+        h.kind = s.cma ? RecordKind::cma : RecordKind::inline_data;
+        h.addr = s.cma ? reinterpret_cast<uint64_t>(s.data) : 0;
+        h.seq = send_seq_;
+        copy_in(tail_, &h, sizeof h);
+        tail_ += sizeof h;
+        s.written = sizeof h;
+      } else if (s.written < payload_end) {
+        const size_t n = std::min<uint64_t>({room, payload_end - s.written, kChunk});
+        copy_in(tail_, s.data + (s.written - kRecordHeaderBytes), n);
+        tail_ += n;
+        s.written += n;
+        if (n == kChunk) publish();
+      } else {
+        const uint64_t n = std::min<uint64_t>(room, total - s.written);  // padding to the next line
+        tail_ += n;
+        s.written += n;
+      }
+    }
+    ++send_seq_;
+    // Sends complete in the order they were posted: an inline send behind a cma send that is
+    // still being read waits for it.
+    if (s.cma) s.cma_index = ++cma_sent_;
+    if (s.cma || !acks_.empty()) {
+      acks_.push_back(s);
+    } else {
+      complete(true, s.cookie, s.len, Status::ok());
+    }
+    sends_.pop_front();
+    changed = true;
+  }
+  publish();
+  return changed;
+}
+
+bool ShmConnection::collect_acks() {
+  if (acks_.empty()) return false;
+  const uint64_t done = out_ctl_->cma_done.load(std::memory_order_acquire);
+  bool changed = false;
+  while (!acks_.empty() && (!acks_.front().cma || acks_.front().cma_index <= done)) {
+    complete(true, acks_.front().cookie, acks_.front().len, Status::ok());
+    acks_.pop_front();
+    changed = true;
+  }
+  return changed;
+}
+
+bool ShmConnection::read_records() {
+  bool changed = false;
+  uint64_t tail = in_ctl_->tail.load(std::memory_order_acquire);
+  uint64_t published = head_;
+  auto publish = [&] {
+    if (head_ != published) {
+      in_ctl_->head.store(head_, std::memory_order_release);
+      published = head_;
+      changed = true;
+    }
+  };
+  for (;;) {
+    uint64_t avail = tail - head_;
+    // A receive whose payload is all read (a 0-byte message) completes without more bytes.
+    const bool payload_read = in_record_ && cur_.kind == RecordKind::inline_data &&
+                              cur_read_ >= kRecordHeaderBytes + cur_.len;
+    const uint64_t need = !in_record_ ? kRecordHeaderBytes : (payload_read && !recv_done_ ? 0 : 1);
+    if (avail < need) {
+      publish();
+      tail = in_ctl_->tail.load(std::memory_order_acquire);
+      avail = tail - head_;
+      if (avail < need) break;
+    }
+    if (!in_record_) {
+      if (recvs_.empty()) break;  // the record waits for its receive
+      copy_out(head_, &cur_, sizeof cur_);
+      const bool kind_ok = cur_.kind == RecordKind::inline_data || cur_.kind == RecordKind::cma;
+      if (cur_.seq != recv_seq_ || !kind_ok) {
+        fail_all(protocol_error("shm connection from " + who() + ": a record with number " +
+                                std::to_string(cur_.seq) + " and kind " +
+                                std::to_string(static_cast<uint32_t>(cur_.kind)) + " where message " +
+                                std::to_string(recv_seq_) + " was due: the shared ring is corrupt"));
+        return true;
+      }
+      head_ += sizeof cur_;
+      cur_read_ = sizeof cur_;
+      in_record_ = true;
+      recv_done_ = false;
+      ++recv_seq_;
+      changed = true;
+      if (cur_.kind == RecordKind::cma) {
+        const Recv r = recvs_.front();
+        recvs_.pop_front();
+        recv_done_ = true;
+        Status st;
+        if (cur_.len > r.capacity) {
+          st = protocol_error("shm receive from " + who() + ": a message of " + std::to_string(cur_.len) +
+                              " bytes arrived for a buffer of " + std::to_string(r.capacity) +
+                              " (the two ranks disagree on a size)");
+        } else {
+          uint64_t done = 0;
+          while (done < cur_.len) {
+            iovec local{r.data + done, cur_.len - done};
+            iovec remote{reinterpret_cast<void*>(cur_.addr + done), cur_.len - done};
+            ssize_t n = ::process_vm_readv(s_.peer_pid, &local, 1, &remote, 1, 0);
+            if (n > 0) {
+              done += static_cast<uint64_t>(n);
+              continue;
+            }
+            if (n < 0 && errno == EINTR) continue;
+            st = n < 0 && errno == ESRCH ? lost_status("shm receive")
+                                         : system_error("shm receive from " + who() + ": process_vm_readv", n < 0 ? errno : EIO);
+            break;
+          }
+        }
+        in_ctl_->cma_done.fetch_add(1, std::memory_order_release);
+        complete(false, r.cookie, st.is_ok() ? cur_.len : 0, std::move(st));
+      }
+      continue;
+    }
+    const uint64_t total = cur_.kind == RecordKind::cma ? kRecordAlign : record_bytes(cur_.len);
+    const uint64_t payload_end = cur_.kind == RecordKind::cma ? kRecordHeaderBytes : kRecordHeaderBytes + cur_.len;
+    if (cur_read_ < payload_end) {
+      const size_t n = std::min<uint64_t>({avail, payload_end - cur_read_, kChunk});
+      const Recv& r = recvs_.front();
+      if (cur_.len <= r.capacity) copy_out(head_, r.data + (cur_read_ - kRecordHeaderBytes), n);
+      head_ += n;
+      cur_read_ += n;
+      if (n == kChunk) publish();
+    }
+    if (!recv_done_ && cur_read_ >= payload_end) {
+      const Recv r = recvs_.front();
+      recvs_.pop_front();
+      recv_done_ = true;
+      if (cur_.len > r.capacity) {
+        complete(false, r.cookie, 0,
+                 protocol_error("shm receive from " + who() + ": a message of " + std::to_string(cur_.len) +
+                                " bytes arrived for a buffer of " + std::to_string(r.capacity) +
+                                " (the two ranks disagree on a size)"));
+      } else {
+        complete(false, r.cookie, cur_.len, Status::ok());
+      }
+      changed = true;
+    }
+    if (cur_read_ >= payload_end) {
+      const uint64_t n = std::min<uint64_t>(tail - head_, total - cur_read_);
+      head_ += n;
+      cur_read_ += n;
+      if (cur_read_ == total) in_record_ = false;
+    }
+  }
+  publish();
+  return changed;
+}
+
+bool ShmConnection::progress() {
+  if (closed_) return false;
+  bool changed = write_sends();
+  changed = read_records() || changed;
+  changed = collect_acks() || changed;
+  if (changed) notify_peer();
+  if (!peer_gone_ && header_->ends[1 - s_.self_end].closed.load(std::memory_order_acquire) != 0) {
+    peer_gone_ = true;
+    read_records();  // what it wrote before it closed is still delivered
+  }
+  if (peer_gone_ && broken_.is_ok() && (!idle() || in_record_)) {
+    fail_all(lost_status(sends_.empty() && acks_.empty() ? "shm receive" : "shm send"));
+    changed = true;
+  }
+  return changed;
+}
+
+void ShmConnection::peer_exited() {
+  if (peer_gone_) return;
+  peer_gone_ = true;
+  read_records();
+}
+
+Status ShmConnection::lost_status(const char* op) const {
+  const bool closed = header_->ends[1 - s_.self_end].closed.load(std::memory_order_acquire) != 0;
+  return peer_lost(std::string(op) + " on rank " + std::to_string(s_.self_rank) + " with " + who() + ": " +
+                   (closed ? "the peer closed its connection (its communicator was destroyed or aborted)"
+                           : "the peer process exited (killed or crashed)") +
+                   " while operations were outstanding; check rank " + std::to_string(s_.peer_rank) +
+                   "'s output and exit status (and the kernel log for the OOM killer)");
+}
+
+void ShmConnection::fail_all(const Status& st) {
+  if (broken_.is_ok()) broken_ = st;
+  for (const Send& s : sends_) complete(true, s.cookie, 0, broken_);
+  for (const Send& s : acks_) complete(true, s.cookie, 0, broken_);
+  for (const Recv& r : recvs_) complete(false, r.cookie, 0, broken_);
+  sends_.clear();
+  acks_.clear();
+  recvs_.clear();
+}
+
+void ShmConnection::notify_peer() {
+  // Pairs with the fence in set_sleeping: either the sleeper sees our counters, or we its flag.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (header_->ends[1 - s_.self_end].sleeping.load(std::memory_order_relaxed) == 0) return;
+  const uint64_t one = 1;
+  ssize_t n = ::write(s_.peer_eventfd.get(), &one, sizeof one);
+  (void)n;  // EAGAIN: the counter is already huge, so the peer is awake anyway
+}
+
+void ShmConnection::set_sleeping(bool on) {
+  header_->ends[s_.self_end].sleeping.store(on ? 1 : 0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+void ShmConnection::close() {
+  if (closed_) return;
+  fail_all(Status(ErrorCode::aborted, "shm connection to " + who() + " was closed by this rank"));
+  closed_ = true;
+  header_->ends[s_.self_end].closed.store(1, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  const uint64_t one = 1;
+  ssize_t n = ::write(s_.peer_eventfd.get(), &one, sizeof one);  // whether it sleeps or not
+  (void)n;
+}
+
+std::string ShmConnection::stall_hint() const {
+  if (peer_gone_) return "the shm peer " + who() + " is gone";
+  if (!sends_.empty()) return "the shm ring to " + who() + " is full: that rank is not receiving";
+  return {};
+}
+
+}  // namespace braid::transport::shm

@@ -1,0 +1,134 @@
+// transport/shm/shm_connection.h - one connection between two ranks of one host: two byte rings
+// in a shared segment (shm_layout.h), driven by the transport's poll().
+//
+// Sends are written into the outgoing ring in order; a message of at least kCmaMinBytes goes as
+// a cma record (the receiver copies it straight from our buffer with process_vm_readv) when the
+// peer found at setup that it may read our memory, and through the ring otherwise. Inline sends
+// complete once their last byte is in the ring; cma sends once the peer counted them read;
+// completions keep the order of posting.
+// Receives take records in order; a record larger than the posted buffer is consumed and the
+// receive fails with ErrorCode::protocol.
+//
+// Liveness: the peer's pidfd (or, where pidfds are missing, the unix socket of the setup, which
+// the kernel closes when the peer exits). A peer that died or closed fails every outstanding
+// operation with ErrorCode::peer_lost, after what it had fully written has been delivered.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "transport/shm/shm_layout.h"
+#include "transport/shm/shm_setup.h"
+#include "transport/transport.h"
+
+namespace braid::transport::shm {
+
+class ShmConnection;
+
+inline constexpr size_t kCmaMinBytes = 64 * 1024;
+
+struct ShmConnectionSetup {
+  Mapping segment;
+  UniqueFd socket;        // the setup's unix socket, kept: liveness without pidfds
+  UniqueFd peer_eventfd;  // written to wake the peer
+  pid_t peer_pid = 0;
+  int self_end = 0;       // 0: connector, 1: acceptor
+  int self_rank = 0, peer_rank = 0;
+  std::string peer_address;
+  std::vector<Completion>* completions = nullptr;
+  std::function<void(ShmConnection*)> forget;  // the transport's, called on destruction
+};
+
+class ShmConnection final : public Connection {
+ public:
+  static constexpr size_t kMaxInFlight = 4096;
+
+  explicit ShmConnection(ShmConnectionSetup setup);
+  ~ShmConnection() override;
+
+  Status post_send(const void* data, size_t bytes, uint64_t cookie) override;
+  Status post_recv(void* data, size_t capacity, uint64_t cookie) override;
+  void close() override;
+  int peer_rank() const override { return s_.peer_rank; }
+  const std::string& peer_address() const override { return s_.peer_address; }
+  std::string stall_hint() const override;
+  Capabilities capabilities() const override {
+    Capabilities c;  // as ShmTransport::capabilities()
+    c.max_in_flight = kMaxInFlight;
+    return c;
+  }
+
+  // For the transport's poll: moves what can move; true when any counter or operation changed.
+  bool progress();
+  // Whether the peer may read our memory (so large sends go single-copy), as it found at setup.
+  bool peer_reads_us() const;
+  // The descriptor that becomes readable when the peer exits (pidfd or socket).
+  int liveness_fd() const { return liveness_fd_; }
+  // The peer exited: fail what is left once what it wrote is delivered.
+  void peer_exited();
+  void set_sleeping(bool on);
+  bool idle() const { return sends_.empty() && acks_.empty() && recvs_.empty(); }
+  // The transport goes first (a misuse transport.h forbids): no call back into it.
+  void detach() {
+    s_.forget = nullptr;
+    s_.completions = nullptr;
+  }
+
+ private:
+  struct Send {
+    const unsigned char* data;
+    size_t len;
+    uint64_t cookie;
+    bool cma;
+    size_t written = 0;  // bytes of its record in the ring
+    uint64_t cma_index = 0;
+  };
+  struct Recv {
+    unsigned char* data;
+    size_t capacity;
+    uint64_t cookie;
+  };
+
+  bool write_sends();
+  bool read_records();
+  bool collect_acks();
+  void copy_in(uint64_t pos, const void* src, size_t n);
+  void copy_out(uint64_t pos, void* dst, size_t n) const;
+  void complete(bool is_send, uint64_t cookie, size_t bytes, Status st);
+  void fail_all(const Status& st);
+  void notify_peer();
+  std::string who() const;  // "rank 0 from/to rank 1 (pid 123, shm:...)"
+  Status lost_status(const char* op) const;
+
+  ShmConnectionSetup s_;
+  SegmentHeader* header_ = nullptr;
+  RingControl* out_ctl_ = nullptr;
+  RingControl* in_ctl_ = nullptr;
+  unsigned char* out_data_ = nullptr;
+  unsigned char* in_data_ = nullptr;
+  uint64_t ring_ = 0;
+  UniqueFd pidfd_;
+  int liveness_fd_ = -1;
+
+  std::deque<Send> sends_;  // not yet wholly in the ring, in order
+  std::deque<Send> acks_;   // wholly written, waiting for the peer's count of cma reads
+  std::deque<Recv> recvs_;
+  uint64_t tail_ = 0;       // our outgoing tail (we alone write it)
+  uint64_t head_ = 0;       // our incoming head (we alone write it)
+  uint64_t send_seq_ = 0, recv_seq_ = 0, cma_sent_ = 0;
+  // The record being read: its header and how many of its bytes were consumed.
+  bool in_record_ = false;
+  bool recv_done_ = false;  // its receive already completed (only padding is left)
+  RecordHeader cur_{};
+  uint64_t cur_read_ = 0;
+  bool closed_ = false;
+  bool peer_gone_ = false;
+  Status broken_;  // set once the connection failed; later posts fail with it
+};
+
+}  // namespace braid::transport::shm

@@ -1,0 +1,96 @@
+// transport/shm/shm_layout.h - the bytes two ranks of one host share for one connection.
+//
+// The connector creates one memfd per connection (never a name in /dev/shm, so nothing is left
+// behind when either side is killed: the memory goes with the last mapping), sizes it, and hands
+// it to the acceptor over the unix socket with SCM_RIGHTS. Endpoint 0 is the connector, 1 the
+// acceptor; direction d carries messages from endpoint d to endpoint 1 - d.
+//
+//   offset                 size        what
+//   0                      kHeaderBytes SegmentHeader
+//   kHeaderBytes           2 x 256     RingControl of direction 0, then direction 1
+//   kDataOffset            ring_bytes  data of direction 0
+//   kDataOffset+ring_bytes ring_bytes  data of direction 1
+//
+// Each direction is a single-producer/single-consumer byte ring. tail (written by the producer)
+// and head (by the consumer) only grow; position p is byte p % ring_bytes. Every record starts
+// on a cache line (kRecordAlign) with a RecordHeader; an inline record carries its payload
+// right after the header (a message of up to 32 bytes is one cache line), streamed in as space
+// frees and read out as it arrives, so a message larger than the ring moves pipelined (two
+// copies). A cma record carries only the address of the sender's buffer: the receiver reads it
+// with process_vm_readv (one copy) and then counts it in cma_done, which completes the send.
+//
+//   RecordHeader   offset size field
+//                  0      8    len   the message's bytes
+//                  8      4    kind  RecordKind
+//                  12     4    reserved, zero
+//                  16     8    addr  cma: the sender's buffer in its own address space
+//                  24     8    seq   the message's number on this connection (a check)
+//                  32          (total; the record then takes round_up(32 + payload, 64) bytes)
+//
+// Waiting: an endpoint that goes to sleep sets its `sleeping` flag, then looks at every ring
+// once more; whoever moves a tail, a head or cma_done afterwards sees the flag and writes the
+// sleeper's eventfd (passed at setup). Both sides order the flag against the counters with
+// sequentially consistent operations, so a wake-up is never lost.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace braid::transport::shm {
+
+inline constexpr uint64_t kSegmentMagic = 0x314d485344495242;  // "BRIDSHM1"
+inline constexpr uint32_t kSegmentVersion = 1;
+inline constexpr size_t kRecordAlign = 64;
+inline constexpr size_t kRecordHeaderBytes = 32;
+inline constexpr size_t kHeaderBytes = 4096;
+inline constexpr size_t kControlBytes = 256;
+inline constexpr size_t kDataOffset = kHeaderBytes + 2 * kControlBytes;
+
+enum class RecordKind : uint32_t { inline_data = 1, cma = 2 };
+
+struct RecordHeader {
+  uint64_t len = 0;
+  RecordKind kind = RecordKind::inline_data;
+  uint32_t reserved = 0;
+  uint64_t addr = 0;
+  uint64_t seq = 0;
+};
+static_assert(sizeof(RecordHeader) == kRecordHeaderBytes);
+
+// What a receiver found when it tried to read its sender's memory (cma_readable).
+enum CmaProbe : uint32_t { kCmaUnknown = 0, kCmaYes = 1, kCmaNo = 2 };
+
+struct alignas(64) Endpoint {
+  std::atomic<uint32_t> sleeping{0};  // in poll's sleep: wake through its eventfd
+  std::atomic<uint32_t> closed{0};    // close() ran: nothing more comes from it
+  std::atomic<uint32_t> cma_readable{kCmaUnknown};  // it can read its peer's memory (set by it)
+  uint32_t pid = 0;
+  uint64_t probe_addr = 0;   // an 8-byte word in its own memory holding probe_value
+  uint64_t probe_value = 0;
+};
+
+struct SegmentHeader {
+  uint64_t magic = kSegmentMagic;
+  uint32_t version = kSegmentVersion;
+  uint32_t reserved = 0;
+  uint64_t ring_bytes = 0;
+  alignas(64) Endpoint ends[2];
+};
+static_assert(sizeof(SegmentHeader) <= kHeaderBytes);
+
+struct RingControl {
+  alignas(64) std::atomic<uint64_t> tail{0};      // producer
+  alignas(64) std::atomic<uint64_t> head{0};      // consumer
+  alignas(64) std::atomic<uint64_t> cma_done{0};  // consumer: cma records read so far
+};
+static_assert(sizeof(RingControl) <= kControlBytes);
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free,
+              "shared-memory counters must be lock-free to work across processes");
+
+inline size_t segment_bytes(size_t ring_bytes) { return kDataOffset + 2 * ring_bytes; }
+inline size_t record_bytes(size_t payload) {
+  return (kRecordHeaderBytes + payload + kRecordAlign - 1) / kRecordAlign * kRecordAlign;
+}
+
+}  // namespace braid::transport::shm

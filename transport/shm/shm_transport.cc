@@ -1,0 +1,403 @@
+#include "transport/shm/shm_transport.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <new>
+#include <optional>
+#include <cstring>
+#include <sstream>
+
+#include "common/log.h"
+#include "common/spin.h"
+#include "transport/host_identity.h"
+
+namespace braid::transport::shm {
+
+namespace {
+
+constexpr uint64_t kSetupMagic = 0x5055544553485242;  // "BRHSETUP"
+constexpr size_t kMaxRingBytes = size_t{1} << 30;
+
+// The first message on a connection's socket after the handshake, with the segment and the
+// connector's eventfd; the answer carries the acceptor's eventfd.
+struct SetupMessage {
+  uint64_t magic = kSetupMagic;
+  uint64_t ring_bytes = 0;
+};
+
+// A word of this process that a peer reads through process_vm_readv at setup: if it can, it
+// may read our send buffers the same way.
+const uint64_t& probe_word() {
+  static const uint64_t word = [] {
+    const auth::Nonce n = auth::fresh_nonce();
+    uint64_t w = 0;
+    std::memcpy(&w, n.data(), sizeof w);
+    return w | 1;
+  }();
+  return word;
+}
+
+void publish_probe(Endpoint& e, bool allow) {
+  e.pid = static_cast<uint32_t>(::getpid());
+  e.probe_addr = allow ? reinterpret_cast<uint64_t>(&probe_word()) : 0;
+  e.probe_value = allow ? probe_word() : 0;
+}
+
+// Whether this process can read the peer's memory (ptrace rules: same user and, with Yama's
+// ptrace_scope >= 1, a ptracer relation or CAP_SYS_PTRACE); told through the segment.
+void probe_peer(Endpoint& self, const Endpoint& peer, pid_t peer_pid, bool allow) {
+  uint32_t result = kCmaNo;
+  if (allow && peer.probe_addr != 0) {
+    uint64_t got = 0;
+    iovec local{&got, sizeof got};
+    iovec remote{reinterpret_cast<void*>(peer.probe_addr), sizeof got};
+    if (::process_vm_readv(peer_pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof got) &&
+        got == peer.probe_value) {
+      result = kCmaYes;
+    }
+  }
+  self.cma_readable.store(result, std::memory_order_release);
+}
+
+tcp::Handshake hello_for(const PeerIdentity& who) {
+  tcp::Handshake h;
+  h.comm_id = who.comm_id;
+  h.from_rank = who.self_rank;
+  h.to_rank = who.peer_rank;
+  h.boot_id = local_host_identity().boot_id;
+  return h;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Transport>> ShmTransport::create(const TransportOptions& options) {
+  UniqueFd efd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (efd.get() < 0) return system_error("eventfd for the shm transport", errno);
+  return std::unique_ptr<Transport>(new ShmTransport(options, std::move(efd)));
+}
+
+ShmTransport::ShmTransport(const TransportOptions& options, UniqueFd eventfd)
+    : env_(options.env), secret_(options.secret), eventfd_(std::move(eventfd)) {}
+
+ShmTransport::~ShmTransport() {
+  // Connections should be gone first (transport.h); any left must not call back into us.
+  for (ShmConnection* c : connections_) c->detach();
+}
+
+void ShmTransport::forget(ShmConnection* c) {
+  connections_.erase(std::remove(connections_.begin(), connections_.end(), c), connections_.end());
+}
+
+Capabilities ShmTransport::capabilities() const {
+  Capabilities c;
+  c.max_in_flight = ShmConnection::kMaxInFlight;
+  return c;
+}
+
+bool ShmTransport::is_host_local(const std::string& address) const { return address.rfind(kAddressPrefix, 0) == 0; }
+
+std::string ShmTransport::describe() const {
+  std::ostringstream s;
+  auto parsed = ShmAddress::parse(address_);
+  s << "shm on @" << (parsed.is_ok() ? parsed.value().socket_name : std::string("(not listening)"));
+  if (smallest_ring_ > 0) {
+    s << ", rings of " << (smallest_ring_ >> 10) << " KiB per direction, large messages ";
+    const int n = static_cast<int>(connections_.size());
+    const auto cma_peers = std::count_if(connections_.begin(), connections_.end(),
+                                         [](const ShmConnection* c) { return c->peer_reads_us(); });
+    if (!env_.shm_cma) {
+      s << "through the pipelined two-copy ring (BRAID_SHM_CMA=1: single copy by cross-memory attach)";
+    } else if (cma_peers == n) {
+      s << "single-copy (cross-memory attach)";
+    } else {
+      s << "single-copy (cross-memory attach) to " << cma_peers << " of " << n
+        << " peers, through the two-copy ring to the rest (ptrace rules forbid reading their memory: "
+           "kernel.yama.ptrace_scope, or different users)";
+    }
+  }
+  return s.str();
+}
+
+Result<std::string> ShmTransport::listen() {
+  if (listen_fd_.get() >= 0) return address_;
+  std::string name;
+  ASSIGN_OR_RETURN(listen_fd_, listen_abstract(name));
+  address_ = ShmAddress{name, local_shm_host()}.to_string();
+  BRAID_LOG(info) << "shm listening on " << address_;
+  return address_;
+}
+
+std::unique_ptr<Connection> ShmTransport::make_connection(ShmConnectionSetup setup) {
+  setup.completions = &ready_;
+  setup.forget = [this](ShmConnection* c) { forget(c); };
+  const size_t ring = static_cast<const SegmentHeader*>(setup.segment.base())->ring_bytes;
+  smallest_ring_ = smallest_ring_ == 0 ? ring : std::min(smallest_ring_, ring);
+  auto c = std::make_unique<ShmConnection>(std::move(setup));
+  connections_.push_back(c.get());
+  return c;
+}
+
+Result<std::unique_ptr<Connection>> ShmTransport::connect(const std::string& address, const PeerIdentity& who,
+                                                          Deadline deadline) {
+  const std::string where = "rank " + std::to_string(who.self_rank) + " connecting over shm to rank " +
+                            std::to_string(who.peer_rank) + " at " + address + ": ";
+  if (who.peer_rank == who.self_rank) return invalid_argument(where + "a rank cannot connect to itself");
+  auto parsed = ShmAddress::parse(address);
+  if (!parsed.is_ok()) return parsed.status().with_context(where);
+  const ShmHost here = local_shm_host();
+  if (!(parsed.value().host == here) || here.boot_id.empty()) {
+    return invalid_argument(where + "that rank is on another host (its boot id/netns/shm device " +
+                            parsed.value().host.to_string() + ", ours " + here.to_string() +
+                            "); shm joins ranks of one host only: use BRAID_TRANSPORT=tcp");
+  }
+  if (!secret_.present()) auth::warn_unauthenticated_once("rank " + std::to_string(who.self_rank));
+  auto fd = connect_abstract(parsed.value().socket_name, deadline);
+  if (!fd.is_ok()) return fd.status().with_context(where);
+  auto answered = tcp::connector_handshake(fd.value().get(), hello_for(who), secret_, deadline);
+  if (!answered.is_ok()) {
+    const Status& st = answered.status();
+    std::string hint = st.code() == ErrorCode::unauthenticated ? "; " + auth::secret_hint() : "";
+    return Status(st.code(), where + "rank " + std::to_string(who.peer_rank) + " " + st.message() + hint);
+  }
+  auto pid = peer_pid(fd.value().get());
+  if (!pid.is_ok()) return pid.status().with_context(where);
+
+  size_t ring = ring_bytes_;
+  auto memfd = create_segment(ring);
+  if (!memfd.is_ok()) return memfd.status().with_context(where);
+  if (ring < ring_bytes_) {
+    BRAID_LOG(warn) << where << "shared memory for rings of " << ring_bytes_ << " bytes could not be reserved; using "
+                    << ring << " bytes per direction";
+  }
+  auto mapped = map_segment(memfd.value().get(), segment_bytes(ring));
+  if (!mapped.is_ok()) return mapped.status().with_context(where);
+  auto* header = new (mapped.value().base()) SegmentHeader();
+  header->ring_bytes = ring;
+  auto* ctl = static_cast<unsigned char*>(mapped.value().base()) + kHeaderBytes;
+  new (ctl) RingControl();
+  new (ctl + kControlBytes) RingControl();
+  publish_probe(header->ends[0], env_.shm_cma);
+
+  SetupMessage m;
+  m.ring_bytes = ring;
+  Status st = send_with_fds(fd.value().get(), &m, sizeof m, {memfd.value().get(), eventfd_.get()}, deadline);
+  if (!st.is_ok()) return st.with_context(where);
+  SetupMessage reply;
+  std::vector<UniqueFd> fds;
+  st = recv_with_fds(fd.value().get(), &reply, sizeof reply, fds, deadline);
+  if (!st.is_ok()) return st.with_context(where);
+  if (reply.magic != kSetupMagic || reply.ring_bytes != ring || fds.size() != 1) {
+    return protocol_error(where + "its answer to the shared-memory setup is not one (a braid version mismatch?)");
+  }
+  probe_peer(header->ends[0], header->ends[1], pid.value(), env_.shm_cma);
+  // The acceptor waits for this, so both ends know at once which path large sends take.
+  st = send_with_fds(fd.value().get(), &m, sizeof m, {}, deadline);
+  if (!st.is_ok()) return st.with_context(where);
+
+  ShmConnectionSetup setup;
+  setup.segment = std::move(mapped).value();
+  setup.socket = std::move(fd).value();
+  setup.peer_eventfd = std::move(fds[0]);
+  setup.peer_pid = pid.value();
+  setup.self_end = 0;
+  setup.self_rank = who.self_rank;
+  setup.peer_rank = who.peer_rank;
+  setup.peer_address = address;
+  return make_connection(std::move(setup));
+}
+
+Status ShmTransport::finish_accepted(tcp::AcceptorHandshake& h, Deadline deadline) {
+  const int fd = h.fd();
+  ASSIGN_OR_RETURN(pid_t pid, peer_pid(fd));
+  SetupMessage m;
+  std::vector<UniqueFd> fds;
+  RETURN_IF_ERROR(recv_with_fds(fd, &m, sizeof m, fds, deadline));
+  if (m.magic != kSetupMagic || fds.size() != 2 || m.ring_bytes < kMinRingBytes || m.ring_bytes > kMaxRingBytes ||
+      m.ring_bytes % kRecordAlign != 0) {
+    return protocol_error("its shared-memory setup message is not one");
+  }
+  struct stat st {};
+  if (::fstat(fds[0].get(), &st) != 0) return system_error("fstat of the shared segment", errno);
+  const size_t bytes = segment_bytes(m.ring_bytes);
+  if (static_cast<uint64_t>(st.st_size) < bytes) return protocol_error("the shared segment is smaller than it says");
+  ASSIGN_OR_RETURN(Mapping mapped, map_segment(fds[0].get(), bytes));
+  auto* header = static_cast<SegmentHeader*>(mapped.base());
+  if (header->magic != kSegmentMagic || header->version != kSegmentVersion || header->ring_bytes != m.ring_bytes) {
+    return protocol_error("the shared segment's header is not one this build knows");
+  }
+  publish_probe(header->ends[1], env_.shm_cma);
+  probe_peer(header->ends[1], header->ends[0], pid, env_.shm_cma);
+  SetupMessage reply;
+  reply.ring_bytes = m.ring_bytes;
+  RETURN_IF_ERROR(send_with_fds(fd, &reply, sizeof reply, {eventfd_.get()}, deadline));
+  SetupMessage probed;  // the connector has probed us: its cma_readable is set
+  std::vector<UniqueFd> none;
+  RETURN_IF_ERROR(recv_with_fds(fd, &probed, sizeof probed, none, deadline));
+  if (probed.magic != kSetupMagic || !none.empty()) return protocol_error("its last setup message is not one");
+
+  ShmConnectionSetup setup;
+  setup.segment = std::move(mapped);
+  setup.socket = h.take_fd();
+  setup.peer_eventfd = std::move(fds[1]);
+  setup.peer_pid = pid;
+  setup.self_end = 1;
+  setup.self_rank = h.hello().to_rank;
+  setup.peer_rank = h.hello().from_rank;
+  setup.peer_address = "accepted on " + address_;  // the connector's own address is not sent
+  pending_[setup.peer_rank] = std::move(setup);
+  pending_comm_[h.hello().from_rank] = h.hello().comm_id;
+  return Status::ok();
+}
+
+Result<std::unique_ptr<Connection>> ShmTransport::accept(const PeerIdentity& who, Deadline deadline) {
+  if (listen_fd_.get() < 0) return invalid_argument("accept() before listen()");
+  const std::string self = "rank " + std::to_string(who.self_rank);
+  if (who.peer_rank == who.self_rank) return invalid_argument(self + " cannot accept a connection from itself");
+  if (!secret_.present()) auth::warn_unauthenticated_once(self);
+  const tcp::AcceptorExpect expect{who.comm_id, who.self_rank, local_host_identity()};
+  for (;;) {
+    auto it = pending_.find(who.peer_rank);
+    if (it != pending_.end() && pending_comm_[who.peer_rank] == who.comm_id) {
+      ShmConnectionSetup setup = std::move(it->second);
+      pending_.erase(it);
+      return make_connection(std::move(setup));
+    }
+    if (deadline.expired()) {
+      return timeout_error(self + " waited in accept() on " + address_ + " but rank " + std::to_string(who.peer_rank) +
+                           " never connected over shm (did it start? is it on this host and in this network "
+                           "namespace? does it have the same BRAID_SECRET?)");
+    }
+    RETURN_IF_ERROR(serve_handshakes(expect, deadline));
+  }
+}
+
+Status ShmTransport::serve_handshakes(const tcp::AcceptorExpect& expect, Deadline deadline) {
+  std::vector<pollfd> fds;
+  fds.push_back(pollfd{listen_fd_.get(), POLLIN, 0});
+  Deadline wait_until = deadline;
+  for (const auto& h : handshaking_) {
+    fds.push_back(pollfd{h.fd(), POLLIN, 0});
+    if (h.deadline().at() < wait_until.at()) wait_until = h.deadline();
+  }
+  int n = ::poll(fds.data(), fds.size(), wait_until.remaining_ms(100));
+  if (n < 0 && errno != EINTR) return system_error("poll", errno);
+  if (n > 0 && (fds[0].revents & POLLIN) != 0) {
+    for (int i = 0; i < 64 && handshaking_.size() < 256; ++i) {
+      UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+      if (fd.get() < 0) break;
+      auto pid = peer_pid(fd.get());
+      std::string from = "pid " + (pid.is_ok() ? std::to_string(pid.value()) : std::string("unknown"));
+      handshaking_.emplace_back(std::move(fd), std::move(from), Deadline::after(tcp::kHandshakeTimeout));
+    }
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < handshaking_.size(); ++i) {
+    tcp::AcceptorHandshake& h = handshaking_[i];
+    auto step = h.advance(expect, secret_);
+    if (step == tcp::AcceptorHandshake::Step::more && h.deadline().expired()) step = h.expire();
+    if (step == tcp::AcceptorHandshake::Step::more) {
+      if (kept != i) handshaking_[kept] = std::move(h);
+      ++kept;
+      continue;
+    }
+    Status why = h.why();
+    if (step == tcp::AcceptorHandshake::Step::done) {
+      // The connector sends the segment right after its proof: waiting for it is brief.
+      why = finish_accepted(h, Deadline::after(tcp::kHandshakeTimeout));
+    }
+    if (!why.is_ok()) {
+      BRAID_LOG(warn) << "rank " << expect.self_rank << " on " << address_ << " refused a shm connection from "
+                      << h.from()
+                      << (h.hello_checked() ? " that claimed to be rank " + std::to_string(h.hello().from_rank) : "")
+                      << ": " << why.message();
+    }
+  }
+  handshaking_.erase(handshaking_.begin() + static_cast<std::ptrdiff_t>(kept), handshaking_.end());
+  return Status::ok();
+}
+
+bool ShmTransport::progress_all() {
+  bool changed = false;
+  for (ShmConnection* c : connections_) changed = c->progress() || changed;
+  return changed;
+}
+
+void ShmTransport::wake() {
+  const uint64_t one = 1;
+  ssize_t n = ::write(eventfd_.get(), &one, sizeof one);
+  (void)n;
+}
+
+// Marks every connection asleep, looks once more, and sleeps on the eventfd and the pidfds.
+Status ShmTransport::sleep(std::chrono::microseconds timeout) {
+  for (ShmConnection* c : connections_) c->set_sleeping(true);
+  progress_all();
+  std::vector<pollfd> fds;
+  if (ready_.empty()) {
+    fds.push_back(pollfd{eventfd_.get(), POLLIN, 0});
+    for (ShmConnection* c : connections_) fds.push_back(pollfd{c->liveness_fd(), POLLIN, 0});
+    timespec ts{static_cast<time_t>(timeout.count() / 1000000), static_cast<long>(timeout.count() % 1000000) * 1000};
+    int n = ::ppoll(fds.data(), fds.size(), &ts, nullptr);
+    if (n < 0 && errno != EINTR) return system_error("ppoll in the shm transport", errno);
+  }
+  for (ShmConnection* c : connections_) c->set_sleeping(false);
+  uint64_t drained = 0;
+  ssize_t r = ::read(eventfd_.get(), &drained, sizeof drained);
+  (void)r;
+  for (size_t i = 1; i < fds.size(); ++i) {
+    if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0) connections_[i - 1]->peer_exited();
+  }
+  progress_all();
+  return Status::ok();
+}
+
+bool ShmTransport::arm_wait() {
+  for (ShmConnection* c : connections_) c->set_sleeping(true);
+  armed_ = true;
+  progress_all();  // what peers wrote before they could see the marks
+  return ready_.empty();
+}
+
+Status ShmTransport::poll(std::vector<Completion>& out, std::chrono::microseconds timeout) {
+  if (armed_) {  // the owner's sleep on wait_fd() is over: peers stop signalling, the count goes
+    armed_ = false;
+    for (ShmConnection* c : connections_) c->set_sleeping(false);
+    uint64_t drained = 0;
+    ssize_t r = ::read(eventfd_.get(), &drained, sizeof drained);
+    (void)r;
+  }
+  if (ready_.empty()) {
+    progress_all();
+    if (ready_.empty()) {
+      const auto start = Clock::now();
+      const auto spin = std::chrono::microseconds(spin_allowed() ? env_.spin_us : 0);
+      const auto spin_end = start + std::min(timeout, spin);
+      if (start < spin_end) {
+        SpinScope spinning;
+        while (ready_.empty() && Clock::now() < spin_end) {
+          spinning.pause();
+          progress_all();
+        }
+      }
+      if (ready_.empty()) {
+        const auto left = std::chrono::duration_cast<std::chrono::microseconds>(start + timeout - Clock::now());
+        RETURN_IF_ERROR(sleep(std::max(left, std::chrono::microseconds(0))));
+      }
+    }
+  }
+  if (out.empty()) {
+    out.swap(ready_);
+  } else {
+    out.insert(out.end(), std::make_move_iterator(ready_.begin()), std::make_move_iterator(ready_.end()));
+  }
+  ready_.clear();
+  return Status::ok();
+}
+
+}  // namespace braid::transport::shm

@@ -1,0 +1,81 @@
+// transport/shm/shm_transport.h - the shm transport: ranks of one host talk through rings in
+// shared memory (shm_connection.h, shm_layout.h).
+//
+// Setup: listen() binds an abstract unix socket under a random name (it lives in the network
+// namespace, never in the file system, and vanishes with the process). connect() runs the tcp
+// transport's authenticated handshake on it (transport/tcp/handshake.h: the job's secret,
+// communicator id and ranks, both ways), then creates the segment, sends it with its eventfd
+// (SCM_RIGHTS), takes the acceptor's eventfd back, probes whether it may read the acceptor's
+// memory and says it has (so both ends know which path large messages take before the first). The acceptor serves every socket that
+// reaches it while it waits in accept(), as tcp does (wire_format.h says why that order cannot
+// deadlock); the pid of each end comes from the kernel (SO_PEERCRED), never from the peer's words.
+//
+// Waiting: poll() runs every connection's rings; with nothing done it spins for BRAID_SPIN_US
+// (common/spin.h decides whether it may), then marks itself asleep in every segment and sleeps
+// in poll(2) on its eventfd, which peers and wake() write, and on every peer's pidfd.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/job_secret.h"
+#include "transport/registry.h"
+#include "transport/shm/shm_connection.h"
+#include "transport/shm/shm_setup.h"
+#include "transport/tcp/handshake.h"
+#include "transport/transport.h"
+
+namespace braid::transport::shm {
+
+inline constexpr size_t kDefaultRingBytes = 4 << 20;
+
+class ShmTransport final : public Transport {
+ public:
+  static Result<std::unique_ptr<Transport>> create(const TransportOptions& options);
+  ~ShmTransport() override;
+
+  const char* name() const override { return "shm"; }
+  std::string describe() const override;
+  Capabilities capabilities() const override;
+  bool is_host_local(const std::string& address) const override;
+  Result<std::string> listen() override;
+  Result<std::unique_ptr<Connection>> connect(const std::string& address, const PeerIdentity& who,
+                                              Deadline deadline) override;
+  Result<std::unique_ptr<Connection>> accept(const PeerIdentity& who, Deadline deadline) override;
+  Status poll(std::vector<Completion>& out, std::chrono::microseconds timeout) override;
+  void wake() override;
+  // The eventfd peers and wake() write; armed by arm_wait() (runtime/peer_links.h sleeps on
+  // several transports at once).
+  int wait_fd() const override { return eventfd_.get(); }
+  bool arm_wait() override;
+
+  // Called by a connection as it goes away.
+  void forget(ShmConnection* c);
+
+ private:
+  ShmTransport(const TransportOptions& options, UniqueFd eventfd);
+  Status serve_handshakes(const tcp::AcceptorExpect& expect, Deadline deadline);
+  // The acceptor's side of the setup after an authenticated handshake; fills pending_.
+  Status finish_accepted(tcp::AcceptorHandshake& h, Deadline deadline);
+  std::unique_ptr<Connection> make_connection(ShmConnectionSetup setup);
+  bool progress_all();
+  Status sleep(std::chrono::microseconds timeout);
+
+  Env env_;
+  auth::JobSecret secret_;
+  UniqueFd eventfd_;
+  UniqueFd listen_fd_;
+  std::string address_;
+  size_t ring_bytes_ = kDefaultRingBytes;
+  size_t smallest_ring_ = 0;  // over the connections made (0: none yet)
+  std::vector<tcp::AcceptorHandshake> handshaking_;
+  std::map<int, ShmConnectionSetup> pending_;  // by the connecting rank
+  std::map<int, uint64_t> pending_comm_;
+  std::vector<ShmConnection*> connections_;
+  std::vector<Completion> ready_;
+  bool armed_ = false;  // arm_wait() marked the connections asleep; the next poll() undoes it
+};
+
+}  // namespace braid::transport::shm
