@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <mutex>
+#include <utility>
 
 #include "common/env_vars.h"
 #include "common/log.h"
@@ -163,6 +164,18 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
   if (const char* v = lookup("BRAID_GDR")) {
     e.gdr = v;
     RETURN_IF_ERROR(one_of("BRAID_GDR", e.gdr));
+  }
+  // The ib transport's queue pairs.
+  const std::pair<const char*, int*> ib_ints[] = {
+      {"BRAID_IB_GID_INDEX", &e.ib_gid_index}, {"BRAID_IB_TIMEOUT", &e.ib_timeout},
+      {"BRAID_IB_RETRY_CNT", &e.ib_retry_cnt}, {"BRAID_IB_QPS_PER_CONNECTION", &e.ib_qps_per_connection},
+      {"BRAID_IB_SL", &e.ib_sl},               {"BRAID_IB_TC", &e.ib_tc},
+  };
+  for (const auto& [name, field] : ib_ints) {
+    if (const char* v = lookup(name)) {
+      ASSIGN_OR_RETURN(int64_t n, in_range(name, v));
+      *field = static_cast<int>(n);
+    }
   }
   if (const char* v = lookup("BRAID_SECRET")) {
     e.secret = v;

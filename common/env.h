@@ -63,6 +63,19 @@ struct Env {
   std::string ib_hca;
   // BRAID_GDR: 0 | 1 | auto - GPUDirect RDMA for CUDA buffers. Default auto.
   std::string gdr = "auto";
+  // BRAID_IB_GID_INDEX: the RoCE GID index to use, 0..65535; -1 (unset) = chosen from the
+  // bootstrap address (transport/ib/port_choice.h).
+  int ib_gid_index = -1;
+  // BRAID_IB_TIMEOUT: verbs ack timeout exponent (4.096 us * 2^N), 1..31. Default 18.
+  int ib_timeout = 18;
+  // BRAID_IB_RETRY_CNT: retries of an unacknowledged packet, 0..7. Default 7.
+  int ib_retry_cnt = 7;
+  // BRAID_IB_QPS_PER_CONNECTION: queue pairs a connection stripes across, 1..64. Default 1.
+  int ib_qps_per_connection = 1;
+  // BRAID_IB_SL: InfiniBand service level, 0..15. Default 0.
+  int ib_sl = 0;
+  // BRAID_IB_TC: traffic class, 0..255. Default 0.
+  int ib_tc = 0;
   // BRAID_SECRET: the job's secret (at least 16 characters). Every store and transport connection
   // proves it knows it (common/job_secret.h). braidrun makes one per job and hands it to its
   // ranks through BRAID_SECRET_FILE. Default: none (the job is unauthenticated, and says so once).

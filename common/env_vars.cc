@@ -21,8 +21,22 @@ constexpr EnvVar kVars[] = {
      "Sockets per peer that a message is striped across; 0 chooses from the link speed."},
     {"BRAID_PORT_RANGE", text, "", "LO-HI with 1 <= LO <= HI <= 65535, or one port", 0, 0,
      "Ports the transport listens on. Unset: any free port."},
-    {"BRAID_IB_HCA", text, "", "HCA names, like NCCL_IB_HCA", 0, 0, "RDMA devices the ib transport may use (reserved: ib is not built yet). Unset: all."},
-    {"BRAID_GDR", choice, "auto", "0|1|auto", 0, 0, "GPUDirect RDMA for CUDA buffers (reserved for the ib transport)."},
+    {"BRAID_IB_HCA", text, "", "like NCCL_IB_HCA: \"mlx5_0:1,mlx5_1\" prefixes (:PORT optional), \"^mlx5_2\" excludes, \"=rxe0\" exact", 0, 0,
+     "RDMA devices and ports the ib transport may use; of those, the first ACTIVE one (one holding the bootstrap "
+     "address's GID first). Unset: all."},
+    {"BRAID_GDR", choice, "auto", "0|1|auto", 0, 0,
+     "GPUDirect RDMA for CUDA buffers (dma-buf registration). auto: when a probe registration succeeds; 1: required "
+     "(an error where it cannot work); 0: staged through pinned host memory."},
+    // The ib transport's queue pairs (docs/ib.md).
+    {"BRAID_IB_GID_INDEX", integer, "", "", 0, 65535,
+     "GID index the ib transport uses on RoCE. Unset: the RoCE v2 GID of the bootstrap address, else the first "
+     "RoCE v2 IPv4 GID."},
+    {"BRAID_IB_TIMEOUT", integer, "18", "", 1, 31,
+     "Verbs ack timeout exponent: a packet is retried after 4.096 us * 2^N without an ack (as NCCL_IB_TIMEOUT)."},
+    {"BRAID_IB_RETRY_CNT", integer, "7", "", 0, 7, "Retries of an unacknowledged packet before a queue pair fails."},
+    {"BRAID_IB_QPS_PER_CONNECTION", integer, "1", "", 1, 64, "Queue pairs each ib connection stripes its messages across."},
+    {"BRAID_IB_SL", integer, "0", "", 0, 15, "InfiniBand service level of the ib transport's queue pairs."},
+    {"BRAID_IB_TC", integer, "0", "", 0, 255, "Traffic class (RoCE: DSCP and ECN bits) of the ib transport's packets."},
     {"BRAID_ALGO", choice, "auto", "auto|ring|tree|rd|chain|pairwise", 0, 0,
      "Collective algorithm (rd: recursive doubling); auto picks by operation and size. Same on every rank."},
     {"BRAID_CHUNK_BYTES", bytes, "0", "", 4 * kKiB, 64 * kMiB,

@@ -118,6 +118,12 @@ const Rejected kRejected[] = {
     {"BRAID_STORE_MAX_FRAME_BYTES", "128M", "[4096, 67108864] bytes"},
     {"BRAID_STORE_MAX_CLIENTS", "3", "[16, 1000000]"},
     {"BRAID_STORE_MAX_PENDING", "0", "[1, 100000]"},
+    {"BRAID_IB_GID_INDEX", "-1", "[0, 65535]"},
+    {"BRAID_IB_TIMEOUT", "0", "[1, 31]"},
+    {"BRAID_IB_RETRY_CNT", "8", "[0, 7]"},
+    {"BRAID_IB_QPS_PER_CONNECTION", "0", "[1, 64]"},
+    {"BRAID_IB_SL", "16", "[0, 15]"},
+    {"BRAID_IB_TC", "tc", "[0, 255]"},
 };
 // Free text Env takes as it is (the transport checks BRAID_SOCKET_IFNAME against the interfaces).
 const std::set<std::string> kAnyValue = {"BRAID_SOCKET_IFNAME", "BRAID_IB_HCA", "BRAID_JOB_ID"};

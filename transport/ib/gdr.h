@@ -6,6 +6,7 @@
 // GPUDirect, CUDA buffers are staged through pinned host memory.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -35,6 +36,12 @@ struct GdrDecision {
 
 // auto: use it when the probe succeeded; 0: never; 1: use it, and an error when the probe failed.
 GdrDecision decide_gdr(GdrSetting setting, const GdrProbe& probe);
+
+// A dma-buf file descriptor for the CUDA memory [base, base+bytes) (page-aligned, within one
+// allocation), from the CUDA driver's cuMemGetHandleForAddressRange; the caller closes it. An
+// error in a build without CUDA, or where the driver cannot export dma-bufs. Defined in
+// gdr_probe.cc.
+Result<int> export_dmabuf(void* base, size_t bytes);
 
 // Tries a dma-buf registration on `pd` (defined in gdr_probe.cc, which needs verbs). In a build
 // without CUDA, or on a machine without a CUDA device, why_not says so and nothing is tried.

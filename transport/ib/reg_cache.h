@@ -78,12 +78,13 @@ class RegCache {
   struct Entry {
     Mr mr;
     size_t users = 0;
-    bool retired = false;              // no longer found by acquire; deregistered when unused
-    std::list<uintptr_t>::iterator lru;  // position in lru_ while unused and not retired
+    std::list<uintptr_t>::iterator lru;  // position in lru_ while unused and in the index
   };
 
   Result<Mr> register_locked(uintptr_t lo, uintptr_t hi, MemoryKind kind);
-  void evict_to_fit_locked(size_t incoming_bytes);
+  // Evicts unused regions, least recently used first, until `incoming_bytes` more (and one more
+  // region, when not 0) fit the bounds; every unused region when `all`.
+  void evict_to_fit_locked(size_t incoming_bytes, bool all = false);
   void drop_locked(std::map<uintptr_t, Entry>::iterator it);  // out of the index; dereg if unused
   void deregister_locked(const Mr& mr);
 
