@@ -8,6 +8,9 @@
 #if BRAID_HAVE_INPROC
 #include "transport/inproc/inproc_transport.h"
 #endif
+#if BRAID_HAVE_IB
+#include "transport/ib/ib_transport.h"
+#endif
 
 namespace braid::transport {
 
@@ -38,7 +41,12 @@ std::vector<TransportEntry> register_builtin_transports() {
   r.push_back({"tcp-poll", true, "", [](const TransportOptions& o) {
                  return tcp::TcpTransport::create(o, tcp::EngineKind::epoll);
                }});
-  r.push_back(unavailable("ib", "not implemented yet in this build"));
+#if BRAID_HAVE_IB
+  r.push_back({"ib", true, "", [](const TransportOptions& o) { return ib::IbTransport::create(o); }});
+#else
+  r.push_back(unavailable("ib", "braid was built without libibverbs (install libibverbs-dev, configure with "
+                                "-Dibverbs=enabled)"));
+#endif
   r.push_back(unavailable("shm", "not implemented yet in this build (a later step); use tcp"));
 #if BRAID_HAVE_INPROC
   r.push_back({"inproc", true, "", [](const TransportOptions& o) -> Result<std::unique_ptr<Transport>> {

@@ -28,7 +28,7 @@
 //   64     4    eager_slot_bytes  kEagerSlotBytes
 //   68     4    reserved     zero
 //   72     8*kMaxQps  per QP: qpn (4, 24 bits used), psn (4, 24 bits used)
-//   200         (total)
+//   584         (total)
 //
 // Clear-to-send entry (kCtsEntryBytes), receive r written into slot r % cts_entries:
 //   0  8 addr   where message r may be written (0 when size is 0)
@@ -56,7 +56,7 @@ namespace braid::transport::ib {
 
 constexpr uint32_t kCardMagic = 0x42495242;  // "BRIB" little-endian
 constexpr uint16_t kCardVersion = 1;
-constexpr size_t kMaxQps = 16;
+constexpr size_t kMaxQps = 64;  // BRAID_IB_QPS_PER_CONNECTION's range
 constexpr size_t kCardBytes = 72 + 8 * kMaxQps;
 constexpr unsigned char kReadyByte = 0x5a;
 
