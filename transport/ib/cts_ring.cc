@@ -56,7 +56,7 @@ Status RecvLedger::on_imm(const Imm& imm, uint64_t byte_len) {
       return Status::ok();
     }
     Receive& r = posted_[seq - completed_];
-    if (r.eager_slot >= 0 || r.stripes_seen > 0 || r.done) return protocol_error("a second copy of " + which);
+    if (r.eager_slot >= 0 || r.pieces_seen > 0 || r.done) return protocol_error("a second copy of " + which);
     r.eager_slot = static_cast<int>(imm.aux);
     r.bytes = byte_len;
     return Status::ok();
@@ -72,17 +72,17 @@ Status RecvLedger::on_imm(const Imm& imm, uint64_t byte_len) {
     return Status::ok();
   }
   const uint32_t expected = imm.aux + 1;
-  if (r.stripes_expected != 0 && r.stripes_expected != expected) {
-    return protocol_error(which + " announced " + std::to_string(expected) + " stripes after " +
-                          std::to_string(r.stripes_expected));
+  if (r.pieces_expected != 0 && r.pieces_expected != expected) {
+    return protocol_error(which + " announced " + std::to_string(expected) + " pieces after " +
+                          std::to_string(r.pieces_expected));
   }
-  r.stripes_expected = expected;
+  r.pieces_expected = expected;
   r.bytes += byte_len;
   if (r.bytes > r.capacity) {
     return protocol_error(which + " wrote " + std::to_string(r.bytes) + " bytes into a receive of " +
                           std::to_string(r.capacity));
   }
-  if (++r.stripes_seen == expected) r.done = true;
+  if (++r.pieces_seen == expected) r.done = true;
   return Status::ok();
 }
 

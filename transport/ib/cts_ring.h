@@ -47,8 +47,8 @@ class RecvLedger {
     uint64_t cookie = 0;
     bool advertised = false;
     // Arrival state.
-    uint32_t stripes_seen = 0;
-    uint32_t stripes_expected = 0;  // 0 until the first immediate of a rendezvous message
+    uint32_t pieces_seen = 0;
+    uint32_t pieces_expected = 0;  // 0 until the first immediate of a rendezvous message
     uint64_t bytes = 0;
     int eager_slot = -1;  // the slot holding its eager message, waiting to be copied out
     bool too_large = false;

@@ -213,6 +213,11 @@ Status IbConnection::start_send(Send& s) {
     return Status::ok();
   }
   const StripePlan plan = plan_stripes(s.seq, s.bytes, nqps, kMinStripeBytes, shared_.device->max_msg_bytes());
+  if (plan.pieces.size() > kMaxPieces) {
+    return invalid_argument("a " + std::to_string(s.bytes) + "-byte message needs more than " +
+                            std::to_string(kMaxPieces) + " writes of this port's largest message (" +
+                            std::to_string(shared_.device->max_msg_bytes()) + " bytes): send it in parts");
+  }
   std::vector<uint32_t> need(nqps, 0);
   for (const Piece& p : plan.pieces) ++need[p.qp];
   for (uint32_t q = 0; q < nqps; ++q) {
@@ -224,10 +229,10 @@ Status IbConnection::start_send(Send& s) {
     s.mr = mr.value();
     s.has_mr = true;
   }
-  const uint32_t imm = encode_imm(ImmKind::data, plan.stripes - 1, s.seq);
+  const uint32_t imm = encode_imm(ImmKind::data, static_cast<uint32_t>(plan.pieces.size() - 1), s.seq);
   for (const Piece& p : plan.pieces) {
     RETURN_IF_ERROR(post_write(p.qp, wr_id(WrKind::send, s.seq), static_cast<const char*>(s.data) + p.offset, p.bytes,
-                               s.mr.lkey, d.cts.addr + p.offset, d.cts.rkey, p.with_imm, imm, false));
+                               s.mr.lkey, d.cts.addr + p.offset, d.cts.rkey, true, imm, false));
   }
   s.wrs_left = static_cast<uint32_t>(plan.pieces.size());
   s.started = true;

@@ -39,7 +39,7 @@
 //   32        (total)
 //
 // Immediate: bits 31..30 kind, 29..24 aux, 23..0 the message's sequence number modulo 2^24.
-//   data      aux = stripes - 1: a rendezvous message written into the receive's buffer
+//   data      aux = pieces - 1: one write of a rendezvous message into the receive's buffer
 //   eager     aux = eager slot
 //   cts       aux = 0: a clear-to-send entry was written for receive `seq`
 //   too_large aux = 0: message `seq` is larger than the buffer its receive advertised

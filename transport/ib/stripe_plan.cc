@@ -16,7 +16,7 @@ StripePlan plan_stripes(uint64_t seq, uint64_t bytes, uint32_t nqps, uint64_t mi
     uint64_t at = lo;
     do {
       const uint64_t n = std::min(max_piece, hi - at);
-      plan.pieces.push_back(Piece{qp, at, n, at + n == hi});
+      plan.pieces.push_back(Piece{qp, at, n});
       at += n;
     } while (at < hi);
   }

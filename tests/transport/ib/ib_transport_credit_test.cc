@@ -177,8 +177,8 @@ class Pair {
           w.target = reinterpret_cast<unsigned char*>(d.cts.addr) + p.offset;
           w.payload.assign(m.data.begin() + static_cast<std::ptrdiff_t>(p.offset),
                            m.data.begin() + static_cast<std::ptrdiff_t>(p.offset + p.bytes));
-          w.has_imm = p.with_imm;
-          w.imm = encode_imm(ImmKind::data, plan.stripes - 1, seq);
+          w.has_imm = true;
+          w.imm = encode_imm(ImmKind::data, static_cast<uint32_t>(plan.pieces.size() - 1), seq);
           w.send_seq = seq;
           fwd_[p.qp].push_back(std::move(w));
         }

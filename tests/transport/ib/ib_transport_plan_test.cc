@@ -8,15 +8,14 @@
 namespace braid::transport::ib {
 namespace {
 
-// Every plan covers the message exactly once, in order within each stripe, one immediate per
-// stripe on the stripe's last piece, each stripe on its own QP, no piece above max_piece.
+// Every plan covers the message exactly once, in order within each stripe, each stripe on its
+// own QP, no piece above max_piece.
 void check_plan(uint64_t seq, uint64_t bytes, uint32_t nqps, uint64_t min_stripe, uint64_t max_piece) {
   const StripePlan p = plan_stripes(seq, bytes, nqps, min_stripe, max_piece);
   SCOPED_TRACE(::testing::Message() << "bytes " << bytes << " nqps " << nqps << " seq " << seq);
   ASSERT_GE(p.stripes, 1u);
   ASSERT_LE(p.stripes, nqps);
   uint64_t at = 0;
-  uint32_t imms = 0;
   std::map<uint32_t, int> stripes_on_qp;
   uint32_t current_qp = ~0u;
   for (const Piece& piece : p.pieces) {
@@ -28,14 +27,9 @@ void check_plan(uint64_t seq, uint64_t bytes, uint32_t nqps, uint64_t min_stripe
       current_qp = piece.qp;
     }
     at += piece.bytes;
-    if (piece.with_imm) {
-      ++imms;
-      current_qp = ~0u;
-    }
   }
   EXPECT_EQ(at, bytes);
-  EXPECT_EQ(imms, p.stripes);
-  EXPECT_TRUE(p.pieces.back().with_imm);
+  EXPECT_EQ(stripes_on_qp.size(), p.stripes);
   for (const auto& [qp, n] : stripes_on_qp) EXPECT_EQ(n, 1) << "QP " << qp;
   EXPECT_EQ(p.pieces.front().qp, seq % nqps);
 }
@@ -58,11 +52,10 @@ TEST(IbStripePlan, SmallMessagesStayOnOneQpAndRotate) {
   }
 }
 
-TEST(IbStripePlan, ZeroBytesIsOneEmptyWriteWithImmediate) {
+TEST(IbStripePlan, ZeroBytesIsOneEmptyWrite) {
   const StripePlan p = plan_stripes(3, 0, 4, 64 * 1024, 1 << 30);
   ASSERT_EQ(p.pieces.size(), 1u);
   EXPECT_EQ(p.pieces[0].bytes, 0u);
-  EXPECT_TRUE(p.pieces[0].with_imm);
 }
 
 TEST(IbStripePlan, LargeMessagesUseEveryQp) {
@@ -72,8 +65,8 @@ TEST(IbStripePlan, LargeMessagesUseEveryQp) {
   EXPECT_EQ(p.pieces[1].offset, uint64_t{16} << 20);
 }
 
-// A port whose largest message is small cuts each stripe into several pieces; only the last
-// carries the immediate, so the receiver counts stripes, not pieces.
+// A port whose largest message is small cuts each stripe into several pieces (each its own
+// write with immediate: the receiver counts pieces).
 TEST(IbStripePlan, StripesLongerThanThePortsLargestMessageAreCut) {
   check_plan(5, (uint64_t{3} << 20) + 11, 2, 64 * 1024, 1 << 20);
   const StripePlan p = plan_stripes(5, (uint64_t{3} << 20) + 11, 2, 64 * 1024, 1 << 20);
