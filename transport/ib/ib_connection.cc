@@ -401,12 +401,16 @@ void IbConnection::fail(ErrorCode code, const std::string& cause) {
   }
   for (auto& [seq, mr] : recv_mrs_) shared_.cache->release(mr);
   recv_mrs_.clear();
+  // The peer learns of it at once (its liveness socket reads EOF) rather than at its timeout.
+  if (socket_.get() >= 0 && shared_.unwatch) shared_.unwatch(socket_.get());
+  socket_.reset();
 }
 
 void IbConnection::close() {
   if (failure_.is_ok() && (started_ || !qps_.empty())) {
     fail(ErrorCode::aborted, "the connection was closed with this operation outstanding");
   }
+  if (socket_.get() >= 0 && shared_.unwatch) shared_.unwatch(socket_.get());
   socket_.reset();
 }
 

@@ -38,6 +38,7 @@ struct IbShared {
   QpSettings qp;
   uint32_t nqps = 1;
   std::function<void(class IbConnection*)> forget;  // called by the destructor
+  std::function<void(int fd)> unwatch;              // before the liveness socket closes
 };
 
 class IbConnection final : public Connection {

@@ -153,6 +153,7 @@ Result<std::unique_ptr<Connection>> IbTransport::establish(const PeerIdentity& w
   shared.qp = qp_settings_;
   shared.nqps = static_cast<uint32_t>(env_.ib_qps_per_connection);
   shared.forget = [this](IbConnection* c) { forget(c); };
+  shared.unwatch = [this](int fd) { (void)epoll_ctl(epoll_fd_.get(), EPOLL_CTL_DEL, fd, nullptr); };
   ASSIGN_OR_RETURN(std::unique_ptr<IbConnection> conn, IbConnection::create(shared, who.self_rank, who.peer_rank));
   unsigned char mine[kCardBytes], theirs[kCardBytes];
   encode(conn->card(), mine);

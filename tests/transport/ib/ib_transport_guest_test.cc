@@ -165,16 +165,26 @@ TEST_P(IbTransportGuest, ManyInFlightKeepTheirOrder) {
     }
   }
   for (size_t i = 0; i < kCount; ++i) EXPECT_EQ(into[i], msgs[i]) << "message " << i;
-  // Steady state: the same buffers again are cache hits, not registrations.
+  // Steady state: the same buffers twice more cost no registration per operation: each buffer
+  // is registered at most once (the cache's bounds are far away), the rest are hits.
   auto* ib0 = dynamic_cast<IbTransport*>(l.t0.get());
-  ASSERT_NE(ib0, nullptr);
-  const uint64_t misses = ib0->registration_stats().misses;
-  for (size_t i = 0; i < kCount; ++i) {
-    ASSERT_TRUE(l.c1->post_recv(into[i].data(), into[i].size(), i).is_ok());
-    ASSERT_TRUE(l.c0->post_send(msgs[i].data(), msgs[i].size(), i).is_ok());
+  auto* ib1 = dynamic_cast<IbTransport*>(l.t1.get());
+  ASSERT_TRUE(ib0 != nullptr && ib1 != nullptr);
+  for (int round = 0; round < 2; ++round) {
+    for (size_t i = 0; i < kCount; ++i) {
+      ASSERT_TRUE(l.c1->post_recv(into[i].data(), into[i].size(), i).is_ok());
+      ASSERT_TRUE(l.c0->post_send(msgs[i].data(), msgs[i].size(), i).is_ok());
+    }
+    ASSERT_EQ(drive(l, 2 * kCount).size(), 2 * kCount);
   }
-  EXPECT_EQ(drive(l, 2 * kCount).size(), 2 * kCount);
-  EXPECT_EQ(ib0->registration_stats().misses, misses);
+  const auto s0 = ib0->registration_stats(), s1 = ib1->registration_stats();
+  std::printf("registrations: sender %lu misses %lu hits, receiver %lu misses %lu hits, over %zu operations each\n",
+              static_cast<unsigned long>(s0.misses), static_cast<unsigned long>(s0.hits),
+              static_cast<unsigned long>(s1.misses), static_cast<unsigned long>(s1.hits), 3 * kCount);
+  EXPECT_LE(s0.misses, kCount);
+  EXPECT_LE(s1.misses, kCount);
+  EXPECT_EQ(s0.evictions + s1.evictions, 0u);
+  EXPECT_GT(s1.hits, kCount);  // the receives: every one is registered, rounds 2 and 3 hit
 }
 
 INSTANTIATE_TEST_SUITE_P(Qps, IbTransportGuest, ::testing::Values(1, 4));
