@@ -149,7 +149,7 @@ Status IbConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
   }
   RecvLedger::Receive& r = recv_.post(data, capacity, cookie);
   if (capacity > 0 && r.eager_slot < 0) {
-    Result<Mr> mr = shared_.cache->acquire(data, capacity, MemoryKind::host);
+    Result<Mr> mr = shared_.memory->acquire(data, capacity);
     if (!mr.is_ok()) {
       // The receive stays posted (its message still takes it) and fails when it completes.
       fail(mr.status().code(), "registering the " + std::to_string(capacity) + "-byte receive buffer: " +
@@ -224,7 +224,7 @@ Status IbConnection::start_send(Send& s) {
     if (sq_used_[q] + need[q] > kSendDepth) return Status::ok();
   }
   if (s.bytes > 0) {
-    Result<Mr> mr = shared_.cache->acquire(const_cast<void*>(s.data), s.bytes, MemoryKind::host);
+    Result<Mr> mr = shared_.memory->acquire(const_cast<void*>(s.data), s.bytes);
     if (!mr.is_ok()) return mr.status().with_context("registering the " + std::to_string(s.bytes) + "-byte send buffer: ");
     s.mr = mr.value();
     s.has_mr = true;
@@ -307,7 +307,7 @@ void IbConnection::on_wc(const ibv_wc& wc) {
 }
 
 void IbConnection::release(Mr& mr, bool& has) {
-  if (has) shared_.cache->release(mr);
+  if (has) shared_.memory->release(mr);
   has = false;
 }
 
@@ -330,7 +330,7 @@ void IbConnection::deliver() {
     }
     auto mr = recv_mrs_.find(r->seq);
     if (mr != recv_mrs_.end()) {
-      shared_.cache->release(mr->second);
+      shared_.memory->release(mr->second);
       recv_mrs_.erase(mr);
     }
     recv_.pop_front();
@@ -399,7 +399,7 @@ void IbConnection::fail(ErrorCode code, const std::string& cause) {
     report(Completion{this, r.cookie, false, 0, Status(code, op_prefix(false) + cause)});
     recv_.posted().pop_front();
   }
-  for (auto& [seq, mr] : recv_mrs_) shared_.cache->release(mr);
+  for (auto& [seq, mr] : recv_mrs_) shared_.memory->release(mr);
   recv_mrs_.clear();
   // The peer learns of it at once (its liveness socket reads EOF) rather than at its timeout.
   if (socket_.get() >= 0 && shared_.unwatch) shared_.unwatch(socket_.get());

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "transport/ib/cts_ring.h"
-#include "transport/ib/reg_cache.h"
+#include "transport/ib/memory_registry.h"
 #include "transport/ib/verbs.h"
 #include "transport/tcp/socket_setup.h"
 #include "transport/transport.h"
@@ -33,7 +33,7 @@ namespace braid::transport::ib {
 // What a connection borrows from its transport, which outlives it.
 struct IbShared {
   Device* device = nullptr;
-  RegCache* cache = nullptr;
+  MemoryRegistry* memory = nullptr;
   std::vector<Completion>* ready = nullptr;  // where completions go
   QpSettings qp;
   uint32_t nqps = 1;

@@ -11,17 +11,11 @@
 #include "common/log.h"
 #include "transport/ib/hca_spec.h"
 #include "transport/ib/ib_devices.h"
-#include "transport/ib/reg_cache_verbs.h"
 #include "transport/tcp/interface_select.h"
 
 namespace braid::transport::ib {
 
 namespace {
-
-// The registration cache's bounds: regions beyond these are evicted when unused. The locked
-// memory limit may refuse less; the cache then drops unused regions and tries again.
-constexpr size_t kCacheMaxBytes = size_t{8} << 30;
-constexpr size_t kCacheMaxEntries = 4096;
 
 // epoll tags: the completion channel, the eventfd; anything else is an IbConnection*.
 constexpr uint64_t kTagChannel = 1;
@@ -74,8 +68,7 @@ Status IbTransport::open(const TransportOptions& options) {
   ASSIGN_OR_RETURN(GdrSetting gdr_setting, parse_gdr_setting(env_.gdr));
   gdr_ = decide_gdr(gdr_setting, probe_gdr(device_->pd()));
   if (gdr_.error) return invalid_argument(gdr_.line);
-  cache_ = std::make_unique<RegCache>(verbs_registrar(device_->pd(), device_->where(), false), kCacheMaxBytes,
-                                      kCacheMaxEntries);
+  memory_ = std::make_unique<MemoryRegistry>(device_->pd(), device_->where(), gdr_.use_dmabuf);
   epoll_fd_ = tcp::UniqueFd(epoll_create1(EPOLL_CLOEXEC));
   wake_fd_ = tcp::UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (epoll_fd_.get() < 0 || wake_fd_.get() < 0) return system_error("ib: epoll/eventfd", errno);
@@ -148,7 +141,7 @@ Result<std::unique_ptr<Connection>> IbTransport::establish(const PeerIdentity& w
                                                            const std::string& peer_address, Deadline deadline) {
   IbShared shared;
   shared.device = device_.get();
-  shared.cache = cache_.get();
+  shared.memory = memory_.get();
   shared.ready = &ready_;
   shared.qp = qp_settings_;
   shared.nqps = static_cast<uint32_t>(env_.ib_qps_per_connection);
@@ -192,22 +185,15 @@ void IbTransport::forget(IbConnection* c) {
 }
 
 Result<MemoryRegion> IbTransport::register_memory(void* base, size_t bytes, MemoryKind kind) {
-  if (kind == MemoryKind::cuda && !gdr_.use_dmabuf) {
-    return invalid_argument("ib: CUDA memory cannot be registered: GPUDirect is off (" + gdr_.line + ")");
+  auto mr = memory_->pin(base, bytes, kind);
+  if (!mr.is_ok() && kind == MemoryKind::cuda && !gdr_.use_dmabuf) {
+    return Status(mr.status().code(), mr.status().message() + " (" + gdr_.line + ")");
   }
-  ASSIGN_OR_RETURN(Mr mr, cache_->acquire(base, bytes, kind));
-  pinned_[base] = mr;
-  return MemoryRegion{base, bytes, kind, mr.rkey};
+  if (!mr.is_ok()) return mr.status();
+  return MemoryRegion{base, bytes, kind, mr.value().rkey};
 }
 
-void IbTransport::deregister_memory(const MemoryRegion& region) {
-  auto it = pinned_.find(region.base);
-  if (it != pinned_.end()) {
-    cache_->release(it->second);
-    pinned_.erase(it);
-  }
-  cache_->invalidate(region.base, region.bytes);
-}
+void IbTransport::deregister_memory(const MemoryRegion& region) { memory_->unpin(region.base, region.bytes); }
 
 int IbTransport::pass() {
   int n = 0;

@@ -11,10 +11,10 @@
 // poll() drains every connection's CQ and moves their credits; with nothing ready it spins for
 // BRAID_SPIN_US, then sleeps in epoll on the completion channel, an eventfd (wake()) and the
 // liveness sockets, so an idle transport burns no CPU. Connections must be destroyed before the
-// transport. Memory: post_* take plain host pointers; the registration cache (reg_cache.h)
-// registers each buffer once and keeps it, so needs_registration is false; register_memory
-// pins a range in the cache and deregister_memory drops it (call it before freeing memory that
-// was used for ib transfers).
+// transport. Memory (memory_registry.h): post_* take plain host pointers; the registration
+// cache registers each buffer once and keeps it, so needs_registration is false;
+// register_memory pins a range (CUDA memory only with GPUDirect, through dma-buf) and
+// deregister_memory drops it (call it before freeing memory that ib transfers used).
 #pragma once
 
 #include <map>
@@ -26,7 +26,7 @@
 #include "transport/ib/ib_bootstrap.h"
 #include "transport/ib/ib_connection.h"
 #include "transport/ib/port_choice.h"
-#include "transport/ib/reg_cache.h"
+#include "transport/ib/memory_registry.h"
 #include "transport/ib/verbs.h"
 #include "transport/registry.h"
 #include "transport/transport.h"
@@ -50,7 +50,8 @@ class IbTransport final : public Transport {
   Status poll(std::vector<Completion>& out, std::chrono::microseconds timeout) override;
   void wake() override;
 
-  RegCache::Stats registration_stats() const { return cache_->stats(); }
+  // The host registration cache's counts (tests: no registration per operation).
+  RegCache::Stats registration_stats() const { return memory_->host_stats(); }
 
  private:
   explicit IbTransport(const TransportOptions& options);
@@ -70,11 +71,10 @@ class IbTransport final : public Transport {
   QpSettings qp_settings_;
   GdrDecision gdr_;
   std::unique_ptr<Device> device_;
-  std::unique_ptr<RegCache> cache_;
+  std::unique_ptr<MemoryRegistry> memory_;
   Bootstrap bootstrap_;
   std::string address_;
   std::vector<IbConnection*> connections_;
-  std::map<void*, Mr> pinned_;  // register_memory's regions, by base
   std::vector<Completion> ready_;
   tcp::UniqueFd epoll_fd_, wake_fd_;
   Clock::time_point sockets_checked_{};
