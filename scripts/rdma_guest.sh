@@ -13,7 +13,8 @@
 # Environment: BRAID_GUEST_TIMEOUT_S, BRAID_GUEST_SHARE, BRAID_GUEST_MEM (default 2G),
 # BRAID_GUEST_SMP (default 2), BRAID_GUEST_ACCEL (tcg, the default, or kvm), BRAID_GUEST_CPU
 # (qemu's -cpu; max under tcg, host under kvm), BRAID_GUEST_VERBOSE=1 (the guest's console and
-# timings on stderr), BRAID_GUEST_CACHE (where prepare.sh keeps the kernel and initramfs).
+# timings on stderr), BRAID_GUEST_CACHE (where prepare.sh keeps the kernel and initramfs),
+# BRAID_GUEST_KERNEL_PKG (default: the package linux-image-amd64 depends on), BRAID_GUEST_QEMU.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)/rdma_guest
 
@@ -28,7 +29,7 @@ fi
 timeout_s=${BRAID_GUEST_TIMEOUT_S:-900}
 [[ $timeout_s =~ ^[1-9][0-9]*$ ]] || { say "BRAID_GUEST_TIMEOUT_S must be a positive number of seconds, not '$timeout_s'"; exit 2; }
 
-qemu=$(command -v qemu-system-x86_64) || skip "qemu-system-x86_64 not found (apt-get install qemu-system-x86, or scripts/setup.sh)"
+qemu=$(command -v "${BRAID_GUEST_QEMU:-qemu-system-x86_64}") || skip "${BRAID_GUEST_QEMU:-qemu-system-x86_64} not found (apt-get install qemu-system-x86, or scripts/setup.sh)"
 for tool in busybox depmod modprobe cpio xz rdma ip; do
   command -v "$tool" >/dev/null || skip "$tool not found (scripts/setup.sh installs what the guest needs)"
 done
@@ -127,7 +128,10 @@ pids+=("$qemu_pid")
   wait "$sleeper"
   touch "$run/timed_out"
   kill -TERM "$qemu_pid" 2>/dev/null
-  sleep 5
+  for _ in $(seq 50); do
+    kill -0 "$qemu_pid" 2>/dev/null || exit 0
+    sleep 0.1
+  done
   kill -KILL "$qemu_pid" 2>/dev/null
 ) &
 watchdog=$!

@@ -14,6 +14,8 @@ packages=(
   zlib1g-dev dataset-fashion-mnist          # the DDP training example and its data
   libtorch-dev                              # the libtorch DDP adapter and its example (torch feature)
   python3-matplotlib                        # braid-plot (busbw and time against size)
+  qemu-system-x86 busybox-static kmod cpio xz-utils  # the Soft-RoCE guest (scripts/rdma_guest.sh)
+  rdma-core ibverbs-utils ibverbs-providers perftest  # verbs tools and rxe provider in that guest
 )
 if [ "${BRAID_SETUP_ANCHORS:-0}" = 1 ]; then   # the Gloo/Open MPI side-by-side benchmarks
   packages+=(libgloo-dev openmpi-bin libopenmpi-dev hwloc-nox)

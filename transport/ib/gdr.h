@@ -45,6 +45,9 @@ Result<int> export_dmabuf(void* base, size_t bytes);
 
 // Tries a dma-buf registration on `pd` (defined in gdr_probe.cc, which needs verbs). In a build
 // without CUDA, or on a machine without a CUDA device, why_not says so and nothing is tried.
+// With a device, the probe allocates on the calling thread's current CUDA device, which creates
+// that device's context if the program has none yet: call it only when the answer matters
+// (BRAID_GDR is not 0, and CUDA buffers are possible), on the thread whose device the job uses.
 GdrProbe probe_gdr(ibv_pd* pd);
 
 }  // namespace braid::transport::ib

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "braid_config.h"
 #include "transport/ib/gdr.h"
@@ -25,26 +26,37 @@ namespace {
 // driver library (libcuda, installed with the GPU driver) is already loaded by it.
 using GetHandleFn = CUresult (*)(void*, CUdeviceptr, size_t, CUmemRangeHandleType, unsigned long long);
 
-GetHandleFn get_handle_fn() {
-  static GetHandleFn fn = [] {
+struct DriverEntry {
+  GetHandleFn fn = nullptr;
+  std::string why_not;  // when fn is null
+};
+
+const DriverEntry& driver_entry() {
+  static const DriverEntry entry = [] {
+    DriverEntry e;
     void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     if (lib == nullptr) lib = dlopen("libcuda.so.1", RTLD_NOW);
-    return lib ? reinterpret_cast<GetHandleFn>(dlsym(lib, "cuMemGetHandleForAddressRange")) : nullptr;
+    if (lib == nullptr) {
+      const char* err = dlerror();
+      e.why_not = std::string("the CUDA driver library cannot be loaded (") + (err ? err : "libcuda.so.1") + ")";
+      return e;
+    }
+    e.fn = reinterpret_cast<GetHandleFn>(dlsym(lib, "cuMemGetHandleForAddressRange"));
+    if (e.fn == nullptr) {
+      e.why_not = "the CUDA driver has no cuMemGetHandleForAddressRange: dma-buf export needs CUDA 11.7 or later";
+    }
+    return e;
   }();
-  return fn;
+  return entry;
 }
 
 }  // namespace
 
 Result<int> export_dmabuf(void* base, size_t bytes) {
-  GetHandleFn fn = get_handle_fn();
-  if (fn == nullptr) {
-    return Status(ErrorCode::system,
-                  "the CUDA driver (libcuda.so.1) has no cuMemGetHandleForAddressRange: GPUDirect RDMA through dma-buf "
-                  "needs CUDA 11.7 or later and a driver to match");
-  }
+  const DriverEntry& driver = driver_entry();
+  if (driver.fn == nullptr) return Status(ErrorCode::system, driver.why_not);
   int fd = -1;
-  CUresult rc = fn(&fd, reinterpret_cast<CUdeviceptr>(base), bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  CUresult rc = driver.fn(&fd, reinterpret_cast<CUdeviceptr>(base), bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
   if (rc != CUDA_SUCCESS) {
     return Status(ErrorCode::system, "cuMemGetHandleForAddressRange(dma-buf) refused " + std::to_string(bytes) +
                                          " bytes of CUDA memory: CUresult " + std::to_string(static_cast<int>(rc)) +

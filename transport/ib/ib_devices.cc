@@ -4,6 +4,7 @@
 #include <net/if.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -20,9 +21,13 @@ struct ContextDeleter {
   void operator()(ibv_context* ctx) const { ibv_close_device(ctx); }
 };
 
+// "ACTIVE", "DOWN", ...: as ibv_devinfo prints them (rdma-core's own string is "active",
+// "PORT_ACTIVE" or similar, by version).
 std::string state_name(ibv_port_state state) {
-  std::string s = ibv_port_state_str(state);  // "PORT_ACTIVE"
-  return s.starts_with("PORT_") ? s.substr(5) : s;
+  std::string s = ibv_port_state_str(state);
+  if (s.starts_with("PORT_")) s = s.substr(5);
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
 }
 
 PortInfo unusable(const std::string& device, const std::string& why) {

@@ -117,25 +117,34 @@ Result<PortChoice> choose_port(const std::vector<PortInfo>& ports, const HcaSpec
   }
   const std::optional<Gid> bootstrap_gid = gid_of_address(bootstrap_ip);
   std::vector<std::string> notes;  // one per port that was passed over, for the error
-  const PortInfo* first = nullptr;
-  GidPick first_pick;
+  const PortInfo* first = nullptr;       // the first usable port
+  const PortInfo* preferred = nullptr;   // the first usable port holding the bootstrap address
   for (const PortInfo& p : ports) {
     std::string reason;
-    GidPick pick;
     if (p.port == 0) {
       reason = "cannot be used";
     } else if (!hca_spec_allows(spec, p.device, p.port)) {
       reason = "not allowed by BRAID_IB_HCA";
     } else if (!p.active) {
       reason = "not ACTIVE";
-    } else if (!forced_gid && (pick = pick_gid(p, bootstrap_gid)).index < 0) {
+    } else if (!forced_gid && pick_gid(p, bootstrap_gid).index < 0) {
       reason = "no RoCE v2 GID";
     }
     if (!reason.empty()) {
       notes.push_back(describe_port(p) + ": " + reason);
       continue;
     }
-    if (forced_gid) {  // the first usable port takes the forced index, or the error says why not
+    if (first == nullptr) first = &p;
+    if (preferred == nullptr && p.ethernet && pick_gid(p, bootstrap_gid).bootstrap_match) preferred = &p;
+  }
+  if (first != nullptr) {
+    const PortInfo& p = preferred != nullptr ? *preferred : *first;
+    std::string why = preferred == nullptr ? "the first ACTIVE port BRAID_IB_HCA allows"
+                                           : "the port holding the bootstrap address " + bootstrap_ip;
+    if (preferred != nullptr && preferred != first) {
+      why += " (preferred over " + first->device + " port " + std::to_string(first->port) + ")";
+    }
+    if (forced_gid) {
       const GidInfo* g = find_gid(p, *forced_gid);
       if (g == nullptr) {
         return invalid_argument("ib: BRAID_IB_GID_INDEX=" + std::to_string(*forced_gid) + " is not a valid GID of " +
@@ -143,22 +152,16 @@ Result<PortChoice> choose_port(const std::vector<PortInfo>& ports, const HcaSpec
                                 describe_port(p) + "). Set BRAID_IB_GID_INDEX to one of them, or unset it to choose "
                                 "automatically");
       }
-      std::string kind = p.ethernet ? (g->roce_v2 ? " (RoCE v2 " : " (RoCE v1 ") + format_gid(g->gid) + ")" : "";
-      return make_choice(p, g, *forced_gid,
-                         "the first ACTIVE port BRAID_IB_HCA allows; GID forced by BRAID_IB_GID_INDEX" + kind);
+      why += "; GID forced by BRAID_IB_GID_INDEX";
+      if (p.ethernet) why += std::string(g->roce_v2 ? " (RoCE v2 " : " (RoCE v1 ") + format_gid(g->gid) + ")";
+      return make_choice(p, g, *forced_gid, std::move(why));
     }
-    if (pick.bootstrap_match) {
-      return make_choice(p, find_gid(p, pick.index), pick.index,
-                         "the port holding " + pick.rule + (first != nullptr ? " (preferred over " + first->device +
-                                                                                   " port " + std::to_string(first->port) + ")"
-                                                                             : ""));
+    const GidPick pick = pick_gid(p, bootstrap_gid);
+    why += "; " + pick.rule;
+    if (p.ethernet && bootstrap_gid && preferred == nullptr) {
+      why += " (no port has the bootstrap address " + bootstrap_ip + ")";
     }
-    if (first == nullptr) first = &p, first_pick = pick;
-  }
-  if (first != nullptr) {
-    std::string why = "the first ACTIVE port BRAID_IB_HCA allows; " + first_pick.rule;
-    if (first->ethernet && bootstrap_gid) why += " (no port has the bootstrap address " + bootstrap_ip + ")";
-    return make_choice(*first, find_gid(*first, first_pick.index), first_pick.index, std::move(why));
+    return make_choice(p, find_gid(p, pick.index), pick.index, std::move(why));
   }
   std::string msg = "ib: no usable RDMA port" + hca + ". This host has: ";
   for (size_t i = 0; i < notes.size(); ++i) msg += (i == 0 ? "" : "; ") + notes[i];

@@ -6,12 +6,13 @@
 // The rules, in order:
 //  - only ports BRAID_IB_HCA allows, and only ACTIVE ones;
 //  - on RoCE a port needs a RoCE v2 GID (v1 is not routable across subnets, and is skipped);
-//  - with a bootstrap address and no forced GID, a port holding the GID of that address wins
-//    over an earlier port: it is the interface the job's other ranks already reach this one by
-//    (two Soft-RoCE devices in one host, or a dual-port NIC on two subnets);
-//  - otherwise the first usable port. Its GID: BRAID_IB_GID_INDEX when set (range-checked), else
-//    the RoCE v2 GID of the bootstrap address, else the first RoCE v2 IPv4 GID, else the first
-//    RoCE v2 GID. InfiniBand ports use GID index 0 unless forced (addressing is by LID).
+//  - a port holding the RoCE v2 GID of the bootstrap address wins over an earlier port: it is
+//    the interface the job's other ranks already reach this one by (two Soft-RoCE devices in one
+//    host, or a dual-port NIC on two subnets); otherwise the first usable port;
+//  - its GID: BRAID_IB_GID_INDEX when set (range-checked), else the RoCE v2 GID of the bootstrap
+//    address, else the first RoCE v2 IPv4 GID, else the first RoCE v2 GID. InfiniBand ports use
+//    GID index 0 unless forced (addressing is by LID).
+// With BRAID_IB_GID_INDEX set, a RoCE port needs no v2 GID (the user chose the index).
 #pragma once
 
 #include <array>

@@ -153,6 +153,26 @@ TEST(PortChoice, ForcedGidIndexIsUsedAsIs) {
   EXPECT_NE(c.why.find("RoCE v1"), std::string::npos) << c.why;
 }
 
+// Forcing the index does not undo the port preference: each rank still takes its own device.
+TEST(PortChoice, ForcedGidIndexAppliesToThePortHoldingTheBootstrapAddress) {
+  const std::vector<PortInfo> ports = {roce("rxe0", true, {"10.99.0.1"}, 1024, "veth0"),
+                                       roce("rxe1", true, {"10.99.0.2"}, 1024, "veth1")};
+  PortChoice c = choose_ok(ports, "", 3, "10.99.0.2");
+  EXPECT_EQ(c.device, "rxe1");
+  EXPECT_EQ(c.gid_index, 3);
+  EXPECT_EQ(c.gid, gid("10.99.0.2"));
+  EXPECT_EQ(choose_ok(ports, "", 3, "").device, "rxe0");
+}
+
+// A port without any RoCE v2 GID is usable when the index is forced: the user chose it.
+TEST(PortChoice, ForcedGidIndexMayNameARoceV1Gid) {
+  PortInfo v1_only = roce("rxe0", true, {});
+  v1_only.gids = {{0, gid("fe80::1"), false, "eth0"}};
+  PortChoice c = choose_ok({v1_only}, "", 0, "");
+  EXPECT_EQ(c.gid_index, 0);
+  EXPECT_NE(c.why.find("(RoCE v1 fe80::1)"), std::string::npos) << c.why;
+}
+
 TEST(PortChoice, ForcedGidIndexOutOfRangeNamesTheValidOnes) {
   const std::vector<PortInfo> ports = {roce("rxe0", true, {"10.0.0.5"})};
   std::string m = choose_error(ports, "", 7, "");

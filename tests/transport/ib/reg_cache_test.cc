@@ -8,6 +8,9 @@
 
 #include <cerrno>
 #include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 namespace braid::transport::ib {
 namespace {
@@ -251,6 +254,40 @@ TEST(RegCache, DestructionDeregistersEverything) {
     Mr retired = acquire_ok(cache, at(4), kPage);
     cache.invalidate(at(4), 1);
     (void)retired;
+  }
+  EXPECT_TRUE(nic.live.empty());
+  EXPECT_EQ(nic.regs, nic.deregs);
+}
+
+// The cache is shared by threads (the owner and callers of register_memory): its books must
+// balance after they race on overlapping ranges, with evictions and invalidations mixed in.
+TEST(RegCache, ThreadsSharingTheCacheKeepItsBooksBalanced) {
+  FakeNic nic;
+  std::mutex nic_mu;  // the fake itself is not thread-safe; the cache calls it under its own lock
+  RegCache::Registrar inner = nic.registrar();
+  RegCache::Registrar guarded{[&](void* b, size_t n, MemoryKind k) { std::lock_guard l(nic_mu); return inner.reg(b, n, k); },
+                              [&](const Mr& mr) { std::lock_guard l(nic_mu); inner.dereg(mr); }};
+  {
+    RegCache cache(guarded, 8 * kPage, 6);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&cache, t] {
+        for (int i = 0; i < 2000; ++i) {
+          const uintptr_t page = static_cast<uintptr_t>((i * 7 + t * 3) % 16);
+          auto mr = cache.acquire(at(page, 64), kPage + static_cast<size_t>(i % 3) * kPage, MemoryKind::host);
+          ASSERT_TRUE(mr.is_ok()) << mr.status().message();
+          ASSERT_LE(mr->base, at(page, 64));
+          if (i % 97 == 0) cache.invalidate(at(page), 1);
+          cache.release(mr.value());
+        }
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    auto s = cache.stats();
+    EXPECT_EQ(s.regions, nic.live.size());
+    EXPECT_EQ(s.registered_bytes, nic.pinned());
+    EXPECT_LE(s.registered_bytes, 8 * kPage) << "nothing is in use now: back within the bound";
+    EXPECT_EQ(s.hits + s.misses, 8000u);
   }
   EXPECT_TRUE(nic.live.empty());
   EXPECT_EQ(nic.regs, nic.deregs);

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# bench/ib_guest.sh - braid-perf over ib against perftest on the same two Soft-RoCE devices, from
+# one boot of the emulated guest (scripts/rdma_guest.sh), in interleaved rounds: each round runs
+#   ib_write_bw 4 MiB (rxe0 -> rxe1)   then braid-perf broadcast 4 MiB, 2 ranks (one-way bandwidth)
+#   ib_write_lat 8 B                   then braid-perf sendrecv 8 B (latency)
+#   braid-perf all_reduce 4 MiB, 2 ranks (busbw)
+# Each braid-perf rank is one "host": rank 0 on rxe0/veth0 (10.99.0.1), rank 1 on rxe1/veth1
+# (10.99.0.2), started by braidrun with BRAID_IB_HCA and BRAID_SOCKET_IFNAME set per local rank.
+# Prints best and median over the rounds and the ratios braid/perftest (targets: bandwidth >=
+# 0.9x ib_write_bw, latency <= 1.3x ib_write_lat). Emulation is slow and noisy: only ratios from
+# one run mean anything.
+#
+#   bench/ib_guest.sh                          # 5 rounds, braid from build/
+#   ROUNDS=3 BUILD_DIR=build-ib bench/ib_guest.sh
+#   BRAID_PERF_TRANSPORT=tcp bench/ib_guest.sh # braid's half over tcp (no ib transport needed)
+# Without the ib transport in the build (braid-perf --version: "ib no"), braid's rows read
+# "n/a (ib transport not built)" and only perftest runs. Exit 77 when the guest cannot boot.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-5}
+BUILD_DIR=$(realpath -m "${BUILD_DIR:-build}")
+TRANSPORT=${BRAID_PERF_TRANSPORT:-ib}
+
+if [ "${1:-}" != --in-guest ]; then
+  export ROUNDS BUILD_DIR BRAID_PERF_TRANSPORT=$TRANSPORT
+  exec scripts/rdma_guest.sh bash bench/ib_guest.sh --in-guest
+fi
+
+pair=scripts/rdma_guest/perftest_pair.sh
+perf=$BUILD_DIR/tools/braid_perf/braid-perf
+braidrun=$BUILD_DIR/tools/braidrun/braidrun
+results=$(mktemp -d)
+trap 'rm -rf "$results"' EXIT
+
+braid_missing=""
+if [ ! -x "$perf" ] || [ ! -x "$braidrun" ]; then
+  braid_missing="braid-perf not built in $BUILD_DIR"
+elif [ "$TRANSPORT" = ib ] && ! "$perf" --version | grep -q 'ib yes'; then
+  braid_missing="ib transport not built"
+fi
+
+# One braid-perf run with two ranks; appends the RESULT row's field $2 (times $3) to file $1.
+braid() {
+  local file=$1 field=$2 scale=$3 port=$4
+  shift 4
+  local out
+  if out=$(timeout -k 10 300 "$braidrun" --nproc-per-node 2 --no-prefix --master-addr 10.99.0.1 \
+             --master-port "$port" -- sh -c \
+             'BRAID_IB_HCA=rxe$LOCAL_RANK BRAID_SOCKET_IFNAME=veth$LOCAL_RANK exec "$0" "$@"' \
+             env BRAID_TRANSPORT="$TRANSPORT" "$perf" -T 60 --result-rows "$@" 2>&1); then
+    awk -F'\t' -v f="$field" -v s="$scale" '$1 == "RESULT" { print $f * s }' <<< "$out" >> "$results/$file"
+  else
+    echo "ib_guest: braid-perf $* failed:" >&2
+    echo "$out" | tail -n 20 | sed 's/^/  /' >&2
+  fi
+}
+
+# One perftest run; appends the results row's column $2 to file $1.
+perftest() {
+  local file=$1 column=$2 tool=$3 port=$4 size=$5
+  shift 5
+  local out
+  if out=$("$pair" "$tool" "$port" -s "$size" "$@"); then
+    awk -v c="$column" -v s="$size" '$1 == s && $2 ~ /^[0-9]+$/ { print $c; exit }' <<< "$out" >> "$results/$file"
+  else
+    echo "ib_guest: $tool failed" >&2
+  fi
+}
+
+for round in $(seq "$ROUNDS"); do
+  echo "ib_guest: round $round of $ROUNDS" >&2
+  # ib_write_bw: column 4 is "BW average[Gb/sec]"; ib_write_lat: column 5 is t_typical (median).
+  perftest write_bw 4 ib_write_bw 18600 4194304 -n 20 --report_gbits -F
+  # Broadcast: field 10 is algbw in GB/s; x8 gives Gbit/s, as perftest prints.
+  [ -n "$braid_missing" ] || braid broadcast 10 8 29610 --op broadcast -b 4M -e 4M -n 10 -w 2
+  perftest write_lat 5 ib_write_lat 18601 8 -n 1000 -F
+  # Sendrecv: field 7 is the median time in us of an 8 B exchange, both ranks sending at once.
+  [ -n "$braid_missing" ] || braid sendrecv 7 1 29611 --op sendrecv -b 8 -e 8 -n 200 -w 20
+  # All-reduce: field 11 is busbw in GB/s.
+  [ -n "$braid_missing" ] || braid all_reduce 11 8 29612 --op all_reduce -b 4M -e 4M -n 10 -w 2
+done
+
+# best (max, or min for latencies) and median of a file of numbers: "best median count"
+stats() {
+  local file=$results/$1 order=$2
+  [ -s "$file" ] || { echo "- - 0"; return; }
+  sort -g $order "$file" | awk '
+    function fmt(x) { return sprintf(x >= 100 ? "%.0f" : x >= 1 ? "%.2f" : "%.3f", x) }
+    { v[NR] = $1 }
+    END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+          print fmt(v[1]), fmt(m), NR }'
+}
+row() {  # label file order unit
+  local best median n
+  read -r best median n <<< "$(stats "$2" "$3")"
+  if [ "$n" = 0 ]; then printf '%-44s %s\n' "$1" "${5:-failed (see above)}"
+  else printf '%-44s %10s %10s %8s %5s\n' "$1" "$best" "$median" "$4" "$n"; fi
+}
+ratio() {  # label braid-file perftest-file order
+  local bb bm bn pb pm pn
+  read -r bb bm bn <<< "$(stats "$2" "$4")"
+  read -r pb pm pn <<< "$(stats "$3" "$4")"
+  if [ "$bn" = 0 ] || [ "$pn" = 0 ]; then printf '%-44s %10s\n' "$1" "-"; return; fi
+  awk -v l="$1" -v bb="$bb" -v bm="$bm" -v pb="$pb" -v pm="$pm" \
+    'BEGIN { printf "%-44s %9.2fx %9.2fx\n", l, bb / pb, bm / pm }'
+}
+
+na=${braid_missing:+n/a ($braid_missing)}
+echo
+echo "Soft-RoCE (rdma_rxe) in the emulated guest: rxe0 <-> rxe1, $ROUNDS interleaved rounds, braid over $TRANSPORT"
+printf '%-44s %10s %10s %8s %5s\n' "" best median unit runs
+row "ib_write_bw 4 MiB (BW average)" write_bw -r Gbit/s
+row "braid-perf broadcast 4 MiB, 2 ranks (algbw)" broadcast -r Gbit/s "$na"
+ratio "  braid / ib_write_bw" broadcast write_bw -r
+row "ib_write_lat 8 B (t_typical)" write_lat "" us
+row "braid-perf sendrecv 8 B (median time)" sendrecv "" us "$na"
+ratio "  braid / ib_write_lat" sendrecv write_lat ""
+row "braid-perf all_reduce 4 MiB (busbw)" all_reduce -r Gbit/s "$na"
+ratio "  braid busbw / ib_write_bw" all_reduce write_bw -r
