@@ -72,6 +72,7 @@ printf 'exec /bin/bash %q %q\n' "$here/guest_main.sh" "$run" > "$run/stage2.sh"
 
 # 9p exports: the host's root read-only; the current directory and BRAID_GUEST_SHARE read-write.
 qemu_escape() { printf %s "${1//,/,,}"; }
+# shellcheck disable=SC2054  # qemu's options hold commas
 args=(-fsdev "local,id=hostroot,path=/,security_model=passthrough,readonly=on,multidevs=remap"
       -device virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot)
 : > "$run/shares"
@@ -98,6 +99,7 @@ if [ "${BRAID_GUEST_VERBOSE:-0}" = 1 ]; then
 else
   cat "$run/console" > "$run/console.log" & pids+=($!)
 fi
+# shellcheck disable=SC2054  # qemu's options hold commas
 args+=(-device virtio-serial-pci,ioeventfd=off
        -chardev "file,id=out,path=$run/out" -device virtserialport,chardev=out,name=braid.out
        -chardev "file,id=err,path=$run/err" -device virtserialport,chardev=err,name=braid.err

@@ -12,10 +12,17 @@ set -uo pipefail
 run=$1
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
+mark() {  # a timed line on the guest's console (BRAID_GUEST_VERBOSE=1 shows it)
+  local up _
+  read -r up _ < /proc/uptime
+  echo "[$up] rdma_guest stage 2: $*" > /dev/console
+}
+mark started
+
 port() {  # the device of the virtio port the host named $1
-  local p
+  local p name
   for p in /sys/class/virtio-ports/*; do
-    [ "$(cat "$p/name" 2>/dev/null)" = "$1" ] && { echo "/dev/${p##*/}"; return 0; }
+    read -r name < "$p/name" 2>/dev/null && [ "$name" = "$1" ] && { echo "/dev/${p##*/}"; return 0; }
   done
   return 1
 }
@@ -36,16 +43,20 @@ while IFS=$'\t' read -r tag path; do
     setup_failed "mounting $path (9p tag $tag) read-write"
 done < "$run/shares"
 
-hostname rdma-guest
+mark "shares mounted"
+echo rdma-guest > /proc/sys/kernel/hostname
 echo "127.0.1.1 rdma-guest" >> /etc/hosts
-ip link set lo up
 
 # Two devices, one per "host": each end of the pair carries its own address, and rxe binds to it.
-ip link add veth0 type veth peer name veth1 || setup_failed "ip link add veth0 type veth"
-ip addr add 10.99.0.1/24 dev veth0
-ip addr add 10.99.0.2/24 dev veth1
-ip link set veth0 up
-ip link set veth1 up
+# One ip process for all of it (each program started here is read over 9p under emulation).
+ip -batch - <<EOF || setup_failed "creating the veth pair (ip -batch)"
+link set lo up
+link add veth0 type veth peer name veth1
+addr add 10.99.0.1/24 dev veth0
+addr add 10.99.0.2/24 dev veth1
+link set veth0 up
+link set veth1 up
+EOF
 # Both addresses are local, so a packet from rxe0 to rxe1 arrives on veth1 from a local source:
 # without accept_local (and with reverse-path filtering) the kernel drops it as a martian and
 # every RC connection between the two devices stalls.
@@ -53,26 +64,30 @@ for conf in all default veth0 veth1; do
   echo 1 > /proc/sys/net/ipv4/conf/$conf/accept_local
   echo 0 > /proc/sys/net/ipv4/conf/$conf/rp_filter
 done
+mark "veth pair up"
 rdma link add rxe0 type rxe netdev veth0 || setup_failed "rdma link add rxe0 type rxe netdev veth0"
 rdma link add rxe1 type rxe netdev veth1 || setup_failed "rdma link add rxe1 type rxe netdev veth1"
 
-# Bounded wait for both ports to be ACTIVE with their IPv4 GID in place.
+mark "rxe devices added"
+# Bounded wait (10 s) for both ports to be ACTIVE with their IPv4 GID in place.
 for dev in rxe0 rxe1; do
   sys=/sys/class/infiniband/$dev/ports/1
-  for _ in $(seq 100); do
-    grep -q ACTIVE "$sys/state" 2>/dev/null &&
-      [ "$(cat "$sys/gid_attrs/types/1" 2>/dev/null)" = "RoCE v2" ] && break
+  state=missing
+  for ((i = 0; i < 100; i++)); do
+    read -r state < "$sys/state" && read -r gid_type < "$sys/gid_attrs/types/1" &&
+      [[ $state == *ACTIVE* && $gid_type == "RoCE v2" ]] && break
     sleep 0.1
-  done
-  grep -q ACTIVE "$sys/state" 2>/dev/null ||
-    setup_failed "$dev port 1 is not ACTIVE after 10 s ($(cat "$sys/state" 2>/dev/null))"
+  done 2>/dev/null
+  [ "$i" -lt 100 ] || setup_failed "$dev port 1 is not ACTIVE with a RoCE v2 GID at index 1 after 10 s (state: $state)"
 done
 
 # Registering memory pins it: let the command lock all it wants (the kernel's default is 8 MiB).
-# A test of a low limit sets its own: sh -c 'ulimit -l 64; exec prog'.
+# A test of a low limit runs under tests/ib/low_memlock.sh (root ignores the limit otherwise).
 ulimit -l unlimited
 
-echo "ready $(cut -d' ' -f1 /proc/uptime)" >&3
+read -r up _ < /proc/uptime
+echo "ready $up" >&3
+mark "ready"
 # A port opens once at a time: the job inherits stderr rather than opening it again.
 bash "$run/job.sh" </dev/null >"$out" 3>&-
 echo "exit $?" >&3

@@ -31,10 +31,10 @@ if [ -z "$pkg" ]; then
   pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
         awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }') || true
 fi
+cached=$(find "$cache" -mindepth 2 -maxdepth 2 -name vmlinux -printf '%h\n' | sort -V | tail -n 1)
 if [ -z "$pkg" ]; then
-  cached=$(ls -1d "$cache"/*/vmlinux 2>/dev/null | sort -V | tail -n 1)
   [ -n "$cached" ] || skip "apt-cache does not know linux-image-amd64 (not Debian, or no package lists) and nothing is cached in $cache"
-  pkg=linux-image-$(basename "$(dirname "$cached")")
+  pkg=linux-image-${cached##*/}
 fi
 kver=${pkg#linux-image-}
 dir=$cache/$kver
@@ -47,8 +47,18 @@ if [ ! -f "$dir/vmlinux" ]; then
   tmp=$(mktemp -d "$cache/.unpack.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
   say "downloading $pkg (once; cached in $dir)"
-  (cd "$tmp" && apt-get download -q "$pkg" >/dev/null 2>"$tmp/apt.log") ||
-    skip "apt-get download $pkg failed ($(grep -m1 -E '^(E|W):' "$tmp/apt.log" || tail -n 1 "$tmp/apt.log")); the first run needs the Debian mirror"
+  if ! (cd "$tmp" && apt-get download -q "$pkg" >/dev/null 2>"$tmp/apt.log"); then
+    why="apt-get download $pkg failed ($(grep -m1 -E '^(E|W):' "$tmp/apt.log" || tail -n 1 "$tmp/apt.log"))"
+    [ -n "$cached" ] && [ -z "${BRAID_GUEST_KERNEL_PKG:-}" ] ||
+      skip "$why; the first run needs the Debian mirror"
+    # The package lists name a newer kernel than the mirror can give now: keep the cached one.
+    say "$why; using the cached ${cached##*/}"
+    kver=${cached##*/} dir=$cached
+    rm -rf "$tmp"
+    trap - EXIT
+  fi
+fi
+if [ ! -f "$dir/vmlinux" ]; then
   say "unpacking $pkg"
   dpkg-deb -x "$tmp"/"$pkg"_*.deb "$tmp/root"
   rm -f "$tmp"/*.deb
@@ -63,6 +73,11 @@ if [ ! -f "$dir/vmlinux" ]; then
   mv "$tmp/vmlinux" "$dir/vmlinux"   # last: its presence means the rest is complete
   rm -rf "$tmp"
   trap - EXIT
+  # Each kernel takes about 400 MB unpacked: keep only the one in use (a guest still running
+  # an older one has its files open already).
+  for old in "$cache"/*/vmlinux; do
+    [ "$old" = "$dir/vmlinux" ] || rm -rf "$(dirname "$old")"
+  done
 fi
 
 # The load order, as insmod lines, from the unpacked tree's module database.
