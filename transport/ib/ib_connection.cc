@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <random>
 
 #include "transport/ib/stripe_plan.h"
 #include "transport/ib/wc_error.h"
@@ -21,77 +20,7 @@ constexpr uint64_t wr_id(WrKind k, uint64_t v) { return (static_cast<uint64_t>(k
 WrKind wr_kind(uint64_t id) { return static_cast<WrKind>(id >> 56); }
 uint64_t wr_value(uint64_t id) { return id & ((1ull << 56) - 1); }
 
-uint32_t random_psn() {
-  static thread_local std::mt19937 rng{std::random_device{}()};
-  return rng() & kImmSeqMask;
-}
-
 }  // namespace
-
-IbConnection::IbConnection(const IbShared& shared, int self_rank, int peer_rank)
-    : shared_(shared), self_rank_(self_rank), peer_rank_(peer_rank) {}
-
-IbConnection::~IbConnection() {
-  if (shared_.forget) shared_.forget(this);
-  reporting_ = false;  // nobody may receive a completion that points at this connection any more
-  close();
-  qps_.clear();  // before their CQ
-}
-
-Result<std::unique_ptr<IbConnection>> IbConnection::create(const IbShared& shared, int self_rank, int peer_rank) {
-  std::unique_ptr<IbConnection> c(new IbConnection(shared, self_rank, peer_rank));
-  Device& dev = *shared.device;
-  const uint32_t send_depth = std::min<uint32_t>(kSendDepth, static_cast<uint32_t>(dev.attr().max_qp_wr));
-  const uint32_t recv_depth = std::min<uint32_t>(kRecvDepth, static_cast<uint32_t>(dev.attr().max_qp_wr));
-  const int cqe = std::min<int>(static_cast<int>(shared.nqps * (send_depth + recv_depth)), dev.attr().max_cqe);
-  c->cq_.reset(ibv_create_cq(dev.context(), cqe, nullptr, dev.channel(), 0));
-  if (!c->cq_) return system_error("ib: creating a CQ of " + std::to_string(cqe) + " entries on " + dev.where(), errno);
-  for (uint32_t i = 0; i < shared.nqps; ++i) {
-    uint32_t inline_bytes = 0;
-    ASSIGN_OR_RETURN(QpPtr qp, create_rc_qp(dev, c->cq_.get(), send_depth, recv_depth, 256, &inline_bytes));
-    c->max_inline_ = i == 0 ? inline_bytes : std::min(c->max_inline_, inline_bytes);
-    c->self_qps_.push_back(QpAddress{qp->qp_num, random_psn()});
-    c->qps_.push_back(std::move(qp));
-  }
-  c->sq_used_.assign(shared.nqps, 0);
-  ASSIGN_OR_RETURN(c->cts_ring_, RegisteredBuffer::make(dev, kCtsEntries * kCtsEntryBytes));
-  ASSIGN_OR_RETURN(c->cts_staging_, RegisteredBuffer::make(dev, kCtsEntries * kCtsEntryBytes));
-  ASSIGN_OR_RETURN(c->eager_ring_, RegisteredBuffer::make(dev, size_t{kEagerSlots} * kEagerSlotBytes));
-  ASSIGN_OR_RETURN(c->eager_staging_, RegisteredBuffer::make(dev, size_t{kEagerSlots} * kEagerSlotBytes));
-  return c;
-}
-
-ConnectionCard IbConnection::card() const {
-  const PortChoice& port = shared_.device->port();
-  ConnectionCard c;
-  c.nqps = static_cast<uint16_t>(qps_.size());
-  c.lid = port.lid;
-  c.mtu_bytes = static_cast<uint32_t>(port.mtu_bytes);
-  if (port.ethernet || port.gid_index != 0) c.gid = port.gid;
-  c.cts_addr = reinterpret_cast<uint64_t>(cts_ring_.data());
-  c.cts_rkey = cts_ring_.rkey();
-  c.cts_entries = kCtsEntries;
-  c.eager_addr = reinterpret_cast<uint64_t>(eager_ring_.data());
-  c.eager_rkey = eager_ring_.rkey();
-  c.eager_slots = kEagerSlots;
-  c.eager_slot_bytes = kEagerSlotBytes;
-  for (size_t i = 0; i < self_qps_.size(); ++i) c.qps[i] = self_qps_[i];
-  return c;
-}
-
-Status IbConnection::start(const ConnectionCard& peer, tcp::UniqueFd socket, std::string peer_address) {
-  peer_ = peer;
-  peer_address_ = std::move(peer_address);
-  socket_ = std::move(socket);
-  const uint32_t mtu = std::min<uint32_t>(peer.mtu_bytes, static_cast<uint32_t>(shared_.device->port().mtu_bytes));
-  for (size_t i = 0; i < qps_.size(); ++i) {
-    RETURN_IF_ERROR(connect_qp(qps_[i].get(), *shared_.device, self_qps_[i], peer.qps[i], peer, mtu, shared_.qp));
-    const uint32_t depth = std::min<uint32_t>(kRecvDepth, static_cast<uint32_t>(shared_.device->attr().max_qp_wr));
-    for (uint32_t k = 0; k < depth; ++k) RETURN_IF_ERROR(post_recv_wr(static_cast<uint32_t>(i)));
-  }
-  started_ = true;
-  return Status::ok();
-}
 
 Status IbConnection::post_recv_wr(uint32_t qp) {
   ibv_recv_wr wr{};
@@ -104,7 +33,7 @@ Status IbConnection::post_recv_wr(uint32_t qp) {
 }
 
 Status IbConnection::post_write(uint32_t qp, uint64_t id, const void* local, uint64_t bytes, uint32_t lkey,
-                                uint64_t remote, uint32_t rkey, bool with_imm, uint32_t imm, bool inline_ok) {
+                                uint64_t remote, uint32_t rkey, uint32_t imm, bool inline_ok) {
   ibv_sge sge{};
   sge.addr = reinterpret_cast<uint64_t>(local);
   sge.length = static_cast<uint32_t>(bytes);
@@ -114,7 +43,7 @@ Status IbConnection::post_write(uint32_t qp, uint64_t id, const void* local, uin
   wr.wr_id = id;
   wr.sg_list = bytes > 0 ? &sge : nullptr;
   wr.num_sge = bytes > 0 ? 1 : 0;
-  wr.opcode = with_imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;  // every write is announced (stripe_plan.h says why)
   wr.send_flags = IBV_SEND_SIGNALED;
   if (inline_ok && bytes > 0 && bytes <= max_inline_) wr.send_flags |= IBV_SEND_INLINE;
   wr.imm_data = htonl(imm);
@@ -176,7 +105,7 @@ Status IbConnection::advertise(RecvLedger::Receive& r) {
   unsigned char* at = cts_staging_.data() + slot * kCtsEntryBytes;
   encode(e, at);
   RETURN_IF_ERROR(post_write(qp, wr_id(WrKind::cts, r.seq), at, kCtsEntryBytes, cts_staging_.lkey(),
-                             peer_.cts_addr + slot * kCtsEntryBytes, peer_.cts_rkey, true,
+                             peer_.cts_addr + slot * kCtsEntryBytes, peer_.cts_rkey,
                              encode_imm(ImmKind::cts, 0, r.seq), true));
   recv_.advertised(r);
   return Status::ok();
@@ -190,7 +119,7 @@ Status IbConnection::start_send(Send& s) {
     const uint32_t qp = static_cast<uint32_t>(s.seq % nqps);
     if (sq_used_[qp] >= kSendDepth) return Status::ok();
     if (d.way == SendLedger::Way::too_large) {
-      RETURN_IF_ERROR(post_write(qp, wr_id(WrKind::send, s.seq), nullptr, 0, 0, 0, 0, true,
+      RETURN_IF_ERROR(post_write(qp, wr_id(WrKind::send, s.seq), nullptr, 0, 0, 0, 0,
                                  encode_imm(ImmKind::too_large, 0, s.seq), false));
     } else {
       const void* from = s.data;
@@ -203,7 +132,7 @@ Status IbConnection::start_send(Send& s) {
         lkey = eager_staging_.lkey();
       }
       RETURN_IF_ERROR(post_write(qp, wr_id(WrKind::send, s.seq), from, s.bytes, lkey,
-                                 peer_.eager_addr + uint64_t{d.eager_slot} * kEagerSlotBytes, peer_.eager_rkey, true,
+                                 peer_.eager_addr + uint64_t{d.eager_slot} * kEagerSlotBytes, peer_.eager_rkey,
                                  encode_imm(ImmKind::eager, d.eager_slot, s.seq), inline_it));
       s.eager_slot = static_cast<int>(d.eager_slot);
     }
@@ -232,7 +161,7 @@ Status IbConnection::start_send(Send& s) {
   const uint32_t imm = encode_imm(ImmKind::data, static_cast<uint32_t>(plan.pieces.size() - 1), s.seq);
   for (const Piece& p : plan.pieces) {
     RETURN_IF_ERROR(post_write(p.qp, wr_id(WrKind::send, s.seq), static_cast<const char*>(s.data) + p.offset, p.bytes,
-                               s.mr.lkey, d.cts.addr + p.offset, d.cts.rkey, true, imm, false));
+                               s.mr.lkey, d.cts.addr + p.offset, d.cts.rkey, imm, false));
   }
   s.wrs_left = static_cast<uint32_t>(plan.pieces.size());
   s.started = true;

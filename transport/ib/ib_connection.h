@@ -91,7 +91,7 @@ class IbConnection final : public Connection {
   Status start_send(Send& s);  // posts its writes if credits and queue room allow
   Status advertise(RecvLedger::Receive& r);
   Status post_write(uint32_t qp, uint64_t wr_id, const void* local, uint64_t bytes, uint32_t lkey,
-                    uint64_t remote, uint32_t rkey, bool with_imm, uint32_t imm, bool inline_ok);
+                    uint64_t remote, uint32_t rkey, uint32_t imm, bool inline_ok);
   Status post_recv_wr(uint32_t qp);
   void on_wc(const ibv_wc& wc);
   void deliver();
