@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/log.h"
 #include "transport/ib/stripe_plan.h"
 #include "transport/ib/wc_error.h"
 
@@ -281,21 +282,48 @@ Status IbConnection::arm() {
 
 void IbConnection::check_socket() {
   if (socket_.get() < 0 || !failure_.is_ok()) return;
-  char byte;
-  const ssize_t n = ::recv(socket_.get(), &byte, 1, MSG_DONTWAIT);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-  // What the peer finished before it went is still in the CQ: report it first.
-  poll_cq();
-  progress();
-  if (!failure_.is_ok()) return;
-  if (n == 0 || (n < 0 && (errno == ECONNRESET || errno == EPIPE))) {
-    fail(ErrorCode::peer_lost, "the peer closed its bootstrap connection: rank " + std::to_string(peer_rank_) +
-                                   " exited or was killed (its log says why), or closed this connection");
-  } else if (n < 0) {
-    fail(ErrorCode::peer_lost, "its bootstrap connection failed: " + std::string(std::strerror(errno)));
-  } else {
-    fail(ErrorCode::protocol, "unexpected bytes on its bootstrap connection (not a braid ib peer?)");
+  ssize_t n = 0;
+  while (bye_got_ < kByeBytes) {
+    n = ::recv(socket_.get(), bye_ + bye_got_, kByeBytes - bye_got_, MSG_DONTWAIT);
+    if (n <= 0) break;
+    bye_got_ += static_cast<size_t>(n);
   }
+  const int err = errno;
+  if (bye_got_ < kByeBytes && n < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR)) {
+    if (bye_got_ == 0 || bye_[0] == kByeByte) return;  // the rest of a goodbye is on its way
+  }
+  // What the peer finished before it went may still be on its way into the CQ: take it first
+  // (a short, bounded wait: completions of data already placed follow within microseconds).
+  const auto until = Clock::now() + std::chrono::milliseconds(2);
+  do {
+    poll_cq();
+    progress();
+  } while (failure_.is_ok() && Clock::now() < until);
+  if (!failure_.is_ok()) return;
+  if (bye_got_ > 0 && bye_[0] != kByeByte) {
+    fail(ErrorCode::protocol, "unexpected bytes on its bootstrap connection (not a braid ib peer?)");
+  } else if (bye_got_ == kByeBytes) {
+    uint64_t received = 0;
+    std::memcpy(&received, bye_ + 1, sizeof received);
+    peer_closed(received);
+  } else if (n == 0 || err == ECONNRESET || err == EPIPE) {
+    fail(ErrorCode::peer_lost, "the peer's bootstrap connection ended without a goodbye: rank " +
+                                   std::to_string(peer_rank_) + " exited or was killed (its log says why)");
+  } else {
+    fail(ErrorCode::peer_lost, "its bootstrap connection failed: " + std::string(std::strerror(err)));
+  }
+}
+
+void IbConnection::peer_closed(uint64_t received) {
+  while (!sends_.empty() && sends_.front().started && sends_.front().seq < received) {
+    Send& s = sends_.front();
+    release(s.mr, s.has_mr);
+    report(Completion{this, s.cookie, true, s.bytes, Status::ok()});
+    sends_.pop_front();
+  }
+  fail(ErrorCode::peer_lost, "rank " + std::to_string(peer_rank_) +
+                                 " closed this connection normally (its communicator was destroyed, or it exited) "
+                                 "with this operation outstanding");
 }
 
 std::string IbConnection::op_prefix(bool is_send) const {
@@ -311,6 +339,12 @@ void IbConnection::report(Completion c) {
 void IbConnection::fail(ErrorCode code, const std::string& cause) {
   if (!failure_.is_ok()) return;
   failure_ = Status(code, op_prefix(true) + cause);
+  // Said here, once: the runtime may be waiting on another peer when this one fails, and the
+  // peer sees only that this end closed.
+  if (code != ErrorCode::aborted) {
+    BRAID_LOG(warn) << "ib connection of rank " << self_rank_ << " to rank " << peer_rank_ << " at " << peer_address_
+                    << " via " << shared_.device->where() << " failed: " << cause;
+  }
   // The NIC must not touch a buffer after its operation was reported: the error state flushes
   // every posted work request.
   for (auto& qp : qps_) {
@@ -336,6 +370,14 @@ void IbConnection::fail(ErrorCode code, const std::string& cause) {
 }
 
 void IbConnection::close() {
+  if (socket_.get() >= 0 && failure_.is_ok() && started_) {
+    unsigned char bye[kByeBytes];
+    bye[0] = kByeByte;
+    const uint64_t received = recv_.completed();
+    std::memcpy(bye + 1, &received, sizeof received);
+    // Nothing else was ever written to this socket after setup: its buffer takes 9 bytes at once.
+    (void)::send(socket_.get(), bye, sizeof bye, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
   if (failure_.is_ok() && (started_ || !qps_.empty())) {
     fail(ErrorCode::aborted, "the connection was closed with this operation outstanding");
   }

@@ -100,6 +100,8 @@ class IbConnection final : public Connection {
   void fail(ErrorCode code, const std::string& cause);
   std::string op_prefix(bool is_send) const;
   void report(Completion c);
+  // The peer said goodbye having received `received` messages whole.
+  void peer_closed(uint64_t received);
   void release(Mr& mr, bool& has);
 
   IbShared shared_;
@@ -120,6 +122,8 @@ class IbConnection final : public Connection {
   Status failure_;
   bool started_ = false;
   bool reporting_ = true;
+  unsigned char bye_[kByeBytes] = {};  // the peer's goodbye, as it arrives
+  size_t bye_got_ = 0;
 };
 
 }  // namespace braid::transport::ib

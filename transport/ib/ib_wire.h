@@ -7,7 +7,11 @@
 // Setup, on the TCP socket that the authenticated handshake of transport/tcp/wire_format.h has
 // admitted (nsocks 1): each end sends its card (kCardBytes), reads the peer's, brings its QPs to
 // RTS, then sends one byte kReadyByte and waits for the peer's, so no write reaches a QP that is
-// not yet ready to receive. Afterwards the socket carries nothing: its EOF means the peer died.
+// not yet ready to receive. Afterwards the socket carries one message at most, the goodbye of an
+// end that closes the connection normally: kByeByte, then 8 bytes, the number of messages it
+// received whole. The peer completes the sends below that number (their data arrived; their
+// acknowledgements may come after the socket's EOF, or never once the QP is gone) and fails the
+// rest. EOF without a goodbye means the peer died: everything outstanding fails.
 //
 // Card:
 //   offset size field
@@ -59,6 +63,8 @@ constexpr uint16_t kCardVersion = 1;
 constexpr size_t kMaxQps = 64;  // BRAID_IB_QPS_PER_CONNECTION's range
 constexpr size_t kCardBytes = 72 + 8 * kMaxQps;
 constexpr unsigned char kReadyByte = 0x5a;
+constexpr unsigned char kByeByte = 0xb7;
+constexpr size_t kByeBytes = 9;
 
 constexpr uint32_t kCtsEntries = 256;  // also the most receives outstanding per connection
 constexpr size_t kCtsEntryBytes = 32;

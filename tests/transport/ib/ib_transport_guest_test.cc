@@ -6,6 +6,7 @@
 // Outside the guest it skips.
 #include <gtest/gtest.h>
 #include <linux/capability.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -237,7 +238,25 @@ TEST(IbTransportGuestErrors, PeerGoneMidReceiveIsNamedWithinTheBound) {
   const std::string& m = c.status.message();
   EXPECT_NE(m.find("ib receive on rank 1 from rank 0 at "), std::string::npos) << m;
   EXPECT_NE(m.find("via rxe1 port 1"), std::string::npos) << m;
-  EXPECT_NE(m.find("exited or was killed"), std::string::npos) << m;
+  EXPECT_NE(m.find("closed this connection normally"), std::string::npos) << m;
+}
+
+// A peer that dies says no goodbye: its liveness socket just ends (here shut down under the
+// connection, as the kernel does for a killed process). The receive fails naming that.
+TEST(IbTransportGuestErrors, PeerDeathWithoutGoodbyeIsNamedWithinTheBound) {
+  SKIP_OUTSIDE_GUEST();
+  Link l = Link::make(1);
+  ASSERT_TRUE(l.ok());
+  Bytes into(1 << 20);
+  ASSERT_TRUE(l.c1->post_recv(into.data(), into.size(), 1).is_ok());
+  auto* c0 = dynamic_cast<IbConnection*>(l.c0.get());
+  ASSERT_NE(c0, nullptr);
+  ASSERT_EQ(::shutdown(c0->socket_fd(), SHUT_RDWR), 0);
+  std::vector<Completion> got = drive(l, 1, std::chrono::seconds(30));
+  ASSERT_EQ(got.size(), 1u) << "no error within 30 s";
+  EXPECT_EQ(got[0].status.code(), ErrorCode::peer_lost) << got[0].status.message();
+  EXPECT_NE(got[0].status.message().find("ended without a goodbye: rank 0 exited or was killed"), std::string::npos)
+      << got[0].status.message();
 }
 
 TEST(IbTransportGuestErrors, BadHcaListsThePortsThatExist) {
