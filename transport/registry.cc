@@ -11,6 +11,9 @@
 #if BRAID_HAVE_SHM
 #include "transport/shm/shm_transport.h"
 #endif
+#if BRAID_HAVE_IB
+#include "transport/ib/ib_transport.h"
+#endif
 
 namespace braid::transport {
 
@@ -41,7 +44,12 @@ std::vector<TransportEntry> register_builtin_transports() {
   r.push_back({"tcp-poll", true, "", [](const TransportOptions& o) {
                  return tcp::TcpTransport::create(o, tcp::EngineKind::epoll);
                }});
-  r.push_back(unavailable("ib", "not implemented yet in this build"));
+#if BRAID_HAVE_IB
+  r.push_back({"ib", true, "", [](const TransportOptions& o) { return ib::IbTransport::create(o); }});
+#else
+  r.push_back(unavailable("ib", "braid was built without libibverbs (install libibverbs-dev, configure with "
+                                "-Dibverbs=enabled)"));
+#endif
 #if BRAID_HAVE_SHM
   // Ranks of one host only: connect() refuses an address of another host, naming both.
   r.push_back({"shm", true, "", [](const TransportOptions& o) { return shm::ShmTransport::create(o); }});

@@ -1,0 +1,305 @@
+// The credit bookkeeping (transport/ib/cts_ring.h) driven through a simulated pair of QPs: the
+// sender's and receiver's ledgers exchange CTS entries and messages as bytes written into each
+// other's rings and buffers, over nqps in-order lanes per direction, with every completion
+// processed at a random later time (so a CTS slot may be overwritten before its immediate is
+// read, as on a NIC). Each receive must get exactly its message, in order; a message larger
+// than its receive must be flagged, not written; an eager slot must never be overwritten before
+// it is copied out (the copied bytes would differ).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <deque>
+#include <random>
+#include <vector>
+
+#include "transport/ib/cts_ring.h"
+#include "transport/ib/stripe_plan.h"
+
+namespace braid::transport::ib {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+
+struct Write {
+  unsigned char* target = nullptr;  // where the payload lands
+  Bytes payload;
+  bool has_imm = false;
+  uint32_t imm = 0;
+  uint64_t send_seq = 0;  // forward writes: the message whose completion counts it
+};
+
+struct Cqe {
+  uint32_t imm = 0;
+  uint64_t bytes = 0;
+};
+
+class Pair {
+ public:
+  Pair(uint32_t nqps, uint64_t seed) : nqps_(nqps), rng_(seed), fwd_(nqps), back_(nqps) {}
+
+  // Runs until `total` messages have been received (or a step limit, which fails the test).
+  void run(size_t total) {
+    for (size_t step = 0; step < 50'000'000 && received_ < total; ++step) {
+      switch (rng_() % 8) {
+        case 0:
+          if (posted_recvs_ < total && recv_.outstanding() < kCtsEntries) post_recv();
+          break;
+        case 1:
+          if (messages_.size() < total && sent_unfinished() < 300) post_send();
+          break;
+        case 2: deliver(fwd_, receiver_cq_); break;
+        case 3: deliver(back_, sender_cq_); break;
+        case 4: process_receiver_cq(); break;
+        case 5: process_sender_cq(); break;
+        case 6: receiver_progress(); break;
+        default: sender_progress(); break;
+      }
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    ASSERT_EQ(received_, total) << "stalled: posted " << posted_recvs_ << " receives, " << messages_.size()
+                                << " messages, next to send " << send_.next_seq();
+  }
+
+  size_t eager_count() const { return eager_; }
+  size_t too_large_count() const { return too_large_; }
+
+ private:
+  struct Message {
+    Bytes data;
+    size_t capacity = 0;  // of the receive that will take it
+    uint32_t writes_left = 0;
+    int eager_slot = -1;
+    bool started = false;
+  };
+
+  size_t sent_unfinished() const { return messages_.size() - sends_done_; }
+
+  Bytes random_bytes(size_t n) {
+    Bytes b(n);
+    for (auto& x : b) x = static_cast<uint8_t>(rng_());
+    return b;
+  }
+
+  size_t random_size() {
+    switch (rng_() % 4) {
+      case 0: return rng_() % 3;                              // 0, 1, 2
+      case 1: return 1 + rng_() % kEagerSlotBytes;             // eager sizes
+      case 2: return kEagerSlotBytes + 1 + rng_() % 300'000;  // rendezvous, striped when large
+      default: return rng_() % 2000;
+    }
+  }
+
+  // Messages are made in order, each with its receive's capacity decided up front (5% too small).
+  Message& message(size_t seq) {
+    while (messages_.size() <= seq) {
+      Message m;
+      m.data = random_bytes(random_size());
+      m.capacity = m.data.size() + (rng_() % 3 == 0 ? rng_() % 100 : 0);
+      if (!m.data.empty() && rng_() % 20 == 0) m.capacity = m.data.size() - 1 - rng_() % m.data.size();
+      messages_.push_back(std::move(m));
+    }
+    return messages_[seq];
+  }
+
+  void post_recv() {
+    const size_t seq = posted_recvs_++;
+    buffers_.push_back(Bytes(message(seq).capacity + 1, 0xee));  // one guard byte past the capacity
+    Bytes& b = buffers_.back();
+    recv_.post(b.data(), message(seq).capacity, seq);
+  }
+
+  void post_send() { message(messages_.size()); }
+
+  void receiver_progress() {
+    while (RecvLedger::Receive* r = recv_.front_ready()) {
+      const Message& m = messages_[r->seq];
+      Bytes& buf = buffers_[r->seq];
+      const bool too_large = m.data.size() > m.capacity;
+      if (r->eager_slot >= 0) {
+        ASSERT_EQ(r->bytes, m.data.size());
+        if (!too_large) std::memcpy(buf.data(), eager_ring_.data() + size_t(r->eager_slot) * kEagerSlotBytes, r->bytes);
+      } else {
+        ASSERT_EQ(r->too_large, too_large) << "message " << r->seq;
+      }
+      if (!too_large) {
+        ASSERT_EQ(r->bytes, m.data.size()) << "message " << r->seq;
+        ASSERT_TRUE(std::equal(m.data.begin(), m.data.end(), buf.begin())) << "message " << r->seq;
+      }
+      ASSERT_EQ(buf[m.capacity], 0xee) << "receive " << r->seq << " was overrun";
+      too_large_ += too_large;
+      ++received_;
+      recv_.pop_front();
+    }
+    while (RecvLedger::Receive* r = recv_.next_to_advertise()) {
+      CtsEntry e{reinterpret_cast<uint64_t>(r->data), r->capacity, 0, static_cast<uint32_t>(r->seq),
+                 recv_.eager_consumed()};
+      Write w;
+      w.target = cts_ring_.data() + (r->seq % kCtsEntries) * kCtsEntryBytes;
+      w.payload.resize(kCtsEntryBytes);
+      encode(e, w.payload.data());
+      w.has_imm = true;
+      w.imm = encode_imm(ImmKind::cts, 0, r->seq);
+      back_[r->seq % nqps_].push_back(std::move(w));
+      recv_.advertised(*r);
+    }
+  }
+
+  void sender_progress() {
+    for (size_t seq = send_.next_seq(); seq < messages_.size(); seq = send_.next_seq()) {
+      Message& m = messages_[seq];
+      const SendLedger::Decision d = send_.decide(m.data.size(), true);
+      if (d.way == SendLedger::Way::wait) return;
+      m.started = true;
+      if (d.way == SendLedger::Way::eager) {
+        Write w;
+        w.target = eager_ring_.data() + size_t(d.eager_slot) * kEagerSlotBytes;
+        w.payload = m.data;
+        w.has_imm = true;
+        w.imm = encode_imm(ImmKind::eager, d.eager_slot, seq);
+        w.send_seq = seq;
+        m.eager_slot = static_cast<int>(d.eager_slot);
+        m.writes_left = 1;
+        fwd_[seq % nqps_].push_back(std::move(w));
+        ++eager_;
+      } else if (d.way == SendLedger::Way::too_large) {
+        ASSERT_GT(m.data.size(), m.capacity);
+        Write w;
+        w.has_imm = true;
+        w.imm = encode_imm(ImmKind::too_large, 0, seq);
+        w.send_seq = seq;
+        m.writes_left = 1;
+        fwd_[seq % nqps_].push_back(std::move(w));
+      } else {
+        ASSERT_EQ(d.cts.size, m.capacity);
+        const StripePlan plan = plan_stripes(seq, m.data.size(), nqps_, 64 * 1024, 100'000);
+        for (const Piece& p : plan.pieces) {
+          Write w;
+          w.target = reinterpret_cast<unsigned char*>(d.cts.addr) + p.offset;
+          w.payload.assign(m.data.begin() + static_cast<std::ptrdiff_t>(p.offset),
+                           m.data.begin() + static_cast<std::ptrdiff_t>(p.offset + p.bytes));
+          w.has_imm = true;
+          w.imm = encode_imm(ImmKind::data, static_cast<uint32_t>(plan.pieces.size() - 1), seq);
+          w.send_seq = seq;
+          fwd_[p.qp].push_back(std::move(w));
+        }
+        m.writes_left = static_cast<uint32_t>(plan.pieces.size());
+      }
+      send_.sent(d);
+    }
+  }
+
+  // One lane's oldest write lands; its immediate (if any) becomes a completion for later.
+  void deliver(std::vector<std::deque<Write>>& lanes, std::deque<Cqe>& cq) {
+    auto& lane = lanes[rng_() % lanes.size()];
+    if (lane.empty()) return;
+    Write w = std::move(lane.front());
+    lane.pop_front();
+    if (!w.payload.empty()) std::memcpy(w.target, w.payload.data(), w.payload.size());
+    if (&lanes == &fwd_) {
+      Message& m = messages_[w.send_seq];
+      if (--m.writes_left == 0) {
+        ++sends_done_;
+        if (m.eager_slot >= 0) send_.staging_free(static_cast<uint32_t>(m.eager_slot));
+      }
+    }
+    if (w.has_imm) cq.push_back(Cqe{w.imm, w.payload.size()});
+  }
+
+  void process_receiver_cq() {
+    if (receiver_cq_.empty()) return;
+    const Cqe c = receiver_cq_.front();
+    receiver_cq_.pop_front();
+    Status st = recv_.on_imm(decode_imm(c.imm), c.bytes);
+    ASSERT_TRUE(st.is_ok()) << st.message();
+  }
+
+  void process_sender_cq() {
+    if (sender_cq_.empty()) return;
+    const Cqe c = sender_cq_.front();
+    sender_cq_.pop_front();
+    const Imm imm = decode_imm(c.imm);
+    ASSERT_EQ(imm.kind, ImmKind::cts);
+    send_.on_cts(decode_cts(cts_ring_.data() + (imm.seq % kCtsEntries) * kCtsEntryBytes), imm.seq);
+  }
+
+  uint32_t nqps_;
+  std::mt19937_64 rng_;
+  std::vector<std::deque<Write>> fwd_, back_;
+  std::deque<Cqe> receiver_cq_, sender_cq_;
+  RecvLedger recv_;
+  SendLedger send_;
+  Bytes cts_ring_ = Bytes(kCtsEntries * kCtsEntryBytes);
+  Bytes eager_ring_ = Bytes(size_t{kEagerSlots} * kEagerSlotBytes);
+  std::deque<Message> messages_;
+  std::deque<Bytes> buffers_;
+  size_t posted_recvs_ = 0, received_ = 0, sends_done_ = 0, eager_ = 0, too_large_ = 0;
+};
+
+TEST(IbCredits, EveryMessageLandsInItsReceiveInOrder) {
+  for (uint32_t nqps : {1u, 4u}) {
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      SCOPED_TRACE(::testing::Message() << "nqps " << nqps << " seed " << seed);
+      Pair p(nqps, seed);
+      p.run(1500);
+      if (HasFatalFailure()) return;
+      EXPECT_GT(p.eager_count(), 0u);
+      EXPECT_GT(p.too_large_count(), 0u);
+    }
+  }
+}
+
+TEST(IbCredits, ReceiverRefusesImmediatesOutsideItsWindow) {
+  RecvLedger r;
+  std::vector<uint8_t> buf(16);
+  r.post(buf.data(), buf.size(), 0);
+  // A rendezvous write for a receive never advertised.
+  EXPECT_EQ(r.on_imm(Imm{ImmKind::data, 0, 0}, 4).code(), ErrorCode::protocol);
+  // An eager message in a slot outside the ring, or far ahead of the receives.
+  EXPECT_EQ(r.on_imm(Imm{ImmKind::eager, kEagerSlots, 0}, 4).code(), ErrorCode::protocol);
+  EXPECT_EQ(r.on_imm(Imm{ImmKind::eager, 0, 1 + kEagerSlots}, 4).code(), ErrorCode::protocol);
+  // The same eager message twice.
+  EXPECT_TRUE(r.on_imm(Imm{ImmKind::eager, 0, 0}, 4).is_ok());
+  EXPECT_EQ(r.on_imm(Imm{ImmKind::eager, 1, 0}, 4).code(), ErrorCode::protocol);
+}
+
+TEST(IbCredits, AdvertisingStopsAtTheRingsLength) {
+  RecvLedger r;
+  std::vector<uint8_t> buf(1);
+  for (uint32_t i = 0; i < kCtsEntries + 5; ++i) r.post(buf.data(), 1, i);
+  uint32_t advertised = 0;
+  while (RecvLedger::Receive* x = r.next_to_advertise()) {
+    r.advertised(*x);
+    ++advertised;
+  }
+  EXPECT_EQ(advertised, kCtsEntries);
+}
+
+TEST(IbCredits, SenderIgnoresStaleAndObsoleteEntries) {
+  SendLedger s;
+  CtsEntry e{0x1000, 100, 1, 0, 0};
+  s.on_cts(e, 1);  // the slot holds entry 0 but the immediate announced 1: stale
+  EXPECT_EQ(s.decide(5000 * 10, false).way, SendLedger::Way::wait);
+  s.on_cts(e, 0);
+  EXPECT_EQ(s.decide(50, false).way, SendLedger::Way::rendezvous);
+  EXPECT_EQ(s.decide(500, false).way, SendLedger::Way::too_large);
+  s.sent(s.decide(50, false));
+  s.on_cts(e, 0);  // message 0 is gone: obsolete
+  EXPECT_EQ(s.decide(50, false).way, SendLedger::Way::wait);
+}
+
+TEST(IbCredits, EagerCreditsRunOutUntilTheReceiverReportsConsumption) {
+  SendLedger s;
+  for (uint32_t i = 0; i < kEagerSlots; ++i) {
+    auto d = s.decide(10, true);
+    ASSERT_EQ(d.way, SendLedger::Way::eager);
+    s.sent(d);
+    s.staging_free(d.eager_slot);
+  }
+  EXPECT_EQ(s.decide(10, true).way, SendLedger::Way::wait);
+  // The CTS of the next receive reports 3 eager messages copied out.
+  s.on_cts(CtsEntry{0x1000, 10, 1, kEagerSlots, 3}, kEagerSlots);
+  EXPECT_EQ(s.decide(10, true).way, SendLedger::Way::eager);
+}
+
+}  // namespace
+}  // namespace braid::transport::ib

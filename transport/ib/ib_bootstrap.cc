@@ -1,0 +1,101 @@
+#include "transport/ib/ib_bootstrap.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include "common/log.h"
+#include "transport/tcp/host_identity.h"
+
+namespace braid::transport::ib {
+
+Result<std::string> Bootstrap::listen(const tcp::SocketAddress& bind_to, uint16_t port_lo, uint16_t port_hi) {
+  ASSIGN_OR_RETURN(listen_fd_, tcp::listen_on(bind_to, port_lo, port_hi));
+  tcp::SocketAddress bound;
+  bound.length = sizeof bound.storage;
+  if (getsockname(listen_fd_.get(), bound.get(), &bound.length) != 0) return system_error("getsockname", errno);
+  address_ = bound.to_string();
+  return address_;
+}
+
+Result<tcp::UniqueFd> Bootstrap::connect(const tcp::SocketAddress& to, const PeerIdentity& who, Deadline deadline) {
+  ASSIGN_OR_RETURN(tcp::UniqueFd fd, tcp::connect_with_retry(to, deadline));
+  const tcp::HostIdentity self = tcp::local_host_identity();
+  tcp::Handshake h;
+  h.nsocks = 1;
+  h.comm_id = who.comm_id;
+  h.from_rank = who.self_rank;
+  h.to_rank = who.peer_rank;
+  h.socket_index = 0;
+  h.boot_id = self.boot_id;
+  h.cpu_mask = self.cpus;
+  auto answered = tcp::connector_handshake(fd.get(), h, secret_, deadline);
+  if (!answered.is_ok()) {
+    const Status& st = answered.status();
+    if (st.code() == ErrorCode::unauthenticated) return Status(st.code(), st.message() + "; " + auth::secret_hint());
+    return st;
+  }
+  return fd;
+}
+
+Result<BootstrapSocket> Bootstrap::accept(const PeerIdentity& who, Deadline deadline) {
+  if (listen_fd_.get() < 0) return invalid_argument("accept() before listen()");
+  const tcp::AcceptorExpect expect{who.comm_id, who.self_rank, tcp::local_host_identity()};
+  for (;;) {
+    auto it = pending_.find(who.peer_rank);
+    if (it != pending_.end() && it->second.comm_id == who.comm_id) {
+      BootstrapSocket s = std::move(it->second.socket);
+      pending_.erase(it);
+      return s;
+    }
+    if (deadline.expired()) {
+      return timeout_error("rank " + std::to_string(who.self_rank) + " waited in accept() on " + address_ +
+                           " but rank " + std::to_string(who.peer_rank) + " never connected (did it start? can it " +
+                           "reach this address? BRAID_SOCKET_IFNAME)" +
+                           (last_refusal_.empty() ? "" : "; the last connection refused: " + last_refusal_));
+    }
+    RETURN_IF_ERROR(serve(expect, deadline));
+  }
+}
+
+// One pass: accepts what waits on the listener and advances every handshake without blocking
+// (a socket that sends nothing delays no one: tcp/handshake.h).
+Status Bootstrap::serve(const tcp::AcceptorExpect& expect, Deadline deadline) {
+  constexpr size_t kMaxHandshakes = 256;
+  std::vector<pollfd> fds{pollfd{listen_fd_.get(), POLLIN, 0}};
+  for (const auto& h : handshaking_) fds.push_back(pollfd{h.fd(), POLLIN, 0});
+  const int n = ::poll(fds.data(), fds.size(), deadline.remaining_ms(100));
+  if (n < 0 && errno != EINTR) return system_error("poll", errno);
+  if (n > 0 && (fds[0].revents & POLLIN) != 0) {
+    for (;;) {
+      tcp::UniqueFd fd(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+      if (fd.get() < 0) break;  // EAGAIN, or a transient failure the next pass retries
+      if (handshaking_.size() >= kMaxHandshakes) handshaking_.erase(handshaking_.begin());  // oldest gives way
+      std::string from = tcp::peer_name(fd.get());
+      handshaking_.emplace_back(std::move(fd), std::move(from), Deadline::after(tcp::kHandshakeTimeout));
+    }
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < handshaking_.size(); ++i) {
+    tcp::AcceptorHandshake& h = handshaking_[i];
+    auto step = h.advance(expect, secret_);
+    if (step == tcp::AcceptorHandshake::Step::more && h.deadline().expired()) step = h.expire();
+    if (step == tcp::AcceptorHandshake::Step::more) {
+      if (kept != i) handshaking_[kept] = std::move(h);
+      ++kept;
+      continue;
+    }
+    if (step == tcp::AcceptorHandshake::Step::refused) {
+      last_refusal_ = "from " + h.from() + ": " + h.why().message();
+      BRAID_LOG(warn) << "ib: rank " << expect.self_rank << " on " << address_ << " refused a connection "
+                      << last_refusal_;
+      continue;
+    }
+    pending_[h.hello().from_rank] = Pending{h.hello().comm_id, BootstrapSocket{h.take_fd(), h.from()}};
+  }
+  handshaking_.erase(handshaking_.begin() + static_cast<std::ptrdiff_t>(kept), handshaking_.end());
+  return Status::ok();
+}
+
+}  // namespace braid::transport::ib

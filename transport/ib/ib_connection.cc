@@ -1,0 +1,399 @@
+#include "transport/ib/ib_connection.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "transport/ib/stripe_plan.h"
+#include "transport/ib/wc_error.h"
+
+namespace braid::transport::ib {
+
+namespace {
+
+// wr_id: the kind in the top byte, then the message's seq (sends) or the QP index (receives).
+enum class WrKind : uint64_t { send = 1, cts = 2, recv = 3 };
+constexpr uint64_t wr_id(WrKind k, uint64_t v) { return (static_cast<uint64_t>(k) << 56) | (v & ((1ull << 56) - 1)); }
+WrKind wr_kind(uint64_t id) { return static_cast<WrKind>(id >> 56); }
+uint64_t wr_value(uint64_t id) { return id & ((1ull << 56) - 1); }
+
+}  // namespace
+
+Status IbConnection::post_recv_wr(uint32_t qp) {
+  ibv_recv_wr wr{};
+  ibv_recv_wr* bad = nullptr;
+  wr.wr_id = wr_id(WrKind::recv, qp);
+  wr.num_sge = 0;  // writes with immediate land where the sender says; the receive only counts
+  const int rc = ibv_post_recv(qps_[qp].get(), &wr, &bad);
+  if (rc != 0) return system_error(op_prefix(false) + "posting a receive work request", rc);
+  return Status::ok();
+}
+
+Status IbConnection::post_write(uint32_t qp, uint64_t id, const void* local, uint64_t bytes, uint32_t lkey,
+                                uint64_t remote, uint32_t rkey, uint32_t imm, bool inline_ok) {
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<uint64_t>(local);
+  sge.length = static_cast<uint32_t>(bytes);
+  sge.lkey = lkey;
+  ibv_send_wr wr{};
+  ibv_send_wr* bad = nullptr;
+  wr.wr_id = id;
+  wr.sg_list = bytes > 0 ? &sge : nullptr;
+  wr.num_sge = bytes > 0 ? 1 : 0;
+  wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;  // every write is announced (stripe_plan.h says why)
+  wr.send_flags = IBV_SEND_SIGNALED;
+  if (inline_ok && bytes > 0 && bytes <= max_inline_) wr.send_flags |= IBV_SEND_INLINE;
+  wr.imm_data = htonl(imm);
+  // A zero-byte write still names a region: the eager ring is one the peer surely registered.
+  wr.wr.rdma.remote_addr = bytes > 0 ? remote : peer_.eager_addr;
+  wr.wr.rdma.rkey = bytes > 0 ? rkey : peer_.eager_rkey;
+  const int rc = ibv_post_send(qps_[qp].get(), &wr, &bad);
+  if (rc != 0) return system_error(op_prefix(true) + "posting a write", rc);
+  ++sq_used_[qp];
+  return Status::ok();
+}
+
+Status IbConnection::post_send(const void* data, size_t bytes, uint64_t cookie) {
+  if (!failure_.is_ok()) {
+    report(Completion{this, cookie, true, 0, failure_});
+    return Status::ok();
+  }
+  Send s;
+  s.data = data;
+  s.bytes = bytes;
+  s.cookie = cookie;
+  s.seq = sends_.empty() ? send_ledger_.next_seq() : sends_.back().seq + 1;
+  sends_.push_back(s);
+  progress();
+  return Status::ok();
+}
+
+Status IbConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
+  if (!failure_.is_ok()) {
+    report(Completion{this, cookie, false, 0, failure_});
+    return Status::ok();
+  }
+  RecvLedger::Receive& r = recv_.post(data, capacity, cookie);
+  if (capacity > 0 && r.eager_slot < 0) {
+    Result<Mr> mr = shared_.memory->acquire(data, capacity);
+    if (!mr.is_ok()) {
+      // The receive stays posted (its message still takes it) and fails when it completes.
+      fail(mr.status().code(), "registering the " + std::to_string(capacity) + "-byte receive buffer: " +
+                                   mr.status().message());
+      return Status::ok();
+    }
+    recv_mrs_[r.seq] = mr.value();
+  }
+  progress();
+  return Status::ok();
+}
+
+Status IbConnection::advertise(RecvLedger::Receive& r) {
+  const uint32_t qp = static_cast<uint32_t>(r.seq % qps_.size());
+  if (sq_used_[qp] >= kSendDepth) return Status::ok();
+  const size_t slot = r.seq % kCtsEntries;
+  CtsEntry e;
+  auto mr = recv_mrs_.find(r.seq);
+  e.addr = reinterpret_cast<uint64_t>(r.data);
+  e.size = r.capacity;
+  e.rkey = mr == recv_mrs_.end() ? 0 : mr->second.rkey;
+  e.seq = static_cast<uint32_t>(r.seq);
+  e.eager_consumed = recv_.eager_consumed();
+  unsigned char* at = cts_staging_.data() + slot * kCtsEntryBytes;
+  encode(e, at);
+  RETURN_IF_ERROR(post_write(qp, wr_id(WrKind::cts, r.seq), at, kCtsEntryBytes, cts_staging_.lkey(),
+                             peer_.cts_addr + slot * kCtsEntryBytes, peer_.cts_rkey,
+                             encode_imm(ImmKind::cts, 0, r.seq), true));
+  recv_.advertised(r);
+  return Status::ok();
+}
+
+Status IbConnection::start_send(Send& s) {
+  const SendLedger::Decision d = send_ledger_.decide(s.bytes, true);
+  const uint32_t nqps = static_cast<uint32_t>(qps_.size());
+  if (d.way == SendLedger::Way::wait) return Status::ok();
+  if (d.way == SendLedger::Way::eager || d.way == SendLedger::Way::too_large) {
+    const uint32_t qp = static_cast<uint32_t>(s.seq % nqps);
+    if (sq_used_[qp] >= kSendDepth) return Status::ok();
+    if (d.way == SendLedger::Way::too_large) {
+      RETURN_IF_ERROR(post_write(qp, wr_id(WrKind::send, s.seq), nullptr, 0, 0, 0, 0,
+                                 encode_imm(ImmKind::too_large, 0, s.seq), false));
+    } else {
+      const void* from = s.data;
+      uint32_t lkey = 0;
+      const bool inline_it = s.bytes <= max_inline_;
+      if (!inline_it) {
+        unsigned char* staging = eager_staging_.data() + size_t{d.eager_slot} * kEagerSlotBytes;
+        std::memcpy(staging, s.data, s.bytes);
+        from = staging;
+        lkey = eager_staging_.lkey();
+      }
+      RETURN_IF_ERROR(post_write(qp, wr_id(WrKind::send, s.seq), from, s.bytes, lkey,
+                                 peer_.eager_addr + uint64_t{d.eager_slot} * kEagerSlotBytes, peer_.eager_rkey,
+                                 encode_imm(ImmKind::eager, d.eager_slot, s.seq), inline_it));
+      s.eager_slot = static_cast<int>(d.eager_slot);
+    }
+    s.wrs_left = 1;
+    s.started = true;
+    send_ledger_.sent(d);
+    return Status::ok();
+  }
+  const StripePlan plan = plan_stripes(s.seq, s.bytes, nqps, kMinStripeBytes, shared_.device->max_msg_bytes());
+  if (plan.pieces.size() > kMaxPieces) {
+    return invalid_argument("a " + std::to_string(s.bytes) + "-byte message needs more than " +
+                            std::to_string(kMaxPieces) + " writes of this port's largest message (" +
+                            std::to_string(shared_.device->max_msg_bytes()) + " bytes): send it in parts");
+  }
+  std::vector<uint32_t> need(nqps, 0);
+  for (const Piece& p : plan.pieces) ++need[p.qp];
+  for (uint32_t q = 0; q < nqps; ++q) {
+    if (sq_used_[q] + need[q] > kSendDepth) return Status::ok();
+  }
+  if (s.bytes > 0) {
+    Result<Mr> mr = shared_.memory->acquire(const_cast<void*>(s.data), s.bytes);
+    if (!mr.is_ok()) return mr.status().with_context("registering the " + std::to_string(s.bytes) + "-byte send buffer: ");
+    s.mr = mr.value();
+    s.has_mr = true;
+  }
+  const uint32_t imm = encode_imm(ImmKind::data, static_cast<uint32_t>(plan.pieces.size() - 1), s.seq);
+  for (const Piece& p : plan.pieces) {
+    RETURN_IF_ERROR(post_write(p.qp, wr_id(WrKind::send, s.seq), static_cast<const char*>(s.data) + p.offset, p.bytes,
+                               s.mr.lkey, d.cts.addr + p.offset, d.cts.rkey, imm, false));
+  }
+  s.wrs_left = static_cast<uint32_t>(plan.pieces.size());
+  s.started = true;
+  send_ledger_.sent(d);
+  return Status::ok();
+}
+
+void IbConnection::progress() {
+  if (!started_ || !failure_.is_ok()) return;
+  deliver();
+  while (RecvLedger::Receive* r = recv_.next_to_advertise()) {
+    Status st = advertise(*r);
+    if (!st.is_ok()) return fail(st.code(), st.message());
+    if (!r->advertised) break;  // the send queue is full: later
+  }
+  for (Send& s : sends_) {
+    if (s.started) continue;
+    Status st = start_send(s);
+    if (!st.is_ok()) return fail(st.code(), st.message());
+    if (!s.started) break;  // in order: the next waits for this one
+  }
+  deliver();
+}
+
+int IbConnection::poll_cq() {
+  if (!cq_) return 0;
+  ibv_wc wcs[32];
+  int total = 0;
+  for (;;) {
+    const int n = ibv_poll_cq(cq_.get(), 32, wcs);
+    if (n < 0) {
+      fail(ErrorCode::system, "ibv_poll_cq failed (the device is gone?)");
+      return total;
+    }
+    for (int i = 0; i < n; ++i) on_wc(wcs[i]);
+    total += n;
+    if (n < 32) return total;
+  }
+}
+
+void IbConnection::on_wc(const ibv_wc& wc) {
+  const WrKind kind = wr_kind(wc.wr_id);
+  uint32_t qp = 0;
+  while (qp < self_qps_.size() && self_qps_[qp].qpn != wc.qp_num) ++qp;
+  if (kind != WrKind::recv && qp < sq_used_.size() && sq_used_[qp] > 0) --sq_used_[qp];
+  if (wc.status != IBV_WC_SUCCESS) {
+    if (failure_.is_ok()) {
+      fail(wc_error_code(wc.status), describe_wc_failure(wc, kind == WrKind::recv ? "receiving" : "writing",
+                                                         shared_.qp));
+    }
+    return;
+  }
+  if (!failure_.is_ok()) return;
+  if (kind == WrKind::recv) {
+    Status st = post_recv_wr(qp);
+    const Imm imm = decode_imm(ntohl(wc.imm_data));
+    if (st.is_ok() && imm.kind == ImmKind::cts) {
+      send_ledger_.on_cts(decode_cts(cts_ring_.data() + (imm.seq % kCtsEntries) * kCtsEntryBytes), imm.seq);
+    } else if (st.is_ok()) {
+      st = recv_.on_imm(imm, wc.byte_len);
+    }
+    if (!st.is_ok()) fail(st.code(), "from the peer: " + st.message());
+    return;
+  }
+  if (kind == WrKind::send && !sends_.empty()) {
+    const uint64_t seq = wr_value(wc.wr_id);
+    if (seq < sends_.front().seq || seq - sends_.front().seq >= sends_.size()) return;
+    Send& s = sends_[seq - sends_.front().seq];
+    if (s.wrs_left > 0) --s.wrs_left;
+    if (s.wrs_left == 0 && s.eager_slot >= 0) send_ledger_.staging_free(static_cast<uint32_t>(s.eager_slot));
+  }
+}
+
+void IbConnection::release(Mr& mr, bool& has) {
+  if (has) shared_.memory->release(mr);
+  has = false;
+}
+
+void IbConnection::deliver() {
+  while (RecvLedger::Receive* r = recv_.front_ready()) {
+    Completion c{this, r->cookie, false, r->bytes, Status::ok()};
+    if (r->too_large) {
+      c.status = protocol_error(op_prefix(false) + "its message is larger than the " + std::to_string(r->capacity) +
+                                "-byte receive buffer (the ranks disagree on a size: a bug above the transport)");
+      c.bytes = 0;
+    } else if (r->eager_slot >= 0) {
+      if (r->bytes > r->capacity) {
+        c.status = protocol_error(op_prefix(false) + "its " + std::to_string(r->bytes) +
+                                  "-byte message is larger than the " + std::to_string(r->capacity) +
+                                  "-byte receive buffer (the ranks disagree on a size: a bug above the transport)");
+        c.bytes = 0;
+      } else if (r->bytes > 0) {
+        std::memcpy(r->data, eager_ring_.data() + size_t(r->eager_slot) * kEagerSlotBytes, r->bytes);
+      }
+    }
+    auto mr = recv_mrs_.find(r->seq);
+    if (mr != recv_mrs_.end()) {
+      shared_.memory->release(mr->second);
+      recv_mrs_.erase(mr);
+    }
+    recv_.pop_front();
+    report(std::move(c));
+  }
+  while (!sends_.empty() && sends_.front().started && sends_.front().wrs_left == 0) {
+    Send& s = sends_.front();
+    release(s.mr, s.has_mr);
+    report(Completion{this, s.cookie, true, s.bytes, Status::ok()});
+    sends_.pop_front();
+  }
+}
+
+Status IbConnection::arm() {
+  if (!cq_) return Status::ok();
+  if (ibv_req_notify_cq(cq_.get(), 0) != 0) return system_error(op_prefix(false) + "ibv_req_notify_cq", errno);
+  return Status::ok();
+}
+
+void IbConnection::check_socket() {
+  if (socket_.get() < 0 || !failure_.is_ok()) return;
+  ssize_t n = 0;
+  while (bye_got_ < kByeBytes) {
+    n = ::recv(socket_.get(), bye_ + bye_got_, kByeBytes - bye_got_, MSG_DONTWAIT);
+    if (n <= 0) break;
+    bye_got_ += static_cast<size_t>(n);
+  }
+  const int err = errno;
+  if (bye_got_ < kByeBytes && n < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR)) {
+    if (bye_got_ == 0 || bye_[0] == kByeByte) return;  // the rest of a goodbye is on its way
+  }
+  // What the peer finished before it went may still be on its way into the CQ: take it first
+  // (a short, bounded wait: completions of data already placed follow within microseconds).
+  const auto until = Clock::now() + std::chrono::milliseconds(2);
+  do {
+    poll_cq();
+    progress();
+  } while (failure_.is_ok() && Clock::now() < until);
+  if (!failure_.is_ok()) return;
+  if (bye_got_ > 0 && bye_[0] != kByeByte) {
+    fail(ErrorCode::protocol, "unexpected bytes on its bootstrap connection (not a braid ib peer?)");
+  } else if (bye_got_ == kByeBytes) {
+    uint64_t received = 0;
+    std::memcpy(&received, bye_ + 1, sizeof received);
+    peer_closed(received);
+  } else if (n == 0 || err == ECONNRESET || err == EPIPE) {
+    fail(ErrorCode::peer_lost, "the peer's bootstrap connection ended without a goodbye: rank " +
+                                   std::to_string(peer_rank_) + " exited or was killed (its log says why)");
+  } else {
+    fail(ErrorCode::peer_lost, "its bootstrap connection failed: " + std::string(std::strerror(err)));
+  }
+}
+
+void IbConnection::peer_closed(uint64_t received) {
+  while (!sends_.empty() && sends_.front().started && sends_.front().seq < received) {
+    Send& s = sends_.front();
+    release(s.mr, s.has_mr);
+    report(Completion{this, s.cookie, true, s.bytes, Status::ok()});
+    sends_.pop_front();
+  }
+  fail(ErrorCode::peer_lost, "rank " + std::to_string(peer_rank_) +
+                                 " closed this connection normally (its communicator was destroyed, or it exited) "
+                                 "with this operation outstanding");
+}
+
+std::string IbConnection::op_prefix(bool is_send) const {
+  return std::string("ib ") + (is_send ? "send from rank " : "receive on rank ") + std::to_string(self_rank_) +
+         (is_send ? " to rank " : " from rank ") + std::to_string(peer_rank_) + " at " + peer_address_ + " via " +
+         shared_.device->where() + ": ";
+}
+
+void IbConnection::report(Completion c) {
+  if (reporting_) shared_.ready->push_back(std::move(c));
+}
+
+void IbConnection::fail(ErrorCode code, const std::string& cause) {
+  if (!failure_.is_ok()) return;
+  failure_ = Status(code, op_prefix(true) + cause);
+  // Said here, once: the runtime may be waiting on another peer when this one fails, and the
+  // peer sees only that this end closed.
+  if (code != ErrorCode::aborted) {
+    BRAID_LOG(warn) << "ib connection of rank " << self_rank_ << " to rank " << peer_rank_ << " at " << peer_address_
+                    << " via " << shared_.device->where() << " failed: " << cause;
+  }
+  // The NIC must not touch a buffer after its operation was reported: the error state flushes
+  // every posted work request.
+  for (auto& qp : qps_) {
+    ibv_qp_attr a{};
+    a.qp_state = IBV_QPS_ERR;
+    (void)ibv_modify_qp(qp.get(), &a, IBV_QP_STATE);
+  }
+  for (Send& s : sends_) {
+    release(s.mr, s.has_mr);
+    report(Completion{this, s.cookie, true, 0, Status(code, op_prefix(true) + cause)});
+  }
+  sends_.clear();
+  while (!recv_.posted().empty()) {
+    const RecvLedger::Receive& r = recv_.posted().front();
+    report(Completion{this, r.cookie, false, 0, Status(code, op_prefix(false) + cause)});
+    recv_.posted().pop_front();
+  }
+  for (auto& [seq, mr] : recv_mrs_) shared_.memory->release(mr);
+  recv_mrs_.clear();
+  // The peer learns of it at once (its liveness socket reads EOF) rather than at its timeout.
+  if (socket_.get() >= 0 && shared_.unwatch) shared_.unwatch(socket_.get());
+  socket_.reset();
+}
+
+void IbConnection::close() {
+  if (socket_.get() >= 0 && failure_.is_ok() && started_) {
+    unsigned char bye[kByeBytes];
+    bye[0] = kByeByte;
+    const uint64_t received = recv_.completed();
+    std::memcpy(bye + 1, &received, sizeof received);
+    // Nothing else was ever written to this socket after setup: its buffer takes 9 bytes at once.
+    (void)::send(socket_.get(), bye, sizeof bye, MSG_DONTWAIT | MSG_NOSIGNAL);
+  }
+  if (failure_.is_ok() && (started_ || !qps_.empty())) {
+    fail(ErrorCode::aborted, "the connection was closed with this operation outstanding");
+  }
+  if (socket_.get() >= 0 && shared_.unwatch) shared_.unwatch(socket_.get());
+  socket_.reset();
+}
+
+std::string IbConnection::stall_hint() const {
+  if (!failure_.is_ok()) return failure_.message();
+  for (const Send& s : sends_) {
+    if (!s.started) {
+      return "ib: message " + std::to_string(s.seq) + " to rank " + std::to_string(peer_rank_) +
+             " waits for the peer to post its receive (no clear-to-send yet)";
+    }
+  }
+  return {};
+}
+
+}  // namespace braid::transport::ib

@@ -1,0 +1,129 @@
+// transport/ib/ib_connection.h - one peer over RC QPs: the data path of cts_ring.h on verbs.
+//
+// A connection owns nqps RC QPs on one CQ of its own (which reports to the transport's
+// completion channel), its rings (cts_ring.h: the CTS ring the peer writes into, the eager slots
+// the peer writes into, and the local staging copies they are written from), and the bootstrap
+// TCP socket, kept open only to learn of the peer's death (EOF).
+//
+// Every work request is signaled: a send completes when all its writes have, a receive when the
+// immediates of its message have all arrived (and, for an eager message, it was copied out).
+// Completions are reported in posting order per direction. A failure of any work request, or
+// the peer's death, fails every outstanding operation with a message naming the operation, the
+// peer and its address, the device and port, the verbs status and what to try, and moves the
+// QPs to the error state so that the NIC touches none of the caller's buffers afterwards.
+//
+// Thread: the transport's owner only (transport.h).
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/ib/cts_ring.h"
+#include "transport/ib/memory_registry.h"
+#include "transport/ib/verbs.h"
+#include "transport/tcp/socket_setup.h"
+#include "transport/transport.h"
+
+namespace braid::transport::ib {
+
+// What a connection borrows from its transport, which outlives it.
+struct IbShared {
+  Device* device = nullptr;
+  MemoryRegistry* memory = nullptr;
+  std::vector<Completion>* ready = nullptr;  // where completions go
+  QpSettings qp;
+  uint32_t nqps = 1;
+  std::function<void(class IbConnection*)> forget;  // called by the destructor
+  std::function<void(int fd)> unwatch;              // before the liveness socket closes
+};
+
+class IbConnection final : public Connection {
+ public:
+  static constexpr uint32_t kSendDepth = 512;
+  static constexpr uint32_t kRecvDepth = 1024;
+  static constexpr uint64_t kMinStripeBytes = 64 * 1024;
+
+  // Creates the QPs and rings; the card describes them for the peer.
+  static Result<std::unique_ptr<IbConnection>> create(const IbShared& shared, int self_rank, int peer_rank);
+  ~IbConnection() override;
+
+  ConnectionCard card() const;
+  // Connects the QPs to the peer's (its card), and takes the bootstrap socket, already past
+  // the ready exchange. `peer_address` is for messages.
+  Status start(const ConnectionCard& peer, tcp::UniqueFd socket, std::string peer_address);
+
+  Status post_send(const void* data, size_t bytes, uint64_t cookie) override;
+  Status post_recv(void* data, size_t capacity, uint64_t cookie) override;
+  void close() override;
+  int peer_rank() const override { return peer_rank_; }
+  const std::string& peer_address() const override { return peer_address_; }
+  std::string stall_hint() const override;
+
+  // For the transport's poll(): drains the CQ (returns how many completions it took), moves
+  // what credits allow, reports what finished; arm() asks for the next CQ event.
+  int poll_cq();
+  void progress();
+  Status arm();
+  // Reads the bootstrap socket after epoll said it is readable: EOF fails the connection.
+  void check_socket();
+  ibv_cq* cq() const { return cq_.get(); }
+  int socket_fd() const { return socket_.get(); }
+  bool failed() const { return !failure_.is_ok(); }
+
+ private:
+  struct Send {
+    const void* data = nullptr;
+    size_t bytes = 0;
+    uint64_t cookie = 0;
+    uint64_t seq = 0;
+    bool started = false;
+    uint32_t wrs_left = 0;
+    int eager_slot = -1;
+    Mr mr;
+    bool has_mr = false;
+  };
+
+  IbConnection(const IbShared& shared, int self_rank, int peer_rank);
+  Status start_send(Send& s);  // posts its writes if credits and queue room allow
+  Status advertise(RecvLedger::Receive& r);
+  Status post_write(uint32_t qp, uint64_t wr_id, const void* local, uint64_t bytes, uint32_t lkey,
+                    uint64_t remote, uint32_t rkey, uint32_t imm, bool inline_ok);
+  Status post_recv_wr(uint32_t qp);
+  void on_wc(const ibv_wc& wc);
+  void deliver();
+  // Fails the connection: every outstanding operation completes with `why` (made per operation
+  // by `message`), the QPs go to the error state.
+  void fail(ErrorCode code, const std::string& cause);
+  std::string op_prefix(bool is_send) const;
+  void report(Completion c);
+  // The peer said goodbye having received `received` messages whole.
+  void peer_closed(uint64_t received);
+  void release(Mr& mr, bool& has);
+
+  IbShared shared_;
+  int self_rank_, peer_rank_;
+  std::string peer_address_;
+  CqPtr cq_;
+  std::vector<QpPtr> qps_;
+  std::vector<QpAddress> self_qps_;
+  std::vector<uint32_t> sq_used_;
+  uint32_t max_inline_ = 0;
+  RegisteredBuffer cts_ring_, cts_staging_, eager_ring_, eager_staging_;
+  ConnectionCard peer_;
+  tcp::UniqueFd socket_;
+  RecvLedger recv_;
+  SendLedger send_ledger_;
+  std::deque<Send> sends_;  // posted, in order, not yet reported
+  std::map<uint64_t, Mr> recv_mrs_;  // by receive seq
+  Status failure_;
+  bool started_ = false;
+  bool reporting_ = true;
+  unsigned char bye_[kByeBytes] = {};  // the peer's goodbye, as it arrives
+  size_t bye_got_ = 0;
+};
+
+}  // namespace braid::transport::ib

@@ -1,0 +1,83 @@
+// transport/ib/ib_transport.h - the ib transport: RC QPs over InfiniBand or RoCE (libibverbs).
+//
+// create() picks the device, port and GID (port_choice.h; BRAID_IB_HCA, BRAID_IB_GID_INDEX),
+// opens the device and decides GPUDirect (gdr.h); it fails with the list of ports that exist
+// when none is usable, so that a caller can fall back to tcp. listen() opens a small TCP
+// listener (ib_bootstrap.h) on the interface tcp would use; the published address is that
+// listener's "host:port" followed by "/device:port" (the second part only for messages).
+// connect()/accept() authenticate the TCP socket, exchange connection cards (ib_wire.h), bring
+// the QPs to RTS and keep the socket as the liveness channel; all bounded by the deadline.
+//
+// poll() drains every connection's CQ and moves their credits; with nothing ready it spins for
+// BRAID_SPIN_US, then sleeps in epoll on the completion channel, an eventfd (wake()) and the
+// liveness sockets, so an idle transport burns no CPU. Connections must be destroyed before the
+// transport. Memory (memory_registry.h): post_* take plain host pointers; the registration
+// cache registers each buffer once and keeps it, so needs_registration is false;
+// register_memory pins a range (CUDA memory only with GPUDirect, through dma-buf) and
+// deregister_memory drops it (call it before freeing memory that ib transfers used).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/ib/gdr.h"
+#include "transport/ib/ib_bootstrap.h"
+#include "transport/ib/ib_connection.h"
+#include "transport/ib/port_choice.h"
+#include "transport/ib/memory_registry.h"
+#include "transport/ib/verbs.h"
+#include "transport/registry.h"
+#include "transport/transport.h"
+
+namespace braid::transport::ib {
+
+class IbTransport final : public Transport {
+ public:
+  static Result<std::unique_ptr<Transport>> create(const TransportOptions& options);
+  ~IbTransport() override;
+
+  const char* name() const override { return "ib"; }
+  std::string describe() const override;
+  Capabilities capabilities() const override;
+  Result<std::string> listen() override;
+  Result<std::unique_ptr<Connection>> connect(const std::string& address, const PeerIdentity& who,
+                                              Deadline deadline) override;
+  Result<std::unique_ptr<Connection>> accept(const PeerIdentity& who, Deadline deadline) override;
+  Result<MemoryRegion> register_memory(void* base, size_t bytes, MemoryKind kind) override;
+  void deregister_memory(const MemoryRegion& region) override;
+  Status poll(std::vector<Completion>& out, std::chrono::microseconds timeout) override;
+  void wake() override;
+
+  // The host registration cache's counts (tests: no registration per operation).
+  RegCache::Stats registration_stats() const { return memory_->host_stats(); }
+
+ private:
+  explicit IbTransport(const TransportOptions& options);
+  Status open(const TransportOptions& options);
+  // Cards, QPs to RTS, the ready byte: a connection on `socket` that was just authenticated.
+  Result<std::unique_ptr<Connection>> establish(const PeerIdentity& who, tcp::UniqueFd socket,
+                                                const std::string& peer_address, Deadline deadline);
+  int pass();  // one round over every connection: CQs drained, credits moved
+  Status sleep(std::chrono::microseconds timeout);
+  void check_sockets();
+  void forget(IbConnection* c);
+
+  Env env_;
+  std::string master_addr_, listen_host_;
+  std::string bootstrap_ip_, interface_name_;
+  PortChoice port_;
+  QpSettings qp_settings_;
+  GdrDecision gdr_;
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<MemoryRegistry> memory_;
+  Bootstrap bootstrap_;
+  std::string address_;
+  std::vector<IbConnection*> connections_;
+  std::vector<Completion> ready_;
+  tcp::UniqueFd epoll_fd_, wake_fd_;
+  Clock::time_point sockets_checked_{};
+};
+
+}  // namespace braid::transport::ib
