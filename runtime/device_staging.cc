@@ -7,6 +7,7 @@
 
 #include "collectives/validate.h"
 #include "common/log.h"
+#include "runtime/event_pool.h"
 #include "runtime/work_state.h"
 
 namespace braid {
@@ -45,9 +46,9 @@ class PinnedPool {
 
   // Buffers a copy on the GPU may still write (its operation ended first): they come back
   // once `event` is done, checked whenever a buffer is taken.
-  void give_later(DeviceApi* api, DeviceApi::Event event, std::vector<char*> buffers) {
+  void give_later(DeviceApi* api, int device, DeviceApi::Event event, std::vector<char*> buffers) {
     std::lock_guard<std::mutex> lock(mu_);
-    later_.push_back(Later{api, event, std::move(buffers)});
+    later_.push_back(Later{api, device, event, std::move(buffers)});
   }
 
   void give(char* p) {
@@ -63,7 +64,7 @@ class PinnedPool {
         ++i;
         continue;
       }
-      later_[i].api->destroy(later_[i].event);
+      EventPool::get().give(later_[i].api, later_[i].device, later_[i].event);
       for (char* p : later_[i].buffers) give_locked(p);
       later_.erase(later_.begin() + static_cast<std::ptrdiff_t>(i));
     }
@@ -95,6 +96,7 @@ class PinnedPool {
   std::vector<Entry> free_;
   struct Later {
     DeviceApi* api;
+    int device;
     DeviceApi::Event event;
     std::vector<char*> buffers;
   };
@@ -133,14 +135,14 @@ Result<std::unique_ptr<DeviceStaging>> DeviceStaging::stage(DeviceApi* api, Coll
     const char* lo = std::min<const char*>(send, recv);
     const char* hi = std::max<const char*>(send + x.send, recv + x.recv);
     ASSIGN_OR_RETURN(char* buf, st->take(static_cast<size_t>(hi - lo)));
-    RETURN_IF_ERROR(api->copy_to_host_async(buf + (send - lo), send, x.send, device, stream));
+    RETURN_IF_ERROR(api->copy_async(buf + (send - lo), send, x.send, DeviceApi::Copy::to_host, device, stream));
     args.send = buf + (send - lo);
     args.recv = buf + (recv - lo);
     st->out_host_ = buf + (recv - lo);
   } else {
     if (ps.on_device) {
       ASSIGN_OR_RETURN(char* buf, st->take(x.send));
-      RETURN_IF_ERROR(api->copy_to_host_async(buf, send, x.send, device, stream));
+      RETURN_IF_ERROR(api->copy_async(buf, send, x.send, DeviceApi::Copy::to_host, device, stream));
       args.send = buf;
     }
     if (pr.on_device) {  // every operation writes the whole of this rank's output
@@ -153,7 +155,13 @@ Result<std::unique_ptr<DeviceStaging>> DeviceStaging::stage(DeviceApi* api, Coll
     st->out_device_ = recv;
     st->out_bytes_ = x.recv;
   }
-  ASSIGN_OR_RETURN(st->input_, api->record(device, stream));
+  ASSIGN_OR_RETURN(st->input_, EventPool::get().take(api, device));
+  Status recorded = api->record(st->input_, device, stream);
+  if (!recorded.is_ok()) {
+    EventPool::get().give(api, device, st->input_);
+    st->input_ = nullptr;  // nothing recorded: the destructor has nothing to wait for
+    return recorded;
+  }
   return st;
 }
 
@@ -169,10 +177,10 @@ DeviceStaging::~DeviceStaging() {
   // An operation that failed before its input arrived: the copy may still write into a pinned
   // buffer, which goes back to the pool only once the GPU has passed the event.
   if (!input_ready()) {
-    pool().give_later(api_, input_, std::move(buffers));
+    pool().give_later(api_, device_, input_, std::move(buffers));
     return;
   }
-  if (input_ != nullptr) api_->destroy(input_);
+  EventPool::get().give(api_, device_, input_);
   for (char* p : buffers) pool().give(p);
 }
 
