@@ -110,8 +110,9 @@ PinnedPool& pool() {
 
 }  // namespace
 
-Result<std::unique_ptr<DeviceStaging>> DeviceStaging::stage(DeviceApi* api, CollectiveArgs& args, int rank, int size,
-                                                            void* stream) {
+Result<std::unique_ptr<DeviceStaging>> DeviceStaging::stage(
+    DeviceApi* api, CollectiveArgs& args, int rank, int size, void* stream,
+    const std::function<std::shared_ptr<StagingPool>()>& pool) {
   if (api == nullptr) return std::unique_ptr<DeviceStaging>();
   collectives::BufferExtents x = collectives::buffer_extents(args, rank, size);
   x.send *= dtype_size(args.dtype);  // bytes from here on
@@ -128,6 +129,10 @@ Result<std::unique_ptr<DeviceStaging>> DeviceStaging::stage(DeviceApi* api, Coll
   }
   const int device = ps.on_device ? ps.device : pr.device;
   std::unique_ptr<DeviceStaging> st(new DeviceStaging(api, device, stream));
+  if (pool && StagingPipeline::covers(args) && (x.send == 0 || ps.on_device) && (x.recv == 0 || pr.on_device)) {
+    ASSIGN_OR_RETURN(st->pipe_, StagingPipeline::make(api, pool(), args, rank, size, device, stream));
+    if (st->pipe_ != nullptr) return st;
+  }
   if (ps.on_device && pr.on_device && send < recv + x.recv && recv < send + x.send) {
     // In place, or one buffer inside the other (all_gather's own block, reduce_scatter's): one
     // pinned buffer for both. Only the input is copied in: every operation writes the whole of
@@ -171,7 +176,28 @@ Result<char*> DeviceStaging::take(size_t bytes) {
   return p;
 }
 
+Result<std::vector<DeviceStaging::Chunk>> DeviceStaging::chunks(std::shared_ptr<detail::WorkState> work) {
+  RETURN_IF_ERROR(pipe_->start(std::move(work)));
+  std::vector<Chunk> out(pipe_->chunks());
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].args = pipe_->chunk_args(i);
+    out[i].work = std::make_shared<detail::WorkState>();
+    out[i].staging.reset(new DeviceStaging(api_, device_, stream_));
+    out[i].staging->pipe_ = pipe_;
+    out[i].staging->chunk_ = i;
+    out[i].staging->work_ = out[i].work;
+  }
+  return out;
+}
+
 DeviceStaging::~DeviceStaging() {
+  if (pipe_ != nullptr) {
+    if (chunk_ != kWhole) {
+      pipe_->drop(chunk_, work_->done() ? work_->status()
+                                        : Status(ErrorCode::aborted, "the operation ended before this chunk ran"));
+    }
+    return;
+  }
   std::vector<char*> buffers;
   for (int i = 0; i < npinned_; ++i) buffers.push_back(pinned_[i]);
   // An operation that failed before its input arrived: the copy may still write into a pinned
@@ -191,6 +217,10 @@ Status DeviceStaging::hold_stream(std::shared_ptr<detail::WorkState> work, doubl
 }
 
 bool DeviceStaging::input_ready() {
+  if (pipe_ != nullptr) {
+    Result<bool> r = pipe_->input_ready(chunk_);
+    return !r.is_ok() || r.value();  // an error counts as ready: waiting reports it
+  }
   if (input_done_ || input_ == nullptr) return true;
   Result<bool> r = api_->done(input_);
   if (r.is_ok() && !r.value()) return false;
@@ -199,9 +229,9 @@ bool DeviceStaging::input_ready() {
 }
 
 Status DeviceStaging::wait_input(const Deadline& deadline, const std::function<bool()>& stop) {
-  if (input_done_ || input_ == nullptr) return Status::ok();
+  if (pipe_ == nullptr && (input_done_ || input_ == nullptr)) return Status::ok();
   for (int pass = 0;; ++pass) {
-    ASSIGN_OR_RETURN(bool done, api_->done(input_));
+    ASSIGN_OR_RETURN(bool done, pipe_ != nullptr ? pipe_->input_ready(chunk_) : api_->done(input_));
     if (done) {
       input_done_ = true;
       return Status::ok();
@@ -222,6 +252,7 @@ Status DeviceStaging::wait_input(const Deadline& deadline, const std::function<b
 }
 
 Status DeviceStaging::finish(const Deadline& deadline) {
+  if (pipe_ != nullptr) return pipe_->finish(chunk_, deadline);
   if (out_bytes_ == 0) return Status::ok();
   return api_->copy_to_device(out_device_, out_host_, out_bytes_, device_, deadline);
 }

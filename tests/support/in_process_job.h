@@ -29,6 +29,7 @@ struct JobSettings {
   double timeout_s = 20;       // BRAID_TIMEOUT_S
   double peer_timeout_s = 10;  // BRAID_PEER_TIMEOUT_S
   uint64_t comm_id = 0x11fe71e;
+  size_t cuda_staging_bytes = 0;  // BRAID_CUDA_STAGING_BYTES; 0: the default
 };
 
 class InProcessJob {
@@ -53,6 +54,7 @@ class InProcessJob {
     cfg.env.timeout_s = settings_.timeout_s;
     cfg.env.rendezvous_timeout_s = 20;
     cfg.env.peer_timeout_s = settings_.peer_timeout_s;
+    if (settings_.cuda_staging_bytes != 0) cfg.env.cuda_staging_bytes = settings_.cuda_staging_bytes;
     cfg.inproc_fabric = &fabric_;
     return Communicator::from_impl_(value_or_raise(CommunicatorImpl::create(std::move(cfg))));
   }
