@@ -248,6 +248,8 @@ Status StagingPipeline::finish(size_t i, const Deadline& deadline) {
     release_slot_locked(i, marked.is_ok() ? marked.value() : nullptr);
     EventPool::get().give(api_, device_, c.in);
     c.in = nullptr;
+    ++settled_;
+    end_if_failed_locked();
     pool_->pump_locked();
     return Status::ok();
   }
@@ -258,13 +260,14 @@ Status StagingPipeline::finish(size_t i, const Deadline& deadline) {
   release_slot_locked(i, freed);
   c.finished = true;
   ++finished_;
+  ++settled_;
   pool_->pump_locked();
   if (finished_ < nchunks_) return Status::ok();
 
   // The last chunk: the caller's buffer gets the result, after every chunk's copy (lane 1 runs
   // them in order; the fault hook puts the final copy on the other lane, unordered).
   void* lane = faults().skip_result_wait ? lane_in_ : lane_out_;
-  auto fail = [&](const Status& s) {
+  auto fail = [&](const Status& s) {  // every chunk is settled: this ends the operation
     fail_locked(s);
     return s;
   };
@@ -303,6 +306,7 @@ void StagingPipeline::drop(size_t i, const Status& why) {
       c.in = nullptr;
     }
     release_slot_locked(i, free_after);
+    ++settled_;
     fail_locked(!why.is_ok() ? why
                              : internal_error("chunk " + std::to_string(i) + " of " + std::to_string(nchunks_) +
                                               " ended without its result"));
@@ -310,13 +314,22 @@ void StagingPipeline::drop(size_t i, const Status& why) {
   pool_->pump_locked();
 }
 
+// The first failure is what the operation reports, once every chunk ran or was dropped: until
+// then the remaining chunks read the caller's input (the other ranks need this rank's part),
+// so the caller must not get the buffer back before.
 void StagingPipeline::fail_locked(const Status& why) {
+  if (!failed_) first_error_ = why;
   failed_ = true;
-  if (ended_ || work_ == nullptr) return;
+  end_if_failed_locked();
+}
+
+void StagingPipeline::end_if_failed_locked() {
+  if (!failed_ || ended_ || work_ == nullptr || settled_ < nchunks_) return;
   ended_ = true;
-  work_->complete(nchunks_ > 1 ? why.with_context("chunk of a staged operation (" + std::to_string(nchunks_) +
-                                                  " chunks; the device buffer is untouched): ")
-                               : why);
+  work_->complete(nchunks_ > 1 ? first_error_.with_context("one chunk of a staged operation of " +
+                                                           std::to_string(nchunks_) +
+                                                           " chunks (the device buffer is untouched): ")
+                               : first_error_);
 }
 
 StagingPipeline::~StagingPipeline() {
@@ -326,8 +339,9 @@ StagingPipeline::~StagingPipeline() {
   if (it != pool_->live_.end()) pool_->live_.erase(it);
   if (!ended_ && work_ != nullptr) {
     ended_ = true;
-    work_->complete(Status(ErrorCode::aborted, "a staged operation on GPU " + std::to_string(device_) +
-                                                   " ended before all its chunks ran"));
+    work_->complete(failed_ ? first_error_
+                            : Status(ErrorCode::aborted, "a staged operation on GPU " + std::to_string(device_) +
+                                                             " ended before all its chunks ran"));
   }
   if (scratch_ != nullptr) {
     DeviceApi::Event last = nullptr;

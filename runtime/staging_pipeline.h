@@ -18,7 +18,8 @@
 // Where results land: with one chunk, in the caller's buffer once the chunk succeeded; with
 // more, in a device scratch buffer, copied (device to device, on lane 1) into the caller's buffer
 // only after every chunk succeeded. A failure at any chunk leaves the caller's buffer untouched;
-// the remaining chunks still run (the other ranks run them too), their results discarded.
+// the remaining chunks still run (the other ranks need this rank's part), their results
+// discarded, and the operation reports the failure once they all ran.
 // Every rank must split the same way: BRAID_CUDA_STAGING_BYTES must be the same on every rank.
 // Threading: every entry point takes the pool's mutex; DeviceApi calls are made under it.
 #pragma once
@@ -128,6 +129,7 @@ class StagingPipeline {
   Status queue_results_locked(size_t i);
   void release_slot_locked(size_t i, DeviceApi::Event free_after);
   void fail_locked(const Status& why);
+  void end_if_failed_locked();
   StagingPool::Slot& slot(size_t i) const { return pool_->slots_[chunk_[i].number % StagingPool::kSlots]; }
 
   DeviceApi* api_ = nullptr;
@@ -143,7 +145,9 @@ class StagingPipeline {
   std::vector<Chunk> chunk_;
   size_t next_issue_ = 0;  // the first chunk whose input is not queued yet
   Status error_;  // the first failure of a copy this pipeline queued
-  size_t finished_ = 0;
+  size_t finished_ = 0;   // chunks whose result was copied
+  size_t settled_ = 0;    // chunks finished or dropped
+  Status first_error_;
   bool failed_ = false;
   bool ended_ = false;  // work_ completed
   std::shared_ptr<detail::WorkState> work_;

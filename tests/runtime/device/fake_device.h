@@ -17,6 +17,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <set>
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -127,6 +128,10 @@ class FakeDevice final : public DeviceApi {
       return Status(ErrorCode::internal, "fake device: copy to the device refused (test)");
     }
     if (kind != Copy::to_host) copies_back.fetch_add(1);
+    if (kind == Copy::on_device) {  // GPU memory to GPU memory: fast, no window worth modelling
+      on(stream).push([=] { std::memmove(dst, src, bytes); });
+      return Status::ok();
+    }
     const int delay = copy_delay_us.load();
     on(stream).push([=] {
       std::memset(dst, 0xA5, bytes);
@@ -152,11 +157,17 @@ class FakeDevice final : public DeviceApi {
     std::free(p);
   }
 
-  // An event counts its records; done() once the stream ran the latest, and a wait queued on a
-  // stream holds it until the record current at the time of the wait ran (CUDA's rule).
+  // An event numbers its records; done() once the stream ran the latest, and a wait queued on
+  // a stream holds it until the record current at the time of the wait ran (CUDA's rule), even
+  // when the event was recorded again on another stream since.
   struct FakeEvent {
-    std::atomic<uint64_t> recorded{0};
-    std::atomic<uint64_t> reached{0};
+    std::mutex mu;
+    uint64_t recorded = 0;
+    std::set<uint64_t> pending;
+    bool reached(uint64_t ticket) {
+      std::lock_guard<std::mutex> lock(mu);
+      return pending.count(ticket) == 0;
+    }
   };
   Result<Event> create_event(int) override {
     events_created.fetch_add(1);
@@ -169,20 +180,33 @@ class FakeDevice final : public DeviceApi {
   }
   Status record(Event e, int, void* stream) override {
     auto* ev = static_cast<FakeEvent*>(e);
-    const uint64_t ticket = ev->recorded.fetch_add(1) + 1;
-    on(stream).push([ev, ticket] { ev->reached.store(ticket); });
+    uint64_t ticket = 0;
+    {
+      std::lock_guard<std::mutex> lock(ev->mu);
+      ticket = ++ev->recorded;
+      ev->pending.insert(ticket);
+    }
+    on(stream).push([ev, ticket] {
+      std::lock_guard<std::mutex> lock(ev->mu);
+      ev->pending.erase(ticket);
+    });
     return Status::ok();
   }
   Result<bool> done(Event e) override {
     auto* ev = static_cast<FakeEvent*>(e);
-    return ev->reached.load() >= ev->recorded.load();
+    std::lock_guard<std::mutex> lock(ev->mu);
+    return ev->pending.count(ev->recorded) == 0;
   }
   Status wait_event(int, void* stream, Event e) override {
     auto* ev = static_cast<FakeEvent*>(e);
-    const uint64_t ticket = ev->recorded.load();
+    uint64_t ticket = 0;
+    {
+      std::lock_guard<std::mutex> lock(ev->mu);
+      ticket = ev->recorded;
+    }
     on(stream).push([ev, ticket] {
       // Bounded: a test that breaks the ordering must fail, not hang.
-      for (int i = 0; i < 300000 && ev->reached.load() < ticket; ++i) {
+      for (int i = 0; i < 300000 && !ev->reached(ticket); ++i) {
         std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
     });
