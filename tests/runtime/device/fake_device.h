@@ -23,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "runtime/device_api.h"
 
@@ -121,8 +122,10 @@ class FakeDevice final : public DeviceApi {
     std::free(p);
   }
 
-  // A copy on a stream first spoils its destination, then (after copy_delay_us) writes it: a
-  // reader that does not wait for the copy's event sees the spoiled bytes, not lucky ones.
+  // A copy on a stream reads its source when it starts, spoils its destination, and writes it
+  // only after copy_delay_us (to the host) or copy_back_delay_us (to the device): a reader that
+  // does not wait for the copy's event sees the spoiled bytes, and a writer that does not wait
+  // for a copy reading its buffer changes what the copy delivers only if it starts first.
   Status copy_async(void* dst, const void* src, size_t bytes, Copy kind, int, void* stream) override {
     if (kind == Copy::to_device && fail_to_device_at.load() > 0 && fail_to_device_at.fetch_sub(1) == 1) {
       return Status(ErrorCode::internal, "fake device: copy to the device refused (test)");
@@ -132,11 +135,12 @@ class FakeDevice final : public DeviceApi {
       on(stream).push([=] { std::memmove(dst, src, bytes); });
       return Status::ok();
     }
-    const int delay = copy_delay_us.load();
+    const int delay = kind == Copy::to_host ? copy_delay_us.load() : copy_back_delay_us.load();
     on(stream).push([=] {
+      std::vector<char> data(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
       std::memset(dst, 0xA5, bytes);
       if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
-      std::memcpy(dst, src, bytes);
+      std::memcpy(dst, data.data(), bytes);
     });
     return Status::ok();
   }
@@ -230,6 +234,7 @@ class FakeDevice final : public DeviceApi {
   std::atomic<size_t> pinned_bytes{0};
   std::atomic<size_t> pinned_bytes_peak{0};
   std::atomic<int> copy_delay_us{0};
+  std::atomic<int> copy_back_delay_us{0};
   std::atomic<int> fail_to_device_at{0};  // > 0: the n-th asynchronous copy to the device from now fails
 
  private:

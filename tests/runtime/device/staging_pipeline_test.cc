@@ -46,11 +46,13 @@ class StagingPipelineTest : public ::testing::Test {
   void SetUp() override {
     set_device_api_for_testing(&fake());
     fake().copy_delay_us = 100;
+    fake().copy_back_delay_us = 100;
     fake().pinned_bytes_peak = fake().pinned_bytes.load();
   }
   void TearDown() override {
     set_device_api_for_testing(nullptr);
     fake().copy_delay_us = 0;
+    fake().copy_back_delay_us = 0;
     fake().fail_to_device_at = 0;
     auto& f = staging_faults_for_testing();
     f.skip_input_wait = f.skip_slot_wait = f.early_result_copy = f.skip_result_wait = false;
@@ -142,7 +144,14 @@ TEST_P(EveryShape, ChunkedThroughTheBoundGivesTheHostResult) {
     Communicator comm = job.make(r);
     FakeStream stream;
     comm.set_stream(&stream);
-    for (int round = 0; round < 2; ++round) {  // the second reuses the slots and events
+    // Each round reuses the slots and events; the second and third slow one direction of copies
+    // as BrokenOrdering does, so what it sees there is the broken ordering, not the delays.
+    const int delays[3][2] = {{100, 100}, {300, 20}, {50, 1000}};
+    for (int round = 0; round < 3; ++round) {
+      if (r == 0) {  // the lanes are the fake's, shared by the ranks: any rank may set them
+        fake().copy_delay_us = delays[round][0];
+        fake().copy_back_delay_us = delays[round][1];
+      }
       Ran ran = run_shape(comm, stream, GetParam(), r, kRanks);
       EXPECT_EQ(ran.code, ErrorCode::ok) << "rank " << r << ": " << ran.message;
       EXPECT_TRUE(ran.right) << "rank " << r << " round " << round << ": " << name(GetParam()) << " result wrong";
@@ -243,7 +252,11 @@ class BrokenOrdering : public StagingPipelineTest, public ::testing::WithParamIn
 TEST_P(BrokenOrdering, IsCaught) {
   auto& f = staging_faults_for_testing();
   const auto [fault, shape] = GetParam();
-  fake().copy_delay_us = 300;
+  // The copies whose start the broken ordering races with are made slow, the others quick, so
+  // the race goes the wrong way every time rather than now and then.
+  const bool slow_back = fault == Fault::skip_slot_wait || fault == Fault::skip_result_wait;
+  fake().copy_delay_us = slow_back ? 50 : 300;
+  fake().copy_back_delay_us = slow_back ? 1000 : 20;
   (fault == Fault::skip_input_wait     ? f.skip_input_wait
    : fault == Fault::skip_slot_wait    ? f.skip_slot_wait
    : fault == Fault::early_result_copy ? f.early_result_copy
