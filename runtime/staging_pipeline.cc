@@ -46,6 +46,11 @@ bool settled(DeviceApi* api, DeviceApi::Event event) {
 }  // namespace
 
 StagingPool::~StagingPool() {
+  for (const Scratch& s : scratch_) {  // those still lent were leaked by their pipeline
+    if (std::find(scratch_free_.begin(), scratch_free_.end(), s.data) != scratch_free_.end()) {
+      s.api->free_device(s.data, s.device);
+    }
+  }
   for (Slot& s : slots_) {
     if (s.data == nullptr) continue;
     if (!settled(s.api, s.free_after)) continue;
@@ -53,6 +58,30 @@ StagingPool::~StagingPool() {
     EventPool::get().give(s.api, s.device, s.free_after);
   }
 }
+
+Result<char*> StagingPool::take_scratch_locked(DeviceApi* api, int device, size_t bytes) {
+  auto best = scratch_free_.end();
+  size_t best_bytes = 0;
+  for (auto it = scratch_free_.begin(); it != scratch_free_.end(); ++it) {
+    for (const Scratch& s : scratch_) {
+      if (s.data == *it && s.api == api && s.device == device && s.bytes >= bytes &&
+          (best == scratch_free_.end() || s.bytes < best_bytes)) {
+        best = it;
+        best_bytes = s.bytes;
+      }
+    }
+  }
+  if (best != scratch_free_.end()) {
+    char* data = *best;
+    scratch_free_.erase(best);
+    return data;
+  }
+  ASSIGN_OR_RETURN(void* data, api->alloc_device(bytes, device));
+  scratch_.push_back(Scratch{static_cast<char*>(data), bytes, api, device});
+  return static_cast<char*>(data);
+}
+
+void StagingPool::give_scratch_locked(char* data) { scratch_free_.push_back(data); }
 
 void StagingPool::pump_locked() {
   for (StagingPipeline* p : live_) {
@@ -116,11 +145,10 @@ Result<std::shared_ptr<StagingPipeline>> StagingPipeline::make(DeviceApi* api, s
 Status StagingPipeline::start(std::shared_ptr<detail::WorkState> work) {
   work_ = std::move(work);
   // Made before any chunk takes a number: a chunk that is numbered always runs or gives its turn up.
-  if (nchunks_ > 1) {
-    ASSIGN_OR_RETURN(void* scratch, api_->alloc_device(out_bytes_, device_));
-    scratch_ = static_cast<char*>(scratch);
-  }
   std::lock_guard<std::mutex> lock(pool_->mu_);
+  if (nchunks_ > 1) {
+    ASSIGN_OR_RETURN(scratch_, pool_->take_scratch_locked(api_, device_, out_bytes_));
+  }
   for (size_t k = 0; k < std::min(nchunks_, StagingPool::kSlots); ++k) {
     StagingPool::Slot& s = pool_->slots_[(pool_->next_chunk_ + k) % StagingPool::kSlots];
     if (s.data != nullptr) continue;
@@ -347,8 +375,8 @@ StagingPipeline::~StagingPipeline() {
     DeviceApi::Event last = nullptr;
     auto e = EventPool::get().take(api_, device_);
     if (e.is_ok() && api_->record(e.value(), device_, lane_out_).is_ok()) last = e.value();
-    if (last != nullptr && settled(api_, last)) {
-      api_->free_device(scratch_, device_);
+    if (last != nullptr && settled(api_, last)) {  // else a copy may still write it: leaked
+      pool_->give_scratch_locked(scratch_);
       EventPool::get().give(api_, device_, last);
     }
   }

@@ -80,8 +80,21 @@ class StagingPool {
   // Queues the copies that can go now, for every live pipeline; under mu_.
   void pump_locked();
 
+  // Device scratch buffers, kept for the communicator's life: cudaFree waits for the whole
+  // device, including a caller's stream that braid itself holds until an operation ends.
+  struct Scratch {
+    char* data;
+    size_t bytes;
+    DeviceApi* api;
+    int device;
+  };
+  Result<char*> take_scratch_locked(DeviceApi* api, int device, size_t bytes);
+  void give_scratch_locked(char* data);
+
   const size_t slot_bytes_;
   std::mutex mu_;
+  std::vector<Scratch> scratch_;       // every one made
+  std::vector<char*> scratch_free_;
   Slot slots_[kSlots];
   uint64_t next_chunk_ = 0;
   std::vector<StagingPipeline*> live_;  // every pipeline that may have copies to queue

@@ -158,9 +158,11 @@ TEST_P(EveryShape, ChunkedThroughTheBoundGivesTheHostResult) {
     }
     ASSERT_TRUE(stream.synchronize(kBound));
   });
-  // Many chunks, so results went through device scratch; pinned memory stayed at each
+  // Many chunks, so results went through device scratch, kept for reuse (a round may start
+  // before the last one's chunks are gone, so up to two per rank); pinned memory stayed at each
   // communicator's bound although each message is ~50x (all_gather's output ~150x) of it.
-  EXPECT_GE(fake().device_allocs.load() - scratch_before, 2 * kRanks);
+  EXPECT_GE(fake().device_allocs.load() - scratch_before, kRanks);
+  EXPECT_LE(fake().device_allocs.load() - scratch_before, 2 * kRanks);
   EXPECT_LE(fake().pinned_bytes_peak.load(), kRanks * kStaging);
 }
 
