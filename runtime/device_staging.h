@@ -11,7 +11,7 @@
 //                  device buffer before its Work completes.
 // So Work::wait() returning means the device buffer holds the result, and work queued on the
 // stream after the call sees it. A failed operation leaves the device buffer untouched.
-// all_reduce, broadcast and all_gather go further: they run chunk by chunk through the
+// all_reduce, reduce, broadcast and all_gather go further: they run chunk by chunk through the
 // communicator's bounded pinned slots, the copies overlapping the network (staging_pipeline.h);
 // such a staging is split into one staging per chunk (chunks()), each queued as an operation.
 // The other collectives copy whole buffers once in and once out, through pinned buffers kept

@@ -110,8 +110,9 @@ void StagingPool::pump_locked() {
 }
 
 bool StagingPipeline::covers(const CollectiveArgs& a) {
-  return (a.kind == Kind::all_reduce || a.kind == Kind::broadcast || a.kind == Kind::all_gather) && a.counts.empty() &&
-         a.count > 0;
+  return (a.kind == Kind::all_reduce || a.kind == Kind::reduce || a.kind == Kind::broadcast ||
+          a.kind == Kind::all_gather) &&
+         a.counts.empty() && a.count > 0;
 }
 
 Result<std::shared_ptr<StagingPipeline>> StagingPipeline::make(DeviceApi* api, std::shared_ptr<StagingPool> pool,
@@ -146,7 +147,7 @@ Status StagingPipeline::start(std::shared_ptr<detail::WorkState> work) {
   work_ = std::move(work);
   // Made before any chunk takes a number: a chunk that is numbered always runs or gives its turn up.
   std::lock_guard<std::mutex> lock(pool_->mu_);
-  if (nchunks_ > 1) {
+  if (nchunks_ > 1 && out_bytes_ > 0) {
     ASSIGN_OR_RETURN(scratch_, pool_->take_scratch_locked(api_, device_, out_bytes_));
   }
   for (size_t k = 0; k < std::min(nchunks_, StagingPool::kSlots); ++k) {
@@ -175,6 +176,10 @@ CollectiveArgs StagingPipeline::chunk_args(size_t i) const {
     case Kind::broadcast:
       a.send = args_.send != nullptr ? s : nullptr;
       a.recv = s;
+      break;
+    case Kind::reduce:  // in place on the slot; only the root has a result
+      a.send = s;
+      a.recv = args_.recv != nullptr ? s : nullptr;
       break;
     default:  // all_reduce, in place on the slot
       a.send = s;
@@ -222,6 +227,7 @@ Result<bool> StagingPipeline::input_ready(size_t i) {
 Status StagingPipeline::queue_results_locked(size_t i) {
   Chunk& c = chunk_[i];
   c.results_queued = true;  // from here the slot may be read on lane 1 (drop() orders after it)
+  if (out_bytes_ == 0) return Status::ok();  // reduce, not the root
   const size_t off = i * chunk_elems_;
   const size_t n = std::min(chunk_elems_, args_.count - off);
   char* dest = scratch_ != nullptr ? scratch_ : static_cast<char*>(args_.recv);

@@ -1,7 +1,7 @@
 // runtime/staging_pipeline.h - large collectives on CUDA buffers, pipelined through a bounded
 // set of pinned chunks.
 //
-// all_reduce, broadcast and all_gather on device buffers run as a sequence of ordinary host
+// all_reduce, reduce, broadcast and all_gather on device buffers run as a sequence of ordinary host
 // collectives, one per chunk, each on a pinned slot of the communicator's StagingPool. The
 // communicator queues the chunks one after another like any operations, so its progress engine
 // already overlaps them (the next starts once the previous posted everything). Around each chunk:

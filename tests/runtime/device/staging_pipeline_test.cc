@@ -80,9 +80,12 @@ void fill_later(FakeStream& s, float* p, size_t n, int r) {
   });
 }
 
-enum class Shape { all_reduce, broadcast, all_gather };
+enum class Shape { all_reduce, reduce, broadcast, all_gather };
 const char* name(Shape s) {
-  return s == Shape::all_reduce ? "all_reduce" : s == Shape::broadcast ? "broadcast" : "all_gather";
+  return s == Shape::all_reduce ? "all_reduce"
+         : s == Shape::reduce   ? "reduce"
+         : s == Shape::broadcast ? "broadcast"
+                                 : "all_gather";
 }
 
 // Runs `shape` on rank r's device buffers; returns the operation's outcome and, when it
@@ -115,7 +118,8 @@ Ran run_shape(Communicator& comm, FakeStream& stream, Shape shape, int r, int ra
   float* buf = device_floats(kCount);
   fill_later(stream, buf, kCount, r);
   Work w = shape == Shape::all_reduce ? comm.all_reduce_async(buf, kCount, DType::f32, Op::sum)
-                                      : comm.broadcast_async(buf, kCount, DType::f32, 1);
+            : shape == Shape::reduce   ? comm.reduce_async(buf, buf, kCount, DType::f32, Op::sum, 1)
+                                       : comm.broadcast_async(buf, kCount, DType::f32, 1);
   out.code = outcome(w);
   if (out.code != ErrorCode::ok) out.message = w.error_message();
   out.right = true;
@@ -123,6 +127,8 @@ Ran run_shape(Communicator& comm, FakeStream& stream, Shape shape, int r, int ra
     float want = 0;
     if (shape == Shape::broadcast) {
       want = pattern(1, i);
+    } else if (shape == Shape::reduce && r != 1) {
+      want = pattern(r, i);  // not the root: its buffer is not written at all
     } else {
       for (int q = 0; q < ranks; ++q) want += pattern(q, i);
     }
@@ -161,12 +167,13 @@ TEST_P(EveryShape, ChunkedThroughTheBoundGivesTheHostResult) {
   // Many chunks, so results went through device scratch, kept for reuse (a round may start
   // before the last one's chunks are gone, so up to two per rank); pinned memory stayed at each
   // communicator's bound although each message is ~50x (all_gather's output ~150x) of it.
-  EXPECT_GE(fake().device_allocs.load() - scratch_before, kRanks);
+  EXPECT_GE(fake().device_allocs.load() - scratch_before, GetParam() == Shape::reduce ? 1 : kRanks);
   EXPECT_LE(fake().device_allocs.load() - scratch_before, 2 * kRanks);
   EXPECT_LE(fake().pinned_bytes_peak.load(), kRanks * kStaging);
 }
 
-INSTANTIATE_TEST_SUITE_P(Staging, EveryShape, ::testing::Values(Shape::all_reduce, Shape::broadcast, Shape::all_gather),
+INSTANTIATE_TEST_SUITE_P(Staging, EveryShape,
+                         ::testing::Values(Shape::all_reduce, Shape::reduce, Shape::broadcast, Shape::all_gather),
                          [](const auto& info) { return std::string(name(info.param)); });
 
 // Operations queued back to back share the slots in order: none waits for a slot held by one
@@ -282,7 +289,7 @@ INSTANTIATE_TEST_SUITE_P(
     Staging, BrokenOrdering,
     ::testing::Combine(::testing::Values(Fault::skip_input_wait, Fault::skip_slot_wait, Fault::early_result_copy,
                                          Fault::skip_result_wait),
-                       ::testing::Values(Shape::all_reduce, Shape::broadcast, Shape::all_gather)),
+                       ::testing::Values(Shape::all_reduce, Shape::reduce, Shape::broadcast, Shape::all_gather)),
     [](const auto& info) {
       return std::string(name(std::get<0>(info.param))) + "_" + name(std::get<1>(info.param));
     });
