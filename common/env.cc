@@ -233,6 +233,10 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
     e.store_bind = v;
     if (e.store_bind.empty()) return invalid_argument("BRAID_STORE_BIND is set but empty: name an address, or unset it");
   }
+  if (const char* v = lookup("BRAID_CUDA_STAGING_BYTES")) {
+    ASSIGN_OR_RETURN(e.cuda_staging_bytes, parse_bytes("BRAID_CUDA_STAGING_BYTES", v));
+    if (e.cuda_staging_bytes == 0) e.cuda_staging_bytes = size_t{64} << 20;
+  }
   if (const char* v = lookup("BRAID_STORE_MAX_FRAME_BYTES")) {
     ASSIGN_OR_RETURN(e.store_max_frame_bytes,
                      parse_bytes("BRAID_STORE_MAX_FRAME_BYTES", v));

@@ -545,7 +545,10 @@ bool CommunicatorImpl::admit_locked(collectives::CollectiveArgs&& args, const st
 std::unique_ptr<DeviceStaging> CommunicatorImpl::stage_device(collectives::CollectiveArgs& args,
                                                               const std::shared_ptr<detail::WorkState>& work) {
   const auto what = [&] { return std::string(collectives::to_string(args.kind)) + " on rank " + std::to_string(cfg_.rank) + ": "; };
-  auto staged = DeviceStaging::stage(device_api(), args, cfg_.rank, cfg_.size, stream());
+  auto staged = DeviceStaging::stage(device_api(), args, cfg_.rank, cfg_.size, stream(), [this] {
+    std::call_once(staging_once_, [this] { staging_pool_ = std::make_shared<StagingPool>(cfg_.env.cuda_staging_bytes); });
+    return staging_pool_;
+  });
   if (!staged.is_ok()) raise_if_error(staged.status().with_context(what()));
   std::unique_ptr<DeviceStaging> device = std::move(staged).value();
   if (!device) return device;  // host buffers: the common case costs a pointer lookup or two
@@ -571,6 +574,7 @@ Work CommunicatorImpl::enqueue(collectives::CollectiveArgs args) {
   raise_if_error(collectives::validate_collective(args, cfg_.rank, cfg_.size));
   auto work = std::make_shared<detail::WorkState>();
   std::unique_ptr<DeviceStaging> device = stage_device(args, work);
+  if (device && device->pipelined()) return enqueue_chunks(std::move(device), work);
   bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -589,6 +593,7 @@ void CommunicatorImpl::run(collectives::CollectiveArgs args) {
   raise_if_error(collectives::validate_collective(args, cfg_.rank, cfg_.size));
   auto work = std::make_shared<detail::WorkState>();
   std::unique_ptr<DeviceStaging> device = stage_device(args, work);
+  if (device && device->pipelined()) return enqueue_chunks(std::move(device), work).wait();
   Pending op;
   bool here = false;
   {

@@ -155,6 +155,12 @@ class CommunicatorImpl {
                                               const std::shared_ptr<detail::WorkState>& work);
   // How an operation that ran without error ends: its result copied back to the GPU, if any.
   static Status finish_device(Pending& op, const Deadline& deadline, const std::string& what);
+  // A pipelined staging (device_chunks.cc): queues its chunks as operations, in order, and
+  // returns the Work that ends when all did. Throws nothing: a failure completes `work`.
+  Work enqueue_chunks(std::unique_ptr<DeviceStaging> staged, const std::shared_ptr<detail::WorkState>& work);
+  // The pinned slots device buffers are staged through (staging_pipeline.h), made at first use.
+  std::once_flag staging_once_;
+  std::shared_ptr<StagingPool> staging_pool_;
 
   void progress_main();
   // The progress thread's wait for something to do, under mu_ (`lock`). Returns once it may take

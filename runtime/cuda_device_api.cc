@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "runtime/device_api.h"
 
@@ -104,15 +105,39 @@ class CudaDeviceApi final : public DeviceApi {
 
   void free_pinned(void* p) override { cudaFreeHost(p); }
 
-  Status copy_to_host_async(void* dst, const void* src, size_t bytes, int device, void* stream) override {
+  Status copy_async(void* dst, const void* src, size_t bytes, Copy kind, int device, void* stream) override {
     DeviceScope scope(device);
-    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream));
-    return e == cudaSuccess ? Status::ok() : cuda_error("cudaMemcpyAsync (GPU " + std::to_string(device) + " to host)", e);
+    const cudaMemcpyKind k = kind == Copy::to_host     ? cudaMemcpyDeviceToHost
+                             : kind == Copy::to_device ? cudaMemcpyHostToDevice
+                                                       : cudaMemcpyDeviceToDevice;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, static_cast<cudaStream_t>(stream));
+    return e == cudaSuccess ? Status::ok() : cuda_error("cudaMemcpyAsync (GPU " + std::to_string(device) + ")", e);
+  }
+
+  Result<void*> own_stream(int device, int lane) override {
+    DeviceScope scope(device);
+    ASSIGN_OR_RETURN(cudaStream_t s, stream_of(device, lane));
+    return static_cast<void*>(s);
+  }
+
+  Result<void*> alloc_device(size_t bytes, int device) override {
+    DeviceScope scope(device);
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+      return cuda_error("cudaMalloc of " + std::to_string(bytes) + " bytes on GPU " + std::to_string(device), e);
+    }
+    return p;
+  }
+
+  void free_device(void* p, int device) override {
+    DeviceScope scope(device);
+    cudaFree(p);
   }
 
   Status copy_to_device(void* dst, const void* src, size_t bytes, int device, const Deadline& deadline) override {
     DeviceScope scope(device);
-    ASSIGN_OR_RETURN(cudaStream_t s, copy_stream(device));
+    ASSIGN_OR_RETURN(cudaStream_t s, stream_of(device, 1));
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s);
     if (e != cudaSuccess) return cuda_error("cudaMemcpyAsync (host to GPU " + std::to_string(device) + ")", e);
     for (int pass = 0;; ++pass) {
@@ -130,17 +155,20 @@ class CudaDeviceApi final : public DeviceApi {
     }
   }
 
-  Result<Event> record(int device, void* stream) override {
+  Result<Event> create_event(int device) override {
     DeviceScope scope(device);
     cudaEvent_t event = nullptr;
     cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
     if (e != cudaSuccess) return cuda_error("cudaEventCreateWithFlags", e);
-    e = cudaEventRecord(event, static_cast<cudaStream_t>(stream));
-    if (e != cudaSuccess) {
-      cudaEventDestroy(event);
-      return cuda_error("cudaEventRecord on the communicator's stream", e);
-    }
     return static_cast<Event>(event);
+  }
+
+  void destroy_event(Event event) override { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+
+  Status record(Event event, int device, void* stream) override {
+    DeviceScope scope(device);
+    cudaError_t e = cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream));
+    return e == cudaSuccess ? Status::ok() : cuda_error("cudaEventRecord on GPU " + std::to_string(device), e);
   }
 
   Result<bool> done(Event event) override {
@@ -150,7 +178,11 @@ class CudaDeviceApi final : public DeviceApi {
     return cuda_error("waiting for the GPU work queued before the operation", e);
   }
 
-  void destroy(Event event) override { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+  Status wait_event(int device, void* stream, Event event) override {
+    DeviceScope scope(device);
+    cudaError_t e = cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0);
+    return e == cudaSuccess ? Status::ok() : cuda_error("cudaStreamWaitEvent on GPU " + std::to_string(device), e);
+  }
 
   Status enqueue_host_function(int device, void* stream, std::function<void()> fn) override {
     DeviceScope scope(device);
@@ -164,21 +196,21 @@ class CudaDeviceApi final : public DeviceApi {
   }
 
  private:
-  // One stream of our own per GPU for results going back: it must not wait for the legacy
+  // Streams of our own per GPU and lane (device_api.h): they must not wait for the legacy
   // default stream, which the caller's stream may be (and which our host function holds).
-  Result<cudaStream_t> copy_stream(int device) {
+  Result<cudaStream_t> stream_of(int device, int lane) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = streams_.find(device);
+    auto it = streams_.find({device, lane});
     if (it != streams_.end()) return it->second;
     cudaStream_t s = nullptr;
     cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     if (e != cudaSuccess) return cuda_error("cudaStreamCreateWithFlags", e);
-    streams_[device] = s;
+    streams_[{device, lane}] = s;
     return s;
   }
 
   std::mutex mu_;
-  std::map<int, cudaStream_t> streams_;
+  std::map<std::pair<int, int>, cudaStream_t> streams_;
 };
 
 }  // namespace

@@ -36,17 +36,31 @@ class DeviceApi {
   virtual void free_pinned(void* p) = 0;
 
   // Queued on `stream` (a cudaStream_t; nullptr: the default stream), after what is queued there.
-  virtual Status copy_to_host_async(void* dst, const void* src, size_t bytes, int device, void* stream) = 0;
+  enum class Copy { to_host, to_device, on_device };
+  virtual Status copy_async(void* dst, const void* src, size_t bytes, Copy kind, int device, void* stream) = 0;
   // Copies host -> device on a stream of braid's own that waits for no other stream (the
   // caller's stream may be held back by a host wait for this very operation), and returns when
   // the copy is done or `deadline` passed.
   virtual Status copy_to_device(void* dst, const void* src, size_t bytes, int device, const Deadline& deadline) = 0;
+  // Streams of braid's own on `device` (lane 0: towards the host, 1: towards the device), created
+  // once and kept. They wait for no other stream, so a host function holding the caller's stream
+  // never holds them back.
+  virtual Result<void*> own_stream(int device, int lane) = 0;
 
-  // An event marking what is queued on `stream` now; done() says whether the GPU got there.
+  // Device memory for results that must not reach the caller's buffer before the whole
+  // operation succeeded (staging_pipeline.h).
+  virtual Result<void*> alloc_device(size_t bytes, int device) = 0;
+  virtual void free_device(void* p, int device) = 0;
+
+  // Events are made once and recorded many times (event_pool.h keeps them): record() marks what
+  // is queued on `stream` now; done() says whether the GPU got there; wait_event() makes the
+  // later work of `stream` wait for the event's latest record.
   using Event = void*;
-  virtual Result<Event> record(int device, void* stream) = 0;
+  virtual Result<Event> create_event(int device) = 0;
+  virtual void destroy_event(Event event) = 0;
+  virtual Status record(Event event, int device, void* stream) = 0;
   virtual Result<bool> done(Event event) = 0;
-  virtual void destroy(Event event) = 0;
+  virtual Status wait_event(int device, void* stream, Event event) = 0;
 
   // Queues `fn` on `stream`: the stream's later work starts only after fn returned. fn runs on a
   // thread of the driver's and must not call CUDA.

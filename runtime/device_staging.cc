@@ -7,6 +7,7 @@
 
 #include "collectives/validate.h"
 #include "common/log.h"
+#include "runtime/event_pool.h"
 #include "runtime/work_state.h"
 
 namespace braid {
@@ -45,9 +46,9 @@ class PinnedPool {
 
   // Buffers a copy on the GPU may still write (its operation ended first): they come back
   // once `event` is done, checked whenever a buffer is taken.
-  void give_later(DeviceApi* api, DeviceApi::Event event, std::vector<char*> buffers) {
+  void give_later(DeviceApi* api, int device, DeviceApi::Event event, std::vector<char*> buffers) {
     std::lock_guard<std::mutex> lock(mu_);
-    later_.push_back(Later{api, event, std::move(buffers)});
+    later_.push_back(Later{api, device, event, std::move(buffers)});
   }
 
   void give(char* p) {
@@ -63,7 +64,7 @@ class PinnedPool {
         ++i;
         continue;
       }
-      later_[i].api->destroy(later_[i].event);
+      EventPool::get().give(later_[i].api, later_[i].device, later_[i].event);
       for (char* p : later_[i].buffers) give_locked(p);
       later_.erase(later_.begin() + static_cast<std::ptrdiff_t>(i));
     }
@@ -95,6 +96,7 @@ class PinnedPool {
   std::vector<Entry> free_;
   struct Later {
     DeviceApi* api;
+    int device;
     DeviceApi::Event event;
     std::vector<char*> buffers;
   };
@@ -108,8 +110,9 @@ PinnedPool& pool() {
 
 }  // namespace
 
-Result<std::unique_ptr<DeviceStaging>> DeviceStaging::stage(DeviceApi* api, CollectiveArgs& args, int rank, int size,
-                                                            void* stream) {
+Result<std::unique_ptr<DeviceStaging>> DeviceStaging::stage(
+    DeviceApi* api, CollectiveArgs& args, int rank, int size, void* stream,
+    const std::function<std::shared_ptr<StagingPool>()>& pool) {
   if (api == nullptr) return std::unique_ptr<DeviceStaging>();
   collectives::BufferExtents x = collectives::buffer_extents(args, rank, size);
   x.send *= dtype_size(args.dtype);  // bytes from here on
@@ -126,6 +129,10 @@ Result<std::unique_ptr<DeviceStaging>> DeviceStaging::stage(DeviceApi* api, Coll
   }
   const int device = ps.on_device ? ps.device : pr.device;
   std::unique_ptr<DeviceStaging> st(new DeviceStaging(api, device, stream));
+  if (pool && StagingPipeline::covers(args) && (x.send == 0 || ps.on_device) && (x.recv == 0 || pr.on_device)) {
+    ASSIGN_OR_RETURN(st->pipe_, StagingPipeline::make(api, pool(), args, rank, size, device, stream));
+    if (st->pipe_ != nullptr) return st;
+  }
   if (ps.on_device && pr.on_device && send < recv + x.recv && recv < send + x.send) {
     // In place, or one buffer inside the other (all_gather's own block, reduce_scatter's): one
     // pinned buffer for both. Only the input is copied in: every operation writes the whole of
@@ -133,14 +140,14 @@ Result<std::unique_ptr<DeviceStaging>> DeviceStaging::stage(DeviceApi* api, Coll
     const char* lo = std::min<const char*>(send, recv);
     const char* hi = std::max<const char*>(send + x.send, recv + x.recv);
     ASSIGN_OR_RETURN(char* buf, st->take(static_cast<size_t>(hi - lo)));
-    RETURN_IF_ERROR(api->copy_to_host_async(buf + (send - lo), send, x.send, device, stream));
+    RETURN_IF_ERROR(api->copy_async(buf + (send - lo), send, x.send, DeviceApi::Copy::to_host, device, stream));
     args.send = buf + (send - lo);
     args.recv = buf + (recv - lo);
     st->out_host_ = buf + (recv - lo);
   } else {
     if (ps.on_device) {
       ASSIGN_OR_RETURN(char* buf, st->take(x.send));
-      RETURN_IF_ERROR(api->copy_to_host_async(buf, send, x.send, device, stream));
+      RETURN_IF_ERROR(api->copy_async(buf, send, x.send, DeviceApi::Copy::to_host, device, stream));
       args.send = buf;
     }
     if (pr.on_device) {  // every operation writes the whole of this rank's output
@@ -153,7 +160,13 @@ Result<std::unique_ptr<DeviceStaging>> DeviceStaging::stage(DeviceApi* api, Coll
     st->out_device_ = recv;
     st->out_bytes_ = x.recv;
   }
-  ASSIGN_OR_RETURN(st->input_, api->record(device, stream));
+  ASSIGN_OR_RETURN(st->input_, EventPool::get().take(api, device));
+  Status recorded = api->record(st->input_, device, stream);
+  if (!recorded.is_ok()) {
+    EventPool::get().give(api, device, st->input_);
+    st->input_ = nullptr;  // nothing recorded: the destructor has nothing to wait for
+    return recorded;
+  }
   return st;
 }
 
@@ -163,16 +176,37 @@ Result<char*> DeviceStaging::take(size_t bytes) {
   return p;
 }
 
+Result<std::vector<DeviceStaging::Chunk>> DeviceStaging::chunks(std::shared_ptr<detail::WorkState> work) {
+  RETURN_IF_ERROR(pipe_->start(std::move(work)));
+  std::vector<Chunk> out(pipe_->chunks());
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].args = pipe_->chunk_args(i);
+    out[i].work = std::make_shared<detail::WorkState>();
+    out[i].staging.reset(new DeviceStaging(api_, device_, stream_));
+    out[i].staging->pipe_ = pipe_;
+    out[i].staging->chunk_ = i;
+    out[i].staging->work_ = out[i].work;
+  }
+  return out;
+}
+
 DeviceStaging::~DeviceStaging() {
+  if (pipe_ != nullptr) {
+    if (chunk_ != kWhole) {
+      pipe_->drop(chunk_, work_->done() ? work_->status()
+                                        : Status(ErrorCode::aborted, "the operation ended before this chunk ran"));
+    }
+    return;
+  }
   std::vector<char*> buffers;
   for (int i = 0; i < npinned_; ++i) buffers.push_back(pinned_[i]);
   // An operation that failed before its input arrived: the copy may still write into a pinned
   // buffer, which goes back to the pool only once the GPU has passed the event.
   if (!input_ready()) {
-    pool().give_later(api_, input_, std::move(buffers));
+    pool().give_later(api_, device_, input_, std::move(buffers));
     return;
   }
-  if (input_ != nullptr) api_->destroy(input_);
+  EventPool::get().give(api_, device_, input_);
   for (char* p : buffers) pool().give(p);
 }
 
@@ -183,6 +217,10 @@ Status DeviceStaging::hold_stream(std::shared_ptr<detail::WorkState> work, doubl
 }
 
 bool DeviceStaging::input_ready() {
+  if (pipe_ != nullptr) {
+    Result<bool> r = pipe_->input_ready(chunk_);
+    return !r.is_ok() || r.value();  // an error counts as ready: waiting reports it
+  }
   if (input_done_ || input_ == nullptr) return true;
   Result<bool> r = api_->done(input_);
   if (r.is_ok() && !r.value()) return false;
@@ -191,9 +229,9 @@ bool DeviceStaging::input_ready() {
 }
 
 Status DeviceStaging::wait_input(const Deadline& deadline, const std::function<bool()>& stop) {
-  if (input_done_ || input_ == nullptr) return Status::ok();
+  if (pipe_ == nullptr && (input_done_ || input_ == nullptr)) return Status::ok();
   for (int pass = 0;; ++pass) {
-    ASSIGN_OR_RETURN(bool done, api_->done(input_));
+    ASSIGN_OR_RETURN(bool done, pipe_ != nullptr ? pipe_->input_ready(chunk_) : api_->done(input_));
     if (done) {
       input_done_ = true;
       return Status::ok();
@@ -214,6 +252,7 @@ Status DeviceStaging::wait_input(const Deadline& deadline, const std::function<b
 }
 
 Status DeviceStaging::finish(const Deadline& deadline) {
+  if (pipe_ != nullptr) return pipe_->finish(chunk_, deadline);
   if (out_bytes_ == 0) return Status::ok();
   return api_->copy_to_device(out_device_, out_host_, out_bytes_, device_, deadline);
 }

@@ -11,8 +11,11 @@
 //                  device buffer before its Work completes.
 // So Work::wait() returning means the device buffer holds the result, and work queued on the
 // stream after the call sees it. A failed operation leaves the device buffer untouched.
-// This first form reduces on the host and copies whole buffers once in and once out; chunks are
-// not yet pipelined against the network, and reductions do not yet run as CUDA kernels.
+// all_reduce, reduce, broadcast and all_gather go further: they run chunk by chunk through the
+// communicator's bounded pinned slots, the copies overlapping the network (staging_pipeline.h);
+// such a staging is split into one staging per chunk (chunks()), each queued as an operation.
+// The other collectives copy whole buffers once in and once out, through pinned buffers kept
+// for reuse outside that bound. Reductions run on the host, not yet as CUDA kernels.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +26,7 @@
 #include "common/deadline.h"
 #include "common/status.h"
 #include "runtime/device_api.h"
+#include "runtime/staging_pipeline.h"
 
 namespace braid {
 
@@ -35,8 +39,11 @@ class DeviceStaging {
   // When `args` reads or writes device memory: queues the input copy and the event on `stream`,
   // points args at pinned buffers and returns the staging; nullptr when no buffer is on a GPU
   // (or `api` is null). Fails when the buffers are on two different GPUs or CUDA refuses a call.
-  static Result<std::unique_ptr<DeviceStaging>> stage(DeviceApi* api, collectives::CollectiveArgs& args, int rank,
-                                                      int size, void* stream);
+  // `pool` (called only when a buffer is on a GPU) gives the communicator's pinned slots; without
+  // it nothing is pipelined.
+  static Result<std::unique_ptr<DeviceStaging>> stage(
+      DeviceApi* api, collectives::CollectiveArgs& args, int rank, int size, void* stream,
+      const std::function<std::shared_ptr<StagingPool>()>& pool = {});
   // Returns the pinned buffers once the input copy is surely done (bounded; leaks them rather
   // than free memory a copy may still write).
   ~DeviceStaging();
@@ -54,6 +61,17 @@ class DeviceStaging {
 
   int device() const { return device_; }
 
+  // Whether the operation runs as chunks: then chunks() replaces it (args are left as they were).
+  bool pipelined() const { return pipe_ != nullptr && chunk_ == kWhole; }
+  struct Chunk {
+    collectives::CollectiveArgs args;          // the chunk's host collective, on its pinned slot
+    std::unique_ptr<DeviceStaging> staging;    // its input, result and slot
+    std::shared_ptr<detail::WorkState> work;   // its own Work: `work` (below) ends when all did
+  };
+  // The chunks, in order; `work` (the caller's) completes after the last chunk's result reached
+  // the device buffer, or with the first failure. Call in the order operations are queued.
+  Result<std::vector<Chunk>> chunks(std::shared_ptr<detail::WorkState> work);
+
  private:
   DeviceStaging(DeviceApi* api, int device, void* stream) : api_(api), device_(device), stream_(stream) {}
   Result<char*> take(size_t bytes);
@@ -69,6 +87,11 @@ class DeviceStaging {
   void* out_device_ = nullptr;
   const char* out_host_ = nullptr;
   size_t out_bytes_ = 0;
+  // Pipelined: the operation's pipeline, and which chunk this is (kWhole: the operation itself).
+  static constexpr size_t kWhole = ~size_t{0};
+  std::shared_ptr<StagingPipeline> pipe_;
+  size_t chunk_ = kWhole;
+  std::shared_ptr<detail::WorkState> work_;
 };
 
 }  // namespace braid

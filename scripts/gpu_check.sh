@@ -2,7 +2,8 @@
 # scripts/gpu_check.sh - build braid's CUDA code and run it on this machine's NVIDIA GPU: the
 # device reduction kernels checked against the host ones (reduce_cuda_test), collectives on
 # device buffers ordered on CUDA streams (cuda_comm_test), then the kernels' throughput next to
-# a device-to-device copy (reduce_cuda_bench).
+# a device-to-device copy (reduce_cuda_bench), and 64 MiB / 1 GiB all_reduce on device buffers
+# next to the same on host buffers (cuda_staging_bench; docs/cuda.md: device >= 0.9x host).
 #
 #   scripts/gpu_check.sh [BUILD_DIR [extra meson setup arguments...]]
 #
@@ -38,7 +39,7 @@ else
 fi
 grep -q "BRAID_HAVE_CUDA 1" "$build/braid_config.h" || fail "meson did not find CUDA (cudart) in /usr/local/cuda" 2
 ninja -C "$build" tests/collectives/kernels/reduce_cuda_test tests/runtime/device/cuda_comm_test \
-  bench/collectives/reduce_cuda_bench || fail "build failed"
+  bench/collectives/reduce_cuda_bench tests/runtime/device/cuda_staging_bench || fail "build failed"
 
 # run_test NAME PATH WHAT: runs a GoogleTest program; a skip counts as a failure here.
 run_test() {
@@ -55,4 +56,7 @@ run_test cuda_comm_test "$build/tests/runtime/device/cuda_comm_test" "collective
 
 echo "gpu_check: reduce_cuda_bench (output bytes/s, CUDA events)"
 "$build/bench/collectives/reduce_cuda_bench" --benchmark_min_time=0.5 || fail "reduce_cuda_bench failed"
+echo "gpu_check: cuda_staging_bench (all_reduce busbw, device vs host buffers, 2 ranks, same run)"
+"$build/tests/runtime/device/cuda_staging_bench" 64 1024 | tee "$build/cuda_staging_bench.log" ||
+  fail "cuda_staging_bench failed"
 echo "gpu_check: all passed on: $gpus"

@@ -245,6 +245,31 @@ TEST_F(DeviceStagingTest, WhatCannotBeDoneIsRefusedAtTheCall) {
   });
 }
 
+// Events come from a pool: a training loop's thousands of operations make a handful, not one
+// (or several) each.
+TEST_F(DeviceStagingTest, EventsAreReusedAcrossOperations) {
+  constexpr int kRanks = 2;
+  constexpr int kOps = 200;
+  Job job(kRanks);
+  const int created_before = fake().events_created.load();
+  job.on_every_rank([&](int r) {
+    Communicator comm = job.make(r);
+    FakeStream stream;
+    comm.set_stream(&stream);
+    float* buf = device_floats(256);
+    for (int i = 0; i < kOps; ++i) {
+      std::fill(buf, buf + 256, 1.0f);
+      comm.all_reduce(buf, 256, DType::f32, Op::sum);
+      ASSERT_EQ(buf[255], 2.0f) << "operation " << i;
+      float* other = device_floats(8);
+      comm.broadcast(other, 8, DType::f32, 0);  // another kind, another path through staging
+    }
+    ASSERT_TRUE(stream.synchronize(kBound));
+  });
+  EXPECT_LE(fake().events_created.load() - created_before, 32)
+      << "events are made per operation instead of taken from the pool (" << 2 * kOps * kRanks << " operations)";
+}
+
 TEST(DeviceApi, WithoutCudaOrATestDeviceEveryBufferIsHostMemory) {
   set_device_api_for_testing(nullptr);
   collectives::CollectiveArgs a;

@@ -5,7 +5,9 @@
 // work: copies to the host, event records, host functions and the tests' own "kernels"
 // (functions that read or write device memory) all queue on it, so the ordering the runtime
 // relies on (input read after earlier kernels, later kernels held until the operation is done)
-// is really exercised. Copies back to the device happen at once, as on braid's own stream.
+// is really exercised. braid's own two streams (own_stream) are worker threads too, so copies
+// on them race with the runtime exactly as far as the events braid records allow; the blocking
+// copy_to_device of the whole-buffer path happens at once.
 #pragma once
 
 #include <atomic>
@@ -15,9 +17,13 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <set>
+#include <algorithm>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "runtime/device_api.h"
 
@@ -99,15 +105,43 @@ class FakeDevice final : public DeviceApi {
   Result<void*> alloc_pinned(size_t bytes) override {
     pinned_allocs.fetch_add(1);
     pinned_live.fetch_add(1);
-    return std::malloc(bytes);
+    void* p = std::malloc(bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    pinned_sizes_[p] = bytes;
+    pinned_bytes += bytes;
+    pinned_bytes_peak = std::max(pinned_bytes_peak.load(), pinned_bytes.load());
+    return p;
   }
   void free_pinned(void* p) override {
     pinned_live.fetch_sub(1);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pinned_bytes -= pinned_sizes_[p];
+      pinned_sizes_.erase(p);
+    }
     std::free(p);
   }
 
-  Status copy_to_host_async(void* dst, const void* src, size_t bytes, int, void* stream) override {
-    on(stream).push([=] { std::memcpy(dst, src, bytes); });
+  // A copy on a stream reads its source when it starts, spoils its destination, and writes it
+  // only after copy_delay_us (to the host) or copy_back_delay_us (to the device): a reader that
+  // does not wait for the copy's event sees the spoiled bytes, and a writer that does not wait
+  // for a copy reading its buffer changes what the copy delivers only if it starts first.
+  Status copy_async(void* dst, const void* src, size_t bytes, Copy kind, int, void* stream) override {
+    if (kind == Copy::to_device && fail_to_device_at.load() > 0 && fail_to_device_at.fetch_sub(1) == 1) {
+      return Status(ErrorCode::internal, "fake device: copy to the device refused (test)");
+    }
+    if (kind != Copy::to_host) copies_back.fetch_add(1);
+    if (kind == Copy::on_device) {  // GPU memory to GPU memory: fast, no window worth modelling
+      on(stream).push([=] { std::memmove(dst, src, bytes); });
+      return Status::ok();
+    }
+    const int delay = kind == Copy::to_host ? copy_delay_us.load() : copy_back_delay_us.load();
+    on(stream).push([=] {
+      std::vector<char> data(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
+      std::memset(dst, 0xA5, bytes);
+      if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
+      std::memcpy(dst, data.data(), bytes);
+    });
     return Status::ok();
   }
   Status copy_to_device(void* dst, const void* src, size_t bytes, int, const Deadline&) override {
@@ -115,23 +149,93 @@ class FakeDevice final : public DeviceApi {
     std::memcpy(dst, src, bytes);
     return Status::ok();
   }
+  Result<void*> own_stream(int, int lane) override { return static_cast<void*>(&own_[lane == 0 ? 0 : 1]); }
 
-  Result<Event> record(int, void* stream) override {
-    auto* flag = new std::atomic<bool>(false);
-    on(stream).push([flag] { flag->store(true); });
-    return static_cast<Event>(flag);
+  Result<void*> alloc_device(size_t bytes, int device) override {
+    device_allocs.fetch_add(1);
+    return alloc(bytes, device);
   }
-  Result<bool> done(Event e) override { return static_cast<std::atomic<bool>*>(e)->load(); }
-  void destroy(Event e) override { delete static_cast<std::atomic<bool>*>(e); }
+  void free_device(void* p, int) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks_.erase(static_cast<char*>(p));
+    std::free(p);
+  }
+
+  // An event numbers its records; done() once the stream ran the latest, and a wait queued on
+  // a stream holds it until the record current at the time of the wait ran (CUDA's rule), even
+  // when the event was recorded again on another stream since.
+  struct FakeEvent {
+    std::mutex mu;
+    uint64_t recorded = 0;
+    std::set<uint64_t> pending;
+    bool reached(uint64_t ticket) {
+      std::lock_guard<std::mutex> lock(mu);
+      return pending.count(ticket) == 0;
+    }
+  };
+  Result<Event> create_event(int) override {
+    events_created.fetch_add(1);
+    events_live.fetch_add(1);
+    return static_cast<Event>(new FakeEvent);
+  }
+  void destroy_event(Event e) override {
+    events_live.fetch_sub(1);
+    delete static_cast<FakeEvent*>(e);
+  }
+  Status record(Event e, int, void* stream) override {
+    auto* ev = static_cast<FakeEvent*>(e);
+    uint64_t ticket = 0;
+    {
+      std::lock_guard<std::mutex> lock(ev->mu);
+      ticket = ++ev->recorded;
+      ev->pending.insert(ticket);
+    }
+    on(stream).push([ev, ticket] {
+      std::lock_guard<std::mutex> lock(ev->mu);
+      ev->pending.erase(ticket);
+    });
+    return Status::ok();
+  }
+  Result<bool> done(Event e) override {
+    auto* ev = static_cast<FakeEvent*>(e);
+    std::lock_guard<std::mutex> lock(ev->mu);
+    return ev->pending.count(ev->recorded) == 0;
+  }
+  Status wait_event(int, void* stream, Event e) override {
+    auto* ev = static_cast<FakeEvent*>(e);
+    uint64_t ticket = 0;
+    {
+      std::lock_guard<std::mutex> lock(ev->mu);
+      ticket = ev->recorded;
+    }
+    on(stream).push([ev, ticket] {
+      // Bounded: a test that breaks the ordering must fail, not hang.
+      for (int i = 0; i < 300000 && !ev->reached(ticket); ++i) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    });
+    return Status::ok();
+  }
 
   Status enqueue_host_function(int, void* stream, std::function<void()> fn) override {
     on(stream).push(std::move(fn));
     return Status::ok();
   }
 
+  // Waits until braid's own streams ran what was queued so far.
+  bool sync_own(std::chrono::milliseconds bound) { return own_[0].synchronize(bound) && own_[1].synchronize(bound); }
+
   std::atomic<int> pinned_allocs{0};
   std::atomic<int> pinned_live{0};
   std::atomic<int> copies_back{0};
+  std::atomic<int> events_created{0};
+  std::atomic<int> events_live{0};
+  std::atomic<int> device_allocs{0};
+  std::atomic<size_t> pinned_bytes{0};
+  std::atomic<size_t> pinned_bytes_peak{0};
+  std::atomic<int> copy_delay_us{0};
+  std::atomic<int> copy_back_delay_us{0};
+  std::atomic<int> fail_to_device_at{0};  // > 0: the n-th asynchronous copy to the device from now fails
 
  private:
   struct Block {
@@ -142,7 +246,9 @@ class FakeDevice final : public DeviceApi {
 
   std::mutex mu_;
   std::map<char*, Block> blocks_;
+  std::map<void*, size_t> pinned_sizes_;
   FakeStream default_stream_;
+  FakeStream own_[2];
 };
 
 }  // namespace braid::testing
