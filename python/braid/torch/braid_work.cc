@@ -1,5 +1,7 @@
 // BraidWork and the ProcessGroup's machinery around it: issuing under the lock, coalescing,
 // and the completion thread that finishes Works, completes Futures and enforces the timeout.
+#include <Python.h>
+
 #include <ATen/core/ivalue.h>
 
 #include "process_group.h"
@@ -101,7 +103,12 @@ BraidProcessGroup::~BraidProcessGroup() {
     stopping_ = true;
   }
   queue_cv_.notify_all();
+  // The completion thread may drop the last reference to a tensor that has a Python object,
+  // which takes the GIL: joining it with the GIL held (torch destroys groups from Python) would
+  // wait forever.
+  PyThreadState* saved = Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
   completer_.join();
+  if (saved != nullptr) PyEval_RestoreThread(saved);
 }
 
 c10::intrusive_ptr<BraidWork> BraidProcessGroup::make_work(c10d::OpType type, const char* name,
