@@ -20,12 +20,13 @@ std::exception_ptr as_runtime_error(const std::string& op, int rank, const std::
 }  // namespace
 
 BraidWork::BraidWork(int rank, c10d::OpType type, std::string op_name, std::vector<at::Tensor> outputs,
-                     Clock::time_point deadline)
+                     Clock::time_point deadline, std::shared_ptr<CompletionQueue> queue)
     : c10d::Work(rank, type),
       op_name_(std::move(op_name)),
       outputs_(std::move(outputs)),
       deadline_(deadline),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+      queue_(std::move(queue)) {}
 
 void BraidWork::conclude(std::exception_ptr failure) {
   std::call_once(concluded_, [&] {
@@ -90,7 +91,14 @@ bool BraidWork::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
-c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture() { return future_; }
+c10::intrusive_ptr<c10::ivalue::Future> BraidWork::getFuture() {
+  if (!wants_future_.exchange(true)) {
+    // Under the lock, so the thread cannot miss it between its check and its sleep.
+    { std::lock_guard<std::mutex> lock(queue_->mu); }
+    queue_->cv.notify_one();
+  }
+  return future_;
+}
 
 BraidProcessGroup::BraidProcessGroup(braid::Communicator comm, std::chrono::milliseconds timeout)
     : c10d::ProcessGroup(comm.rank(), comm.size()), comm_(std::move(comm)), timeout_(timeout) {
@@ -99,10 +107,10 @@ BraidProcessGroup::BraidProcessGroup(braid::Communicator comm, std::chrono::mill
 
 BraidProcessGroup::~BraidProcessGroup() {
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    stopping_ = true;
+    std::lock_guard<std::mutex> lock(queue_->mu);
+    queue_->stopping = true;
   }
-  queue_cv_.notify_all();
+  queue_->cv.notify_all();
   // The completion thread may drop the last reference to a tensor that has a Python object,
   // which takes the GIL: joining it with the GIL held (torch destroys groups from Python) would
   // wait forever.
@@ -115,7 +123,7 @@ c10::intrusive_ptr<BraidWork> BraidProcessGroup::make_work(c10d::OpType type, co
                                                            std::vector<at::Tensor> outputs,
                                                            std::chrono::milliseconds op_timeout) {
   const auto bound = op_timeout == c10d::kUnsetTimeout ? timeout_ : op_timeout;
-  return c10::make_intrusive<BraidWork>(rank_, type, name, std::move(outputs), Clock::now() + bound);
+  return c10::make_intrusive<BraidWork>(rank_, type, name, std::move(outputs), Clock::now() + bound, queue_);
 }
 
 c10::intrusive_ptr<BraidWork> BraidProcessGroup::start(c10::intrusive_ptr<BraidWork> work, const Issue& issue) {
@@ -133,12 +141,23 @@ c10::intrusive_ptr<BraidWork> BraidProcessGroup::start(c10::intrusive_ptr<BraidW
       return work;
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(queue_mu_);
-    queue_.push_back(work);
-  }
-  queue_cv_.notify_one();
+  enqueue({work});
   return work;
+}
+
+void BraidProcessGroup::enqueue(std::vector<c10::intrusive_ptr<BraidWork>> works) {
+  std::vector<c10::intrusive_ptr<BraidWork>> ended;
+  {
+    std::lock_guard<std::mutex> lock(queue_->mu);
+    auto& q = queue_->works;
+    while (!q.empty() && q.front()->concluded()) {
+      ended.push_back(std::move(q.front()));
+      q.pop_front();
+    }
+    for (auto& w : works) q.push_back(std::move(w));
+  }
+  // `ended` goes out of scope here, outside the lock: the last reference to a tensor that has
+  // a Python object takes the GIL, and a thread holding the GIL may be waiting for the lock.
 }
 
 void BraidProcessGroup::startCoalescing() {
@@ -160,42 +179,56 @@ void BraidProcessGroup::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>
       throw;
     }
   }
-  std::lock_guard<std::mutex> lock(queue_mu_);
-  for (auto& w : held) queue_.push_back(w);
-  queue_cv_.notify_one();
+  enqueue(std::move(held));
 }
 
-// Works finish in issue order (braid runs a communicator's operations in order), so waiting
-// for the oldest is enough; a Work that misses its deadline aborts the communicator, which ends
-// every later one at once.
+// Works finish in issue order (braid runs a communicator's operations in order), so watching
+// the oldest is enough. One nobody awaits through a Future is left to its waiter: the thread
+// only wakes at its deadline (or a second from now, to notice new Works), so a blocking call
+// costs no thread wake-up. A Work past its deadline aborts the communicator, which ends every
+// later one at once.
 void BraidProcessGroup::complete_loop() {
+  CompletionQueue& q = *queue_;
+  std::unique_lock<std::mutex> lock(q.mu);
   for (;;) {
-    c10::intrusive_ptr<BraidWork> work;
-    {
-      std::unique_lock<std::mutex> lock(queue_mu_);
-      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, nothing left
-      work = queue_.front();
-      queue_.pop_front();
-    }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(work->deadline() - Clock::now());
-    bool done = false;
-    try {
-      done = work->braid_work().wait_for(std::max(left, std::chrono::milliseconds(0)));
-    } catch (const std::exception&) {
-      done = true;  // conclude() rethrows and records it
-    }
-    if (!done) {
-      const auto bound = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout_).count());
-      const std::string reason = work->op_name() + " did not finish within the process group's timeout (" + bound +
-                                 " s, init_process_group(timeout=...)) on rank " + std::to_string(rank_) +
-                                 "; a peer is slow, stuck or gone: check the other ranks";
-      comm_.abort(reason);
-      work->conclude(std::make_exception_ptr(std::runtime_error("braid backend: " + reason)));
+    if (q.works.empty()) {
+      if (q.stopping) return;
+      q.cv.wait_for(lock, std::chrono::seconds(1));
       continue;
     }
-    work->conclude(nullptr);
+    c10::intrusive_ptr<BraidWork> work = q.works.front();
+    const bool ended = work->concluded();
+    if (!ended && !work->wants_future() && !q.stopping && Clock::now() < work->deadline() &&
+        !work->braid_work().test()) {
+      q.cv.wait_until(lock, std::min(work->deadline(), Clock::now() + std::chrono::seconds(1)));
+      continue;
+    }
+    q.works.pop_front();
+    lock.unlock();
+    if (!ended) finish_one(*work);
+    work.reset();  // outside the lock: may take the GIL (see enqueue)
+    lock.lock();
   }
+}
+
+void BraidProcessGroup::finish_one(BraidWork& work) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(work.deadline() - Clock::now());
+  bool done = false;
+  try {
+    done = work.braid_work().wait_for(std::max(left, std::chrono::milliseconds(0)));
+  } catch (const std::exception&) {
+    done = true;  // conclude() rethrows and records it
+  }
+  if (done) {
+    work.conclude(nullptr);
+    return;
+  }
+  const auto bound = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout_).count());
+  const std::string reason = work.op_name() + " did not finish within the process group's timeout (" + bound +
+                             " s, init_process_group(timeout=...)) on rank " + std::to_string(rank_) +
+                             "; a peer is slow, stuck or gone: check the other ranks";
+  comm_.abort(reason);
+  work.conclude(std::make_exception_ptr(std::runtime_error("braid backend: " + reason)));
 }
 
 }  // namespace braid::torch_backend

@@ -19,6 +19,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -30,12 +31,24 @@
 
 namespace braid::torch_backend {
 
+class BraidWork;
+
+// The Works a group's completion thread watches, shared with the Works so that getFuture() can
+// wake it. Works whose result nobody awaits through a Future are only watched for their
+// deadline: the thread sleeps until then, and a blocking call costs it no wake-up.
+struct CompletionQueue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<c10::intrusive_ptr<BraidWork>> works;
+  bool stopping = false;
+};
+
 // One torch operation in flight. `outputs` are the tensors torch sees as the result (its
 // Future's value); `finish_steps` copy staged results into them once braid is done.
 class BraidWork : public c10d::Work {
  public:
   BraidWork(int rank, c10d::OpType type, std::string op_name, std::vector<at::Tensor> outputs,
-            std::chrono::steady_clock::time_point deadline);
+            std::chrono::steady_clock::time_point deadline, std::shared_ptr<CompletionQueue> queue);
 
   bool isCompleted() override;
   bool isSuccess() const override;
@@ -54,6 +67,8 @@ class BraidWork : public c10d::Work {
   // Ends the Work with braid's outcome (or `failure`); the first caller wins.
   void conclude(std::exception_ptr failure);
 
+  bool concluded() { return c10d::Work::isCompleted(); }
+  bool wants_future() const { return wants_future_.load(); }
   braid::Work& braid_work() { return braid_; }
   const std::string& op_name() const { return op_name_; }
   std::chrono::steady_clock::time_point deadline() const { return deadline_; }
@@ -66,6 +81,8 @@ class BraidWork : public c10d::Work {
   braid::Work braid_;
   std::chrono::steady_clock::time_point deadline_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::shared_ptr<CompletionQueue> queue_;
+  std::atomic<bool> wants_future_{false};
   std::once_flag concluded_;
 };
 
@@ -123,6 +140,10 @@ class BraidProcessGroup : public c10d::ProcessGroup {
   c10::intrusive_ptr<BraidWork> make_work(c10d::OpType type, const char* name, std::vector<at::Tensor> outputs,
                                           std::chrono::milliseconds op_timeout);
   void complete_loop();
+  // Waits for `work` (bounded by its deadline, aborting the communicator past it) and ends it.
+  void finish_one(BraidWork& work);
+  // Queues `work` for the completion thread, first dropping Works their waiters already ended.
+  void enqueue(std::vector<c10::intrusive_ptr<BraidWork>> works);
 
   braid::Communicator comm_;
   std::chrono::milliseconds timeout_;
@@ -130,10 +151,7 @@ class BraidProcessGroup : public c10d::ProcessGroup {
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<BraidWork>> coalesced_;
 
-  std::mutex queue_mu_;
-  std::condition_variable queue_cv_;
-  std::deque<c10::intrusive_ptr<BraidWork>> queue_;
-  bool stopping_ = false;
+  std::shared_ptr<CompletionQueue> queue_ = std::make_shared<CompletionQueue>();
   std::thread completer_;
 };
 
