@@ -14,6 +14,7 @@ packages=(
   zlib1g-dev dataset-fashion-mnist          # the DDP training example and its data
   libtorch-dev                              # the libtorch DDP adapter and its example (torch feature)
   python3-matplotlib                        # braid-plot (busbw and time against size)
+  python3-dev pybind11-dev python3-numpy python3-pytest  # import braid (python/) and its tests
 )
 if [ "${BRAID_SETUP_ANCHORS:-0}" = 1 ]; then   # the Gloo/Open MPI side-by-side benchmarks
   packages+=(libgloo-dev openmpi-bin libopenmpi-dev hwloc-nox)

@@ -10,3 +10,4 @@
 #include "braid/types.h"         // IWYU pragma: export
 #include "braid/work.h"          // IWYU pragma: export
 #include "braid/ddp.h"           // IWYU pragma: export
+#include "braid/version.h"       // IWYU pragma: export

@@ -2,9 +2,9 @@
 import os
 
 import pytest
-import torch
+torch = pytest.importorskip("torch")
 
-from conftest import HERE, assert_all_ok, free_port, run_ranks
+from torch_helpers import HERE, assert_all_ok, free_port, run_ranks
 
 WORKER = os.path.join(HERE, "ddp_worker.py")
 

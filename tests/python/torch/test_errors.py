@@ -1,7 +1,7 @@
 """Failures surface as RuntimeErrors that say what happened, never as hangs."""
 import os
 
-from conftest import HERE, free_port, run_ranks
+from torch_helpers import HERE, free_port, run_ranks
 
 WORKER = os.path.join(HERE, "error_worker.py")
 

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from conftest import HERE, PYTHON, RUN_TIMEOUT_S, assert_all_ok, child_env, finish, free_port, run_ranks
+from torch_helpers import HERE, PYTHON, RUN_TIMEOUT_S, assert_all_ok, child_env, finish, free_port, run_ranks
 
 WORKER = os.path.join(HERE, "ops_worker.py")
 
