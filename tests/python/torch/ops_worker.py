@@ -219,6 +219,12 @@ def run_p2p_and_more(c):
     c.same("async all_reduce", t, local_reduce(dist.ReduceOp.SUM, torch.float32, world))
     c.same("Work.is_completed", torch.tensor(work.is_completed()), torch.tensor(True))
     c.same("future value", fut.wait(), [t])
+    work = dist.barrier(async_op=True)
+    c.same("Work.wait(timeout)", torch.tensor(work.wait(timeout=timedelta(seconds=30))), torch.tensor(True))
+    # a Future's callback runs when the operation ends (DDP's comm hooks chain these)
+    t = make(rank, torch.float32)
+    chained = dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0] * 2)
+    c.same("future then", chained.wait(), local_reduce(dist.ReduceOp.SUM, torch.float32, world) * 2)
     # non-contiguous tensor: a transposed view, reduced and written back through the view
     base = torch.stack([make(rank, torch.float32) for _ in range(3)])  # 3 x N
     view = base.t()
