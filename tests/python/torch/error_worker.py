@@ -32,7 +32,10 @@ def main(scenario, rank, world, url):
         print(f"returned {t.tolist()}", flush=True)
     except RuntimeError as e:
         print("raised: " + str(e).replace("\n", " | "), flush=True)
-    os._exit(0)  # the group failed: skip destroy, as a training script's crash would
+    # Stay a moment so that the others can still read the failure's reason from the store that
+    # rank 0 serves; then leave without destroy, as a training script's crash would.
+    time.sleep(3)
+    os._exit(0)
 
 
 if __name__ == "__main__":
