@@ -64,6 +64,10 @@ def main(backend, rank, world, url1, url2, outdir):
     dist.broadcast(flat, src=0)
     assert torch.equal(flat, mine), f"rank {rank}: parameters differ from rank 0's after phase 1"
     dist.destroy_process_group()
+    # torch 1.13's ProcessGroupGloo can hang when its last reference goes: its destructor joins,
+    # with the GIL held, worker threads that wait for the GIL to free a tensor. So phase 1's DDP
+    # (which holds its group) is kept, and the process ends with os._exit.
+    kept = [ddp]
 
     dist.init_process_group(backend, init_method=url2, rank=rank, world_size=world, timeout=timedelta(seconds=60))
     net = model()
@@ -76,11 +80,10 @@ def main(backend, rank, world, url1, url2, outdir):
     dist.barrier()
     dist.destroy_process_group()
     print(f"rank {rank}: ddp {backend} done", flush=True)
+    kept.append(ddp)
+    os._exit(0)  # everything is saved; see `kept`
 
 
 if __name__ == "__main__":
     b, r, w, u1, u2, out = sys.argv[1:7]
     main(b, int(r), int(w), u1, u2, out)
-    # torch 1.13's ProcessGroupGloo can hang at interpreter exit: its destructor joins worker
-    # threads, with the GIL held, that wait for the GIL to free a tensor. Everything is saved.
-    os._exit(0)
