@@ -1,0 +1,59 @@
+"""The torch.distributed backend "braid".
+
+    import braid.torch
+    torch.distributed.init_process_group(backend="braid", ...)
+
+Importing this module registers the backend. torch then calls the creator below for the
+default group and for every new_group() this rank is a member of, with the group's store.
+"""
+import os
+import secrets
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from . import _c10d
+
+BACKEND_NAME = "braid"
+_SECRET_KEY = "braid/job_secret"
+
+
+def _share_secret(store, rank):
+    """Gives every rank the same job secret when the environment has none.
+
+    braid's connections prove knowledge of the job's secret (BRAID_SECRET). When the user set
+    none, rank 0 of the first group draws one and publishes it in torch's store; every rank puts
+    it in its environment before braid first reads its settings. It is as private as torch's
+    store is, which is not authenticated: set BRAID_SECRET (or BRAID_SECRET_FILE) yourself on
+    a shared network.
+    """
+    if os.environ.get("BRAID_SECRET") or os.environ.get("BRAID_SECRET_FILE"):
+        return
+    if rank == 0:
+        # set, not compare_set: torch 1.13's TCPStore does not wake a get() waiting for a key
+        # that compare_set creates.
+        store.set(_SECRET_KEY, secrets.token_hex(32))
+    os.environ["BRAID_SECRET"] = store.get(_SECRET_KEY).decode()
+
+
+def _create(options, pg_options=None):
+    """torch's creator (extended API): options carry store, group_rank, group_size, timeout
+    and group_id, the group's name, which tells braid's rendezvous the groups apart."""
+    timeout = options.timeout
+    if isinstance(timeout, timedelta):
+        timeout_ms = int(timeout.total_seconds() * 1000)
+    else:
+        timeout_ms = int(timeout * 1000)
+    _share_secret(options.store, options.group_rank)
+    return _c10d.create(options.store, options.group_rank, options.group_size, timeout_ms,
+                        str(options.group_id))
+
+
+def _register():
+    plugins = getattr(dist.Backend, "_plugins", {})
+    if BACKEND_NAME.upper() in plugins:
+        return
+    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True)
+
+
+_register()

@@ -1,0 +1,33 @@
+// braid.torch._c10d: builds the braid ProcessGroup for torch.distributed's backend creator
+// (python/braid/torch/__init__.py registers it).
+#include <torch/csrc/utils/pybind.h>
+
+#include <chrono>
+#include <memory>
+
+#include "c10d_store.h"
+#include "process_group.h"
+
+namespace braid::torch_backend {
+
+namespace {
+
+c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                                              int64_t timeout_ms, const std::string& group_name) {
+  auto adapter = std::make_shared<C10dStore>(store, group_name);
+  braid::Communicator comm = braid::Communicator::from_store(adapter, rank, size);
+  return c10::make_intrusive<BraidProcessGroup>(std::move(comm), std::chrono::milliseconds(timeout_ms));
+}
+
+}  // namespace
+
+}  // namespace braid::torch_backend
+
+PYBIND11_MODULE(_c10d, m) {
+  m.doc() = "braid's torch.distributed ProcessGroup (use `import braid.torch`)";
+  // The rendezvous waits for the other ranks: let other Python threads run meanwhile.
+  m.def("create", &braid::torch_backend::create, pybind11::arg("store"), pybind11::arg("rank"),
+        pybind11::arg("size"), pybind11::arg("timeout_ms"), pybind11::arg("group_name"),
+        pybind11::call_guard<pybind11::gil_scoped_release>(),
+        "A braid ProcessGroup over a c10d Store (torch.distributed's creator arguments).");
+}
