@@ -19,7 +19,7 @@ namespace braid::transport {
 
 namespace {
 
-TransportEntry unavailable(std::string name, std::string reason) {
+[[maybe_unused]] TransportEntry unavailable(std::string name, std::string reason) {
   TransportEntry e;
   e.name = std::move(name);
   e.unavailable_reason = std::move(reason);

@@ -6,7 +6,7 @@
 #include <cerrno>
 
 #include "common/log.h"
-#include "transport/tcp/host_identity.h"
+#include "transport/host_identity.h"
 
 namespace braid::transport::ib {
 
@@ -21,7 +21,7 @@ Result<std::string> Bootstrap::listen(const tcp::SocketAddress& bind_to, uint16_
 
 Result<tcp::UniqueFd> Bootstrap::connect(const tcp::SocketAddress& to, const PeerIdentity& who, Deadline deadline) {
   ASSIGN_OR_RETURN(tcp::UniqueFd fd, tcp::connect_with_retry(to, deadline));
-  const tcp::HostIdentity self = tcp::local_host_identity();
+  const HostIdentity self = local_host_identity();
   tcp::Handshake h;
   h.nsocks = 1;
   h.comm_id = who.comm_id;
@@ -41,7 +41,7 @@ Result<tcp::UniqueFd> Bootstrap::connect(const tcp::SocketAddress& to, const Pee
 
 Result<BootstrapSocket> Bootstrap::accept(const PeerIdentity& who, Deadline deadline) {
   if (listen_fd_.get() < 0) return invalid_argument("accept() before listen()");
-  const tcp::AcceptorExpect expect{who.comm_id, who.self_rank, tcp::local_host_identity()};
+  const tcp::AcceptorExpect expect{who.comm_id, who.self_rank, local_host_identity()};
   for (;;) {
     auto it = pending_.find(who.peer_rank);
     if (it != pending_.end() && it->second.comm_id == who.comm_id) {

@@ -37,7 +37,12 @@ FakeDevice& fake() {
 
 class Job : public testing::InProcessJob {
  public:
-  explicit Job(int ranks) : InProcessJob({"inproc", ranks, 20, 10, 0x51a6e, kStaging}) {}
+  explicit Job(int ranks) : InProcessJob(settings(ranks)) {}
+  static testing::JobSettings settings(int ranks) {
+    testing::JobSettings s{"inproc", ranks, 20, 10, 0x51a6e};
+    s.cuda_staging_bytes = kStaging;
+    return s;
+  }
   void on_every_rank(const std::function<void(int)>& body) { testing::run_ranks(ranks(), body); }
 };
 

@@ -169,10 +169,12 @@ assert d["tool"] == "braid-perf" and d["version"] == sys.argv[2], d["version"]
 assert d["label"] == "cli test" and d["ranks"] == 2 and len(d["hosts"]) == 2 and len(d["peers"]) == 2
 assert d["command_line"][1:4] == ["-b", "4K", "-e"], d["command_line"]
 assert d["transport"]["requested"] and d["algorithm"]["requested"] == "ring"
-# Each rank's Communicator::peer_transports(): itself "self", its one peer a tcp engine.
+# Each rank's Communicator::peer_transports(): itself "self", its one peer (same host, so shared
+# memory under BRAID_TRANSPORT=auto; tcp where shm is left out) the same transport on both sides.
 per_peer = d["transport"]["per_peer"]
 assert per_peer[0][0] == "self" and per_peer[1][1] == "self", per_peer
-assert per_peer[0][1].startswith("tcp (") and per_peer[1][0] == per_peer[0][1], per_peer
+assert per_peer[0][1] == "shm" or per_peer[0][1].startswith("tcp ("), per_peer
+assert per_peer[1][0] == per_peer[0][1], per_peer
 assert d["transport"]["summary"] == [per_peer[0][1] + " x1"] * 2, d["transport"]
 assert d["settings"]["iters"] == 2 and d["settings"]["run_cycles"] == 2 and d["wrong"] == 0
 assert "BRAID_TIMEOUT_S=60" in d["env"] and not any(e.startswith("BRAID_SECRET") for e in d["env"])
