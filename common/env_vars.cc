@@ -96,6 +96,17 @@ constexpr EnvVar kVars[] = {
     {"BRAID_PERF", text, "", "a path", 0, 0, "braid's tests: the braid-perf binary under test.", EnvScope::tool},
     {"BRAID_TEST_HAVE_IO_URING", choice, "", "0|1", 0, 0, "braid's tests: whether the build has io_uring.",
      EnvScope::tool},
+    {"BRAID_GUEST_TIMEOUT_S", text, "900", "seconds", 0, 0, "scripts/rdma_guest.sh: bound on the whole guest run; past it qemu is killed (exit 124).", EnvScope::tool},
+    {"BRAID_GUEST_SHARE", text, "", "colon-separated directories", 0, 0, "scripts/rdma_guest.sh: directories shared read-write with the guest, besides the working directory.", EnvScope::tool},
+    {"BRAID_GUEST_MEM", text, "2G", "qemu's -m", 0, 0, "scripts/rdma_guest.sh: the guest's memory.", EnvScope::tool},
+    {"BRAID_GUEST_SMP", text, "2", "qemu's -smp", 0, 0, "scripts/rdma_guest.sh: the guest's CPUs.", EnvScope::tool},
+    {"BRAID_GUEST_ACCEL", text, "tcg", "tcg|kvm", 0, 0, "scripts/rdma_guest.sh: qemu's accelerator.", EnvScope::tool},
+    {"BRAID_GUEST_CPU", text, "", "qemu's -cpu", 0, 0, "scripts/rdma_guest.sh: the guest's CPU model (max under tcg, host under kvm).", EnvScope::tool},
+    {"BRAID_GUEST_VERBOSE", text, "0", "0|1", 0, 0, "scripts/rdma_guest.sh: show the guest's console and boot timings.", EnvScope::tool},
+    {"BRAID_GUEST_CACHE", text, "", "a directory", 0, 0, "scripts/rdma_guest.sh: where the kernel and initramfs are kept (default /var/cache/braid/rdma-guest).", EnvScope::tool},
+    {"BRAID_GUEST_KERNEL_PKG", text, "", "a Debian package name", 0, 0, "scripts/rdma_guest.sh: the kernel package (default: the one linux-image-amd64 depends on).", EnvScope::tool},
+    {"BRAID_GUEST_QEMU", text, "", "a program", 0, 0, "scripts/rdma_guest.sh: the qemu binary (default qemu-system-x86_64).", EnvScope::tool},
+    {"BRAID_IB_TEST_TIMEOUT_S", text, "600", "seconds", 0, 0, "tests/ib/run_ib_tests.sh: bound on each program run in the guest.", EnvScope::tool},
 };
 
 }  // namespace

@@ -17,6 +17,7 @@ packages=(
   qemu-system-x86 busybox-static kmod cpio xz-utils  # the Soft-RoCE guest (scripts/rdma_guest.sh)
   rdma-core ibverbs-utils ibverbs-providers perftest  # verbs tools and rxe provider in that guest
   python3-dev pybind11-dev python3-numpy python3-pytest  # import braid (python/) and its tests
+  python3-torch                             # the torch.distributed backend "braid" and its tests
 )
 if [ "${BRAID_SETUP_ANCHORS:-0}" = 1 ]; then   # the Gloo/Open MPI side-by-side benchmarks
   packages+=(libgloo-dev openmpi-bin libopenmpi-dev hwloc-nox)

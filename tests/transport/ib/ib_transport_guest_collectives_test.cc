@@ -34,11 +34,15 @@ bool in_guest() {
 
 // Runs `program` on `ranks` ranks under braidrun with the ib transport; returns the output
 // after checking the exit status.
-std::string run_ranks(int ranks, const std::vector<std::string>& program, int qps = 1) {
+// `transport`: BRAID_TRANSPORT; with "auto" shared memory is turned off (BRAID_SHM_DISABLE=1), as
+// between ranks of two hosts, so that the automatic choice has ib or tcp to pick from.
+std::string run_ranks(int ranks, const std::vector<std::string>& program, int qps = 1,
+                      const std::string& transport = "ib") {
   std::vector<std::string> argv{BRAIDRUN, "--standalone", "--nproc-per-node", std::to_string(ranks), "/bin/sh", "-c",
                                 "BRAID_IB_HCA==rxe$((RANK % 2)) exec \"$0\" \"$@\""};
   argv.insert(argv.end(), program.begin(), program.end());
-  Subprocess job(argv, {{"BRAID_TRANSPORT", "ib"},
+  Subprocess job(argv, {{"BRAID_TRANSPORT", transport},
+                        {"BRAID_SHM_DISABLE", transport == "auto" ? "1" : "0"},
                         {"BRAID_IB_QPS_PER_CONNECTION", std::to_string(qps)},
                         {"BRAID_TIMEOUT_S", "300"},
                         {"BRAID_DEBUG", "INFO"}});
@@ -82,6 +86,19 @@ TEST_P(IbCollectivesGuest, EveryCollectiveChecked) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, IbCollectivesGuest, ::testing::Values(2, 3, 4));
+
+// A job that asks for nothing gets RDMA: with every rank holding an active port, BRAID_TRANSPORT=auto
+// carries every peer over ib (braid-perf's header names each peer's transport), not tcp.
+TEST(IbCollectivesGuestAuto, AutoPicksIbWhenEveryRankHasAPort) {
+  SKIP_OUTSIDE_GUEST();
+  const std::string out = run_ranks(3, {BRAID_PERF, "--op", "all_reduce", "-b", "4K", "-e", "64K", "-f", "4", "-n",
+                                        "2", "-w", "0", "-c", "1"},
+                                    1, "auto");
+  const size_t at = out.find("# transports: ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string line = out.substr(at, out.find('\n', at) - at);
+  EXPECT_EQ(line.rfind("# transports: ib x2 (every rank", 0), 0u) << line << "\n" << out;
+}
 
 // 64 MiB on the subset the guest's speed allows: all_reduce over 4 QPs, broadcast over 1, and a
 // bf16 all_reduce on 3 ranks.
