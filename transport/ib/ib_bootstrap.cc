@@ -59,43 +59,20 @@ Result<BootstrapSocket> Bootstrap::accept(const PeerIdentity& who, Deadline dead
   }
 }
 
-// One pass: accepts what waits on the listener and advances every handshake without blocking
-// (a socket that sends nothing delays no one: tcp/handshake.h).
+// One pass of the shared acceptor (tcp/handshake_queue.h): a socket that sends nothing delays no
+// one, and refusals are remembered for accept()'s timeout message.
 Status Bootstrap::serve(const tcp::AcceptorExpect& expect, Deadline deadline) {
-  constexpr size_t kMaxHandshakes = 256;
-  std::vector<pollfd> fds{pollfd{listen_fd_.get(), POLLIN, 0}};
-  for (const auto& h : handshaking_) fds.push_back(pollfd{h.fd(), POLLIN, 0});
-  const int n = ::poll(fds.data(), fds.size(), deadline.remaining_ms(100));
-  if (n < 0 && errno != EINTR) return system_error("poll", errno);
-  if (n > 0 && (fds[0].revents & POLLIN) != 0) {
-    for (;;) {
-      tcp::UniqueFd fd(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-      if (fd.get() < 0) break;  // EAGAIN, or a transient failure the next pass retries
-      if (handshaking_.size() >= kMaxHandshakes) handshaking_.erase(handshaking_.begin());  // oldest gives way
-      std::string from = tcp::peer_name(fd.get());
-      handshaking_.emplace_back(std::move(fd), std::move(from), Deadline::after(tcp::kHandshakeTimeout));
-    }
-  }
-  size_t kept = 0;
-  for (size_t i = 0; i < handshaking_.size(); ++i) {
-    tcp::AcceptorHandshake& h = handshaking_[i];
-    auto step = h.advance(expect, secret_);
-    if (step == tcp::AcceptorHandshake::Step::more && h.deadline().expired()) step = h.expire();
-    if (step == tcp::AcceptorHandshake::Step::more) {
-      if (kept != i) handshaking_[kept] = std::move(h);
-      ++kept;
-      continue;
-    }
-    if (step == tcp::AcceptorHandshake::Step::refused) {
-      last_refusal_ = "from " + h.from() + ": " + h.why().message();
-      BRAID_LOG(warn) << "ib: rank " << expect.self_rank << " on " << address_ << " refused a connection "
-                      << last_refusal_;
-      continue;
-    }
-    pending_[h.hello().from_rank] = Pending{h.hello().comm_id, BootstrapSocket{h.take_fd(), h.from()}};
-  }
-  handshaking_.erase(handshaking_.begin() + static_cast<std::ptrdiff_t>(kept), handshaking_.end());
-  return Status::ok();
+  return handshakes_.serve(
+      listen_fd_.get(), address_, expect, secret_, deadline, [](int fd) { return tcp::peer_name(fd); },
+      [&](tcp::AcceptorHandshake& h) {
+        if (!h.accepted()) {
+          last_refusal_ = "from " + h.from() + ": " + h.why().message();
+          BRAID_LOG(warn) << "ib: rank " << expect.self_rank << " on " << address_ << " refused a connection "
+                          << last_refusal_;
+          return;
+        }
+        pending_[h.hello().from_rank] = Pending{h.hello().comm_id, BootstrapSocket{h.take_fd(), h.from()}};
+      });
 }
 
 }  // namespace braid::transport::ib

@@ -15,6 +15,7 @@
 #include "common/job_secret.h"
 #include "common/status.h"
 #include "transport/tcp/handshake.h"
+#include "transport/tcp/handshake_queue.h"
 #include "transport/tcp/socket_address.h"
 #include "transport/tcp/socket_setup.h"
 #include "transport/transport.h"
@@ -50,7 +51,7 @@ class Bootstrap {
   tcp::UniqueFd listen_fd_;
   std::string address_;
   std::map<int, Pending> pending_;  // by the connecting rank
-  std::vector<tcp::AcceptorHandshake> handshaking_;
+  tcp::HandshakeQueue handshakes_;
   std::string last_refusal_;  // for the message of an accept() that times out
 };
 

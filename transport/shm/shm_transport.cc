@@ -278,48 +278,23 @@ Result<std::unique_ptr<Connection>> ShmTransport::accept(const PeerIdentity& who
 }
 
 Status ShmTransport::serve_handshakes(const tcp::AcceptorExpect& expect, Deadline deadline) {
-  std::vector<pollfd> fds;
-  fds.push_back(pollfd{listen_fd_.get(), POLLIN, 0});
-  Deadline wait_until = deadline;
-  for (const auto& h : handshaking_) {
-    fds.push_back(pollfd{h.fd(), POLLIN, 0});
-    if (h.deadline().at() < wait_until.at()) wait_until = h.deadline();
-  }
-  int n = ::poll(fds.data(), fds.size(), wait_until.remaining_ms(100));
-  if (n < 0 && errno != EINTR) return system_error("poll", errno);
-  if (n > 0 && (fds[0].revents & POLLIN) != 0) {
-    for (int i = 0; i < 64 && handshaking_.size() < 256; ++i) {
-      UniqueFd fd(::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-      if (fd.get() < 0) break;
-      auto pid = peer_pid(fd.get());
-      std::string from = "pid " + (pid.is_ok() ? std::to_string(pid.value()) : std::string("unknown"));
-      handshaking_.emplace_back(std::move(fd), std::move(from), Deadline::after(tcp::kHandshakeTimeout));
-    }
-  }
-  size_t kept = 0;
-  for (size_t i = 0; i < handshaking_.size(); ++i) {
-    tcp::AcceptorHandshake& h = handshaking_[i];
-    auto step = h.advance(expect, secret_);
-    if (step == tcp::AcceptorHandshake::Step::more && h.deadline().expired()) step = h.expire();
-    if (step == tcp::AcceptorHandshake::Step::more) {
-      if (kept != i) handshaking_[kept] = std::move(h);
-      ++kept;
-      continue;
-    }
-    Status why = h.why();
-    if (step == tcp::AcceptorHandshake::Step::done) {
-      // The connector sends the segment right after its proof: waiting for it is brief.
-      why = finish_accepted(h, Deadline::after(tcp::kHandshakeTimeout));
-    }
-    if (!why.is_ok()) {
-      BRAID_LOG(warn) << "rank " << expect.self_rank << " on " << address_ << " refused a shm connection from "
-                      << h.from()
-                      << (h.hello_checked() ? " that claimed to be rank " + std::to_string(h.hello().from_rank) : "")
-                      << ": " << why.message();
-    }
-  }
-  handshaking_.erase(handshaking_.begin() + static_cast<std::ptrdiff_t>(kept), handshaking_.end());
-  return Status::ok();
+  auto name_peer = [](int fd) {
+    auto pid = peer_pid(fd);
+    return "pid " + (pid.is_ok() ? std::to_string(pid.value()) : std::string("unknown"));
+  };
+  return handshakes_.serve(listen_fd_.get(), address_, expect, secret_, deadline, name_peer,
+                           [&](tcp::AcceptorHandshake& h) {
+                             // The connector sends the segment right after its proof: waiting for it is brief.
+                             Status why = h.accepted() ? finish_accepted(h, Deadline::after(tcp::kHandshakeTimeout))
+                                                       : h.why();
+                             if (why.is_ok()) return;
+                             BRAID_LOG(warn) << "rank " << expect.self_rank << " on " << address_
+                                             << " refused a shm connection from " << h.from()
+                                             << (h.hello_checked() ? " that claimed to be rank " +
+                                                                         std::to_string(h.hello().from_rank)
+                                                                   : "")
+                                             << ": " << why.message();
+                           });
 }
 
 bool ShmTransport::progress_all() {

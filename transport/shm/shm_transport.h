@@ -25,6 +25,7 @@
 #include "transport/shm/shm_connection.h"
 #include "transport/shm/shm_setup.h"
 #include "transport/tcp/handshake.h"
+#include "transport/tcp/handshake_queue.h"
 #include "transport/transport.h"
 
 namespace braid::transport::shm {
@@ -70,7 +71,7 @@ class ShmTransport final : public Transport {
   std::string address_;
   size_t ring_bytes_ = kDefaultRingBytes;
   size_t smallest_ring_ = 0;  // over the connections made (0: none yet)
-  std::vector<tcp::AcceptorHandshake> handshaking_;
+  tcp::HandshakeQueue handshakes_;
   std::map<int, ShmConnectionSetup> pending_;  // by the connecting rank
   std::map<int, uint64_t> pending_comm_;
   std::vector<ShmConnection*> connections_;

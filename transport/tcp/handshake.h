@@ -60,6 +60,8 @@ class AcceptorHandshake {
   // Whether the hello was read whole and checked: the rank it claims is then hello().from_rank.
   bool hello_checked() const { return hello_checked_; }
   const Status& why() const { return why_; }
+  // Finished with the peer authenticated (Step::done): take_fd() holds its socket.
+  bool accepted() const { return state_ == State::finished && why_.is_ok(); }
 
  private:
   enum class State : uint8_t { hello, proof, finished };

@@ -189,80 +189,25 @@ Result<std::unique_ptr<Connection>> TcpTransport::accept(const PeerIdentity& who
 }
 
 Status TcpTransport::serve_handshakes(const AcceptorExpect& expect, Deadline deadline) {
-  // Sockets that answer nothing cost a file descriptor each until their kHandshakeTimeout; past
-  // this many at once, the oldest is given up (a rank's exchange takes one round trip).
-  constexpr size_t kMaxHandshakes = 256;
-  constexpr int kMaxAcceptsPerPass = 64;
-  Deadline wait_until = deadline;
-  std::vector<pollfd> fds;
-  fds.reserve(handshaking_.size() + 1);
-  fds.push_back(pollfd{listen_fd_.get(), POLLIN, 0});
-  for (const auto& h : handshaking_) {
-    fds.push_back(pollfd{h.fd(), POLLIN, 0});
-    if (h.deadline().at() < wait_until.at()) wait_until = h.deadline();
-  }
-  int n = ::poll(fds.data(), fds.size(), wait_until.remaining_ms(100));
-  if (n < 0 && errno != EINTR) return system_error("poll", errno);
-  if (n > 0 && (fds[0].revents & POLLIN) != 0) {
-    for (int i = 0; i < kMaxAcceptsPerPass; ++i) {
-      UniqueFd fd(accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-      if (fd.get() < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ECONNABORTED || errno == EINTR) break;
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          // Out of descriptors (a flood of strangers?): the oldest unfinished handshake makes
-          // room; with none, the listener stays readable, so wait a little rather than spin.
-          if (handshaking_.empty()) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-          } else {
-            (void)handshaking_.front().refuse(system_error("given up to make room: out of file descriptors", errno));
-            refused(handshaking_.front(), expect.self_rank);
-            handshaking_.erase(handshaking_.begin());
-          }
-          break;
+  return handshakes_.serve(
+      listen_fd_.get(), address_, expect, secret_, deadline, [](int fd) { return peer_name(fd); },
+      [&](AcceptorHandshake& h) {
+        if (!h.accepted()) {
+          refused(h, expect.self_rank);
+          return;
         }
-        return system_error("accept on " + address_, errno);
-      }
-      if (handshaking_.size() >= kMaxHandshakes) {
-        AcceptorHandshake& oldest = handshaking_.front();
-        (void)oldest.refuse(timeout_error("given up to make room: " + std::to_string(kMaxHandshakes) +
-                                          " connections were in their handshake at once"));
-        refused(oldest, expect.self_rank);
-        handshaking_.erase(handshaking_.begin());
-      }
-      std::string from = peer_name(fd.get());
-      handshaking_.emplace_back(std::move(fd), std::move(from), Deadline::after(kHandshakeTimeout));
-    }
-  }
-  // Every socket is tried (a recv that would block is cheap), the new ones included: a hello
-  // usually arrives with the connection.
-  size_t kept = 0;
-  for (size_t i = 0; i < handshaking_.size(); ++i) {
-    AcceptorHandshake& h = handshaking_[i];
-    AcceptorHandshake::Step step = h.advance(expect, secret_);
-    if (step == AcceptorHandshake::Step::more && h.deadline().expired()) step = h.expire();
-    if (step == AcceptorHandshake::Step::more) {
-      if (kept != i) handshaking_[kept] = std::move(h);
-      ++kept;
-      continue;
-    }
-    if (step == AcceptorHandshake::Step::refused) {
-      refused(h, expect.self_rank);
-      continue;
-    }
-    const Handshake& hs = h.hello();
-    Pending& p = pending_[hs.from_rank];
-    if (p.comm_id != hs.comm_id || p.sockets.size() != hs.nsocks) {
-      p = Pending{hs.comm_id, std::vector<UniqueFd>(hs.nsocks), h.from(), {}, {}};
-    }
-    if (hs.socket_index == 0) {
-      p.address = h.from();
-      p.self_host = expect.self_host;
-      p.peer_host = HostIdentity{hs.boot_id, hs.cpu_mask};
-    }
-    p.sockets[hs.socket_index] = h.take_fd();
-  }
-  handshaking_.erase(handshaking_.begin() + static_cast<std::ptrdiff_t>(kept), handshaking_.end());
-  return Status::ok();
+        const Handshake& hs = h.hello();
+        Pending& p = pending_[hs.from_rank];
+        if (p.comm_id != hs.comm_id || p.sockets.size() != hs.nsocks) {
+          p = Pending{hs.comm_id, std::vector<UniqueFd>(hs.nsocks), h.from(), {}, {}};
+        }
+        if (hs.socket_index == 0) {
+          p.address = h.from();
+          p.self_host = expect.self_host;
+          p.peer_host = HostIdentity{hs.boot_id, hs.cpu_mask};
+        }
+        p.sockets[hs.socket_index] = h.take_fd();
+      });
 }
 
 // Each refused socket is closed (by its owner going away) and counted; the log says what was

@@ -18,6 +18,7 @@
 #include "transport/registry.h"
 #include "transport/tcp/engine.h"
 #include "transport/tcp/handshake.h"
+#include "transport/tcp/handshake_queue.h"
 #include "transport/host_identity.h"
 #include "transport/tcp/socket_setup.h"
 #include "transport/transport.h"
@@ -76,7 +77,7 @@ class TcpTransport final : public Transport {
   UniqueFd listen_fd_;
   std::string address_;
   std::map<int, Pending> pending_;  // by the connecting rank
-  std::vector<AcceptorHandshake> handshaking_;  // accepted sockets not yet authenticated
+  HandshakeQueue handshakes_;  // accepted sockets not yet authenticated
   auth::JobSecret secret_;
   // Refused sockets that claimed a rank (their hello was right, their proof was not), for the
   // message of an accept() that then times out waiting for that rank.

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/support/subprocess.h"
+#include "tests/transport/ib/soft_roce_guest.h"
 #include "transport/ib/ib_devices.h"
 
 namespace braid::transport::ib {
@@ -21,16 +22,6 @@ namespace {
 
 using braid::testing::Subprocess;
 
-bool in_guest() {
-  auto ports = enumerate_ports();
-  if (!ports.is_ok()) return false;
-  int found = 0;
-  for (const PortInfo& p : ports.value()) found += (p.device == "rxe0" || p.device == "rxe1") && p.active;
-  return found == 2;
-}
-
-#define SKIP_OUTSIDE_GUEST() \
-  if (!in_guest()) GTEST_SKIP() << "no active Soft-RoCE devices rxe0 and rxe1: runs inside scripts/rdma_guest.sh"
 
 // Runs `program` on `ranks` ranks under braidrun with the ib transport; returns the output
 // after checking the exit status.

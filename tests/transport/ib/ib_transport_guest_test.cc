@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/transport/ib/soft_roce_guest.h"
 #include "transport/ib/ib_devices.h"
 #include "transport/ib/ib_transport.h"
 #include "transport/registry.h"
@@ -29,16 +30,6 @@ using Bytes = std::vector<uint8_t>;
 constexpr uint64_t kComm = 0x1b1b;
 constexpr auto kBound = std::chrono::seconds(120);  // no exchange here may take near this long
 
-bool in_guest() {
-  auto ports = enumerate_ports();
-  if (!ports.is_ok()) return false;
-  int found = 0;
-  for (const PortInfo& p : ports.value()) found += (p.device == "rxe0" || p.device == "rxe1") && p.active;
-  return found == 2;
-}
-
-#define SKIP_OUTSIDE_GUEST() \
-  if (!in_guest()) GTEST_SKIP() << "no active Soft-RoCE devices rxe0 and rxe1: runs inside scripts/rdma_guest.sh"
 
 TransportOptions options(const char* host, int qps = 1) {
   TransportOptions o;
