@@ -22,9 +22,8 @@
 //     operation did before, so that it overlaps the caller's compute.
 // Waking the progress thread races with the caller's wait(), and the woken thread often wins:
 // the caller then pays a wake-up to learn the operation is done, and the transport a change of
-// owner each way (an io_uring ring is replaced). Ticks instead of a short timer: on these VMs
-// arming a timer due within about a millisecond costs as much as a small operation
-// (docs/performance.md). Work queued behind other work gets no hand-off and streams on the
+// owner each way (an io_uring ring is replaced). Ticks instead of a short timer: arming a timer due
+// within about a millisecond is costly on virtual machines (figures: docs/performance.md). Work queued behind other work gets no hand-off and streams on the
 // progress thread.
 //
 // Failure (see failure_board.h): the first failed operation ends the communicator. The rank

@@ -73,9 +73,11 @@ Result<std::unique_ptr<PeerLinks>> PeerLinks::connect(const LinkSetup& s, Store&
       if (!not_up.empty()) not_up += "; ";
       not_up += w.family + ": " + made.status().message();
       // auto tries what may be missing; a list named it, so its absence deserves a warning.
-      log_line(is_auto ? LogLevel::info : LogLevel::warn, "transport: rank " + std::to_string(s.rank) +
-                                                              " goes on without " + w.family + " (" +
-                                                              made.status().message() + ")");
+      const LogLevel level = is_auto ? LogLevel::info : LogLevel::warn;
+      if (log_enabled(level)) {
+        log_line(level, "transport: rank " + std::to_string(s.rank) + " goes on without " + w.family + " (" +
+                            made.status().message() + ")");
+      }
       continue;
     }
     std::unique_ptr<transport::Transport> t = std::move(made).value();

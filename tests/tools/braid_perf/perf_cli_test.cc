@@ -194,6 +194,9 @@ TEST(PerfCli, JsonRecordsTheRunAndBraidPlotDrawsIt) {
                                        "--algo", "ring", "--label", "cli test", "--json", json}),
                {{"BRAID_TIMEOUT_S", "60"}});
   ASSERT_EQ(p.wait(std::chrono::seconds(60)), 0) << p.output();
+  // At the default level (WARN) nothing informational is printed, e.g. that BRAID_TRANSPORT=auto
+  // went on without ib on a host that has no RDMA device.
+  EXPECT_EQ(p.output().find(" INFO: "), std::string::npos) << p.output();
   Subprocess check({"/usr/bin/python3", "-c", kJsonCheck, json, BRAID_VERSION});
   EXPECT_EQ(check.wait(std::chrono::seconds(30)), 0) << check.output() << "\n" << testing::read_file(json);
   EXPECT_NE(check.output().find("JSON OK"), std::string::npos) << check.output();
