@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "tests/ddp/synthetic.h"
+#include "tests/support/rank_flags.h"
 #include "tools/examples/mlp.h"
 
 namespace {
@@ -41,46 +42,21 @@ struct Flags {
 
 Flags parse(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "ddp_rank: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--steps")
-      f.steps = std::stoul(next());
-    else if (a == "--batch")
-      f.batch = std::stoul(next());
-    else if (a == "--micro")
-      f.micro = std::stoul(next());
-    else if (a == "--lr")
-      f.lr = std::stof(next());
-    else if (a == "--bucket-bytes")
-      f.bucket_bytes = std::stoul(next());
-    else if (a == "--hook")
-      f.hook = next();
-    else if (a == "--out")
-      f.out = next();
-    else if (a == "--caller-grads")
-      f.caller_grads = true;
-    else if (a == "--unused")
-      f.unused = true;
-    else if (a == "--reverse-ready-on-odd")
-      f.reverse_ready_on_odd = true;
-    else if (a == "--kill-rank")
-      f.kill_rank = std::stoi(next());
-    else if (a == "--kill-step")
-      f.kill_step = std::stoul(next());
-    else if (a == "--hidden-on-rank1")
-      f.hidden_on_rank1 = std::stoul(next());
-    else {
-      std::fprintf(stderr, "ddp_rank: unknown flag %s\n", a.c_str());
-      std::exit(2);
-    }
-  }
+  braid::testing::RankFlags("ddp_rank")
+      .value("--steps", &f.steps)
+      .value("--batch", &f.batch)
+      .value("--micro", &f.micro)
+      .value("--lr", &f.lr)
+      .value("--bucket-bytes", &f.bucket_bytes)
+      .value("--hook", &f.hook)
+      .value("--out", &f.out)
+      .toggle("--caller-grads", &f.caller_grads)
+      .toggle("--unused", &f.unused)
+      .toggle("--reverse-ready-on-odd", &f.reverse_ready_on_odd)
+      .value("--kill-rank", &f.kill_rank)
+      .value("--kill-step", &f.kill_step)
+      .value("--hidden-on-rank1", &f.hidden_on_rank1)
+      .parse(argc, argv);
   return f;
 }
 

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/rank_flags.h"
+
 namespace {
 
 constexpr int64_t kInputs = 6;
@@ -46,44 +48,20 @@ struct Flags {
 
 Flags parse(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "torch_ddp_rank: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--steps")
-      f.steps = std::stoul(next());
-    else if (a == "--batch")
-      f.batch = std::stoul(next());
-    else if (a == "--micro")
-      f.micro = std::stoul(next());
-    else if (a == "--lr")
-      f.lr = std::stod(next());
-    else if (a == "--momentum")
-      f.momentum = std::stod(next());
-    else if (a == "--bucket-bytes")
-      f.bucket_bytes = std::stoul(next());
-    else if (a == "--hook")
-      f.hook = next();
-    else if (a == "--zero")
-      f.zero = next();
-    else if (a == "--out")
-      f.out = next();
-    else if (a == "--reference")
-      f.reference = true;
-    else if (a == "--skip-synchronize")
-      f.skip_synchronize = true;
-    else if (a == "--extra-param-on-rank1")
-      f.extra_param_on_rank1 = true;
-    else {
-      std::fprintf(stderr, "torch_ddp_rank: unknown flag %s\n", a.c_str());
-      std::exit(2);
-    }
-  }
+  braid::testing::RankFlags("torch_ddp_rank")
+      .value("--steps", &f.steps)
+      .value("--batch", &f.batch)
+      .value("--micro", &f.micro)
+      .value("--lr", &f.lr)
+      .value("--momentum", &f.momentum)
+      .value("--bucket-bytes", &f.bucket_bytes)
+      .value("--hook", &f.hook)
+      .value("--zero", &f.zero)
+      .value("--out", &f.out)
+      .toggle("--reference", &f.reference)
+      .toggle("--skip-synchronize", &f.skip_synchronize)
+      .toggle("--extra-param-on-rank1", &f.extra_param_on_rank1)
+      .parse(argc, argv);
   return f;
 }
 
