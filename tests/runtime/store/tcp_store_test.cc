@@ -8,6 +8,7 @@
 
 #include "braid/error.h"
 #include "braid/store.h"
+#include "tests/runtime/store/store_contract.h"
 
 namespace braid {
 namespace {
@@ -23,47 +24,11 @@ class TcpStoreTest : public ::testing::Test {
   std::unique_ptr<TcpStoreServer> server_;
 };
 
-TEST_F(TcpStoreTest, SetGetOverwrite) {
-  auto s = client();
-  s->set("a", "1");
-  EXPECT_EQ(s->get("a"), "1");
-  s->set("a", "two");
-  EXPECT_EQ(s->get("a"), "two");
-  s->set("empty", "");
-  EXPECT_EQ(s->get("empty"), "");
-  EXPECT_EQ(s->num_keys(), 2);
-}
+TEST_F(TcpStoreTest, SetGetOverwrite) { store_test::expect_set_get_overwrite(*client()); }
 
-TEST_F(TcpStoreTest, BinaryKeysAndValues) {
-  auto s = client();
-  std::string key("k\0ey\xff", 5);
-  std::string value("\0\1\2\0\xfe", 5);
-  s->set(key, value);
-  EXPECT_EQ(s->get(key), value);
-  EXPECT_FALSE(s->check({std::string("k")}));  // the NUL byte is part of the key, not its end
-  std::string big(1 << 20, '\0');
-  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 7);
-  s->set("big", big);
-  EXPECT_EQ(s->get("big"), big);
-}
+TEST_F(TcpStoreTest, BinaryKeysAndValues) { store_test::expect_binary_round_trip(*client()); }
 
-TEST_F(TcpStoreTest, AddCountsAsDecimalText) {
-  auto s = client();
-  EXPECT_EQ(s->add("n", 5), 5);
-  EXPECT_EQ(s->add("n", -2), 3);
-  EXPECT_EQ(s->get("n"), "3");
-  s->set("m", "40");
-  EXPECT_EQ(s->add("m", 2), 42);
-  s->set("text", "abc");
-  try {
-    s->add("text", 1);
-    FAIL() << "add on a non-integer value must fail";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
-    EXPECT_NE(std::string(e.what()).find("not a decimal integer"), std::string::npos) << e.what();
-  }
-  EXPECT_EQ(s->add("n", 1), 4);  // the connection is still fine
-}
+TEST_F(TcpStoreTest, AddCountsAsDecimalText) { store_test::expect_add_counts_as_decimal_text(*client()); }
 
 TEST_F(TcpStoreTest, AddFromManyThreadsIsAtomic) {
   constexpr int kThreads = 8, kAdds = 200;
@@ -85,31 +50,9 @@ TEST_F(TcpStoreTest, AddFromManyThreadsIsAtomic) {
   EXPECT_EQ(*all.rbegin(), kThreads * kAdds);
 }
 
-TEST_F(TcpStoreTest, CompareSet) {
-  auto s = client();
-  EXPECT_EQ(s->compare_set("k", "x", "y"), "");  // absent and expected non-empty: unchanged
-  EXPECT_FALSE(s->check({"k"}));
-  EXPECT_EQ(s->compare_set("k", "", "first"), "first");  // absent and expected empty: set
-  EXPECT_EQ(s->compare_set("k", "wrong", "second"), "first");
-  EXPECT_EQ(s->get("k"), "first");
-  EXPECT_EQ(s->compare_set("k", "first", "second"), "second");
-  EXPECT_EQ(s->get("k"), "second");
-}
+TEST_F(TcpStoreTest, CompareSet) { store_test::expect_compare_set(*client()); }
 
-TEST_F(TcpStoreTest, CheckDeleteNumKeys) {
-  auto s = client();
-  EXPECT_EQ(s->num_keys(), 0);
-  EXPECT_TRUE(s->check({}));
-  s->set("a", "1");
-  s->set("b", "2");
-  EXPECT_TRUE(s->check({"a", "b"}));
-  EXPECT_FALSE(s->check({"a", "c"}));
-  EXPECT_EQ(s->num_keys(), 2);
-  EXPECT_TRUE(s->delete_key("a"));
-  EXPECT_FALSE(s->delete_key("a"));
-  EXPECT_FALSE(s->check({"a"}));
-  EXPECT_EQ(s->num_keys(), 1);
-}
+TEST_F(TcpStoreTest, CheckDeleteNumKeys) { store_test::expect_check_delete_num_keys(*client()); }
 
 TEST_F(TcpStoreTest, GetWakesWhenAnotherClientSets) {
   auto waiter = client(5s);
