@@ -2,13 +2,13 @@
 // prints the same losses, up to rounding (DDP takes the same SGD steps as one process on the whole batch).
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <cstdlib>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "tests/ddp/epoch_lines.h"
 #include "tests/support/subprocess.h"
 
 namespace braid::ddp {
@@ -17,37 +17,6 @@ namespace {
 using braid::testing::Subprocess;
 constexpr auto kBound = std::chrono::seconds(120);
 constexpr int kSkipped = 77;
-
-struct Epoch {
-  double train_loss, train_acc, test_loss, test_acc;
-};
-
-// Every "epoch i/n: train loss L acc A% | test loss L acc A% | ..." line, in order.
-std::vector<Epoch> epochs(const std::string& out) {
-  std::vector<Epoch> result;
-  size_t pos = 0;
-  while ((pos = out.find("epoch ", pos)) != std::string::npos) {
-    Epoch e{};
-    int i = 0, n = 0;
-    if (std::sscanf(out.c_str() + pos, "epoch %d/%d: train loss %lf acc %lf%% | test loss %lf acc %lf%%", &i, &n,
-                    &e.train_loss, &e.train_acc, &e.test_loss, &e.test_acc) == 6) {
-      result.push_back(e);
-    }
-    pos += 6;
-  }
-  return result;
-}
-
-// Summation order differs between one process and several, so allow rounding noise.
-void expect_close(const std::vector<Epoch>& got, const std::vector<Epoch>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_NEAR(got[i].train_loss, want[i].train_loss, 2e-3) << what << " epoch " << i + 1;
-    EXPECT_NEAR(got[i].test_loss, want[i].test_loss, 2e-3) << what << " epoch " << i + 1;
-    EXPECT_NEAR(got[i].train_acc, want[i].train_acc, 0.5) << what << " epoch " << i + 1;
-    EXPECT_NEAR(got[i].test_acc, want[i].test_acc, 0.5) << what << " epoch " << i + 1;
-  }
-}
 
 TEST(TrainExample, SameLossesAloneAndUnderBraidrun) {
   const std::string exe = braid::testing::binary_from_env("TRAIN_FASHION_MNIST");
