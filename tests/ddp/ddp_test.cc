@@ -15,7 +15,9 @@
 #include <thread>
 #include <vector>
 
+#include "tests/ddp/rank_world.h"
 #include "tests/ddp/synthetic.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/subprocess.h"
 #include "tools/examples/mlp.h"
 
@@ -70,64 +72,19 @@ std::vector<float> reference(const Recipe& r, size_t world) {
   return all;
 }
 
-std::vector<float> read_floats(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<float> out(bytes.size() / sizeof(float));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
-  return out;
-}
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/braid-ddp-test-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf " + path_).c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-struct World {
-  std::vector<std::unique_ptr<Subprocess>> ranks;
-  std::vector<int> exit_codes;
-  std::string outputs;  // every rank's output, labeled
-};
+using dt::read_floats;
+using dt::World;
+using braid::testing::TempDir;
 
 World start_world(size_t n, const std::vector<std::string>& args, const std::string& out_dir,
                   const std::map<std::string, std::string>& extra_env = {}) {
-  World w;
-  const int port = braid::testing::free_port();
-  for (size_t r = 0; r < n; ++r) {
-    std::vector<std::string> argv = {braid::testing::binary_from_env("DDP_RANK")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    if (!out_dir.empty()) {
-      argv.push_back("--out");
-      argv.push_back(out_dir + "/rank" + std::to_string(r) + ".bin");
-    }
-    std::map<std::string, std::string> env = {
-        {"MASTER_ADDR", "127.0.0.1"},      {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(r)},
-        {"WORLD_SIZE", std::to_string(n)}, {"BRAID_RENDEZVOUS_TIMEOUT_S", "30"},  {"BRAID_TIMEOUT_S", "30"}};
-    for (const auto& [k, v] : extra_env) env[k] = v;
-    w.ranks.push_back(std::make_unique<Subprocess>(argv, env));
-  }
-  return w;
+  return dt::start_world({.binary_env = "DDP_RANK", .timeout_s = 30, .extra_env = extra_env}, n, args, out_dir);
 }
 
-void wait_world(World& w) {
-  for (size_t r = 0; r < w.ranks.size(); ++r) {
-    w.exit_codes.push_back(w.ranks[r]->wait(kBound));
-    w.outputs += "--- rank " + std::to_string(r) + " (exit " + std::to_string(w.exit_codes.back()) + "):\n" +
-                 w.ranks[r]->output();
-  }
-}
+void wait_world(World& w) { dt::wait_world(w, kBound); }
 
-World run_world(size_t n, const std::vector<std::string>& args, const std::string& out_dir,
-                const std::map<std::string, std::string>& extra_env = {}) {
-  World w = start_world(n, args, out_dir, extra_env);
+World run_world(size_t n, const std::vector<std::string>& args, const std::string& out_dir) {
+  World w = start_world(n, args, out_dir);
   wait_world(w);
   return w;
 }
@@ -177,7 +134,7 @@ TEST_P(DdpWorld, MatchesOneProcessOnTheFullBatch) {
 TEST_P(DdpWorld, DefaultBucketCapsOneBucket) { expect_matches_reference(GetParam(), Recipe{}, {}, 1e-4f); }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, DdpWorld, ::testing::Values(1, 2, 3, 4),
-                         [](const auto& info) { return "N" + std::to_string(info.param); });
+                         [](const auto& info) { return std::string("N").append(std::to_string(info.param)); });
 
 TEST(Ddp, CallerOwnedGradientsAreCopiedInAndOut) {
   expect_matches_reference(3, Recipe{}, {"--caller-grads", "--bucket-bytes", "256"}, 1e-4f);

@@ -17,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "tests/ddp/rank_world.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
 
 namespace braid::ddp {
 namespace {
@@ -25,52 +27,14 @@ namespace {
 using braid::testing::Subprocess;
 constexpr auto kBound = std::chrono::seconds(120);  // no run here may take anywhere near this long
 
-std::vector<float> read_floats(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<float> out(bytes.size() / sizeof(float));
-  if (!out.empty()) std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
-  return out;
-}
-
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/braid-torch-ddp-test-XXXXXX";
-    path_ = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf " + path_).c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-struct World {
-  std::vector<std::unique_ptr<Subprocess>> ranks;
-  std::vector<int> exit_codes;
-  std::string outputs;  // every rank's output, labeled
-  std::string output(size_t r) const { return ranks[r]->output(); }
-};
+using braid::ddp::testing::read_floats;
+using braid::ddp::testing::World;
+using braid::testing::TempDir;
 
 // Starts `n` rank processes that meet through the environment, and waits for all of them.
 World run_world(size_t n, const std::vector<std::string>& args, const std::string& out_dir) {
-  World w;
-  const int port = braid::testing::free_port();
-  for (size_t r = 0; r < n; ++r) {
-    std::vector<std::string> argv = {braid::testing::binary_from_env("TORCH_DDP_RANK")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    if (!out_dir.empty()) argv.insert(argv.end(), {"--out", out_dir + "/rank" + std::to_string(r) + ".bin"});
-    const std::map<std::string, std::string> env = {
-        {"MASTER_ADDR", "127.0.0.1"},      {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(r)},
-        {"WORLD_SIZE", std::to_string(n)}, {"BRAID_RENDEZVOUS_TIMEOUT_S", "60"},  {"BRAID_TIMEOUT_S", "60"}};
-    w.ranks.push_back(std::make_unique<Subprocess>(argv, env));
-  }
-  for (size_t r = 0; r < n; ++r) {
-    w.exit_codes.push_back(w.ranks[r]->wait(kBound));
-    w.outputs += "--- rank " + std::to_string(r) + " (exit " + std::to_string(w.exit_codes.back()) + "):\n" +
-                 w.ranks[r]->output();
-  }
+  World w = braid::ddp::testing::start_world({.binary_env = "TORCH_DDP_RANK", .timeout_s = 60}, n, args, out_dir);
+  braid::ddp::testing::wait_world(w, kBound);
   return w;
 }
 
@@ -145,7 +109,7 @@ TEST_P(TorchDdpWorld, MatchesOneProcessOnTheFullBatch) {
 TEST_P(TorchDdpWorld, DefaultBucketCapsOneBucket) { expect_matches_reference(GetParam(), {}, 2e-5f); }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, TorchDdpWorld, ::testing::Values(1, 2, 3, 4),
-                         [](const auto& info) { return "N" + std::to_string(info.param); });
+                         [](const auto& info) { return std::string("N").append(std::to_string(info.param)); });
 
 TEST(TorchDdp, GradientsSetToNoneAreAdoptedIntoTheBuckets) {
   // zero_grad(set_to_none) makes autograd allocate fresh gradients each step, which the adapter

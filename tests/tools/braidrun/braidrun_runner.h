@@ -23,6 +23,7 @@
 extern char** environ;
 
 #include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
 
 namespace braid::braidrun::testing {
 
@@ -43,23 +44,7 @@ inline std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-// A fresh directory under /tmp, removed by the destructor.
-class TempDir {
- public:
-  TempDir() {
-    char tmpl[] = "/tmp/braidrun_test.XXXXXX";
-    path_ = mkdtemp(tmpl) ? tmpl : "/tmp";
-  }
-  ~TempDir() {
-    std::string cmd = "rm -rf '" + path_ + "'";
-    if (std::system(cmd.c_str()) != 0) {
-    }
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using braid::testing::TempDir;
 
 struct RunResult {
   int exit_code = -1;  // 128+signal when braidrun was killed; -1 when it had to be killed after the timeout
