@@ -80,7 +80,10 @@ def bench_ddp(rank, world, gloo, steps):
     return params, {k: statistics.median(v) for k, v in out.items()}
 
 
-def rank_main(rank, world, url, sizes, rounds, steps):
+def rank_main(rank, world, url, sizes, rounds, steps, pin):
+    if pin:  # one CPU per rank, as braidrun places ranks
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     import braid.torch  # noqa: F401
     dist.init_process_group("braid", init_method=url, rank=rank, world_size=world, timeout=timedelta(seconds=300))
     gloo = dist.new_group(backend="gloo")
@@ -102,10 +105,11 @@ def rank_main(rank, world, url, sizes, rounds, steps):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--world", type=int, default=2)
-    ap.add_argument("--build", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build"))
+    ap.add_argument("--build", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build"))
     ap.add_argument("--sizes", default="4K,64K,1M,16M,64M")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--pin", action="store_true", help="pin each rank to one CPU, as braidrun does")
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(os.path.abspath(a.build), "python"))
     os.environ["PYTHONPATH"] = os.pathsep.join([os.path.join(os.path.abspath(a.build), "python"),
@@ -114,7 +118,7 @@ def main():
         s.bind(("127.0.0.1", 0))
         url = f"tcp://127.0.0.1:{s.getsockname()[1]}"
     sizes = [parse_size(s) for s in a.sizes.split(",")]
-    mp.spawn(rank_main, args=(a.world, url, sizes, a.rounds, a.steps), nprocs=a.world)
+    mp.spawn(rank_main, args=(a.world, url, sizes, a.rounds, a.steps, a.pin), nprocs=a.world)
 
 
 if __name__ == "__main__":
