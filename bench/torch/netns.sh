@@ -9,7 +9,7 @@
 #     "gloo" in the same processes, alternating (bench/torch/torch_vs_gloo.py --init).
 # Prints the median busbw over rounds and the ratios to G and to gloo.
 #
-#   bench/torch/netns.sh                          # 1gbit, 64 MiB, 3 rounds, ~3 min
+#   bench/torch/netns.sh                          # 1gbit, 64 MiB, 5 rounds of 5 each, ~3 min
 #   RATE=200mbit BYTES=16M ROUNDS=2 bench/torch/netns.sh
 # Needs root (ip netns, tc). Namespaces are named bt<pid>0, bt<pid>1 and bt<pid>sw, deleted on exit.
 set -euo pipefail
@@ -20,7 +20,7 @@ ANCHORS=${ANCHORS:-$ROOT/../shared/bench}
 [ -f "$ANCHORS/run-netns.sh" ] || ANCHORS=/work/shared/bench
 RATE=${RATE:-1gbit}
 BYTES=${BYTES:-64M}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 ITERS=${ITERS:-5}
 OUT=${OUT:-/tmp/braid-torch-netns}
 PY=/usr/bin/python3
@@ -47,7 +47,7 @@ torch_round() {  # $1: round
   for r in 1 0; do
     timeout 900 ip netns exec "${ANC_NS_PREFIX}$r" env LOCAL_WORLD_SIZE=1 BRAID_SOCKET_IFNAME=aeth0 \
       GLOO_SOCKET_IFNAME=aeth0 $PY bench/torch/torch_vs_gloo.py --build "$BUILD" --init "tcp://$(host 0):$port" \
-      --rank "$r" --world 2 --sizes "$BYTES" --rounds 1 --max-iters "$ITERS" --no-ddp \
+      --rank "$r" --world 2 --sizes "$BYTES" --rounds 1 --iters "$ITERS" --no-ddp \
       --json "$OUT/torch.r$1.json" > "$OUT/rank$r.log" 2>&1 &
     pids+=($!)
   done

@@ -10,7 +10,7 @@ time), the ratio gloo/braid (above 1: braid is faster), and the median step time
 small MLP.
 
     /usr/bin/python3 bench/torch/torch_vs_gloo.py [--world 2] [--build build] [--sizes 4K,64K,1M,16M,64M]
-        [--rounds 3] [--steps 20] [--pin] [--backends braid,gloo] [--no-ddp] [--json PATH]
+        [--rounds 3] [--iters N] [--steps 20] [--pin] [--backends braid,gloo] [--no-ddp] [--json PATH]
 
 One rank of a job started elsewhere (bench/torch/netns.sh: one rank per network namespace):
 
@@ -53,11 +53,11 @@ def time_op(fn, iters, group):
     return samples
 
 
-def bench_all_reduce(groups, sizes, rounds, max_iters):
+def bench_all_reduce(groups, sizes, rounds, max_iters, fixed_iters):
     rows = []
     for nbytes in sizes:
         t = torch.ones(nbytes // 4)
-        iters = max(3, min(max_iters, (64 << 20) // max(nbytes, 1) // 4))
+        iters = fixed_iters or max(3, min(max_iters, (64 << 20) // max(nbytes, 1) // 4))
         per = {name: [] for name in groups}
         for _ in range(rounds):  # alternate, so drifts of the machine hit both
             for name, g in groups.items():
@@ -96,7 +96,7 @@ def rank_main(rank, a, url):
     groups = {}
     for name in a.backends.split(","):
         groups[name] = dist.group.WORLD if name == "braid" else dist.new_group(backend=name)
-    rows = bench_all_reduce(groups, [parse_size(s) for s in a.sizes.split(",")], a.rounds, a.max_iters)
+    rows = bench_all_reduce(groups, [parse_size(s) for s in a.sizes.split(",")], a.rounds, a.max_iters, a.iters)
     params, ddp = bench_ddp(groups, a.steps) if not a.no_ddp else (0, {})
     if rank == 0:
         report(a, rows, params, ddp)
@@ -131,6 +131,7 @@ def main():
     ap.add_argument("--sizes", default="4K,64K,1M,16M,64M")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-iters", type=int, default=200, help="timed all_reduces per size and round, at most")
+    ap.add_argument("--iters", type=int, default=0, help="timed all_reduces per size and round (default: by size)")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--pin", action="store_true", help="pin each rank to one CPU, as braidrun does")
     ap.add_argument("--backends", default="braid,gloo", help="braid first; the others as new_group backends")
