@@ -224,12 +224,22 @@ void CommunicatorImpl::wait_for_work(std::unique_lock<std::mutex>& lock, Clock::
   }
 }
 
-bool CommunicatorImpl::queued_locked(bool idle_before, const detail::WorkState* work) {
+bool CommunicatorImpl::queued_locked(bool idle_before, const std::shared_ptr<detail::WorkState>& work) {
   enqueued_.fetch_add(1, std::memory_order_release);
   if (!cfg_.env.caller_progress || !idle_before || cfg_.hand_off_tick.count() <= 0) return true;
   const auto now = Clock::now();
-  idle_work_ = work;
+  if (idle_first_wait_) {
+    // The last prediction, settled after the fact: its operation finished before its caller
+    // waited (the progress thread took it), so no wait reached help(); when that wait came
+    // decides, as it would have there. Never waited (another operation came first): computes.
+    const int64_t waited = idle_first_wait_->load(std::memory_order_relaxed);
+    callers_wait_ = waited != 0 && std::chrono::nanoseconds(waited) - idle_work_at_.time_since_epoch() <
+                                       std::chrono::duration_cast<std::chrono::nanoseconds>(cfg_.waits_at_once);
+  }
+  idle_work_ = work.get();
   idle_work_at_ = now;
+  idle_first_wait_ = std::make_shared<std::atomic<int64_t>>(0);
+  work->first_wait_ns = idle_first_wait_;
   if (!callers_wait_) return true;  // the caller computes meanwhile: start it at once
   grace_until_ = now + cfg_.hand_off_tick;
   linger_until_ = now + kLinger;
@@ -583,7 +593,7 @@ Work CommunicatorImpl::enqueue(collectives::CollectiveArgs args) {
     op.device = std::move(device);
     const bool idle = !busy_ && queue_.empty();
     queue_.push_back(std::move(op));
-    wake = queued_locked(idle, work.get());
+    wake = queued_locked(idle, work);
   }
   if (wake) cv_.notify_one();
   return Work(work);
@@ -626,6 +636,7 @@ void CommunicatorImpl::help(const detail::WorkState& work) {
     if (&work == idle_work_) {
       callers_wait_ = Clock::now() - idle_work_at_ < cfg_.waits_at_once;
       idle_work_ = nullptr;
+      idle_first_wait_ = nullptr;
     }
     if (busy_ || queue_.size() != 1 || work.done()) return;
     const Pending& front = queue_.front();

@@ -167,7 +167,7 @@ class CommunicatorImpl {
   void wait_for_work(std::unique_lock<std::mutex>& lock, Clock::time_point board_at);
   // After pushing `work`'s operation to queue_, under mu_: the hand-off (see the top) when the
   // communicator was idle before. Returns whether the progress thread must be woken.
-  bool queued_locked(bool idle_before, const detail::WorkState* work);
+  bool queued_locked(bool idle_before, const std::shared_ptr<detail::WorkState>& work);
   // Queues (or, for an open group, holds) a new operation; under mu_. Returns false (and
   // completes `work` with the reason) when the communicator can no longer run it.
   bool admit_locked(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
@@ -227,6 +227,9 @@ class CommunicatorImpl {
   const detail::WorkState* idle_work_ = nullptr;
   Clock::time_point idle_work_at_{};
   bool callers_wait_ = true;
+  // When the caller of the last operation queued on an idle communicator first waited for it
+  // (WorkState::first_wait_ns); null once a wait before completion (help) has settled it.
+  std::shared_ptr<std::atomic<int64_t>> idle_first_wait_;
   Clock::time_point grace_until_{};   // the only queued operation is left to its caller until then
   Clock::time_point linger_until_{};  // until then the idle progress thread ticks
   // When the progress thread's wait ends by itself; time_point::min() while it is not waiting

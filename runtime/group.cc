@@ -45,7 +45,7 @@ Work CommunicatorImpl::group_end() {
     g.group = std::move(members);
     const bool idle = !busy_ && queue_.empty();
     queue_.push_back(std::move(g));
-    wake = queued_locked(idle, work.get());  // a group is handed off like any operation
+    wake = queued_locked(idle, work);  // a group is handed off like any operation
   }
   if (wake) cv_.notify_one();
   return Work(work);

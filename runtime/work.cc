@@ -19,6 +19,13 @@ void WorkState::complete(Status s) {
   done_cv_.notify_all();
 }
 
+void WorkState::note_wait() const {
+  if (!first_wait_ns) return;
+  int64_t none = 0;
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+  first_wait_ns->compare_exchange_strong(none, now, std::memory_order_relaxed);
+}
+
 Status WorkState::status() const {
   std::lock_guard<std::mutex> lock(mu_);
   return status_;
@@ -69,6 +76,7 @@ void check_not_in_open_group(const detail::WorkState& state) {
 void Work::wait() {
   if (!state_) return;
   check_not_in_open_group(*state_);
+  state_->note_wait();
   if (state_->comm != nullptr && !state_->done()) state_->comm->help(*state_);
   state_->wait_until(Deadline::never(), detail::spin_us_setting());
   raise_if_error(state_->status());
@@ -77,6 +85,7 @@ void Work::wait() {
 bool Work::wait_for(std::chrono::milliseconds timeout) {
   if (!state_) return true;
   check_not_in_open_group(*state_);
+  state_->note_wait();
   // No help() here: running the operation on this thread would not honour `timeout`.
   if (!state_->wait_until(Deadline::after(timeout), detail::spin_us_setting())) return false;
   raise_if_error(state_->status());

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <memory>
 #include <condition_variable>
 #include <mutex>
 #include <string>
@@ -34,6 +36,12 @@ struct WorkState {
   // to. Only read while the operation is not done, i.e. while the communicator is alive (its
   // destructor completes every queued operation first).
   CommunicatorImpl* comm = nullptr;
+  // Set (before the Work is handed out) on an operation queued on an idle communicator: when its
+  // caller first came to wait, in steady-clock nanoseconds (0 until then). Shared with the
+  // communicator, which reads it when it queues the next such operation: the progress thread may
+  // have finished this one before the caller waited, so that the wait had nothing to hand over.
+  std::shared_ptr<std::atomic<int64_t>> first_wait_ns;
+  void note_wait() const;
 
  private:
   std::atomic<int> done_{0};  // set under mu_; read without it by done()

@@ -118,6 +118,34 @@ TEST(HandOff, ACallerThatWaitsAtOnceAgainGetsItsOperationsBack) {
   });
 }
 
+// The progress thread finished an operation before its caller came to wait() (the caller was
+// descheduled past the tick, or the operation was started at once): the wait had nothing to
+// hand over, yet the caller waited at once, and its next operation must be left to it again.
+// Before the prediction was settled after the fact, such a caller kept waking the progress
+// thread for every operation.
+TEST(HandOff, AWaitAfterTheProgressThreadFinishedStillCountsAsWaitingAtOnce) {
+  testing::JobSettings s = settings(1s);
+  s.waits_at_once = 10s;
+  testing::InProcessJob job(s);
+  testing::run_ranks(kRanks, [&](int r) {
+    CommunicatorImpl* impl = nullptr;
+    Communicator comm = job.make(r, 0, &impl);
+    std::vector<float> v = ones_times_rank(r, 64);
+    Work w = comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum);
+    ASSERT_TRUE(completes_unwaited(w)) << "rank " << r;  // taken by the progress thread after a tick
+    w.wait();  // done already; well within waits_at_once of the queueing
+    ASSERT_EQ(impl->hand_off_counts().on_progress_thread, 1u) << "rank " << r;
+    v = ones_times_rank(r, 64);
+    w = comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum);
+    std::this_thread::sleep_for(20ms);  // far less than the tick: a woken progress thread would take it now
+    w.wait();
+    EXPECT_EQ(v[63], kSum);
+    const auto counts = impl->hand_off_counts();
+    EXPECT_EQ(counts.on_caller, 1u) << "rank " << r;
+    EXPECT_EQ(counts.on_progress_thread, 1u) << "rank " << r;
+  });
+}
+
 // A caller that computes between *_async and wait() (here: sleeps longer than waits_at_once)
 // gets its next operation started at once on the progress thread, overlapping the compute.
 TEST(HandOff, ACallerThatComputesBeforeWaitingGetsOverlap) {
