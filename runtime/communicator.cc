@@ -174,6 +174,7 @@ Communicator make(std::shared_ptr<Store> store, std::unique_ptr<TcpStoreServer> 
   // Without a launcher rank 0 serves the store: when it stops answering, so did rank 0.
   if (job.store_port != 0 && !job.agent_store) cfg.store_rank = 0;
   cfg.server = std::move(server);
+  cfg.foreign_store = job.foreign_store;
   cfg.master_addr = job.master_addr;
   cfg.env = env;
   return Communicator::from_impl_(value_or_raise(CommunicatorImpl::create(std::move(cfg))));
@@ -243,6 +244,7 @@ Communicator Communicator::from_store(std::shared_ptr<Store> store, int rank, in
   JobInfo job;
   job.rank = rank;
   job.size = size;
+  job.foreign_store = true;
   return make(std::move(store), nullptr, job, env_or_raise());
 }
 

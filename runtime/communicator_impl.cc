@@ -698,7 +698,12 @@ void CommunicatorImpl::finish_job_store() {
       }
     }
   } catch (const Error& e) {
-    BRAID_LOG(warn) << "rank " << cfg_.rank << " leaving: the store is gone (" << e.what() << ")";
+    // A store the program handed in (torch's lives in its rank 0) may go first at a clean exit.
+    if (!failed && cfg_.foreign_store) {
+      BRAID_LOG(info) << "rank " << cfg_.rank << " leaving: the program's store is gone already (" << e.what() << ")";
+    } else {
+      BRAID_LOG(warn) << "rank " << cfg_.rank << " leaving: the store is gone (" << e.what() << ")";
+    }
   }
 }
 

@@ -72,6 +72,9 @@ struct CommunicatorConfig {
   bool board_bounded = false;                // board_store's timeout is the failure-report bound
   int store_rank = -1;                       // the rank whose process serves the store, or -1
   std::unique_ptr<TcpStoreServer> server;    // when this rank serves the job's store
+  // The program handed the store in (from_store, e.g. torch's): whoever serves it may exit
+  // before the other ranks leave, which is then no trouble at all.
+  bool foreign_store = false;
   std::string master_addr;
   Env env;
   // The hand-off's tick (see the top): an operation left to its caller waits this long (or up to

@@ -24,6 +24,8 @@ struct JobInfo {
   int local_size = 1;
   // The launcher (braidrun) serves the store at master_addr:master_port; ranks only connect.
   bool agent_store = false;
+  // The program handed its own store in (Communicator::from_store): braid serves none.
+  bool foreign_store = false;
   // torchrun's agent serves torch's own store on MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE),
   // which speaks another protocol: braid's store then lives on store_port (rank 0 serves it).
   uint16_t store_port = 0;

@@ -70,6 +70,7 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::split(int color, int
   for (int i = 0; i < cfg.size; ++i) {  // the store's server, by its rank in the child
     if (cfg_.store_rank >= 0 && members[static_cast<size_t>(i)].second == cfg_.store_rank) cfg.store_rank = i;
   }
+  cfg.foreign_store = cfg_.foreign_store;
   cfg.master_addr = cfg_.master_addr;
   cfg.env = cfg_.env;
   cfg.inproc_fabric = cfg_.inproc_fabric;

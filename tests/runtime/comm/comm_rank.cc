@@ -12,6 +12,9 @@
 //                             different count while rank 0 repeats (runs again) the first
 //   comm_rank url URL       - like join, but through Communicator::from_url(URL) (tcp://, file://)
 //   comm_rank sum COUNT     - one all_reduce of COUNT f32 elements; exit 6 when any element is wrong
+//   comm_rank foreign_store - the program's own store (as torch hands its store in): rank 0 serves
+//                             a TcpStore at MASTER_PORT, every rank joins with from_store, one
+//                             all_reduce, then rank 0 exits first and the others leave after it
 //   comm_rank churn ROUNDS  - on the job's communicator, creates and destroys ROUNDS communicators
 //                             (and a split of each) on its store; rank 0 prints the store's key
 //                             count after the first round and after the last
@@ -20,13 +23,37 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+namespace {
+
+int foreign_store_rank() {
+  const int r = std::stoi(std::getenv("RANK")), n = std::stoi(std::getenv("WORLD_SIZE"));
+  const auto port = static_cast<uint16_t>(std::stoi(std::getenv("MASTER_PORT")));
+  std::unique_ptr<braid::TcpStoreServer> server = r == 0 ? braid::TcpStoreServer::start("127.0.0.1", port) : nullptr;
+  std::shared_ptr<braid::Store> store = braid::TcpStore::connect("127.0.0.1", port);
+  {
+    braid::Communicator comm = braid::Communicator::from_store(store, r, n);
+    std::vector<int32_t> v(4, 1);
+    comm.all_reduce(v.data(), v.size(), braid::DType::i32, braid::Op::sum);
+    if (v[0] != n) return 7;
+    comm.barrier();
+    if (r != 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));  // rank 0 and its store go first
+  }
+  std::printf("rank %d left\n", r);
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "join";
+  if (mode == "foreign_store") return foreign_store_rank();
   try {
     braid::Communicator comm =
         mode == "url" && argc > 2 ? braid::Communicator::from_url(argv[2]) : braid::Communicator::from_env();

@@ -165,6 +165,24 @@ TEST(Comm, RankZeroMayLeaveFirst) {
   for (auto& p : ranks) EXPECT_EQ(p->wait(kBound), 0) << p->output();
 }
 
+// torch hands braid its store, served in its rank 0, which may exit first at a clean end: the
+// others leave without a warning (only an INFO line says the store went first).
+TEST(Comm, AProgramsStoreMayGoFirstWithoutAWarning) {
+  const int port = testing::free_port();
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    auto env = rank_env(port, r, 2);
+    env["BRAID_DEBUG"] = "INFO";
+    env["BRAID_SECRET"] = "comm-test-foreign-store";  // else the store warns that the job has none
+    ranks.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "foreign_store"}, env));
+  }
+  for (auto& p : ranks) ASSERT_EQ(p->wait(kBound), 0) << p->output();
+  const std::string& late = ranks[1]->output();
+  EXPECT_NE(late.find("the program's store is gone already"), std::string::npos) << late;
+  EXPECT_EQ(late.find("WARN"), std::string::npos) << late;
+}
+
 TEST(Comm, EightRanksUnderBraidrun) {
   const char* braidrun = std::getenv("BRAIDRUN");
   if (!braidrun) GTEST_SKIP() << "BRAIDRUN not set (braidrun not built)";
