@@ -60,6 +60,9 @@ struct Env {
   // attach where ptrace rules allow; 0 (default): through its pipelined two-copy ring, which is
   // the faster of the two where process_vm_readv copies slower than memcpy (docs/shm.md).
   bool shm_cma = false;
+  // BRAID_SHM_RING_BYTES: bytes of each direction's shm ring per pair of ranks, 64 KiB..1 GiB,
+  // a multiple of 4 KiB; 0 = the default, 4 MiB.
+  size_t shm_ring_bytes = size_t{4} << 20;
   // BRAID_CALLER_PROGRESS: 0 | 1. A blocking call (or wait()) whose communicator has nothing
   // else queued or running runs the operation on the calling thread instead of waking the
   // progress thread. Default 1.

@@ -83,7 +83,10 @@ Result<std::unique_ptr<Transport>> ShmTransport::create(const TransportOptions& 
 }
 
 ShmTransport::ShmTransport(const TransportOptions& options, UniqueFd eventfd)
-    : env_(options.env), secret_(options.secret), eventfd_(std::move(eventfd)) {}
+    : env_(options.env),
+      secret_(options.secret),
+      eventfd_(std::move(eventfd)),
+      ring_bytes_(std::clamp(options.env.shm_ring_bytes, kMinRingBytes, kMaxRingBytes) / kRecordAlign * kRecordAlign) {}
 
 ShmTransport::~ShmTransport() {
   // Connections should be gone first (transport.h); any left must not call back into us.
