@@ -181,6 +181,7 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
     std::string s = v;
     RETURN_IF_ERROR(one_of("BRAID_SHM_CMA", s));
     e.shm_cma = s == "1";
+    e.shm_cma_auto = s == "auto";
   }
   if (const char* v = lookup("BRAID_SHM_RING_BYTES")) {
     ASSIGN_OR_RETURN(e.shm_ring_bytes, parse_bytes("BRAID_SHM_RING_BYTES", v));

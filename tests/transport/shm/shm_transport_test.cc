@@ -27,11 +27,12 @@ auth::JobSecret secret(const std::string& text) {
   return s.is_ok() ? s.value() : auth::JobSecret();
 }
 
-// Parameter: whether large messages may go by cross-memory attach (BRAID_SHM_CMA).
+// Parameter: whether large messages go by cross-memory attach (BRAID_SHM_CMA=1) or never (0).
 class ShmTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     o_.env.shm_cma = GetParam();
+    o_.env.shm_cma_auto = false;  // the ring alone, whatever pages the buffers landed on
     o_.secret = secret("shm transport test secret 0123456789");
   }
   void join() { ASSERT_TRUE(make_link("shm", o_, o_, link_).is_ok()); }
