@@ -9,13 +9,15 @@
 # Per round and world size N: braid-perf all_reduce 4 KiB..MAX (x4 steps; -n 500 -w 200 up to
 # 64 KiB, -n 20 -w 5 above, as Open MPI's mpi_bench takes up to 1000 iterations where they are
 # cheap), sendrecv 4 KiB (latency) and sendrecv MAX (bandwidth: every rank sends MAX to the next
-# and receives MAX from the previous at once) over shm (its default two-copy ring; shm-cma:
-# BRAID_SHM_CMA=1) and over tcp; Open MPI's mpi_bench from ../shared/bench with
-# `--mca btl self,vader` when mpicc/mpirun are installed (BRAID_SETUP_ANCHORS=1 scripts/setup.sh).
+# and receives MAX from the previous at once) over shm (its default, BRAID_SHM_CMA=auto: the
+# two-copy ring for buffers on 4 KiB pages; shm-cma: BRAID_SHM_CMA=1) and over tcp; Open MPI's
+# mpi_bench from ../shared/bench with `--mca btl self,vader` when mpicc/mpirun are installed
+# (BRAID_SETUP_ANCHORS=1 scripts/setup.sh).
 # With 2 ranks also: memcpy of MAX by one thread (../shared/bench/src/memcpy_bench.c, the
 # yardstick issue 20 names), and the same sendrecv and memcpy with the buffers on transparent
 # huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1: malloc advises MADV_HUGEPAGE; variants
-# *-thp), where cross-memory attach copies as fast as memcpy (bench/shm_cma_bench.c shows why:
+# *-thp; shm-ring-thp: BRAID_SHM_CMA=0), and all_reduce 1 MiB..MAX so with auto and with 1,
+# where cross-memory attach copies as fast as memcpy (bench/shm_cma_bench.c shows why:
 # process_vm_readv pins and copies 4 KiB pages one by one). THP=0 leaves the *-thp rows out.
 # Last, bench/shm_cma_bench.c's table (memcpy against process_vm_readv by page size and call size).
 # Prints RESULT rows (../shared/bench's format) with the library column naming the transport;
@@ -54,14 +56,16 @@ memcpy_row() {  # label [env...]: memcpy_bench's memcpy line as a RESULT row (GB
     '$3 == "memcpy" { printf "RESULT\t%s\tmemcpy-1thread\t1\t%s\t%s\t%s\t%s\t%s\t%s\t%s\tok\n", l, $5, $6, $7, $8, $7, $9, $9 }'
 }
 
-perf() {  # variant (shm, shm-cma, tcp, shm-thp, shm-cma-thp) N op -b -e iterations warmup
-  local v=$1 transport=shm cma=0 thp=
+perf() {  # variant N op -b -e iterations warmup
+  # Variants: shm (BRAID_SHM_CMA unset: auto), shm-ring (0), shm-cma (1), tcp; a -thp suffix
+  # puts the buffers on transparent huge pages.
+  local v=$1 transport=shm cma="" thp=""
   case $v in tcp) transport=tcp ;; esac
-  case $v in *cma*) cma=1 ;; esac
+  case $v in shm-cma*) cma=BRAID_SHM_CMA=1 ;; shm-ring*) cma=BRAID_SHM_CMA=0 ;; esac
   case $v in *-thp) thp=$thp_env ;; esac
-  env $thp BRAID_TRANSPORT=$transport BRAID_SHM_CMA=$cma timeout 300 "$BUILD/tools/braidrun/braidrun" --standalone \
-    --nproc-per-node "$2" "$BUILD/tools/braid_perf/braid-perf" --op "$3" -b "$4" -e "$5" -f 4 -n "$6" -w "$7" \
-    --result-rows 2>&1 | sed -n 's/^\[rank 0\] RESULT\tbraid\t/RESULT\tbraid-'"$v"'\t'"$3"'-/p'
+  env -u BRAID_SHM_CMA $thp $cma BRAID_TRANSPORT=$transport timeout 300 "$BUILD/tools/braidrun/braidrun" \
+    --standalone --nproc-per-node "$2" "$BUILD/tools/braid_perf/braid-perf" --op "$3" -b "$4" -e "$5" -f 4 -n "$6" \
+    -w "$7" --result-rows 2>&1 | sed -n 's/^\[rank 0\] RESULT\tbraid\t/RESULT\tbraid-'"$v"'\t'"$3"'-/p'
 }
 
 for round in $(seq "$ROUNDS"); do
@@ -78,8 +82,11 @@ for round in $(seq "$ROUNDS"); do
     if [ "$n" = 2 ]; then
       memcpy_row memcpy
       if [ "$THP" = 1 ]; then
-        perf shm-thp 2 sendrecv "$MAX" "$MAX" 20 5
-        perf shm-cma-thp 2 sendrecv "$MAX" "$MAX" 20 5
+        for t in shm-thp shm-ring-thp shm-cma-thp; do
+          perf "$t" 2 sendrecv "$MAX" "$MAX" 20 5
+        done
+        perf shm-thp 2 all_reduce 1M "$MAX" 20 5
+        perf shm-cma-thp 2 all_reduce 1M "$MAX" 20 5
         memcpy_row memcpy-thp "$thp_env"
       fi
     fi
