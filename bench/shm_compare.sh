@@ -5,6 +5,7 @@
 #
 #   bench/shm_compare.sh [BUILD_DIR]        (default: build)
 #   ROUNDS=3 NS="2 4" MAX=64M bench/shm_compare.sh
+#   ONLY=sendrecv ROUNDS=7 NS=2 bench/shm_compare.sh   (only sendrecv of MAX and the memcpy rows)
 #
 # Per round and world size N: braid-perf all_reduce 4 KiB..MAX (x4 steps; -n 500 -w 200 up to
 # 64 KiB, -n 20 -w 5 above, as Open MPI's mpi_bench takes up to 1000 iterations where they are
@@ -28,6 +29,7 @@ ROUNDS=${ROUNDS:-3}
 NS=${NS:-2 4}
 THP=${THP:-1}
 MAX=${MAX:-64M}
+ONLY=${ONLY:-}
 ANCHORS=${ANCHORS:-$(cd "$(dirname "$0")/../.." && pwd)/shared/bench}
 [ -d "$ANCHORS" ] || ANCHORS=/work/shared/bench
 out=$(mktemp -d)
@@ -74,9 +76,11 @@ for round in $(seq "$ROUNDS"); do
     for t in shm shm-cma tcp; do
       # Small sizes get many iterations (their median is a few microseconds), large ones few;
       # the first size of a run needs a long warm-up (its first ~100 calls are slower).
-      perf "$t" "$n" all_reduce 4K 64K 500 200
-      perf "$t" "$n" all_reduce 256K "$MAX" 20 5
-      perf "$t" "$n" sendrecv 4K 4K 500 200
+      if [ "$ONLY" != sendrecv ]; then
+        perf "$t" "$n" all_reduce 4K 64K 500 200
+        perf "$t" "$n" all_reduce 256K "$MAX" 20 5
+        perf "$t" "$n" sendrecv 4K 4K 500 200
+      fi
       perf "$t" "$n" sendrecv "$MAX" "$MAX" 20 5
     done
     if [ "$n" = 2 ]; then
@@ -85,12 +89,14 @@ for round in $(seq "$ROUNDS"); do
         for t in shm-thp shm-ring-thp shm-cma-thp; do
           perf "$t" 2 sendrecv "$MAX" "$MAX" 20 5
         done
-        perf shm-thp 2 all_reduce 1M "$MAX" 20 5
-        perf shm-cma-thp 2 all_reduce 1M "$MAX" 20 5
+        if [ "$ONLY" != sendrecv ]; then
+          perf shm-thp 2 all_reduce 1M "$MAX" 20 5
+          perf shm-cma-thp 2 all_reduce 1M "$MAX" 20 5
+        fi
         memcpy_row memcpy-thp "$thp_env"
       fi
     fi
-    if [ -n "$mpi_bench" ]; then
+    if [ -n "$mpi_bench" ] && [ "$ONLY" != sendrecv ]; then
       timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$n" --mca btl self,vader \
         "$mpi_bench" --label all_reduce-vader --min-bytes 4096 --max-bytes "$max_bytes" --max-iters 200 |
         grep '^RESULT' | sed 's/^RESULT\tmpi\t/RESULT\topenmpi-shm\t/' || echo "# mpi_bench failed" >&2
@@ -113,7 +119,7 @@ for op, n, size, lib, t, bw in sorted(rows):
     print(f"{lib:14} {op:12} n={n} {size:>10} {t:12.2f} us {bw:8.3f} GB/s")
 '
 
-if cc -O2 -pthread -o "$out/shm_cma_bench" "$(dirname "$0")/shm_cma_bench.c"; then
+if [ "$ONLY" != sendrecv ] && cc -O2 -pthread -o "$out/shm_cma_bench" "$(dirname "$0")/shm_cma_bench.c"; then
   echo
   echo "# bench/shm_cma_bench.c, $MAX: kind-pages-call median_us GB/s per copying process"
   "$out/shm_cma_bench" "$max_bytes" 9 | awk -F'\t' '{ printf "%-26s %10s us %8s GB/s\n", $3, $7, $9 }'

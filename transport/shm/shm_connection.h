@@ -4,9 +4,8 @@
 // Sends are written into the outgoing ring in order. A message goes as a cma record (the
 // receiver copies it straight from our buffer with process_vm_readv) when the peer found at
 // setup that it may read our memory and the policy (CmaPolicy, from BRAID_SHM_CMA) picks it,
-// and through the ring otherwise. Inline sends
-// complete once their last byte is in the ring; cma sends once the peer counted them read;
-// completions keep the order of posting.
+// and through the ring otherwise. Inline sends complete once their last byte is in the ring;
+// cma sends once the peer counted them read; completions keep the order of posting.
 // Receives take records in order; a record larger than the posted buffer is consumed and the
 // receive fails with ErrorCode::protocol.
 //
@@ -78,7 +77,7 @@ class ShmConnection final : public Connection {
   bool peer_reads_us() const;
   // Whether a send of `bytes` from `data` goes single-copy (cross-memory attach).
   bool single_copy(const void* data, size_t bytes) const;
-  // Messages sent single-copy so far (for tests and the benchmark's account).
+  // Messages sent single-copy so far (tests read it).
   uint64_t cma_sent() const { return cma_sent_; }
   // The descriptor that becomes readable when the peer exits (pidfd or socket).
   int liveness_fd() const { return liveness_fd_; }
