@@ -181,6 +181,14 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
     std::string s = v;
     RETURN_IF_ERROR(one_of("BRAID_SHM_CMA", s));
     e.shm_cma = s == "1";
+    e.shm_cma_auto = s == "auto";
+  }
+  if (const char* v = lookup("BRAID_SHM_RING_BYTES")) {
+    ASSIGN_OR_RETURN(e.shm_ring_bytes, parse_bytes("BRAID_SHM_RING_BYTES", v));
+    if (e.shm_ring_bytes == 0) e.shm_ring_bytes = Env().shm_ring_bytes;
+    if (e.shm_ring_bytes % 4096 != 0) {
+      return invalid_argument(std::string("BRAID_SHM_RING_BYTES='") + v + "' must be a multiple of 4 KiB (4096 bytes)");
+    }
   }
   if (const char* v = lookup("BRAID_CALLER_PROGRESS")) {
     std::string s = v;

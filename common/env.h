@@ -56,10 +56,15 @@ struct Env {
   size_t zcopy_bytes = size_t{1} << 20;
   // BRAID_SPIN_US: how long a waiter spins before sleeping, microseconds (0..100000). Default 50.
   int spin_us = 50;
-  // BRAID_SHM_CMA: 1: the shm transport moves large messages in one copy with cross-memory
-  // attach where ptrace rules allow; 0 (default): through its pipelined two-copy ring, which is
-  // the faster of the two where process_vm_readv copies slower than memcpy (docs/shm.md).
+  // BRAID_SHM_CMA: 1: the shm transport moves messages of 64 KiB and up in one copy with
+  // cross-memory attach where ptrace rules allow (shm_cma); auto (default, shm_cma_auto): only
+  // those larger than its ring whose buffer lies in huge pages, where process_vm_readv copies
+  // as fast as memcpy; 0: neither, everything through the pipelined two-copy ring (docs/shm.md).
   bool shm_cma = false;
+  bool shm_cma_auto = true;
+  // BRAID_SHM_RING_BYTES: bytes of each direction's shm ring per pair of ranks, 64 KiB..1 GiB,
+  // a multiple of 4 KiB; 0 = the default, 4 MiB.
+  size_t shm_ring_bytes = size_t{4} << 20;
   // BRAID_CALLER_PROGRESS: 0 | 1. A blocking call (or wait()) whose communicator has nothing
   // else queued or running runs the operation on the calling thread instead of waking the
   // progress thread. Default 1.

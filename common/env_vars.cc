@@ -58,9 +58,14 @@ constexpr EnvVar kVars[] = {
     {"BRAID_CALLER_PROGRESS", choice, "1", "0|1", 0, 0,
      "1: a blocking call with nothing else queued runs on the calling thread instead of waking the progress thread."},
     {"BRAID_SPIN_US", integer, "50", "", 0, 100000, "Microseconds a waiter spins before sleeping."},
-    {"BRAID_SHM_CMA", choice, "0", "0|1", 0, 0,
-     "shm: 1 moves large messages in one copy (cross-memory attach) where ptrace rules allow; 0 uses the pipelined "
-     "two-copy ring (faster where process_vm_readv copies slower than memcpy: docs/shm.md)."},
+    {"BRAID_SHM_CMA", choice, "auto", "0|1|auto", 0, 0,
+     "shm: how large messages move where ptrace rules allow reading the peer's memory. auto: in one copy (cross-memory "
+     "attach) when larger than the ring and held in huge pages, else through the pipelined two-copy ring; 1: in one "
+     "copy from 64 KiB; 0: always through the ring. process_vm_readv copies 4 KiB pages far slower than memcpy: "
+     "docs/shm.md."},
+    {"BRAID_SHM_RING_BYTES", bytes, "4M", "a multiple of 4 KiB", 64 * kKiB, 1024 * kMiB,
+     "shm: bytes of each direction's ring per pair of ranks (each pair takes twice this), a multiple of 4 KiB. Where "
+     "the memory cannot be reserved the ring is halved down to 64 KiB, with a warning. 0 means the default."},
     {"BRAID_ZCOPY_BYTES", bytes, "1M", "", 1, 0,
      "Sends at least this large use zero-copy (MSG_ZEROCOPY / SEND_ZC); 0 never does."},
     {"BRAID_CUDA_STAGING_BYTES", bytes, "64M", "", 64 * kKiB, 0,

@@ -113,6 +113,8 @@ const Rejected kRejected[] = {
     {"BRAID_TRANSPORT", "shm,pigeon", "auto, tcp, tcp-poll, ib, shm, inproc"},
     {"BRAID_SPIN_US", "100001", "[0, 100000]"},
     {"BRAID_SHM_CMA", "on", "0, 1"},
+    {"BRAID_SHM_RING_BYTES", "32K", "[65536, 1073741824] bytes"},
+    {"BRAID_SHM_RING_BYTES", "100000", "multiple of 4 KiB"},
     {"BRAID_ZCOPY_BYTES", "lots", "of at least 1 bytes"},
     {"BRAID_CUDA_STAGING_BYTES", "4K", "of at least 65536 bytes"},
     {"BRAID_LOOPBACK_CC", "Reno; rm", "reno, cubic"},

@@ -54,6 +54,12 @@ bool ShmConnection::peer_reads_us() const {
   return header_->ends[1 - s_.self_end].cma_readable.load(std::memory_order_acquire) == kCmaYes;
 }
 
+bool ShmConnection::single_copy(const void* data, size_t bytes) const {
+  if (s_.cma == CmaPolicy::off || bytes < kCmaMinBytes || !peer_reads_us()) return false;
+  if (s_.cma == CmaPolicy::always) return true;
+  return bytes > ring_ && s_.pages != nullptr && s_.pages->all_huge(data, bytes);
+}
+
 Status ShmConnection::post_send(const void* data, size_t bytes, uint64_t cookie) {
   if (closed_) return invalid_argument("post_send on a closed shm connection to " + who());
   if (!broken_.is_ok()) {
@@ -63,7 +69,7 @@ Status ShmConnection::post_send(const void* data, size_t bytes, uint64_t cookie)
   if (sends_.size() + acks_.size() >= kMaxInFlight) {
     return invalid_argument("more than " + std::to_string(kMaxInFlight) + " sends outstanding to " + who());
   }
-  const bool cma = bytes >= kCmaMinBytes && peer_reads_us();
+  const bool cma = single_copy(data, bytes);
   sends_.push_back(Send{static_cast<const unsigned char*>(data), bytes, cookie, cma});
   if (sends_.size() == 1 && write_sends()) notify_peer();  // a small message leaves at once
   return Status::ok();

@@ -1,11 +1,11 @@
 // transport/shm/shm_connection.h - one connection between two ranks of one host: two byte rings
 // in a shared segment (shm_layout.h), driven by the transport's poll().
 //
-// Sends are written into the outgoing ring in order; a message of at least kCmaMinBytes goes as
-// a cma record (the receiver copies it straight from our buffer with process_vm_readv) when the
-// peer found at setup that it may read our memory, and through the ring otherwise. Inline sends
-// complete once their last byte is in the ring; cma sends once the peer counted them read;
-// completions keep the order of posting.
+// Sends are written into the outgoing ring in order. A message goes as a cma record (the
+// receiver copies it straight from our buffer with process_vm_readv) when the peer found at
+// setup that it may read our memory and the policy (CmaPolicy, from BRAID_SHM_CMA) picks it,
+// and through the ring otherwise. Inline sends complete once their last byte is in the ring;
+// cma sends once the peer counted them read; completions keep the order of posting.
 // Receives take records in order; a record larger than the posted buffer is consumed and the
 // receive fails with ErrorCode::protocol.
 //
@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/shm/huge_pages.h"
 #include "transport/shm/shm_layout.h"
 #include "transport/shm/shm_setup.h"
 #include "transport/transport.h"
@@ -31,6 +32,11 @@ namespace braid::transport::shm {
 class ShmConnection;
 
 inline constexpr size_t kCmaMinBytes = 64 * 1024;
+
+// Which messages go single-copy. huge_pages: those larger than the ring whose every page is a
+// huge page (huge_pages.h says why); below the ring's size the ring holds the whole message,
+// so the send completes without waiting for the reader.
+enum class CmaPolicy { off, huge_pages, always };
 
 struct ShmConnectionSetup {
   Mapping segment;
@@ -42,6 +48,8 @@ struct ShmConnectionSetup {
   std::string peer_address;
   std::vector<Completion>* completions = nullptr;
   std::function<void(ShmConnection*)> forget;  // the transport's, called on destruction
+  CmaPolicy cma = CmaPolicy::off;
+  const HugePageQuery* pages = nullptr;  // the transport's; needed for CmaPolicy::huge_pages
 };
 
 class ShmConnection final : public Connection {
@@ -67,6 +75,10 @@ class ShmConnection final : public Connection {
   bool progress();
   // Whether the peer may read our memory (so large sends go single-copy), as it found at setup.
   bool peer_reads_us() const;
+  // Whether a send of `bytes` from `data` goes single-copy (cross-memory attach).
+  bool single_copy(const void* data, size_t bytes) const;
+  // Messages sent single-copy so far (tests read it).
+  uint64_t cma_sent() const { return cma_sent_; }
   // The descriptor that becomes readable when the peer exits (pidfd or socket).
   int liveness_fd() const { return liveness_fd_; }
   // The peer exited: fail what is left once what it wrote is delivered.
@@ -77,6 +89,7 @@ class ShmConnection final : public Connection {
   void detach() {
     s_.forget = nullptr;
     s_.completions = nullptr;
+    s_.pages = nullptr;
   }
 
  private:

@@ -83,7 +83,13 @@ Result<std::unique_ptr<Transport>> ShmTransport::create(const TransportOptions& 
 }
 
 ShmTransport::ShmTransport(const TransportOptions& options, UniqueFd eventfd)
-    : env_(options.env), secret_(options.secret), eventfd_(std::move(eventfd)) {}
+    : env_(options.env),
+      secret_(options.secret),
+      eventfd_(std::move(eventfd)),
+      ring_bytes_(std::clamp(options.env.shm_ring_bytes, kMinRingBytes, kMaxRingBytes) / kRecordAlign * kRecordAlign),
+      cma_(options.env.shm_cma        ? CmaPolicy::always
+           : options.env.shm_cma_auto ? CmaPolicy::huge_pages
+                                      : CmaPolicy::off) {}
 
 ShmTransport::~ShmTransport() {
   // Connections should be gone first (transport.h); any left must not call back into us.
@@ -111,14 +117,21 @@ std::string ShmTransport::describe() const {
     const int n = static_cast<int>(connections_.size());
     const auto cma_peers = std::count_if(connections_.begin(), connections_.end(),
                                          [](const ShmConnection* c) { return c->peer_reads_us(); });
-    if (!env_.shm_cma) {
+    if (cma_ == CmaPolicy::off) {
       s << "through the pipelined two-copy ring (BRAID_SHM_CMA=1: single copy by cross-memory attach)";
-    } else if (cma_peers == n) {
-      s << "single-copy (cross-memory attach)";
     } else {
-      s << "single-copy (cross-memory attach) to " << cma_peers << " of " << n
-        << " peers, through the two-copy ring to the rest (ptrace rules forbid reading their memory: "
-           "kernel.yama.ptrace_scope, or different users)";
+      if (cma_ == CmaPolicy::always) {
+        s << "single-copy (cross-memory attach)";
+      } else {
+        s << "through the pipelined two-copy ring, single-copy (cross-memory attach) when larger than the ring and "
+             "in huge pages"
+          << (pages_.available() ? "" : " (never here: this kernel cannot tell huge pages, PAGEMAP_SCAN)");
+      }
+      if (cma_peers != n) {
+        s << "; single copy to " << cma_peers << " of " << n
+          << " peers only, through the two-copy ring to the rest (ptrace rules forbid reading their memory: "
+             "kernel.yama.ptrace_scope, or different users)";
+      }
     }
   }
   return s.str();
@@ -135,6 +148,8 @@ Result<std::string> ShmTransport::listen() {
 
 std::unique_ptr<Connection> ShmTransport::make_connection(ShmConnectionSetup setup) {
   setup.completions = &ready_;
+  setup.cma = cma_;
+  setup.pages = &pages_;
   setup.forget = [this](ShmConnection* c) { forget(c); };
   const size_t ring = static_cast<const SegmentHeader*>(setup.segment.base())->ring_bytes;
   smallest_ring_ = smallest_ring_ == 0 ? ring : std::min(smallest_ring_, ring);
@@ -182,7 +197,7 @@ Result<std::unique_ptr<Connection>> ShmTransport::connect(const std::string& add
   auto* ctl = static_cast<unsigned char*>(mapped.value().base()) + kHeaderBytes;
   new (ctl) RingControl();
   new (ctl + kControlBytes) RingControl();
-  publish_probe(header->ends[0], env_.shm_cma);
+  publish_probe(header->ends[0], cma_ != CmaPolicy::off);
 
   SetupMessage m;
   m.ring_bytes = ring;
@@ -195,7 +210,7 @@ Result<std::unique_ptr<Connection>> ShmTransport::connect(const std::string& add
   if (reply.magic != kSetupMagic || reply.ring_bytes != ring || fds.size() != 1) {
     return protocol_error(where + "its answer to the shared-memory setup is not one (a braid version mismatch?)");
   }
-  probe_peer(header->ends[0], header->ends[1], pid.value(), env_.shm_cma);
+  probe_peer(header->ends[0], header->ends[1], pid.value(), cma_ != CmaPolicy::off);
   // The acceptor waits for this, so both ends know at once which path large sends take.
   st = send_with_fds(fd.value().get(), &m, sizeof m, {}, deadline);
   if (!st.is_ok()) return st.with_context(where);
@@ -231,8 +246,8 @@ Status ShmTransport::finish_accepted(tcp::AcceptorHandshake& h, Deadline deadlin
   if (header->magic != kSegmentMagic || header->version != kSegmentVersion || header->ring_bytes != m.ring_bytes) {
     return protocol_error("the shared segment's header is not one this build knows");
   }
-  publish_probe(header->ends[1], env_.shm_cma);
-  probe_peer(header->ends[1], header->ends[0], pid, env_.shm_cma);
+  publish_probe(header->ends[1], cma_ != CmaPolicy::off);
+  probe_peer(header->ends[1], header->ends[0], pid, cma_ != CmaPolicy::off);
   SetupMessage reply;
   reply.ring_bytes = m.ring_bytes;
   RETURN_IF_ERROR(send_with_fds(fd, &reply, sizeof reply, {eventfd_.get()}, deadline));

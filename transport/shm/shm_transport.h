@@ -30,7 +30,6 @@
 
 namespace braid::transport::shm {
 
-inline constexpr size_t kDefaultRingBytes = 4 << 20;
 
 class ShmTransport final : public Transport {
  public:
@@ -69,7 +68,9 @@ class ShmTransport final : public Transport {
   UniqueFd eventfd_;
   UniqueFd listen_fd_;
   std::string address_;
-  size_t ring_bytes_ = kDefaultRingBytes;
+  size_t ring_bytes_;  // BRAID_SHM_RING_BYTES: what connect() asks for
+  CmaPolicy cma_;       // BRAID_SHM_CMA
+  HugePageQuery pages_;
   size_t smallest_ring_ = 0;  // over the connections made (0: none yet)
   tcp::HandshakeQueue handshakes_;
   std::map<int, ShmConnectionSetup> pending_;  // by the connecting rank

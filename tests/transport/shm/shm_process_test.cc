@@ -47,6 +47,7 @@ class ShmProcessTest : public ::testing::TestWithParam<bool> {
   void SetUp() override {
     TransportOptions o;
     o.env.shm_cma = GetParam();
+    o.env.shm_cma_auto = false;
     o.secret = auth::JobSecret::from_text(kSecret, "test").value();
     auto t = create_transport("shm", o);
     ASSERT_TRUE(t.is_ok()) << t.status().message();

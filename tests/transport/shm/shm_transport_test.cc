@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env.h"
 #include "common/job_secret.h"
 #include "tests/transport/transport_link.h"
 #include "transport/shm/shm_layout.h"
@@ -26,11 +27,12 @@ auth::JobSecret secret(const std::string& text) {
   return s.is_ok() ? s.value() : auth::JobSecret();
 }
 
-// Parameter: whether large messages may go by cross-memory attach (BRAID_SHM_CMA).
+// Parameter: whether large messages go by cross-memory attach (BRAID_SHM_CMA=1) or never (0).
 class ShmTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     o_.env.shm_cma = GetParam();
+    o_.env.shm_cma_auto = false;  // the ring alone, whatever pages the buffers landed on
     o_.secret = secret("shm transport test secret 0123456789");
   }
   void join() { ASSERT_TRUE(make_link("shm", o_, o_, link_).is_ok()); }
@@ -266,6 +268,68 @@ TEST(ShmSegment, FarTooLittleIsAnErrorNamingTheSize) {
   const std::string& m = fd.status().message();
   EXPECT_NE(m.find(std::to_string(shm::segment_bytes(size_t{4} << 20)) + " bytes"), std::string::npos) << m;
   EXPECT_NE(m.find("BRAID_TRANSPORT=tcp"), std::string::npos) << m;
+}
+
+// BRAID_SHM_RING_BYTES: what Env takes, and the rings a connection then has on both ends.
+TEST(ShmRingBytes, EnvTakesSizesAndZeroMeansTheDefault) {
+  auto parse = [](const char* value) {
+    return Env::parse([&](const char* name) { return std::string(name) == "BRAID_SHM_RING_BYTES" ? value : nullptr; });
+  };
+  auto mib = parse("1M");
+  ASSERT_TRUE(mib.is_ok()) << mib.status().message();
+  EXPECT_EQ(mib.value().shm_ring_bytes, size_t{1} << 20);
+  auto zero = parse("0");
+  ASSERT_TRUE(zero.is_ok()) << zero.status().message();
+  EXPECT_EQ(zero.value().shm_ring_bytes, Env().shm_ring_bytes);
+  EXPECT_TRUE(parse("64K").is_ok());
+  EXPECT_TRUE(parse("1G").is_ok());
+  EXPECT_FALSE(parse("2G").is_ok());
+  EXPECT_FALSE(parse("65537").is_ok());
+}
+
+// Sends `sizes` from b to a one after another and checks their bytes.
+void send_each(Link& link, const std::vector<size_t>& sizes) {
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<unsigned char> out(sizes[i]), in(sizes[i]);
+    fill(out, i);
+    ASSERT_TRUE(link.ca->post_recv(in.data(), in.size(), i).is_ok());
+    ASSERT_TRUE(link.cb->post_send(out.data(), out.size(), i).is_ok());
+    ASSERT_TRUE(link.drive([&] { return link.done_a.size() == 1 && link.done_b.size() == 1; }));
+    ASSERT_TRUE(link.done_a[0].status.is_ok()) << link.done_a[0].status.message();
+    ASSERT_TRUE(link.done_b[0].status.is_ok()) << link.done_b[0].status.message();
+    EXPECT_TRUE(check(in.data(), sizes[i], i)) << sizes[i] << " bytes differ";
+    link.done_a.clear();
+    link.done_b.clear();
+  }
+}
+
+TEST(ShmRingBytes, ConnectionsUseTheConfiguredRingOnBothEnds) {
+  for (size_t ring : {size_t{64} << 10, size_t{1} << 20}) {
+    TransportOptions o;
+    o.secret = secret("shm transport test secret 0123456789");
+    o.env.shm_ring_bytes = ring;
+    Link link;
+    ASSERT_TRUE(make_link("shm", o, o, link).is_ok());
+    const std::string want = "rings of " + std::to_string(ring >> 10) + " KiB per direction";
+    EXPECT_NE(link.a->describe().find(want), std::string::npos) << link.a->describe();
+    EXPECT_NE(link.b->describe().find(want), std::string::npos) << link.b->describe();
+    // Larger than the ring, and not a multiple of its chunks: it streams through, wrapping.
+    send_each(link, {ring - 1, ring, 3 * ring + 17, 5u << 20});
+  }
+}
+
+// The configured ring is the first size tried: where it does not fit, the halving still works.
+TEST(ShmRingBytes, TooLittleMemoryForTheConfiguredRingHalvesIt) {
+  TransportOptions o;
+  o.secret = secret("shm transport test secret 0123456789");
+  o.env.shm_ring_bytes = size_t{16} << 20;
+  Link link;
+  {
+    FileSizeLimit limit(shm::segment_bytes(size_t{2} << 20));
+    ASSERT_TRUE(make_link("shm", o, o, link).is_ok());
+  }
+  EXPECT_NE(link.b->describe().find("rings of 2048 KiB per direction"), std::string::npos) << link.b->describe();
+  send_each(link, {(5u << 20) + 1});
 }
 
 }  // namespace
