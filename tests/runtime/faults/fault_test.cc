@@ -119,10 +119,15 @@ TEST(Faults, KilledRankZeroIsNamedByEverySurvivor) {
 // Over shm (every rank on this host) a rank killed mid-loop is seen through its pidfd: every
 // survivor names it, and nothing is left in /dev/shm (the rings are memfds).
 TEST(Faults, KilledRankOverShmIsNamedAndLeavesNoFiles) {
+  // Other programs on the machine come and go in /dev/shm meanwhile: Python's multiprocessing
+  // semaphores (sem.*) and torch's tensors (torch_*) are theirs, never braid's.
   auto dev_shm = [] {
     std::set<std::string> names;
     std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) names.insert(e.path().filename());
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+      const std::string name = e.path().filename();
+      if (name.rfind("sem.", 0) != 0 && name.rfind("torch_", 0) != 0) names.insert(name);
+    }
     return names;
   };
   const auto before = dev_shm();
