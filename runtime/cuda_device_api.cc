@@ -12,6 +12,10 @@
 
 #include "runtime/device_api.h"
 
+#if BRAID_DEVICE_KERNELS
+#include "collectives/kernels/cuda/reduce_cuda.h"
+#endif
+
 namespace braid {
 namespace {
 
@@ -112,6 +116,22 @@ class CudaDeviceApi final : public DeviceApi {
                                                        : cudaMemcpyDeviceToDevice;
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, static_cast<cudaStream_t>(stream));
     return e == cudaSuccess ? Status::ok() : cuda_error("cudaMemcpyAsync (GPU " + std::to_string(device) + ")", e);
+  }
+
+  Status reduce_async(void* dst, const void* src, size_t count, DType dtype, Op op, int device,
+                      void* stream) override {
+#if BRAID_DEVICE_KERNELS
+    DeviceScope scope(device);
+    const int e = collectives::cuda_reduce_into(dst, src, count, dtype, op, stream);
+    if (e == 0) return Status::ok();
+    return cuda_error("the reduction kernel (" + std::string(to_string(dtype)) + " " + to_string(op) + ", " +
+                          std::to_string(count) + " elements on GPU " + std::to_string(device) + ")",
+                      static_cast<cudaError_t>(e));
+#else
+    (void)dst, (void)src, (void)count, (void)dtype, (void)op, (void)device, (void)stream;
+    return invalid_argument("braid was built without nvcc, so without its CUDA reduction kernels: "
+                            "set BRAID_CUDA_REDUCE=host, or rebuild with nvcc in /usr/local/cuda/bin");
+#endif
   }
 
   Result<void*> own_stream(int device, int lane) override {

@@ -54,6 +54,7 @@ StagingPool::~StagingPool() {
   for (Slot& s : slots_) {
     if (s.data == nullptr) continue;
     if (!settled(s.api, s.free_after)) continue;
+    if (s.landing != nullptr) s.api->free_device(s.landing, s.device);
     s.api->free_pinned(s.data);
     EventPool::get().give(s.api, s.device, s.free_after);
   }
@@ -120,7 +121,10 @@ Result<std::shared_ptr<StagingPipeline>> StagingPipeline::make(DeviceApi* api, s
                                                                int device, void* stream) {
   std::shared_ptr<StagingPipeline> p(new StagingPipeline);
   p->esize_ = dtype_size(args.dtype);
-  const size_t unit = p->esize_ * (args.kind == Kind::all_gather ? static_cast<size_t>(size) : 1);
+  p->device_reduce_ = reduce_on_device(pool->reduce_mode(), args, size);
+  // A slot holds one chunk of every rank's part when the chunk is gathered.
+  const bool gathered = args.kind == Kind::all_gather || p->device_reduce_;
+  const size_t unit = p->esize_ * (gathered ? static_cast<size_t>(size) : 1);
   p->chunk_elems_ = pool->slot_bytes() / unit;
   if (!covers(args) || p->chunk_elems_ == 0) return std::shared_ptr<StagingPipeline>();
   p->api_ = api;
@@ -152,10 +156,17 @@ Status StagingPipeline::start(std::shared_ptr<detail::WorkState> work) {
   }
   for (size_t k = 0; k < std::min(nchunks_, StagingPool::kSlots); ++k) {
     StagingPool::Slot& s = pool_->slots_[(pool_->next_chunk_ + k) % StagingPool::kSlots];
-    if (s.data != nullptr) continue;
-    ASSIGN_OR_RETURN(void* data, api_->alloc_pinned(pool_->slot_bytes()));
-    s.data = static_cast<char*>(data);
-    s.api = api_;
+    if (s.data == nullptr) {
+      ASSIGN_OR_RETURN(void* data, api_->alloc_pinned(pool_->slot_bytes()));
+      s.data = static_cast<char*>(data);
+      s.api = api_;
+    }
+    if (device_reduce_ && out_bytes_ > 0 && s.landing == nullptr) {
+      // Kept with the slot: written and read only on lane 1, before the slot's free event.
+      ASSIGN_OR_RETURN(void* landing, api_->alloc_device(pool_->slot_bytes(), device_));
+      s.landing = static_cast<char*>(landing);
+      s.device = device_;
+    }
   }
   chunk_.resize(nchunks_);
   for (Chunk& c : chunk_) c.number = pool_->next_chunk_++;
@@ -168,6 +179,12 @@ CollectiveArgs StagingPipeline::chunk_args(size_t i) const {
   CollectiveArgs a = args_;
   a.count = std::min(chunk_elems_, args_.count - off);
   char* s = slot(i).data;
+  if (device_reduce_) {  // every rank's part gathered into the slot, in rank order
+    a.kind = args_.kind == Kind::all_reduce ? Kind::all_gather : Kind::gather;
+    a.send = s + static_cast<size_t>(rank_) * a.count * esize_;
+    a.recv = out_bytes_ > 0 ? s : nullptr;  // reduce: only the root gathers
+    return a;
+  }
   switch (args_.kind) {
     case Kind::all_gather:
       a.send = s + static_cast<size_t>(rank_) * a.count * esize_;  // this rank's block, in place
@@ -201,7 +218,8 @@ Status StagingPipeline::issue_locked(size_t i) {
   const auto* send = static_cast<const char*>(args_.send);
   const size_t in_bytes = collectives::buffer_extents(args_, rank_, size_).send == 0 ? 0 : n * esize_;
   if (in_bytes > 0) {
-    char* to = s.data + (args_.kind == Kind::all_gather ? static_cast<size_t>(rank_) * n * esize_ : 0);
+    const bool gathered = args_.kind == Kind::all_gather || device_reduce_;
+    char* to = s.data + (gathered ? static_cast<size_t>(rank_) * n * esize_ : 0);
     RETURN_IF_ERROR(api_->copy_async(to, send + off * esize_, in_bytes, DeviceApi::Copy::to_host, device_, lane_in_));
   }
   ASSIGN_OR_RETURN(c.in, EventPool::get().take(api_, device_));
@@ -231,6 +249,7 @@ Status StagingPipeline::queue_results_locked(size_t i) {
   const size_t off = i * chunk_elems_;
   const size_t n = std::min(chunk_elems_, args_.count - off);
   char* dest = scratch_ != nullptr ? scratch_ : static_cast<char*>(args_.recv);
+  if (device_reduce_) return queue_device_reduction_locked(i, dest);
   const char* s = slot(i).data;
   if (args_.kind == Kind::all_gather) {
     for (size_t r = 0; r < static_cast<size_t>(size_); ++r) {

@@ -18,46 +18,22 @@
 
 #include "braid/communicator.h"
 #include "runtime/device_staging.h"
-#include "tests/runtime/device/fake_device.h"
-#include "tests/support/in_process_job.h"
+#include "tests/runtime/device/device_test_support.h"
 
 namespace braid {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::FakeDevice;
+using testing::DeviceJob;
+using testing::device_floats;
+using testing::fake;
+using testing::FakeDeviceTest;
 using testing::FakeStream;
+using testing::outcome;
+using Job = DeviceJob;
+using DeviceStagingTest = FakeDeviceTest;
 
-constexpr auto kBound = 30s;
-
-FakeDevice& fake() {
-  static auto* f = new FakeDevice;  // one for the whole run: the pinned pool remembers its owner
-  return *f;
-}
-
-// Ranks as threads on the inproc transport, each with its own fake stream.
-class Job : public testing::InProcessJob {
- public:
-  explicit Job(int ranks, double timeout_s = 20) : InProcessJob({"inproc", ranks, timeout_s, 10, 0xde71ce}) {}
-  void on_every_rank(const std::function<void(int)>& body) { testing::run_ranks(ranks(), body); }
-};
-
-class DeviceStagingTest : public ::testing::Test {
- protected:
-  void SetUp() override { set_device_api_for_testing(&fake()); }
-  void TearDown() override { set_device_api_for_testing(nullptr); }
-};
-
-// How `w` ended, waiting at most kBound (braid::Error does not escape: a rank that throws
-// would leave the others and the fake streams waiting).
-ErrorCode outcome(Work& w) {
-  try {
-    if (!w.wait_for(std::chrono::duration_cast<std::chrono::milliseconds>(kBound))) return ErrorCode::internal;
-    return ErrorCode::ok;
-  } catch (const Error& e) {
-    return e.code();
-  }
-}
+constexpr auto kBound = testing::kDeviceBound;
 
 // The index of the first element that is not first + step * (i % 97) (n: none).
 size_t first_wrong(const float* p, size_t n, float first, float step) {
@@ -66,8 +42,6 @@ size_t first_wrong(const float* p, size_t n, float first, float step) {
   }
   return n;
 }
-
-float* device_floats(size_t n, int gpu = 0) { return static_cast<float*>(fake().alloc(n * sizeof(float), gpu)); }
 
 // A "kernel": fills `p` on the stream, after a pause long enough that an operation reading the
 // buffer without waiting for the stream would read what was there before.
@@ -184,7 +158,7 @@ TEST_F(DeviceStagingTest, AFailedOperationLeavesTheDeviceBufferAsItWasAndRelease
 }
 
 TEST_F(DeviceStagingTest, AStuckGpuIsABoundedErrorThatNamesIt) {
-  Job job(1, /*timeout_s=*/1);
+  Job job(1, /*staging_bytes=*/0, /*reduce=*/"", /*timeout_s=*/1);
   job.on_every_rank([&](int) {
     Communicator comm = job.make(0);
     FakeStream stream;

@@ -16,66 +16,38 @@
 
 #include "braid/communicator.h"
 #include "runtime/staging_pipeline.h"
-#include "tests/runtime/device/fake_device.h"
-#include "tests/support/in_process_job.h"
+#include "tests/runtime/device/device_test_support.h"
 
 namespace braid {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::FakeDevice;
+using testing::device_floats;
+using testing::fake;
 using testing::FakeStream;
+using testing::outcome;
 
-constexpr auto kBound = 30s;
+constexpr auto kBound = testing::kDeviceBound;
 constexpr size_t kStaging = 64 << 10;
 constexpr size_t kCount = 200003;  // floats: ~49 chunks of 4096, the last one short
 
-FakeDevice& fake() {
-  static auto* f = new FakeDevice;  // lives as long as the event pool, which remembers it
-  return *f;
-}
-
-class Job : public testing::InProcessJob {
+// Reductions on the host here (2-rank jobs would otherwise reduce on the device under auto):
+// device_reduce_test.cc runs the same orderings with reductions on the device.
+class Job : public testing::DeviceJob {
  public:
-  explicit Job(int ranks) : InProcessJob(settings(ranks)) {}
-  static testing::JobSettings settings(int ranks) {
-    testing::JobSettings s{"inproc", ranks, 20, 10, 0x51a6e};
-    s.cuda_staging_bytes = kStaging;
-    return s;
-  }
-  void on_every_rank(const std::function<void(int)>& body) { testing::run_ranks(ranks(), body); }
+  explicit Job(int ranks) : DeviceJob(ranks, kStaging, "host") {}
 };
 
-class StagingPipelineTest : public ::testing::Test {
+class StagingPipelineTest : public testing::FakeDeviceTest {
  protected:
   void SetUp() override {
-    set_device_api_for_testing(&fake());
+    FakeDeviceTest::SetUp();
     fake().copy_delay_us = 100;
     fake().copy_back_delay_us = 100;
-    fake().pinned_bytes_peak = fake().pinned_bytes.load();
-  }
-  void TearDown() override {
-    set_device_api_for_testing(nullptr);
-    fake().copy_delay_us = 0;
-    fake().copy_back_delay_us = 0;
-    fake().fail_to_device_at = 0;
-    auto& f = staging_faults_for_testing();
-    f.skip_input_wait = f.skip_slot_wait = f.early_result_copy = f.skip_result_wait = false;
   }
 };
 
-ErrorCode outcome(Work& w) {
-  try {
-    if (!w.wait_for(std::chrono::duration_cast<std::chrono::milliseconds>(kBound))) return ErrorCode::internal;
-    return ErrorCode::ok;
-  } catch (const Error& e) {
-    return e.code();
-  }
-}
-
 float pattern(int r, size_t i) { return static_cast<float>(r + 1) + static_cast<float>(i % 97); }
-
-float* device_floats(size_t n) { return static_cast<float*>(fake().alloc(n * sizeof(float))); }
 
 // A "kernel" writing `p` after a pause: the operation must wait for it.
 void fill_later(FakeStream& s, float* p, size_t n, int r) {
@@ -174,7 +146,7 @@ TEST_P(EveryShape, ChunkedThroughTheBoundGivesTheHostResult) {
   // communicator's bound although each message is ~50x (all_gather's output ~150x) of it.
   EXPECT_GE(fake().device_allocs.load() - scratch_before, GetParam() == Shape::reduce ? 1 : kRanks);
   EXPECT_LE(fake().device_allocs.load() - scratch_before, 2 * kRanks);
-  EXPECT_LE(fake().pinned_bytes_peak.load(), kRanks * kStaging);
+  EXPECT_LE(pinned_peak(), kRanks * kStaging);
 }
 
 INSTANTIATE_TEST_SUITE_P(Staging, EveryShape,
@@ -208,7 +180,7 @@ TEST_F(StagingPipelineTest, OperationsQueuedBackToBackShareTheSlotsInOrder) {
     }
     ASSERT_TRUE(stream.synchronize(kBound));
   });
-  EXPECT_LE(fake().pinned_bytes_peak.load(), kRanks * kStaging);
+  EXPECT_LE(pinned_peak(), kRanks * kStaging);
 }
 
 // A chunk fails midway (a copy to the device refused on one rank): that rank's buffer keeps its
