@@ -111,9 +111,10 @@ void StagingPool::pump_locked() {
 }
 
 bool StagingPipeline::covers(const CollectiveArgs& a) {
-  return (a.kind == Kind::all_reduce || a.kind == Kind::reduce || a.kind == Kind::broadcast ||
-          a.kind == Kind::all_gather) &&
-         a.counts.empty() && a.count > 0;
+  // send/recv stay whole: chunked, two ranks that both send first would each wait for slots
+  // that only the other's receives free (docs/cuda.md). Uneven forms stay whole too.
+  return a.kind != Kind::send && a.kind != Kind::recv && a.kind != Kind::barrier && a.counts.empty() &&
+         a.send_counts.empty() && a.recv_counts.empty() && a.count > 0;
 }
 
 Result<std::shared_ptr<StagingPipeline>> StagingPipeline::make(DeviceApi* api, std::shared_ptr<StagingPool> pool,
@@ -122,9 +123,7 @@ Result<std::shared_ptr<StagingPipeline>> StagingPipeline::make(DeviceApi* api, s
   std::shared_ptr<StagingPipeline> p(new StagingPipeline);
   p->esize_ = dtype_size(args.dtype);
   p->device_reduce_ = reduce_on_device(pool->reduce_mode(), args, size);
-  // A slot holds one chunk of every rank's part when the chunk is gathered.
-  const bool gathered = args.kind == Kind::all_gather || p->device_reduce_;
-  const size_t unit = p->esize_ * (gathered ? static_cast<size_t>(size) : 1);
+  const size_t unit = p->esize_ * slot_units(args, size, p->device_reduce_);
   p->chunk_elems_ = pool->slot_bytes() / unit;
   if (!covers(args) || p->chunk_elems_ == 0) return std::shared_ptr<StagingPipeline>();
   p->api_ = api;
@@ -174,37 +173,6 @@ Status StagingPipeline::start(std::shared_ptr<detail::WorkState> work) {
   return Status::ok();
 }
 
-CollectiveArgs StagingPipeline::chunk_args(size_t i) const {
-  const size_t off = i * chunk_elems_;
-  CollectiveArgs a = args_;
-  a.count = std::min(chunk_elems_, args_.count - off);
-  char* s = slot(i).data;
-  if (device_reduce_) {  // every rank's part gathered into the slot, in rank order
-    a.kind = args_.kind == Kind::all_reduce ? Kind::all_gather : Kind::gather;
-    a.send = s + static_cast<size_t>(rank_) * a.count * esize_;
-    a.recv = out_bytes_ > 0 ? s : nullptr;  // reduce: only the root gathers
-    return a;
-  }
-  switch (args_.kind) {
-    case Kind::all_gather:
-      a.send = s + static_cast<size_t>(rank_) * a.count * esize_;  // this rank's block, in place
-      a.recv = s;
-      break;
-    case Kind::broadcast:
-      a.send = args_.send != nullptr ? s : nullptr;
-      a.recv = s;
-      break;
-    case Kind::reduce:  // in place on the slot; only the root has a result
-      a.send = s;
-      a.recv = args_.recv != nullptr ? s : nullptr;
-      break;
-    default:  // all_reduce, in place on the slot
-      a.send = s;
-      a.recv = s;
-  }
-  return a;
-}
-
 Status StagingPipeline::issue_locked(size_t i) {
   Chunk& c = chunk_[i];
   StagingPool::Slot& s = slot(i);
@@ -213,14 +181,9 @@ Status StagingPipeline::issue_locked(size_t i) {
     EventPool::get().give(s.api, s.device, s.free_after);
     s.free_after = nullptr;
   }
-  const size_t off = i * chunk_elems_;
-  const size_t n = std::min(chunk_elems_, args_.count - off);
   const auto* send = static_cast<const char*>(args_.send);
-  const size_t in_bytes = collectives::buffer_extents(args_, rank_, size_).send == 0 ? 0 : n * esize_;
-  if (in_bytes > 0) {
-    const bool gathered = args_.kind == Kind::all_gather || device_reduce_;
-    char* to = s.data + (gathered ? static_cast<size_t>(rank_) * n * esize_ : 0);
-    RETURN_IF_ERROR(api_->copy_async(to, send + off * esize_, in_bytes, DeviceApi::Copy::to_host, device_, lane_in_));
+  for (const Piece& p : pieces(i, /*input=*/true)) {
+    RETURN_IF_ERROR(api_->copy_async(s.data + p.slot, send + p.caller, p.bytes, DeviceApi::Copy::to_host, device_, lane_in_));
   }
   ASSIGN_OR_RETURN(c.in, EventPool::get().take(api_, device_));
   RETURN_IF_ERROR(api_->record(c.in, device_, lane_in_));
@@ -246,19 +209,13 @@ Status StagingPipeline::queue_results_locked(size_t i) {
   Chunk& c = chunk_[i];
   c.results_queued = true;  // from here the slot may be read on lane 1 (drop() orders after it)
   if (out_bytes_ == 0) return Status::ok();  // reduce, not the root
-  const size_t off = i * chunk_elems_;
-  const size_t n = std::min(chunk_elems_, args_.count - off);
   char* dest = scratch_ != nullptr ? scratch_ : static_cast<char*>(args_.recv);
   if (device_reduce_) return queue_device_reduction_locked(i, dest);
   const char* s = slot(i).data;
-  if (args_.kind == Kind::all_gather) {
-    for (size_t r = 0; r < static_cast<size_t>(size_); ++r) {
-      RETURN_IF_ERROR(api_->copy_async(dest + (r * args_.count + off) * esize_, s + r * n * esize_, n * esize_,
-                                       DeviceApi::Copy::to_device, device_, lane_out_));
-    }
-    return Status::ok();
+  for (const Piece& p : pieces(i, /*input=*/false)) {
+    RETURN_IF_ERROR(api_->copy_async(dest + p.caller, s + p.slot, p.bytes, DeviceApi::Copy::to_device, device_, lane_out_));
   }
-  return api_->copy_async(dest + off * esize_, s, n * esize_, DeviceApi::Copy::to_device, device_, lane_out_);
+  return Status::ok();
 }
 
 void StagingPipeline::release_slot_locked(size_t i, DeviceApi::Event free_after) {

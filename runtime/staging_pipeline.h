@@ -159,6 +159,15 @@ class StagingPipeline {
     bool dropped = false;
     DeviceApi::Event in = nullptr;
   };
+  // The slot's layout per collective (device_layout.cc): parts of n elements a slot holds for a
+  // chunk of n, and the bytes chunk i's input (or result) copies move.
+  static size_t slot_units(const collectives::CollectiveArgs& args, int size, bool device_reduce);
+  struct Piece {
+    size_t caller;  // byte offset in the caller's send (input) or receive (result) buffer
+    size_t slot;    // byte offset in the slot
+    size_t bytes;
+  };
+  std::vector<Piece> pieces(size_t i, bool input) const;
   Status issue_locked(size_t i);
   Status queue_results_locked(size_t i);
   // The result step of a chunk reduced on the GPU (device_reduce.cc).

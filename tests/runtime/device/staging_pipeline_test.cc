@@ -3,7 +3,7 @@
 // its input copy finished, a result copied before its collective ran, a slot refilled before its
 // result was read, or a result handed over before the chunks' copies landed each show up as
 // wrong numbers. Each such ordering is also broken on purpose (StagingFaultsForTesting) to show
-// these tests would see it. The bound is 64 KiB (16 KiB slots); messages are ~50x that.
+// these tests would see it. The bound is 64 KiB (16 KiB slots); each rank's buffers are ~12x-37x that.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,13 +57,25 @@ void fill_later(FakeStream& s, float* p, size_t n, int r) {
   });
 }
 
-enum class Shape { all_reduce, reduce, broadcast, all_gather };
+enum class Shape { all_reduce, reduce, broadcast, all_gather, reduce_scatter, gather, scatter, all_to_all };
 const char* name(Shape s) {
-  return s == Shape::all_reduce ? "all_reduce"
-         : s == Shape::reduce   ? "reduce"
-         : s == Shape::broadcast ? "broadcast"
-                                 : "all_gather";
+  switch (s) {
+    case Shape::all_reduce: return "all_reduce";
+    case Shape::reduce: return "reduce";
+    case Shape::broadcast: return "broadcast";
+    case Shape::all_gather: return "all_gather";
+    case Shape::reduce_scatter: return "reduce_scatter";
+    case Shape::gather: return "gather";
+    case Shape::scatter: return "scatter";
+    case Shape::all_to_all: return "all_to_all";
+  }
+  return "";
 }
+const auto kEveryShape = ::testing::Values(Shape::all_reduce, Shape::reduce, Shape::broadcast, Shape::all_gather,
+                                           Shape::reduce_scatter, Shape::gather, Shape::scatter, Shape::all_to_all);
+constexpr int kRoot = 1;
+// Whether rank r has a result (gather: the root only; reduce: see run_shape).
+bool has_output(Shape s, int r) { return s != Shape::gather || r == kRoot; }
 
 // Runs `shape` on rank r's device buffers; returns the operation's outcome and, when it
 // succeeded, whether the device buffer holds the host-computed result.
@@ -72,39 +84,64 @@ struct Ran {
   bool right = false;
   std::string message;
 };
-Ran run_shape(Communicator& comm, FakeStream& stream, Shape shape, int r, int ranks) {
-  Ran out;
-  if (shape == Shape::all_gather) {
-    float* g = device_floats(kCount * static_cast<size_t>(ranks));
-    float* in = device_floats(kCount);
-    fill_later(stream, in, kCount, r);
-    Work w = comm.all_gather_async(in, g, kCount, DType::f32);
-    out.code = outcome(w);
-    if (out.code != ErrorCode::ok) out.message = w.error_message();
-    out.right = true;
-    for (int q = 0; q < ranks && out.right; ++q) {
-      for (size_t i = 0; i < kCount; ++i) {
-        if (g[static_cast<size_t>(q) * kCount + i] != pattern(q, i)) {
-          out.right = false;
-          break;
-        }
-      }
+
+// The collectives whose buffers are blocks of `c` elements, one per rank (c = kCount / 2, so
+// that a rank's buffers are still ~25x and ~75x of the bound with 3 ranks).
+Ran run_blocked(Communicator& comm, FakeStream& stream, Shape shape, int r, int ranks) {
+  const size_t c = kCount / 2, n = static_cast<size_t>(ranks);
+  const bool blocks_in = shape == Shape::reduce_scatter || shape == Shape::scatter || shape == Shape::all_to_all;
+  const bool blocks_out = shape == Shape::all_gather || shape == Shape::gather || shape == Shape::all_to_all;
+  const size_t nin = blocks_in ? n * c : c, nout = blocks_out ? n * c : c;
+  float* in = device_floats(nin);
+  float* out = device_floats(nout);
+  std::fill(out, out + nout, -1.0f);
+  fill_later(stream, in, nin, r);
+  Work w = shape == Shape::all_gather       ? comm.all_gather_async(in, out, c, DType::f32)
+           : shape == Shape::reduce_scatter ? comm.reduce_scatter_async(in, out, c, DType::f32, Op::sum)
+           : shape == Shape::gather         ? comm.gather_async(in, has_output(shape, r) ? out : nullptr, c, DType::f32, kRoot)
+           : shape == Shape::scatter        ? comm.scatter_async(r == kRoot ? in : nullptr, out, c, DType::f32, kRoot)
+                                            : comm.all_to_all_async(in, out, c, DType::f32);
+  Ran ran;
+  ran.code = outcome(w);
+  if (ran.code != ErrorCode::ok) ran.message = w.error_message();
+  ran.right = true;
+  const auto me = static_cast<size_t>(r);
+  for (size_t j = 0; j < nout && ran.right; ++j) {
+    const size_t q = j / c, i = j % c;
+    float want = -1.0f;  // gather, not the root: never written
+    switch (shape) {
+      case Shape::all_gather: want = pattern(static_cast<int>(q), i); break;
+      case Shape::gather: want = has_output(shape, r) ? pattern(static_cast<int>(q), i) : -1.0f; break;
+      case Shape::reduce_scatter:
+        want = 0;
+        for (int p = 0; p < ranks; ++p) want += pattern(p, me * c + j);
+        break;
+      case Shape::scatter: want = pattern(kRoot, me * c + j); break;
+      default: want = pattern(static_cast<int>(q), me * c + i);  // all_to_all: rank q's block for this rank
     }
-    return out;
+    ran.right = out[j] == want;
   }
+  return ran;
+}
+
+Ran run_shape(Communicator& comm, FakeStream& stream, Shape shape, int r, int ranks) {
+  if (shape != Shape::all_reduce && shape != Shape::reduce && shape != Shape::broadcast) {
+    return run_blocked(comm, stream, shape, r, ranks);
+  }
+  Ran out;
   float* buf = device_floats(kCount);
   fill_later(stream, buf, kCount, r);
   Work w = shape == Shape::all_reduce ? comm.all_reduce_async(buf, kCount, DType::f32, Op::sum)
-            : shape == Shape::reduce   ? comm.reduce_async(buf, buf, kCount, DType::f32, Op::sum, 1)
-                                       : comm.broadcast_async(buf, kCount, DType::f32, 1);
+            : shape == Shape::reduce   ? comm.reduce_async(buf, buf, kCount, DType::f32, Op::sum, kRoot)
+                                       : comm.broadcast_async(buf, kCount, DType::f32, kRoot);
   out.code = outcome(w);
   if (out.code != ErrorCode::ok) out.message = w.error_message();
   out.right = true;
   for (size_t i = 0; i < kCount; ++i) {
     float want = 0;
     if (shape == Shape::broadcast) {
-      want = pattern(1, i);
-    } else if (shape == Shape::reduce && r != 1) {
+      want = pattern(kRoot, i);
+    } else if (shape == Shape::reduce && r != kRoot) {
       want = pattern(r, i);  // not the root: its buffer is not written at all
     } else {
       for (int q = 0; q < ranks; ++q) want += pattern(q, i);
@@ -143,14 +180,14 @@ TEST_P(EveryShape, ChunkedThroughTheBoundGivesTheHostResult) {
   });
   // Many chunks, so results went through device scratch, kept for reuse (a round may start
   // before the last one's chunks are gone, so up to two per rank); pinned memory stayed at each
-  // communicator's bound although each message is ~50x (all_gather's output ~150x) of it.
-  EXPECT_GE(fake().device_allocs.load() - scratch_before, GetParam() == Shape::reduce ? 1 : kRanks);
+  // communicator's bound although each message is ~12x to ~37x of it (blocked outputs of 3 ranks).
+  const bool root_only = GetParam() == Shape::reduce || GetParam() == Shape::gather;
+  EXPECT_GE(fake().device_allocs.load() - scratch_before, root_only ? 1 : kRanks);
   EXPECT_LE(fake().device_allocs.load() - scratch_before, 2 * kRanks);
   EXPECT_LE(pinned_peak(), kRanks * kStaging);
 }
 
-INSTANTIATE_TEST_SUITE_P(Staging, EveryShape,
-                         ::testing::Values(Shape::all_reduce, Shape::reduce, Shape::broadcast, Shape::all_gather),
+INSTANTIATE_TEST_SUITE_P(Staging, EveryShape, kEveryShape,
                          [](const auto& info) { return std::string(name(info.param)); });
 
 // Operations queued back to back share the slots in order: none waits for a slot held by one
@@ -266,7 +303,7 @@ INSTANTIATE_TEST_SUITE_P(
     Staging, BrokenOrdering,
     ::testing::Combine(::testing::Values(Fault::skip_input_wait, Fault::skip_slot_wait, Fault::early_result_copy,
                                          Fault::skip_result_wait),
-                       ::testing::Values(Shape::all_reduce, Shape::reduce, Shape::broadcast, Shape::all_gather)),
+                       kEveryShape),
     [](const auto& info) {
       return std::string(name(std::get<0>(info.param))) + "_" + name(std::get<1>(info.param));
     });
