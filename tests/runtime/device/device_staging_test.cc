@@ -219,6 +219,63 @@ TEST_F(DeviceStagingTest, WhatCannotBeDoneIsRefusedAtTheCall) {
   });
 }
 
+// What the chunk pipeline leaves whole (docs/cuda.md): the uneven forms, and send/recv (a send's
+// chunk 5 would wait for the peer to take chunk 1, so a rank whose send completes only once its own
+// later receive is posted would stall on the bound). Buffers past the staging bound (64 KiB here)
+// are staged whole, outside it, and give the right results.
+TEST_F(DeviceStagingTest, UnevenFormsAndPointToPointAreStagedWhole) {
+  constexpr int kRanks = 2;
+  constexpr size_t kBig = 100000;  // 400 KB of floats, 6x the bound
+  Job job(kRanks, /*staging_bytes=*/64 << 10);
+  job.on_every_rank([&](int r) {
+    Communicator comm = job.make(r);
+    FakeStream stream;
+    comm.set_stream(&stream);
+    const int peer = 1 - r;
+
+    float* out = device_floats(kBig);
+    float* in = device_floats(kBig);
+    fill_later(stream, out, kBig, static_cast<float>(10 * r), 1.0f);
+    // A send completes when the peer takes the data: rank 0 sends first, rank 1 receives first.
+    Work s, v;
+    if (r == 0) s = comm.send_async(out, kBig, DType::f32, peer);
+    v = comm.recv_async(in, kBig, DType::f32, peer);
+    if (r == 1) s = comm.send_async(out, kBig, DType::f32, peer);
+    EXPECT_EQ(outcome(s), ErrorCode::ok) << s.error_message();
+    EXPECT_EQ(outcome(v), ErrorCode::ok) << v.error_message();
+    EXPECT_EQ(first_wrong(in, kBig, static_cast<float>(10 * peer), 1.0f), kBig) << "rank " << r << ": send/recv";
+
+    const std::vector<size_t> counts = {3001, 5003};  // rank q's block: counts[q] elements
+    float* mine = device_floats(counts[static_cast<size_t>(r)]);
+    float* all = device_floats(counts[0] + counts[1]);
+    fill_later(stream, mine, counts[static_cast<size_t>(r)], static_cast<float>(r + 1), 0.0f);
+    comm.all_gatherv(mine, all, counts, DType::f32);
+    EXPECT_EQ(all[0], 1.0f);
+    EXPECT_EQ(all[counts[0] + counts[1] - 1], 2.0f) << "rank " << r << ": all_gatherv";
+
+    float* whole = device_floats(counts[0] + counts[1]);
+    fill_later(stream, whole, counts[0] + counts[1], static_cast<float>(r + 1), 0.0f);
+    float* part = device_floats(counts[static_cast<size_t>(r)]);
+    comm.reduce_scatterv(whole, part, counts, DType::f32, Op::sum);
+    EXPECT_EQ(first_wrong(part, counts[static_cast<size_t>(r)], 3.0f, 0.0f), counts[static_cast<size_t>(r)])
+        << "rank " << r << ": reduce_scatterv";
+
+    // all_to_allv: rank q sends (q + 1) * 1000 + p elements to rank p.
+    std::vector<size_t> send_counts(2), recv_counts(2);
+    for (size_t p = 0; p < 2; ++p) {
+      send_counts[p] = (static_cast<size_t>(r) + 1) * 1000 + p;
+      recv_counts[p] = (p + 1) * 1000 + static_cast<size_t>(r);
+    }
+    float* a2a_in = device_floats(send_counts[0] + send_counts[1]);
+    float* a2a_out = device_floats(recv_counts[0] + recv_counts[1]);
+    fill_later(stream, a2a_in, send_counts[0] + send_counts[1], static_cast<float>(r), 0.0f);
+    comm.all_to_allv(a2a_in, send_counts, a2a_out, recv_counts, DType::f32);
+    EXPECT_EQ(a2a_out[0], 0.0f) << "rank " << r << ": all_to_allv";
+    EXPECT_EQ(a2a_out[recv_counts[0] + recv_counts[1] - 1], 1.0f) << "rank " << r << ": all_to_allv";
+    ASSERT_TRUE(stream.synchronize(kBound));
+  });
+}
+
 // Events come from a pool: a training loop's thousands of operations make a handful, not one
 // (or several) each.
 TEST_F(DeviceStagingTest, EventsAreReusedAcrossOperations) {
