@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 #include <link.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -104,10 +105,29 @@ class CudaDeviceApi final : public DeviceApi {
     void* p = nullptr;
     cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
     if (e != cudaSuccess) return cuda_error("cudaHostAlloc of " + std::to_string(bytes) + " bytes", e);
+    std::lock_guard<std::mutex> lock(pinned_mu_);
+    pinned_[p] = bytes;
+    pinned_in_use_ += bytes;
+    pinned_peak_ = std::max(pinned_peak_, pinned_in_use_);
     return p;
   }
 
-  void free_pinned(void* p) override { cudaFreeHost(p); }
+  void free_pinned(void* p) override {
+    {
+      std::lock_guard<std::mutex> lock(pinned_mu_);
+      auto it = pinned_.find(p);
+      if (it != pinned_.end()) {
+        pinned_in_use_ -= it->second;
+        pinned_.erase(it);
+      }
+    }
+    cudaFreeHost(p);
+  }
+
+  PinnedUse pinned_use() override {
+    std::lock_guard<std::mutex> lock(pinned_mu_);
+    return {pinned_in_use_, pinned_peak_};
+  }
 
   Status copy_async(void* dst, const void* src, size_t bytes, Copy kind, int device, void* stream) override {
     DeviceScope scope(device);
@@ -231,6 +251,10 @@ class CudaDeviceApi final : public DeviceApi {
 
   std::mutex mu_;
   std::map<std::pair<int, int>, cudaStream_t> streams_;
+  std::mutex pinned_mu_;
+  std::map<void*, size_t> pinned_;  // every pinned buffer braid holds, with its size
+  size_t pinned_in_use_ = 0;
+  size_t pinned_peak_ = 0;
 };
 
 }  // namespace

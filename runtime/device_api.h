@@ -69,6 +69,14 @@ class DeviceApi {
   virtual Result<bool> done(Event event) = 0;
   virtual Status wait_event(int device, void* stream, Event event) = 0;
 
+  // Pinned host memory braid holds now, and the most it held at once (bytes), for benchmarks
+  // and checks; 0 where the implementation does not count.
+  struct PinnedUse {
+    size_t in_use = 0;
+    size_t peak = 0;
+  };
+  virtual PinnedUse pinned_use() { return {}; }
+
   // Queues `fn` on `stream`: the stream's later work starts only after fn returned. fn runs on a
   // thread of the driver's and must not call CUDA.
   virtual Status enqueue_host_function(int device, void* stream, std::function<void()> fn) = 0;

@@ -33,7 +33,7 @@ struct JobSettings {
   std::chrono::microseconds hand_off_tick{1000};  // CommunicatorConfig::hand_off_tick
   std::chrono::microseconds waits_at_once{100};   // CommunicatorConfig::waits_at_once
   size_t cuda_staging_bytes = 0;  // BRAID_CUDA_STAGING_BYTES; 0: the default
-  std::string cuda_reduce;         // BRAID_CUDA_REDUCE; empty: the default
+  std::string cuda_reduce{};       // BRAID_CUDA_REDUCE; empty: the default
 };
 
 class InProcessJob {

@@ -113,6 +113,7 @@ class FakeDevice final : public DeviceApi {
     pinned_bytes_peak = std::max(pinned_bytes_peak.load(), pinned_bytes.load());
     return p;
   }
+  PinnedUse pinned_use() override { return {pinned_bytes.load(), pinned_bytes_peak.load()}; }
   void free_pinned(void* p) override {
     pinned_live.fetch_sub(1);
     {
