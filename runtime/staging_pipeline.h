@@ -1,8 +1,8 @@
 // runtime/staging_pipeline.h - large collectives on CUDA buffers, pipelined through a bounded
 // set of pinned chunks.
 //
-// all_reduce, reduce, broadcast and all_gather on device buffers run as a sequence of ordinary host
-// collectives, one per chunk, each on a pinned slot of the communicator's StagingPool. The
+// Collectives on device buffers (all but send/recv and the uneven forms: covers()) run as a
+// sequence of ordinary host collectives, one per chunk (the slot's layout: device_layout.cc), each on a pinned slot of the communicator's StagingPool. The
 // communicator queues the chunks one after another like any operations, so its progress engine
 // already overlaps them (the next starts once the previous posted everything). Around each chunk:
 //   input   once the GPU passed the work queued on the caller's stream before the call (an event,
