@@ -111,8 +111,9 @@ void StagingPool::pump_locked() {
 }
 
 bool StagingPipeline::covers(const CollectiveArgs& a) {
-  // send/recv stay whole: chunked, two ranks that both send first would each wait for slots
-  // that only the other's receives free (docs/cuda.md). Uneven forms stay whole too.
+  // send/recv stay whole: a send's later chunks would take their slots only once the peer took
+  // the earlier ones, which a program may order after its own later receive (docs/cuda.md). The
+  // uneven forms stay whole too (their chunks would need a size per block).
   return a.kind != Kind::send && a.kind != Kind::recv && a.kind != Kind::barrier && a.counts.empty() &&
          a.send_counts.empty() && a.recv_counts.empty() && a.count > 0;
 }
