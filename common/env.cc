@@ -245,6 +245,10 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
     ASSIGN_OR_RETURN(e.cuda_staging_bytes, parse_bytes("BRAID_CUDA_STAGING_BYTES", v));
     if (e.cuda_staging_bytes == 0) e.cuda_staging_bytes = size_t{64} << 20;
   }
+  if (const char* v = lookup("BRAID_CUDA_REDUCE")) {
+    e.cuda_reduce = v;
+    RETURN_IF_ERROR(one_of("BRAID_CUDA_REDUCE", e.cuda_reduce));
+  }
   if (const char* v = lookup("BRAID_STORE_MAX_FRAME_BYTES")) {
     ASSIGN_OR_RETURN(e.store_max_frame_bytes,
                      parse_bytes("BRAID_STORE_MAX_FRAME_BYTES", v));

@@ -72,6 +72,9 @@ struct Env {
   // BRAID_CUDA_STAGING_BYTES: pinned host memory a communicator stages CUDA buffers through,
   // at least 64 KiB (runtime/staging_pipeline.h). Same on every rank. Default 64 MiB.
   size_t cuda_staging_bytes = size_t{64} << 20;
+  // BRAID_CUDA_REDUCE: auto | device | host - where reductions into CUDA buffers run
+  // (runtime/staging_pipeline.h). Same on every rank. Default auto.
+  std::string cuda_reduce = "auto";
   // BRAID_LOOPBACK_CC: TCP congestion control of data sockets whose peer is at a loopback
   // address (reno, cubic, ... as the kernel allows; "system": the kernel's default). Default reno.
   std::string loopback_cc = "reno";

@@ -69,8 +69,13 @@ constexpr EnvVar kVars[] = {
     {"BRAID_ZCOPY_BYTES", bytes, "1M", "", 1, 0,
      "Sends at least this large use zero-copy (MSG_ZEROCOPY / SEND_ZC); 0 never does."},
     {"BRAID_CUDA_STAGING_BYTES", bytes, "64M", "", 64 * kKiB, 0,
-     "Pinned host memory each communicator stages CUDA buffers through (all_reduce, reduce, broadcast, all_gather move in "
-     "chunks of a quarter of it, whatever the message size). Same on every rank. 0 means the default."},
+     "Pinned host memory each communicator stages CUDA buffers through (every collective but send/recv and the uneven "
+     "forms moves in chunks of a quarter of it, whatever the message size). Same on every rank. 0 means the default."},
+    {"BRAID_CUDA_REDUCE", choice, "auto", "auto|device|host", 0, 0,
+     "Where reductions into CUDA buffers (all_reduce, reduce; not avg) run. device: each staged chunk is gathered from "
+     "every rank into pinned memory, copied to the GPU and reduced there by CUDA kernels; host: reduced on the host "
+     "in the pinned chunk, as the collective runs. auto: device with 2 ranks (the same bytes cross the network either "
+     "way), host with more. Same on every rank."},
     {"BRAID_LOOPBACK_CC", text, "reno", "a TCP congestion control the kernel allows (reno, cubic, ...), or system", 0, 0,
      "Congestion control of data sockets to a peer at a loopback address; system keeps the kernel's default."},
     {"BRAID_SECRET", text, "", "at least 16 characters (e.g. from `openssl rand -hex 32`)", 0, 0,

@@ -556,7 +556,7 @@ std::unique_ptr<DeviceStaging> CommunicatorImpl::stage_device(collectives::Colle
                                                               const std::shared_ptr<detail::WorkState>& work) {
   const auto what = [&] { return std::string(collectives::to_string(args.kind)) + " on rank " + std::to_string(cfg_.rank) + ": "; };
   auto staged = DeviceStaging::stage(device_api(), args, cfg_.rank, cfg_.size, stream(), [this] {
-    std::call_once(staging_once_, [this] { staging_pool_ = std::make_shared<StagingPool>(cfg_.env.cuda_staging_bytes); });
+    std::call_once(staging_once_, [this] { staging_pool_ = std::make_shared<StagingPool>(cfg_.env.cuda_staging_bytes, cfg_.env.cuda_reduce); });
     return staging_pool_;
   });
   if (!staged.is_ok()) raise_if_error(staged.status().with_context(what()));

@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 #include <link.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <map>
@@ -11,6 +12,10 @@
 #include <utility>
 
 #include "runtime/device_api.h"
+
+#if BRAID_DEVICE_KERNELS
+#include "collectives/kernels/cuda/reduce_cuda.h"
+#endif
 
 namespace braid {
 namespace {
@@ -100,10 +105,29 @@ class CudaDeviceApi final : public DeviceApi {
     void* p = nullptr;
     cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
     if (e != cudaSuccess) return cuda_error("cudaHostAlloc of " + std::to_string(bytes) + " bytes", e);
+    std::lock_guard<std::mutex> lock(pinned_mu_);
+    pinned_[p] = bytes;
+    pinned_in_use_ += bytes;
+    pinned_peak_ = std::max(pinned_peak_, pinned_in_use_);
     return p;
   }
 
-  void free_pinned(void* p) override { cudaFreeHost(p); }
+  void free_pinned(void* p) override {
+    {
+      std::lock_guard<std::mutex> lock(pinned_mu_);
+      auto it = pinned_.find(p);
+      if (it != pinned_.end()) {
+        pinned_in_use_ -= it->second;
+        pinned_.erase(it);
+      }
+    }
+    cudaFreeHost(p);
+  }
+
+  PinnedUse pinned_use() override {
+    std::lock_guard<std::mutex> lock(pinned_mu_);
+    return {pinned_in_use_, pinned_peak_};
+  }
 
   Status copy_async(void* dst, const void* src, size_t bytes, Copy kind, int device, void* stream) override {
     DeviceScope scope(device);
@@ -112,6 +136,22 @@ class CudaDeviceApi final : public DeviceApi {
                                                        : cudaMemcpyDeviceToDevice;
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, k, static_cast<cudaStream_t>(stream));
     return e == cudaSuccess ? Status::ok() : cuda_error("cudaMemcpyAsync (GPU " + std::to_string(device) + ")", e);
+  }
+
+  Status reduce_async(void* dst, const void* src, size_t count, DType dtype, Op op, int device,
+                      void* stream) override {
+#if BRAID_DEVICE_KERNELS
+    DeviceScope scope(device);
+    const int e = collectives::cuda_reduce_into(dst, src, count, dtype, op, stream);
+    if (e == 0) return Status::ok();
+    return cuda_error("the reduction kernel (" + std::string(to_string(dtype)) + " " + to_string(op) + ", " +
+                          std::to_string(count) + " elements on GPU " + std::to_string(device) + ")",
+                      static_cast<cudaError_t>(e));
+#else
+    (void)dst, (void)src, (void)count, (void)dtype, (void)op, (void)device, (void)stream;
+    return invalid_argument("braid was built without nvcc, so without its CUDA reduction kernels: "
+                            "set BRAID_CUDA_REDUCE=host, or rebuild with nvcc in /usr/local/cuda/bin");
+#endif
   }
 
   Result<void*> own_stream(int device, int lane) override {
@@ -211,6 +251,10 @@ class CudaDeviceApi final : public DeviceApi {
 
   std::mutex mu_;
   std::map<std::pair<int, int>, cudaStream_t> streams_;
+  std::mutex pinned_mu_;
+  std::map<void*, size_t> pinned_;  // every pinned buffer braid holds, with its size
+  size_t pinned_in_use_ = 0;
+  size_t pinned_peak_ = 0;
 };
 
 }  // namespace

@@ -2,7 +2,8 @@
 //
 // A collective on device memory is staged through pinned host buffers (device_staging.h). What
 // that needs from CUDA is small: tell a device pointer from a host one, pinned host memory,
-// copies in both directions, events, and a host function queued on a stream. This interface
+// copies in both directions, events, a host function queued on a stream, and a reduction launched
+// on a stream. This interface
 // names exactly that, so the staging logic runs in CI against a fake (tests/runtime/device)
 // and on a GPU against CUDA (cuda_device_api.cc, built with the `cuda` feature).
 //
@@ -13,6 +14,7 @@
 #include <cstddef>
 #include <functional>
 
+#include "braid/types.h"
 #include "common/deadline.h"
 #include "common/status.h"
 
@@ -47,6 +49,11 @@ class DeviceApi {
   // never holds them back.
   virtual Result<void*> own_stream(int device, int lane) = 0;
 
+  // dst[i] = dst[i] op src[i] for `count` elements of device memory, queued on `stream` (the CUDA
+  // kernels of collectives/kernels/cuda, with reduce_into's contract: op is never avg).
+  virtual Status reduce_async(void* dst, const void* src, size_t count, DType dtype, Op op, int device,
+                              void* stream) = 0;
+
   // Device memory for results that must not reach the caller's buffer before the whole
   // operation succeeded (staging_pipeline.h).
   virtual Result<void*> alloc_device(size_t bytes, int device) = 0;
@@ -61,6 +68,14 @@ class DeviceApi {
   virtual Status record(Event event, int device, void* stream) = 0;
   virtual Result<bool> done(Event event) = 0;
   virtual Status wait_event(int device, void* stream, Event event) = 0;
+
+  // Pinned host memory braid holds now, and the most it held at once (bytes), for benchmarks
+  // and checks; 0 where the implementation does not count.
+  struct PinnedUse {
+    size_t in_use = 0;
+    size_t peak = 0;
+  };
+  virtual PinnedUse pinned_use() { return {}; }
 
   // Queues `fn` on `stream`: the stream's later work starts only after fn returned. fn runs on a
   // thread of the driver's and must not call CUDA.

@@ -11,11 +11,12 @@
 //                  device buffer before its Work completes.
 // So Work::wait() returning means the device buffer holds the result, and work queued on the
 // stream after the call sees it. A failed operation leaves the device buffer untouched.
-// all_reduce, reduce, broadcast and all_gather go further: they run chunk by chunk through the
-// communicator's bounded pinned slots, the copies overlapping the network (staging_pipeline.h);
-// such a staging is split into one staging per chunk (chunks()), each queued as an operation.
-// The other collectives copy whole buffers once in and once out, through pinned buffers kept
-// for reuse outside that bound. Reductions run on the host, not yet as CUDA kernels.
+// Every collective but send/recv and the uneven forms goes further: it runs chunk by chunk through
+// the communicator's bounded pinned slots, the copies overlapping the network, and all_reduce and
+// reduce may reduce on the GPU (staging_pipeline.h); such a staging is split into one staging per
+// chunk (chunks()), each queued as an operation. send/recv and the uneven forms copy whole buffers
+// once in and once out, through pinned buffers kept for reuse outside that bound, and reduce on
+// the host.
 #pragma once
 
 #include <cstddef>

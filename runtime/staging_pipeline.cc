@@ -54,6 +54,7 @@ StagingPool::~StagingPool() {
   for (Slot& s : slots_) {
     if (s.data == nullptr) continue;
     if (!settled(s.api, s.free_after)) continue;
+    if (s.landing != nullptr) s.api->free_device(s.landing, s.device);
     s.api->free_pinned(s.data);
     EventPool::get().give(s.api, s.device, s.free_after);
   }
@@ -110,9 +111,11 @@ void StagingPool::pump_locked() {
 }
 
 bool StagingPipeline::covers(const CollectiveArgs& a) {
-  return (a.kind == Kind::all_reduce || a.kind == Kind::reduce || a.kind == Kind::broadcast ||
-          a.kind == Kind::all_gather) &&
-         a.counts.empty() && a.count > 0;
+  // send/recv stay whole: a send's later chunks would take their slots only once the peer took
+  // the earlier ones, which a program may order after its own later receive (docs/cuda.md). The
+  // uneven forms stay whole too (their chunks would need a size per block).
+  return a.kind != Kind::send && a.kind != Kind::recv && a.kind != Kind::barrier && a.counts.empty() &&
+         a.send_counts.empty() && a.recv_counts.empty() && a.count > 0;
 }
 
 Result<std::shared_ptr<StagingPipeline>> StagingPipeline::make(DeviceApi* api, std::shared_ptr<StagingPool> pool,
@@ -120,7 +123,8 @@ Result<std::shared_ptr<StagingPipeline>> StagingPipeline::make(DeviceApi* api, s
                                                                int device, void* stream) {
   std::shared_ptr<StagingPipeline> p(new StagingPipeline);
   p->esize_ = dtype_size(args.dtype);
-  const size_t unit = p->esize_ * (args.kind == Kind::all_gather ? static_cast<size_t>(size) : 1);
+  p->device_reduce_ = reduce_on_device(pool->reduce_mode(), args, size);
+  const size_t unit = p->esize_ * slot_units(args, size, p->device_reduce_);
   p->chunk_elems_ = pool->slot_bytes() / unit;
   if (!covers(args) || p->chunk_elems_ == 0) return std::shared_ptr<StagingPipeline>();
   p->api_ = api;
@@ -152,40 +156,22 @@ Status StagingPipeline::start(std::shared_ptr<detail::WorkState> work) {
   }
   for (size_t k = 0; k < std::min(nchunks_, StagingPool::kSlots); ++k) {
     StagingPool::Slot& s = pool_->slots_[(pool_->next_chunk_ + k) % StagingPool::kSlots];
-    if (s.data != nullptr) continue;
-    ASSIGN_OR_RETURN(void* data, api_->alloc_pinned(pool_->slot_bytes()));
-    s.data = static_cast<char*>(data);
-    s.api = api_;
+    if (s.data == nullptr) {
+      ASSIGN_OR_RETURN(void* data, api_->alloc_pinned(pool_->slot_bytes()));
+      s.data = static_cast<char*>(data);
+      s.api = api_;
+    }
+    if (device_reduce_ && out_bytes_ > 0 && s.landing == nullptr) {
+      // Kept with the slot: written and read only on lane 1, before the slot's free event.
+      ASSIGN_OR_RETURN(void* landing, api_->alloc_device(pool_->slot_bytes(), device_));
+      s.landing = static_cast<char*>(landing);
+      s.device = device_;
+    }
   }
   chunk_.resize(nchunks_);
   for (Chunk& c : chunk_) c.number = pool_->next_chunk_++;
   pool_->live_.push_back(this);
   return Status::ok();
-}
-
-CollectiveArgs StagingPipeline::chunk_args(size_t i) const {
-  const size_t off = i * chunk_elems_;
-  CollectiveArgs a = args_;
-  a.count = std::min(chunk_elems_, args_.count - off);
-  char* s = slot(i).data;
-  switch (args_.kind) {
-    case Kind::all_gather:
-      a.send = s + static_cast<size_t>(rank_) * a.count * esize_;  // this rank's block, in place
-      a.recv = s;
-      break;
-    case Kind::broadcast:
-      a.send = args_.send != nullptr ? s : nullptr;
-      a.recv = s;
-      break;
-    case Kind::reduce:  // in place on the slot; only the root has a result
-      a.send = s;
-      a.recv = args_.recv != nullptr ? s : nullptr;
-      break;
-    default:  // all_reduce, in place on the slot
-      a.send = s;
-      a.recv = s;
-  }
-  return a;
 }
 
 Status StagingPipeline::issue_locked(size_t i) {
@@ -196,13 +182,9 @@ Status StagingPipeline::issue_locked(size_t i) {
     EventPool::get().give(s.api, s.device, s.free_after);
     s.free_after = nullptr;
   }
-  const size_t off = i * chunk_elems_;
-  const size_t n = std::min(chunk_elems_, args_.count - off);
   const auto* send = static_cast<const char*>(args_.send);
-  const size_t in_bytes = collectives::buffer_extents(args_, rank_, size_).send == 0 ? 0 : n * esize_;
-  if (in_bytes > 0) {
-    char* to = s.data + (args_.kind == Kind::all_gather ? static_cast<size_t>(rank_) * n * esize_ : 0);
-    RETURN_IF_ERROR(api_->copy_async(to, send + off * esize_, in_bytes, DeviceApi::Copy::to_host, device_, lane_in_));
+  for (const Piece& p : pieces(i, /*input=*/true)) {
+    RETURN_IF_ERROR(api_->copy_async(s.data + p.slot, send + p.caller, p.bytes, DeviceApi::Copy::to_host, device_, lane_in_));
   }
   ASSIGN_OR_RETURN(c.in, EventPool::get().take(api_, device_));
   RETURN_IF_ERROR(api_->record(c.in, device_, lane_in_));
@@ -228,18 +210,13 @@ Status StagingPipeline::queue_results_locked(size_t i) {
   Chunk& c = chunk_[i];
   c.results_queued = true;  // from here the slot may be read on lane 1 (drop() orders after it)
   if (out_bytes_ == 0) return Status::ok();  // reduce, not the root
-  const size_t off = i * chunk_elems_;
-  const size_t n = std::min(chunk_elems_, args_.count - off);
   char* dest = scratch_ != nullptr ? scratch_ : static_cast<char*>(args_.recv);
+  if (device_reduce_) return queue_device_reduction_locked(i, dest);
   const char* s = slot(i).data;
-  if (args_.kind == Kind::all_gather) {
-    for (size_t r = 0; r < static_cast<size_t>(size_); ++r) {
-      RETURN_IF_ERROR(api_->copy_async(dest + (r * args_.count + off) * esize_, s + r * n * esize_, n * esize_,
-                                       DeviceApi::Copy::to_device, device_, lane_out_));
-    }
-    return Status::ok();
+  for (const Piece& p : pieces(i, /*input=*/false)) {
+    RETURN_IF_ERROR(api_->copy_async(dest + p.caller, s + p.slot, p.bytes, DeviceApi::Copy::to_device, device_, lane_out_));
   }
-  return api_->copy_async(dest + off * esize_, s, n * esize_, DeviceApi::Copy::to_device, device_, lane_out_);
+  return Status::ok();
 }
 
 void StagingPipeline::release_slot_locked(size_t i, DeviceApi::Event free_after) {

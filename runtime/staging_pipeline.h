@@ -1,8 +1,8 @@
 // runtime/staging_pipeline.h - large collectives on CUDA buffers, pipelined through a bounded
 // set of pinned chunks.
 //
-// all_reduce, reduce, broadcast and all_gather on device buffers run as a sequence of ordinary host
-// collectives, one per chunk, each on a pinned slot of the communicator's StagingPool. The
+// Collectives on device buffers (all but send/recv and the uneven forms: covers()) run as a
+// sequence of ordinary host collectives, one per chunk (the slot's layout: device_layout.cc), each on a pinned slot of the communicator's StagingPool. The
 // communicator queues the chunks one after another like any operations, so its progress engine
 // already overlaps them (the next starts once the previous posted everything). Around each chunk:
 //   input   once the GPU passed the work queued on the caller's stream before the call (an event,
@@ -21,6 +21,15 @@
 // the remaining chunks still run (the other ranks need this rank's part), their results
 // discarded, and the operation reports the failure once they all ran.
 // Every rank must split the same way: BRAID_CUDA_STAGING_BYTES must be the same on every rank.
+// Reductions on the device (BRAID_CUDA_REDUCE, chosen per operation by reduce_on_device()):
+// an all_reduce chunk runs as a host all_gather and a reduce chunk as a host gather to the root,
+// so that each rank that needs the result holds every rank's part of the chunk in its slot; the
+// result step then copies the parts to the GPU (its own part straight into the result, the
+// others into the slot's device landing buffer) and reduces them there with CUDA kernels, all on
+// lane 1, so each reduction runs after the copies it reads and the slot's "free" event (recorded
+// on lane 1 after them) orders the next user of the slot and of its landing buffer. No reduced
+// chunk is sent: each rank reduces the gathered parts itself, in rank order, so every rank
+// gets the same bits.
 // Threading: every entry point takes the pool's mutex; DeviceApi calls are made under it.
 #pragma once
 
@@ -28,6 +37,7 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "collectives/collective.h"
@@ -49,6 +59,8 @@ struct StagingFaultsForTesting {
   std::atomic<bool> skip_slot_wait{false};     // a slot is refilled before its result copy read it
   std::atomic<bool> early_result_copy{false};  // a chunk's result is copied before its collective ran
   std::atomic<bool> skip_result_wait{false};   // the caller's result is not ordered after the chunks'
+  std::atomic<bool> reduce_off_lane{false};    // a device reduction is queued on lane 0, unordered
+                                               // with the copies of the parts it reads
 };
 StagingFaultsForTesting& staging_faults_for_testing();
 
@@ -59,13 +71,16 @@ StagingFaultsForTesting& staging_faults_for_testing();
 class StagingPool {
  public:
   static constexpr size_t kSlots = 4;
-  explicit StagingPool(size_t bytes) : slot_bytes_(bytes / kSlots) {
+  // `reduce`: BRAID_CUDA_REDUCE (auto | device | host).
+  explicit StagingPool(size_t bytes, std::string reduce = "auto")
+      : slot_bytes_(bytes / kSlots), reduce_(std::move(reduce)) {
     for (size_t k = 0; k < kSlots; ++k) slots_[k].next_user = k;
   }
   ~StagingPool();
   StagingPool(const StagingPool&) = delete;
   StagingPool& operator=(const StagingPool&) = delete;
   size_t slot_bytes() const { return slot_bytes_; }
+  const std::string& reduce_mode() const { return reduce_; }
 
  private:
   friend class StagingPipeline;
@@ -76,6 +91,7 @@ class StagingPool {
     uint64_t next_user = 0;               // the chunk (pool-wide number) that may fill it next
     std::vector<uint64_t> gave_up;        // later users that ended without using it
     DeviceApi::Event free_after = nullptr;  // the last copy that reads it (nullptr: none pending)
+    char* landing = nullptr;  // device memory of slot_bytes: the other ranks' parts, to reduce on the GPU
   };
   // Queues the copies that can go now, for every live pipeline; under mu_.
   void pump_locked();
@@ -92,6 +108,7 @@ class StagingPool {
   void give_scratch_locked(char* data);
 
   const size_t slot_bytes_;
+  const std::string reduce_;
   std::mutex mu_;
   std::vector<Scratch> scratch_;       // every one made
   std::vector<char*> scratch_free_;
@@ -109,9 +126,13 @@ class StagingPipeline {
                                                        const collectives::CollectiveArgs& args, int rank, int size,
                                                        int device, void* stream);
   static bool covers(const collectives::CollectiveArgs& args);
+  // Whether `args`' reduction runs on the GPU under BRAID_CUDA_REDUCE=`mode` (device_reduce.cc):
+  // a function of what every rank knows alike, so that all ranks split the same way.
+  static bool reduce_on_device(const std::string& mode, const collectives::CollectiveArgs& args, int size);
   ~StagingPipeline();
 
   size_t chunks() const { return nchunks_; }
+  bool reduces_on_device() const { return device_reduce_; }
   // Numbers the chunks in the pool's order and makes the slots they use; `work` is completed
   // at the end. Called in the order the operations are queued (under the communicator's lock).
   Status start(std::shared_ptr<detail::WorkState> work);
@@ -138,8 +159,19 @@ class StagingPipeline {
     bool dropped = false;
     DeviceApi::Event in = nullptr;
   };
+  // The slot's layout per collective (device_layout.cc): parts of n elements a slot holds for a
+  // chunk of n, and the bytes chunk i's input (or result) copies move.
+  static size_t slot_units(const collectives::CollectiveArgs& args, int size, bool device_reduce);
+  struct Piece {
+    size_t caller;  // byte offset in the caller's send (input) or receive (result) buffer
+    size_t slot;    // byte offset in the slot
+    size_t bytes;
+  };
+  std::vector<Piece> pieces(size_t i, bool input) const;
   Status issue_locked(size_t i);
   Status queue_results_locked(size_t i);
+  // The result step of a chunk reduced on the GPU (device_reduce.cc).
+  Status queue_device_reduction_locked(size_t i, char* dest);
   void release_slot_locked(size_t i, DeviceApi::Event free_after);
   void fail_locked(const Status& why);
   void end_if_failed_locked();
@@ -150,6 +182,7 @@ class StagingPipeline {
   collectives::CollectiveArgs args_;  // the caller's, on device memory
   int rank_ = 0, size_ = 1, device_ = -1;
   size_t esize_ = 1, chunk_elems_ = 0, nchunks_ = 0, out_bytes_ = 0;
+  bool device_reduce_ = false;  // chunks gathered on the host, reduced on the GPU
   void* lane_in_ = nullptr;   // device -> host
   void* lane_out_ = nullptr;  // host -> device
   DeviceApi::Event ready_ = nullptr;  // the caller's stream at the call

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# scripts/gpu_check.sh - build braid's CUDA code and run it on this machine's NVIDIA GPU: the
-# device reduction kernels checked against the host ones (reduce_cuda_test), collectives on
-# device buffers ordered on CUDA streams (cuda_comm_test), then the kernels' throughput next to
-# a device-to-device copy (reduce_cuda_bench), and 64 MiB / 1 GiB all_reduce on device buffers
-# next to the same on host buffers (cuda_staging_bench; docs/cuda.md: device >= 0.9x host).
+# scripts/gpu_check.sh - build braid's CUDA code and run it on this machine's NVIDIA GPU, in
+# about 8 minutes (each step has its own time limit):
+#   1. the device reduction kernels against the host ones (reduce_cuda_test);
+#   2. collectives on device buffers ordered on CUDA streams, and every collective on device
+#      buffers against host buffers for 2 and 4 ranks, reduced on the host and on the GPU
+#      (cuda_comm_test);
+#   3. compute-sanitizer (memcheck, then racecheck) on a subset of 2, where it is installed;
+#   4. the kernels' throughput next to a device-to-device copy (reduce_cuda_bench, short);
+#   5. 64 MiB / 1 GiB all_reduce on device buffers next to the same on host buffers, with
+#      BRAID_CUDA_REDUCE=host and =device, printing the pinned memory braid held (now and at its
+#      peak) after each size (cuda_staging_bench; docs/cuda.md: device >= 0.9x host).
 #
 #   scripts/gpu_check.sh [BUILD_DIR [extra meson setup arguments...]]
 #
@@ -45,18 +51,41 @@ ninja -C "$build" tests/collectives/kernels/reduce_cuda_test tests/runtime/devic
 run_test() {
   local name=$1 path=$2 log=$build/$1.log status=0
   echo "gpu_check: $name ($3)"
-  timeout 600 "$path" 2>&1 | tee "$log" || status=$?  # a hang is a failure, not a stuck check
+  timeout 240 "$path" 2>&1 | tee "$log" || status=$?  # a hang is a failure, not a stuck check
   if grep -q '^\[  SKIPPED \]' "$log"; then
     fail "$name skipped its tests although a GPU is present (the reason is in $log)" 2
   fi
   ((status == 0)) || fail "$name failed (exit $status); the log is $log"
 }
+echo "gpu_check: built after ${SECONDS}s"
 run_test reduce_cuda_test "$build/tests/collectives/kernels/reduce_cuda_test" "the device kernels against the host kernels"
-run_test cuda_comm_test "$build/tests/runtime/device/cuda_comm_test" "collectives on device buffers, two ranks on one GPU"
+run_test cuda_comm_test "$build/tests/runtime/device/cuda_comm_test" \
+  "collectives on device buffers; every collective vs host buffers, 2 and 4 ranks on one GPU"
+echo "gpu_check: tests done after ${SECONDS}s"
+
+# compute-sanitizer slows CUDA calls ~10-100x: a subset, 2 ranks, reductions on the GPU.
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+subset='CudaComm.AllReduceOnTheCallersStream:CudaComm/EveryCollective.OnDeviceBuffersGivesTheHostResult/2ranks_device'
+if [[ -x $sanitizer ]]; then
+  for tool in memcheck racecheck; do
+    echo "gpu_check: compute-sanitizer --tool $tool on $subset"
+    status=0
+    timeout 150 "$sanitizer" --tool "$tool" --error-exitcode 3 \
+      "$build/tests/runtime/device/cuda_comm_test" --gtest_filter="$subset" >"$build/sanitizer_$tool.log" 2>&1 ||
+      status=$?
+    tail -5 "$build/sanitizer_$tool.log"
+    ((status != 124)) || fail "compute-sanitizer $tool ran past 150 s; the log is $build/sanitizer_$tool.log"
+    ((status == 0)) || fail "compute-sanitizer $tool reported errors (exit $status); the log is $build/sanitizer_$tool.log"
+  done
+else
+  echo "gpu_check: no compute-sanitizer (looked in PATH and /usr/local/cuda/bin): that step is left out"
+fi
 
 echo "gpu_check: reduce_cuda_bench (output bytes/s, CUDA events)"
-"$build/bench/collectives/reduce_cuda_bench" --benchmark_min_time=0.5 || fail "reduce_cuda_bench failed"
-echo "gpu_check: cuda_staging_bench (all_reduce busbw, device vs host buffers, 2 ranks, same run)"
-"$build/tests/runtime/device/cuda_staging_bench" 64 1024 | tee "$build/cuda_staging_bench.log" ||
-  fail "cuda_staging_bench failed"
-echo "gpu_check: all passed on: $gpus"
+timeout 90 "$build/bench/collectives/reduce_cuda_bench" --benchmark_min_time=0.1 || fail "reduce_cuda_bench failed"
+for reduce in host device; do
+  echo "gpu_check: cuda_staging_bench, BRAID_CUDA_REDUCE=$reduce (all_reduce busbw, device vs host buffers, 2 ranks, same run)"
+  BRAID_CUDA_REDUCE=$reduce timeout 150 "$build/tests/runtime/device/cuda_staging_bench" 64 1024 |
+    tee "$build/cuda_staging_bench_$reduce.log" || fail "cuda_staging_bench (BRAID_CUDA_REDUCE=$reduce) failed"
+done
+echo "gpu_check: all passed on: $gpus (${SECONDS}s)"

@@ -117,6 +117,7 @@ const Rejected kRejected[] = {
     {"BRAID_SHM_RING_BYTES", "100000", "multiple of 4 KiB"},
     {"BRAID_ZCOPY_BYTES", "lots", "of at least 1 bytes"},
     {"BRAID_CUDA_STAGING_BYTES", "4K", "of at least 65536 bytes"},
+    {"BRAID_CUDA_REDUCE", "gpu", "auto, device, host"},
     {"BRAID_LOOPBACK_CC", "Reno; rm", "reno, cubic"},
     {"BRAID_SECRET", "short", "at least 16"},
     {"BRAID_SECRET_FILE", "", "name a file"},

@@ -33,6 +33,7 @@ struct JobSettings {
   std::chrono::microseconds hand_off_tick{1000};  // CommunicatorConfig::hand_off_tick
   std::chrono::microseconds waits_at_once{100};   // CommunicatorConfig::waits_at_once
   size_t cuda_staging_bytes = 0;  // BRAID_CUDA_STAGING_BYTES; 0: the default
+  std::string cuda_reduce{};       // BRAID_CUDA_REDUCE; empty: the default
 };
 
 class InProcessJob {
@@ -62,6 +63,7 @@ class InProcessJob {
     cfg.hand_off_tick = settings_.hand_off_tick;
     cfg.waits_at_once = settings_.waits_at_once;
     if (settings_.cuda_staging_bytes != 0) cfg.env.cuda_staging_bytes = settings_.cuda_staging_bytes;
+    if (!settings_.cuda_reduce.empty()) cfg.env.cuda_reduce = settings_.cuda_reduce;
     cfg.inproc_fabric = &fabric_;
     std::unique_ptr<CommunicatorImpl> made = value_or_raise(CommunicatorImpl::create(std::move(cfg)));
     if (impl != nullptr) *impl = made.get();

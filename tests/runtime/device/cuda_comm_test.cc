@@ -1,10 +1,11 @@
 // Collectives on real CUDA buffers: two ranks as threads of one process over the tcp transport,
-// both on GPU 0, each ordering its operations on a non-blocking stream of its own; and one rank
-// on the legacy default stream. Built with the `cuda` feature; skips (saying why) where no GPU is usable.
+// both on GPU 0, each ordering its operations on a non-blocking stream of its own; one rank on
+// the legacy default stream; and every collective for 2 and 4 ranks against host buffers. Built with the `cuda` feature; skips (saying why) where no GPU is usable.
 // scripts/gpu_check.sh runs it on a machine with a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "braid/communicator.h"
+#include "collectives/kernels/half_float.h"
 #include "runtime/device_api.h"
 #include "tests/support/in_process_job.h"
 
@@ -244,6 +246,156 @@ TEST_F(CudaComm, GatherShapesBroadcastAndPointToPoint) {
     cudaStreamDestroy(stream);
   });
 }
+
+// Every collective on device buffers against the same on host buffers, byte for byte, for 2 and
+// 4 ranks (threads of this process on GPU 0) and both places of reduction (BRAID_CUDA_REDUCE).
+// The staging bound is 1 MiB (256 KiB slots), so each operation runs as several chunks.
+enum class Coll { all_reduce, reduce, broadcast, all_gather, reduce_scatter, gather, scatter, all_to_all, send_recv };
+struct Case {
+  Coll coll;
+  DType dtype;
+  Op op;
+  const char* name;
+};
+constexpr Case kCases[] = {
+    {Coll::all_reduce, DType::f32, Op::sum, "all_reduce f32 sum"},
+    {Coll::all_reduce, DType::bf16, Op::sum, "all_reduce bf16 sum"},
+    {Coll::all_reduce, DType::f16, Op::max, "all_reduce f16 max"},
+    {Coll::all_reduce, DType::i32, Op::prod, "all_reduce i32 prod"},
+    {Coll::all_reduce, DType::i64, Op::bxor, "all_reduce i64 bxor"},
+    {Coll::all_reduce, DType::f64, Op::avg, "all_reduce f64 avg"},
+    {Coll::reduce, DType::f32, Op::sum, "reduce f32 sum"},
+    {Coll::reduce, DType::i8, Op::min, "reduce i8 min"},
+    {Coll::broadcast, DType::f32, Op::sum, "broadcast f32"},
+    {Coll::all_gather, DType::u8, Op::sum, "all_gather u8"},
+    {Coll::reduce_scatter, DType::f32, Op::sum, "reduce_scatter f32 sum"},
+    {Coll::gather, DType::i32, Op::sum, "gather i32"},
+    {Coll::scatter, DType::f64, Op::sum, "scatter f64"},
+    {Coll::all_to_all, DType::f32, Op::sum, "all_to_all f32"},
+    {Coll::send_recv, DType::bf16, Op::sum, "send/recv bf16"},
+};
+constexpr int kRoot = 1;
+
+// Small values, exact in every dtype whatever the order of reduction.
+void fill_values(unsigned char* p, DType t, size_t n, int r) {
+  for (size_t i = 0; i < n; ++i) {
+    const int v = static_cast<int>((i * 5 + static_cast<size_t>(r) * 3) % 9) - 2;
+    const float f = static_cast<float>(v);
+    switch (t) {
+      case DType::f32: reinterpret_cast<float*>(p)[i] = f; break;
+      case DType::f64: reinterpret_cast<double*>(p)[i] = f; break;
+      case DType::f16: reinterpret_cast<uint16_t*>(p)[i] = collectives::f32_to_f16(f); break;
+      case DType::bf16: reinterpret_cast<uint16_t*>(p)[i] = collectives::f32_to_bf16(f); break;
+      case DType::i8: reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+      case DType::u8: p[i] = static_cast<unsigned char>(v); break;
+      case DType::i32: reinterpret_cast<int32_t*>(p)[i] = v; break;
+      case DType::i64: reinterpret_cast<int64_t*>(p)[i] = v; break;
+    }
+  }
+}
+
+// Elements (per rank) of the input and the output of `coll` with blocks of c.
+std::pair<size_t, size_t> extents(Coll coll, size_t c, int ranks, int r) {
+  const size_t all = c * static_cast<size_t>(ranks);
+  switch (coll) {
+    case Coll::all_gather: return {c, all};
+    case Coll::gather: return {c, r == kRoot ? all : 0};
+    case Coll::reduce_scatter: return {all, c};
+    case Coll::scatter: return {r == kRoot ? all : 0, c};
+    case Coll::all_to_all: return {all, all};
+    case Coll::reduce: return {c, r == kRoot ? c : 0};
+    default: return {c, c};
+  }
+}
+
+// Runs `k` on (in, out) and waits; send/recv goes round a ring, even ranks sending first.
+void run_case(Communicator& comm, const Case& k, const void* in, void* out, size_t c, int r, int ranks) {
+  const int next = (r + 1) % ranks, prev = (r + ranks - 1) % ranks;
+  switch (k.coll) {
+    case Coll::all_reduce: comm.all_reduce(in, out, c, k.dtype, k.op); break;
+    case Coll::reduce: comm.reduce(in, out, c, k.dtype, k.op, kRoot); break;
+    case Coll::broadcast: comm.broadcast(in, out, c, k.dtype, kRoot); break;
+    case Coll::all_gather: comm.all_gather(in, out, c, k.dtype); break;
+    case Coll::reduce_scatter: comm.reduce_scatter(in, out, c, k.dtype, k.op); break;
+    case Coll::gather: comm.gather(in, r == kRoot ? out : nullptr, c, k.dtype, kRoot); break;
+    case Coll::scatter: comm.scatter(r == kRoot ? in : nullptr, out, c, k.dtype, kRoot); break;
+    case Coll::all_to_all: comm.all_to_all(in, out, c, k.dtype); break;
+    case Coll::send_recv: {
+      Work s, v;
+      if (r % 2 == 0) s = comm.send_async(in, c, k.dtype, next);
+      v = comm.recv_async(out, c, k.dtype, prev);
+      if (r % 2 == 1) s = comm.send_async(in, c, k.dtype, next);
+      s.wait();
+      v.wait();
+      break;
+    }
+  }
+}
+
+class EveryCollective : public ::testing::TestWithParam<std::tuple<int, const char*>> {
+ protected:
+  void SetUp() override {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+      GTEST_SKIP() << "no usable CUDA device (cudaGetDeviceCount: " << cudaGetErrorName(e) << ", " << n << " devices)";
+    }
+  }
+};
+
+TEST_P(EveryCollective, OnDeviceBuffersGivesTheHostResult) {
+  const auto [ranks, reduce] = GetParam();
+  constexpr size_t kBlock = 100003;  // elements per rank's block
+  constexpr size_t kMaxBytes = 4 * kBlock * 8;
+  testing::JobSettings settings{"auto", ranks, 60, 30, 0xc0de0 + static_cast<uint64_t>(ranks)};
+  settings.cuda_staging_bytes = 1 << 20;
+  settings.cuda_reduce = reduce;
+  testing::InProcessJob job(settings);
+  testing::run_ranks(ranks, [&](int r) {
+    cudaSetDevice(0);
+    Communicator comm = job.make(r);
+    cudaStream_t stream = nullptr;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    comm.set_stream(stream);
+    // Pinned host buffers and every device buffer before the first operation (see
+    // AllReduceOnTheCallersStream).
+    unsigned char *h_in = nullptr, *h_out = nullptr, *back = nullptr, *d_in = nullptr, *d_out = nullptr;
+    CUDA_OK(cudaMallocHost(&h_in, kMaxBytes));
+    CUDA_OK(cudaMallocHost(&h_out, kMaxBytes));
+    CUDA_OK(cudaMallocHost(&back, kMaxBytes));
+    CUDA_OK(cudaMalloc(&d_in, kMaxBytes));
+    CUDA_OK(cudaMalloc(&d_out, kMaxBytes));
+    comm.barrier();
+    for (const Case& k : kCases) {
+      const size_t e = dtype_size(k.dtype);
+      const auto [nin, nout] = extents(k.coll, kBlock, ranks, r);
+      fill_values(h_in, k.dtype, std::max(nin, kBlock), r);
+      std::memset(h_out, 0x5c, kMaxBytes);  // what an output never written keeps
+      CUDA_OK(cudaMemcpyAsync(d_in, h_in, kMaxBytes, cudaMemcpyHostToDevice, stream));
+      CUDA_OK(cudaMemcpyAsync(d_out, h_out, kMaxBytes, cudaMemcpyHostToDevice, stream));
+      run_case(comm, k, h_in, h_out, kBlock, r, ranks);   // host buffers: the reference
+      run_case(comm, k, d_in, d_out, kBlock, r, ranks);   // device buffers, ordered on the stream
+      CUDA_OK(cudaMemcpyAsync(back, d_out, kMaxBytes, cudaMemcpyDeviceToHost, stream));
+      CUDA_OK(cudaStreamSynchronize(stream));
+      EXPECT_EQ(std::memcmp(back, h_out, std::max<size_t>(nout, 1) * e), 0)
+          << k.name << " on rank " << r << " of " << ranks << " (BRAID_CUDA_REDUCE=" << reduce
+          << "): the device result differs from the host's";
+    }
+    comm.barrier();  // frees wait for the whole GPU: only once no operation holds a stream
+    cudaFreeHost(h_in);
+    cudaFreeHost(h_out);
+    cudaFreeHost(back);
+    cudaFree(d_in);
+    cudaFree(d_out);
+    cudaStreamDestroy(stream);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(CudaComm, EveryCollective,
+                         ::testing::Combine(::testing::Values(2, 4), ::testing::Values("host", "device")),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" + std::get<1>(info.param);
+                         });
 
 }  // namespace
 }  // namespace braid

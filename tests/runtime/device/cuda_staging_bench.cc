@@ -2,7 +2,10 @@
 // pinned memory, runtime/staging_pipeline.h) next to the same on host buffers, in one run: two
 // ranks as threads of one process on GPU 0 over the tcp transport (loopback), host and device
 // iterations alternating. Prints median busbw of each and their ratio (device / host; the goal
-// is >= 0.9: the copies hidden behind the network). scripts/gpu_check.sh runs it.
+// is >= 0.9: the copies hidden behind the network), and the pinned memory braid held: at the
+// end of each size and at its peak (which must stay at BRAID_CUDA_STAGING_BYTES per rank plus the
+// host path's none). BRAID_CUDA_REDUCE (auto: the GPU with 2 ranks) says where device buffers
+// are reduced. scripts/gpu_check.sh runs it with host and device.
 //
 //   cuda_staging_bench [MiB ...]     (default: 64 1024)
 #include <cuda_runtime.h>
@@ -11,11 +14,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "braid/communicator.h"
 #include "common/env.h"
+#include "runtime/device_api.h"
 #include "tests/support/in_process_job.h"
 
 namespace {
@@ -90,21 +95,30 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   const auto& env = braid::global_env();
-  const size_t staging = env.is_ok() ? env.value().cuda_staging_bytes : 0;
-  std::printf("GPU 0: %s; %d ranks on it over tcp loopback; BRAID_CUDA_STAGING_BYTES %zu\n", prop.name, kRanks,
-              staging);
-  std::printf("%10s %16s %18s %8s\n", "bytes", "host busbw GB/s", "device busbw GB/s", "ratio");
+  if (!env.is_ok()) {
+    std::fprintf(stderr, "cuda_staging_bench: %s\n", env.status().message().c_str());
+    return 2;
+  }
+  const size_t staging = env.value().cuda_staging_bytes;
+  const std::string reduce = env.value().cuda_reduce;
+  std::printf("GPU 0: %s; %d ranks on it over tcp loopback; BRAID_CUDA_STAGING_BYTES %zu; BRAID_CUDA_REDUCE %s\n",
+              prop.name, kRanks, staging, reduce.c_str());
+  std::printf("%10s %16s %18s %8s %16s %16s\n", "bytes", "host busbw GB/s", "device busbw GB/s", "ratio",
+              "pinned now MiB", "pinned peak MiB");
   for (size_t m : mib) {
     const size_t bytes = m << 20;
     braid::testing::JobSettings settings{"auto", kRanks, 300, 60, 0x5a9e + m};
-    if (staging != 0) settings.cuda_staging_bytes = staging;
+    settings.cuda_staging_bytes = staging;
+    settings.cuda_reduce = reduce;
     braid::testing::InProcessJob job(settings);
     double host_s = 0, dev_s = 0;
     if (!measure(job, bytes, m >= 512 ? 5 : 15, &host_s, &dev_s)) return 1;
     // busbw = algbw * 2(n-1)/n (nccl-tests); n = 2: algbw.
     const double factor = 2.0 * (kRanks - 1) / kRanks;
     const double host_bw = bytes / host_s * factor / 1e9, dev_bw = bytes / dev_s * factor / 1e9;
-    std::printf("%10zu %16.2f %18.2f %8.2f\n", bytes, host_bw, dev_bw, dev_bw / host_bw);
+    const braid::DeviceApi::PinnedUse pinned = braid::cuda_device_api()->pinned_use();
+    std::printf("%10zu %16.2f %18.2f %8.2f %16.1f %16.1f\n", bytes, host_bw, dev_bw, dev_bw / host_bw,
+                pinned.in_use / 1048576.0, pinned.peak / 1048576.0);
   }
   return 0;
 }

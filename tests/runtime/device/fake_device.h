@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/kernels/reduce.h"
 #include "runtime/device_api.h"
 
 namespace braid::testing {
@@ -112,6 +113,7 @@ class FakeDevice final : public DeviceApi {
     pinned_bytes_peak = std::max(pinned_bytes_peak.load(), pinned_bytes.load());
     return p;
   }
+  PinnedUse pinned_use() override { return {pinned_bytes.load(), pinned_bytes_peak.load()}; }
   void free_pinned(void* p) override {
     pinned_live.fetch_sub(1);
     {
@@ -136,11 +138,13 @@ class FakeDevice final : public DeviceApi {
       return Status::ok();
     }
     const int delay = kind == Copy::to_host ? copy_delay_us.load() : copy_back_delay_us.load();
-    on(stream).push([=] {
+    const uint64_t ticket = kind == Copy::to_device ? in_flight(dst, bytes) : 0;
+    on(stream).push([=, this] {
       std::vector<char> data(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
       std::memset(dst, 0xA5, bytes);
       if (delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
       std::memcpy(dst, data.data(), bytes);
+      if (ticket != 0) landed(ticket);
     });
     return Status::ok();
   }
@@ -149,6 +153,26 @@ class FakeDevice final : public DeviceApi {
     std::memcpy(dst, src, bytes);
     return Status::ok();
   }
+  // The host kernels, on the stream: the result is computed when the task starts, the
+  // destination spoiled, and the result written after reduce_delay_us (so a reader that does not
+  // wait for the reduction sees spoiled bytes). A reduction that starts while a copy to the device
+  // queued before it still writes what it reads is counted in reduced_before_copy.
+  Status reduce_async(void* dst, const void* src, size_t count, DType dtype, Op op, int, void* stream) override {
+    if (op == Op::avg) return Status(ErrorCode::internal, "fake device: avg passed to a reduction kernel");
+    const size_t bytes = count * dtype_size(dtype);
+    const uint64_t ticket = next_ticket_.fetch_add(1) + 1;
+    on(stream).push([=, this] {
+      device_reductions.fetch_add(1);
+      if (overlaps_unlanded(ticket, dst, bytes) || overlaps_unlanded(ticket, src, bytes)) reduced_before_copy.fetch_add(1);
+      std::vector<char> result(static_cast<const char*>(dst), static_cast<const char*>(dst) + bytes);
+      collectives::reduce_into(result.data(), src, count, dtype, op);
+      std::memset(dst, 0xA5, bytes);
+      if (const int delay = reduce_delay_us.load(); delay > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay));
+      std::memcpy(dst, result.data(), bytes);
+    });
+    return Status::ok();
+  }
+
   Result<void*> own_stream(int, int lane) override { return static_cast<void*>(&own_[lane == 0 ? 0 : 1]); }
 
   Result<void*> alloc_device(size_t bytes, int device) override {
@@ -236,12 +260,39 @@ class FakeDevice final : public DeviceApi {
   std::atomic<int> copy_delay_us{0};
   std::atomic<int> copy_back_delay_us{0};
   std::atomic<int> fail_to_device_at{0};  // > 0: the n-th asynchronous copy to the device from now fails
+  std::atomic<int> reduce_delay_us{0};
+  std::atomic<int> device_reductions{0};     // reductions run on a stream
+  std::atomic<int> reduced_before_copy{0};   // of those, started before a copy they read or write landed
 
  private:
   struct Block {
     size_t bytes;
     int device;
   };
+  // Copies to the device not yet landed, by ticket (tickets number copies and reductions in the
+  // order they were queued).
+  uint64_t in_flight(const void* dst, size_t bytes) {
+    const uint64_t ticket = next_ticket_.fetch_add(1) + 1;
+    std::lock_guard<std::mutex> lock(flight_mu_);
+    flight_[ticket] = {static_cast<const char*>(dst), bytes};
+    return ticket;
+  }
+  void landed(uint64_t ticket) {
+    std::lock_guard<std::mutex> lock(flight_mu_);
+    flight_.erase(ticket);
+  }
+  bool overlaps_unlanded(uint64_t before, const void* p, size_t bytes) {
+    const auto* c = static_cast<const char*>(p);
+    std::lock_guard<std::mutex> lock(flight_mu_);
+    for (const auto& [ticket, range] : flight_) {
+      if (ticket < before && c < range.first + range.second && range.first < c + bytes) return true;
+    }
+    return false;
+  }
+  std::atomic<uint64_t> next_ticket_{0};
+  std::mutex flight_mu_;
+  std::map<uint64_t, std::pair<const char*, size_t>> flight_;
+
   FakeStream& on(void* stream) { return stream == nullptr ? default_stream_ : *static_cast<FakeStream*>(stream); }
 
   std::mutex mu_;

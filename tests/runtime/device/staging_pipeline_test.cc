@@ -3,7 +3,7 @@
 // its input copy finished, a result copied before its collective ran, a slot refilled before its
 // result was read, or a result handed over before the chunks' copies landed each show up as
 // wrong numbers. Each such ordering is also broken on purpose (StagingFaultsForTesting) to show
-// these tests would see it. The bound is 64 KiB (16 KiB slots); messages are ~50x that.
+// these tests would see it. The bound is 64 KiB (16 KiB slots); each rank's buffers are ~12x-37x that.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,66 +16,38 @@
 
 #include "braid/communicator.h"
 #include "runtime/staging_pipeline.h"
-#include "tests/runtime/device/fake_device.h"
-#include "tests/support/in_process_job.h"
+#include "tests/runtime/device/device_test_support.h"
 
 namespace braid {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::FakeDevice;
+using testing::device_floats;
+using testing::fake;
 using testing::FakeStream;
+using testing::outcome;
 
-constexpr auto kBound = 30s;
+constexpr auto kBound = testing::kDeviceBound;
 constexpr size_t kStaging = 64 << 10;
 constexpr size_t kCount = 200003;  // floats: ~49 chunks of 4096, the last one short
 
-FakeDevice& fake() {
-  static auto* f = new FakeDevice;  // lives as long as the event pool, which remembers it
-  return *f;
-}
-
-class Job : public testing::InProcessJob {
+// Reductions on the host here (2-rank jobs would otherwise reduce on the device under auto):
+// device_reduce_test.cc runs the same orderings with reductions on the device.
+class Job : public testing::DeviceJob {
  public:
-  explicit Job(int ranks) : InProcessJob(settings(ranks)) {}
-  static testing::JobSettings settings(int ranks) {
-    testing::JobSettings s{"inproc", ranks, 20, 10, 0x51a6e};
-    s.cuda_staging_bytes = kStaging;
-    return s;
-  }
-  void on_every_rank(const std::function<void(int)>& body) { testing::run_ranks(ranks(), body); }
+  explicit Job(int ranks) : DeviceJob(ranks, kStaging, "host") {}
 };
 
-class StagingPipelineTest : public ::testing::Test {
+class StagingPipelineTest : public testing::FakeDeviceTest {
  protected:
   void SetUp() override {
-    set_device_api_for_testing(&fake());
+    FakeDeviceTest::SetUp();
     fake().copy_delay_us = 100;
     fake().copy_back_delay_us = 100;
-    fake().pinned_bytes_peak = fake().pinned_bytes.load();
-  }
-  void TearDown() override {
-    set_device_api_for_testing(nullptr);
-    fake().copy_delay_us = 0;
-    fake().copy_back_delay_us = 0;
-    fake().fail_to_device_at = 0;
-    auto& f = staging_faults_for_testing();
-    f.skip_input_wait = f.skip_slot_wait = f.early_result_copy = f.skip_result_wait = false;
   }
 };
 
-ErrorCode outcome(Work& w) {
-  try {
-    if (!w.wait_for(std::chrono::duration_cast<std::chrono::milliseconds>(kBound))) return ErrorCode::internal;
-    return ErrorCode::ok;
-  } catch (const Error& e) {
-    return e.code();
-  }
-}
-
 float pattern(int r, size_t i) { return static_cast<float>(r + 1) + static_cast<float>(i % 97); }
-
-float* device_floats(size_t n) { return static_cast<float*>(fake().alloc(n * sizeof(float))); }
 
 // A "kernel" writing `p` after a pause: the operation must wait for it.
 void fill_later(FakeStream& s, float* p, size_t n, int r) {
@@ -85,13 +57,25 @@ void fill_later(FakeStream& s, float* p, size_t n, int r) {
   });
 }
 
-enum class Shape { all_reduce, reduce, broadcast, all_gather };
+enum class Shape { all_reduce, reduce, broadcast, all_gather, reduce_scatter, gather, scatter, all_to_all };
 const char* name(Shape s) {
-  return s == Shape::all_reduce ? "all_reduce"
-         : s == Shape::reduce   ? "reduce"
-         : s == Shape::broadcast ? "broadcast"
-                                 : "all_gather";
+  switch (s) {
+    case Shape::all_reduce: return "all_reduce";
+    case Shape::reduce: return "reduce";
+    case Shape::broadcast: return "broadcast";
+    case Shape::all_gather: return "all_gather";
+    case Shape::reduce_scatter: return "reduce_scatter";
+    case Shape::gather: return "gather";
+    case Shape::scatter: return "scatter";
+    case Shape::all_to_all: return "all_to_all";
+  }
+  return "";
 }
+const auto kEveryShape = ::testing::Values(Shape::all_reduce, Shape::reduce, Shape::broadcast, Shape::all_gather,
+                                           Shape::reduce_scatter, Shape::gather, Shape::scatter, Shape::all_to_all);
+constexpr int kRoot = 1;
+// Whether rank r has a result (gather: the root only; reduce: see run_shape).
+bool has_output(Shape s, int r) { return s != Shape::gather || r == kRoot; }
 
 // Runs `shape` on rank r's device buffers; returns the operation's outcome and, when it
 // succeeded, whether the device buffer holds the host-computed result.
@@ -100,39 +84,64 @@ struct Ran {
   bool right = false;
   std::string message;
 };
-Ran run_shape(Communicator& comm, FakeStream& stream, Shape shape, int r, int ranks) {
-  Ran out;
-  if (shape == Shape::all_gather) {
-    float* g = device_floats(kCount * static_cast<size_t>(ranks));
-    float* in = device_floats(kCount);
-    fill_later(stream, in, kCount, r);
-    Work w = comm.all_gather_async(in, g, kCount, DType::f32);
-    out.code = outcome(w);
-    if (out.code != ErrorCode::ok) out.message = w.error_message();
-    out.right = true;
-    for (int q = 0; q < ranks && out.right; ++q) {
-      for (size_t i = 0; i < kCount; ++i) {
-        if (g[static_cast<size_t>(q) * kCount + i] != pattern(q, i)) {
-          out.right = false;
-          break;
-        }
-      }
+
+// The collectives whose buffers are blocks of `c` elements, one per rank (c = kCount / 2, so
+// that a rank's buffers are still ~25x and ~75x of the bound with 3 ranks).
+Ran run_blocked(Communicator& comm, FakeStream& stream, Shape shape, int r, int ranks) {
+  const size_t c = kCount / 2, n = static_cast<size_t>(ranks);
+  const bool blocks_in = shape == Shape::reduce_scatter || shape == Shape::scatter || shape == Shape::all_to_all;
+  const bool blocks_out = shape == Shape::all_gather || shape == Shape::gather || shape == Shape::all_to_all;
+  const size_t nin = blocks_in ? n * c : c, nout = blocks_out ? n * c : c;
+  float* in = device_floats(nin);
+  float* out = device_floats(nout);
+  std::fill(out, out + nout, -1.0f);
+  fill_later(stream, in, nin, r);
+  Work w = shape == Shape::all_gather       ? comm.all_gather_async(in, out, c, DType::f32)
+           : shape == Shape::reduce_scatter ? comm.reduce_scatter_async(in, out, c, DType::f32, Op::sum)
+           : shape == Shape::gather         ? comm.gather_async(in, has_output(shape, r) ? out : nullptr, c, DType::f32, kRoot)
+           : shape == Shape::scatter        ? comm.scatter_async(r == kRoot ? in : nullptr, out, c, DType::f32, kRoot)
+                                            : comm.all_to_all_async(in, out, c, DType::f32);
+  Ran ran;
+  ran.code = outcome(w);
+  if (ran.code != ErrorCode::ok) ran.message = w.error_message();
+  ran.right = true;
+  const auto me = static_cast<size_t>(r);
+  for (size_t j = 0; j < nout && ran.right; ++j) {
+    const size_t q = j / c, i = j % c;
+    float want = -1.0f;  // gather, not the root: never written
+    switch (shape) {
+      case Shape::all_gather: want = pattern(static_cast<int>(q), i); break;
+      case Shape::gather: want = has_output(shape, r) ? pattern(static_cast<int>(q), i) : -1.0f; break;
+      case Shape::reduce_scatter:
+        want = 0;
+        for (int p = 0; p < ranks; ++p) want += pattern(p, me * c + j);
+        break;
+      case Shape::scatter: want = pattern(kRoot, me * c + j); break;
+      default: want = pattern(static_cast<int>(q), me * c + i);  // all_to_all: rank q's block for this rank
     }
-    return out;
+    ran.right = out[j] == want;
   }
+  return ran;
+}
+
+Ran run_shape(Communicator& comm, FakeStream& stream, Shape shape, int r, int ranks) {
+  if (shape != Shape::all_reduce && shape != Shape::reduce && shape != Shape::broadcast) {
+    return run_blocked(comm, stream, shape, r, ranks);
+  }
+  Ran out;
   float* buf = device_floats(kCount);
   fill_later(stream, buf, kCount, r);
   Work w = shape == Shape::all_reduce ? comm.all_reduce_async(buf, kCount, DType::f32, Op::sum)
-            : shape == Shape::reduce   ? comm.reduce_async(buf, buf, kCount, DType::f32, Op::sum, 1)
-                                       : comm.broadcast_async(buf, kCount, DType::f32, 1);
+            : shape == Shape::reduce   ? comm.reduce_async(buf, buf, kCount, DType::f32, Op::sum, kRoot)
+                                       : comm.broadcast_async(buf, kCount, DType::f32, kRoot);
   out.code = outcome(w);
   if (out.code != ErrorCode::ok) out.message = w.error_message();
   out.right = true;
   for (size_t i = 0; i < kCount; ++i) {
     float want = 0;
     if (shape == Shape::broadcast) {
-      want = pattern(1, i);
-    } else if (shape == Shape::reduce && r != 1) {
+      want = pattern(kRoot, i);
+    } else if (shape == Shape::reduce && r != kRoot) {
       want = pattern(r, i);  // not the root: its buffer is not written at all
     } else {
       for (int q = 0; q < ranks; ++q) want += pattern(q, i);
@@ -171,14 +180,14 @@ TEST_P(EveryShape, ChunkedThroughTheBoundGivesTheHostResult) {
   });
   // Many chunks, so results went through device scratch, kept for reuse (a round may start
   // before the last one's chunks are gone, so up to two per rank); pinned memory stayed at each
-  // communicator's bound although each message is ~50x (all_gather's output ~150x) of it.
-  EXPECT_GE(fake().device_allocs.load() - scratch_before, GetParam() == Shape::reduce ? 1 : kRanks);
+  // communicator's bound although each message is ~12x to ~37x of it (blocked outputs of 3 ranks).
+  const bool root_only = GetParam() == Shape::reduce || GetParam() == Shape::gather;
+  EXPECT_GE(fake().device_allocs.load() - scratch_before, root_only ? 1 : kRanks);
   EXPECT_LE(fake().device_allocs.load() - scratch_before, 2 * kRanks);
-  EXPECT_LE(fake().pinned_bytes_peak.load(), kRanks * kStaging);
+  EXPECT_LE(pinned_peak(), kRanks * kStaging);
 }
 
-INSTANTIATE_TEST_SUITE_P(Staging, EveryShape,
-                         ::testing::Values(Shape::all_reduce, Shape::reduce, Shape::broadcast, Shape::all_gather),
+INSTANTIATE_TEST_SUITE_P(Staging, EveryShape, kEveryShape,
                          [](const auto& info) { return std::string(name(info.param)); });
 
 // Operations queued back to back share the slots in order: none waits for a slot held by one
@@ -208,7 +217,7 @@ TEST_F(StagingPipelineTest, OperationsQueuedBackToBackShareTheSlotsInOrder) {
     }
     ASSERT_TRUE(stream.synchronize(kBound));
   });
-  EXPECT_LE(fake().pinned_bytes_peak.load(), kRanks * kStaging);
+  EXPECT_LE(pinned_peak(), kRanks * kStaging);
 }
 
 // A chunk fails midway (a copy to the device refused on one rank): that rank's buffer keeps its
@@ -294,7 +303,7 @@ INSTANTIATE_TEST_SUITE_P(
     Staging, BrokenOrdering,
     ::testing::Combine(::testing::Values(Fault::skip_input_wait, Fault::skip_slot_wait, Fault::early_result_copy,
                                          Fault::skip_result_wait),
-                       ::testing::Values(Shape::all_reduce, Shape::reduce, Shape::broadcast, Shape::all_gather)),
+                       kEveryShape),
     [](const auto& info) {
       return std::string(name(std::get<0>(info.param))) + "_" + name(std::get<1>(info.param));
     });
