@@ -259,6 +259,10 @@ void IbConnection::deliver() {
       }
     }
     auto mr = recv_mrs_.find(r->seq);
+    if (shared_.flush != nullptr && c.status.is_ok() && mr != recv_mrs_.end()) {  // gdr_flush.h
+      Status st = shared_.flush->before_delivery(mr->second, r->data, r->bytes, r->eager_slot < 0);
+      if (!st.is_ok()) return fail(st.code(), st.message());
+    }
     if (mr != recv_mrs_.end()) {
       shared_.memory->release(mr->second);
       recv_mrs_.erase(mr);
