@@ -7,8 +7,10 @@
 //   - ranks that disagree on the transport (ib against tcp): both fail at once, saying so;
 //   - a down port (veth1 down under rxe1): creating the transport lists the port as DOWN, and
 //     a job whose port goes down mid-loop fails on every rank, naming the device and port.
-// The cases of ib_transport_guest_test (low memlock, bad BRAID_IB_HCA, GID index out of range,
-// a peer gone mid-receive) are not repeated. Outside the guest it skips.
+//   - one rank set up wrongly (a bad BRAID_IB_HCA, a GID index out of range, a locked-memory
+//     limit too low): it says what is wrong and what to set, the other rank fails within
+//     seconds naming it (ib_transport_guest_test has the same errors in one process).
+// Outside the guest it skips.
 #include <gtest/gtest.h>
 
 #include <sys/socket.h>
@@ -51,9 +53,12 @@ std::string line_of(const std::string& output, const std::string& tag, int rank)
   return at == std::string::npos ? "" : output.substr(at, output.find('\n', at) - at);
 }
 
-// `transports[r]` is rank r's BRAID_TRANSPORT.
+// `transports[r]` is rank r's BRAID_TRANSPORT; `extra` is added for every rank, `rank1` for
+// rank 1 only, and `wrap1` goes before rank 1's program (e.g. tests/ib/low_memlock.sh 64).
 std::vector<std::unique_ptr<Subprocess>> start_ranks(const std::vector<std::string>& transports,
-                                                     const std::map<std::string, std::string>& extra = {}) {
+                                                     const std::map<std::string, std::string>& extra = {},
+                                                     const std::map<std::string, std::string>& rank1 = {},
+                                                     const std::vector<std::string>& wrap1 = {}) {
   const int port = braid::testing::free_port();
   const int size = static_cast<int>(transports.size());
   std::vector<std::unique_ptr<Subprocess>> ranks;
@@ -68,7 +73,12 @@ std::vector<std::unique_ptr<Subprocess>> start_ranks(const std::vector<std::stri
                                               {"BRAID_TIMEOUT_S", std::to_string(kTimeoutS)},
                                               {"BRAID_RENDEZVOUS_TIMEOUT_S", "120"}};
     for (const auto& [k, v] : extra) env[k] = v;
-    ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{FAULT_RANK}, env));
+    std::vector<std::string> argv{FAULT_RANK};
+    if (r == 1) {
+      for (const auto& [k, v] : rank1) env[k] = v;
+      argv.insert(argv.begin(), wrap1.begin(), wrap1.end());
+    }
+    ranks.push_back(std::make_unique<Subprocess>(argv, env));
   }
   return ranks;
 }
@@ -152,6 +162,55 @@ TEST(IbFaultsGuest, RanksThatDisagreeOnTheTransportFailSayingSo) {
         << "rank " << r << ": " << lines[r];
   }
 }
+
+// BRAID_TRANSPORT=auto agrees with any list, but a rank that cannot bring up ib (here: its
+// BRAID_IB_HCA names no device) leaves nothing in common with a rank that asks for ib only.
+TEST(IbFaultsGuest, AutoWithoutAPortAgainstIbOnlyFailsSayingWhatEachBroughtUp) {
+  SKIP_OUTSIDE_GUEST();
+  auto ranks = start_ranks({"ib", "auto"}, {{"BRAID_SHM_DISABLE", "1"}}, {{"BRAID_IB_HCA", "=mlx5_9"}});
+  const auto lines = failures(ranks, -1, Clock::now() + seconds(kTimeoutS) + kMargin);
+  for (int r : {0, 1}) {
+    EXPECT_TRUE(has(lines[r], "rank 0 and rank 1 have no transport in common")) << "rank " << r << ": " << lines[r];
+  }
+}
+
+// One rank set up wrongly for ib, through a real rank process: it fails saying what is wrong and
+// what to set, and the other rank, waiting for it, fails within the bound naming it.
+struct Misconfigured {
+  const char* name;
+  std::map<std::string, std::string> env;  // rank 1's
+  bool low_memlock;                        // rank 1 under tests/ib/low_memlock.sh 64
+  std::vector<std::string> rank1_says;
+  std::string rank0_says;
+};
+
+class IbMisconfiguredRankGuest : public ::testing::TestWithParam<Misconfigured> {};
+
+TEST_P(IbMisconfiguredRankGuest, FailsSayingWhyAndTheOtherRankNamesIt) {
+  SKIP_OUTSIDE_GUEST();
+  const Misconfigured& m = GetParam();
+  const std::vector<std::string> wrap =
+      m.low_memlock ? std::vector<std::string>{LOW_MEMLOCK, "64"} : std::vector<std::string>{};
+  auto ranks = start_ranks({"ib", "ib"}, {}, m.env, wrap);
+  const auto start = Clock::now();
+  const auto lines = failures(ranks, -1, start + seconds(kTimeoutS) + kMargin);
+  std::printf("both ranks done %.1f s after the start\n", std::chrono::duration<double>(Clock::now() - start).count());
+  for (const std::string& part : m.rank1_says) EXPECT_TRUE(has(lines[1], part)) << "want '" << part << "': " << lines[1];
+  EXPECT_TRUE(has(lines[0], m.rank0_says)) << "rank 0 does not name rank 1: " << lines[0];
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, IbMisconfiguredRankGuest,
+    ::testing::Values(
+        Misconfigured{"BadHca", {{"BRAID_IB_HCA", "=mlx5_0"}}, false,
+                      {"no usable RDMA port with BRAID_IB_HCA='=mlx5_0'", "rxe0 port 1 ACTIVE", "rxe1 port 1 ACTIVE"},
+                      "rank 1 brought up no transport of BRAID_TRANSPORT='ib' and gave up: "},
+        Misconfigured{"GidIndexOutOfRange", {{"BRAID_IB_GID_INDEX", "77"}}, false, {"BRAID_IB_GID_INDEX=77"},
+                      "rank 1 brought up no transport of BRAID_TRANSPORT='ib' and gave up: "},
+        // Rank 1's transport comes up (its rings fit); its first connection's registration fails.
+        Misconfigured{"LowMemlock", {}, true, {"RLIMIT_MEMLOCK", "64 KiB", "ulimit -l unlimited"},
+                      "rank 0 connecting to rank 1 at 10.99.0.2:"}),
+    [](const ::testing::TestParamInfo<Misconfigured>& i) { return std::string(i.param.name); });
 
 // Runs a shell command in the guest (the host's tools: busybox has its own `ip`).
 void sh(const std::string& command) {
