@@ -66,10 +66,20 @@ Result<std::unique_ptr<PeerLinks>> PeerLinks::connect(const LinkSetup& s, Store&
   mine.host = transport::local_host_label();
   mine.setting = s.env.transport;
   std::string not_up;
+  // With no transport up, the peers learn why at once from this rank's card (transport_choice.h).
+  auto give_up = [&](Status why) {
+    mine.failed = why.message();
+    try {
+      if (s.size > 1) store.set("addr/" + std::to_string(s.rank), links_card(mine));
+    } catch (const Error&) {
+      // The store is gone too: the peers' own waits end with that; this rank's reason stands.
+    }
+    return why;
+  };
   for (const TransportPick& w : wishes) {
     auto made = transport::create_transport(w.create, options);
     if (!made.is_ok()) {
-      if (wishes.size() == 1) return made.status();  // the one transport asked for
+      if (wishes.size() == 1) return give_up(made.status());  // the one transport asked for
       if (!not_up.empty()) not_up += "; ";
       not_up += w.family + ": " + made.status().message();
       // auto tries what may be missing; a list named it, so its absence deserves a warning.
@@ -93,8 +103,8 @@ Result<std::unique_ptr<PeerLinks>> PeerLinks::connect(const LinkSetup& s, Store&
     families.push_back(w.family);
   }
   if (up.empty()) {
-    return invalid_argument("rank " + std::to_string(s.rank) + ": no transport of BRAID_TRANSPORT='" +
-                                              s.env.transport + "' could be brought up here (" + not_up + ")");
+    return give_up(invalid_argument("rank " + std::to_string(s.rank) + ": no transport of BRAID_TRANSPORT='" +
+                                    s.env.transport + "' could be brought up here (" + not_up + ")"));
   }
   links->owned_.resize(static_cast<size_t>(s.size));
   links->transport_of_.assign(static_cast<size_t>(s.size), 0);

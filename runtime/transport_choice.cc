@@ -77,6 +77,11 @@ std::string links_card(const PublishedLinks& links) {
   for (const auto& a : links.addresses) {
     s += "addr\t" + a.family + "\t" + (a.host_local ? "1" : "0") + "\t" + a.address + "\n";
   }
+  if (!links.failed.empty()) {
+    std::string why = links.failed;
+    std::replace(why.begin(), why.end(), '\n', ' ');
+    s += "failed\t" + why + "\n";
+  }
   return s;
 }
 
@@ -105,6 +110,8 @@ Result<PublishedLinks> parse_links_card(const std::string& text, int rank) {
       l.host = rest;
     } else if (key == "setting") {
       l.setting = rest;
+    } else if (key == "failed") {
+      l.failed = rest;
     } else if (key == "addr") {
       const size_t t2 = rest.find('\t'), t3 = t2 == std::string::npos ? t2 : rest.find('\t', t2 + 1);
       if (t3 == std::string::npos) return bad("an address line of " + std::to_string(line.size()) + " bytes");
@@ -122,6 +129,13 @@ Result<std::string> choose_transport(const std::vector<PublishedLinks>& all, int
   const PublishedLinks& low = all[static_cast<size_t>(lo)];
   const PublishedLinks& high = all[static_cast<size_t>(hi)];
   const std::string pair = "rank " + std::to_string(lo) + " and rank " + std::to_string(hi);
+  for (int r : {a, b}) {
+    const PublishedLinks& l = all[static_cast<size_t>(r)];
+    if (!l.failed.empty()) {
+      return invalid_argument("rank " + std::to_string(r) + " brought up no transport of BRAID_TRANSPORT='" +
+                              l.setting + "' and gave up: " + l.failed);
+    }
+  }
   if (!is_auto(low) && !is_auto(high) && family_list(low.setting) != family_list(high.setting)) {
     return Status(ErrorCode::mismatch, "BRAID_TRANSPORT differs between " + pair + ": rank " + std::to_string(lo) +
                                            " has '" + low.setting + "', rank " + std::to_string(hi) + " has '" +

@@ -50,6 +50,9 @@ struct PublishedLinks {
   std::string host;     // host label: equal labels, same host
   std::string setting;  // BRAID_TRANSPORT as this rank set it, for messages
   std::vector<PublishedAddress> addresses;  // the transports that came up, in preference order
+  // Why none came up, when none did: published so that the peers fail at once, naming this
+  // rank and the reason, instead of waiting out the rendezvous timeout for its addresses.
+  std::string failed;
 };
 
 std::string links_card(const PublishedLinks& links);

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "transport/ib/stripe_plan.h"
 #include "transport/ib/wc_error.h"
+#include "transport/ib/wc_failure_context.h"
 
 namespace braid::transport::ib {
 
@@ -210,8 +211,10 @@ void IbConnection::on_wc(const ibv_wc& wc) {
   if (kind != WrKind::recv && qp < sq_used_.size() && sq_used_[qp] > 0) --sq_used_[qp];
   if (wc.status != IBV_WC_SUCCESS) {
     if (failure_.is_ok()) {
-      fail(wc_error_code(wc.status), describe_wc_failure(wc, kind == WrKind::recv ? "receiving" : "writing",
-                                                         shared_.qp));
+      ErrorCode code = wc_error_code(wc.status);
+      std::string cause = describe_wc_failure(wc, kind == WrKind::recv ? "receiving" : "writing", shared_.qp);
+      explain_wc_failure(socket_.get(), *shared_.device, peer_rank_, code, cause);  // a dead peer, a down port
+      fail(code, cause);
     }
     return;
   }
@@ -259,6 +262,10 @@ void IbConnection::deliver() {
       }
     }
     auto mr = recv_mrs_.find(r->seq);
+    if (shared_.flush != nullptr && c.status.is_ok() && mr != recv_mrs_.end()) {  // gdr_flush.h
+      Status st = shared_.flush->before_delivery(mr->second, r->data, r->bytes, r->eager_slot < 0);
+      if (!st.is_ok()) return fail(st.code(), st.message());
+    }
     if (mr != recv_mrs_.end()) {
       shared_.memory->release(mr->second);
       recv_mrs_.erase(mr);

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "transport/ib/cts_ring.h"
+#include "transport/ib/gdr_flusher.h"
 #include "transport/ib/memory_registry.h"
 #include "transport/ib/verbs.h"
 #include "transport/tcp/socket_setup.h"
@@ -39,6 +40,7 @@ struct IbShared {
   uint32_t nqps = 1;
   std::function<void(class IbConnection*)> forget;  // called by the destructor
   std::function<void(int fd)> unwatch;              // before the liveness socket closes
+  GdrFlusher* flush = nullptr;  // GPUDirect flush before a receive is reported (null: never due)
 };
 
 class IbConnection final : public Connection {

@@ -69,6 +69,10 @@ Status IbTransport::open(const TransportOptions& options) {
   gdr_ = decide_gdr(gdr_setting, probe_gdr(device_->pd()));
   if (gdr_.error) return invalid_argument(gdr_.line);
   memory_ = std::make_unique<MemoryRegistry>(device_->pd(), device_->where(), gdr_.use_dmabuf);
+  if (wants_flusher(gdr_.use_dmabuf, flush_test_mode())) {
+    ASSIGN_OR_RETURN(flush_, GdrFlusher::create(*device_, qp_settings_, gdr_.use_dmabuf, flush_test_mode(),
+                                                std::chrono::milliseconds(static_cast<int64_t>(env_.timeout_s * 1000))));
+  }
   epoll_fd_ = tcp::UniqueFd(epoll_create1(EPOLL_CLOEXEC));
   wake_fd_ = tcp::UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (epoll_fd_.get() < 0 || wake_fd_.get() < 0) return system_error("ib: epoll/eventfd", errno);
@@ -143,6 +147,7 @@ Result<std::unique_ptr<Connection>> IbTransport::establish(const PeerIdentity& w
   shared.device = device_.get();
   shared.memory = memory_.get();
   shared.ready = &ready_;
+  shared.flush = flush_.get();
   shared.qp = qp_settings_;
   shared.nqps = static_cast<uint32_t>(env_.ib_qps_per_connection);
   shared.forget = [this](IbConnection* c) { forget(c); };

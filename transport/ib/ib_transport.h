@@ -72,6 +72,7 @@ class IbTransport final : public Transport {
   GdrDecision gdr_;
   std::unique_ptr<Device> device_;
   std::unique_ptr<MemoryRegistry> memory_;
+  std::unique_ptr<GdrFlusher> flush_;  // only when a flush can be due (gdr_flush.h)
   Bootstrap bootstrap_;
   std::string address_;
   std::vector<IbConnection*> connections_;

@@ -160,6 +160,27 @@ TEST(TransportChoice, CardsRoundTripAndBadOnesAreNamed) {
   }
 }
 
+// A rank that brought up nothing publishes why (w-ibfaults): every peer fails at once naming it
+// and its reason, rather than waiting out the rendezvous timeout for its addresses.
+TEST(TransportChoice, ARankThatBroughtUpNothingIsNamedWithItsReason) {
+  PublishedLinks gave_up = rank_on("B", "ib", {});
+  gave_up.failed = "ib: no usable RDMA port with BRAID_IB_HCA='=mlx5_0'.\nThis host has: rxe0";
+  auto back = parse_links_card(links_card(gave_up), 1);
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back.value().failed, "ib: no usable RDMA port with BRAID_IB_HCA='=mlx5_0'. This host has: rxe0");
+  const std::vector<PublishedLinks> all = {rank_on("A", "ib", {"ib"}), back.value(), rank_on("C", "ib", {"ib"})};
+  expect_agreement(all);
+  for (int r : {0, 2}) {
+    auto s = choose_transport(all, r, 1);
+    ASSERT_FALSE(s.is_ok());
+    EXPECT_NE(s.status().message().find("rank 1 brought up no transport of BRAID_TRANSPORT='ib' and gave up: ib: no "
+                                        "usable RDMA port"),
+              std::string::npos)
+        << s.status().message();
+  }
+  EXPECT_TRUE(choose_transport(all, 0, 2).is_ok());
+}
+
 TEST(TransportChoice, HostLocalOnlyWhenEveryChosenLinkIs) {
   std::vector<PublishedLinks> all = {rank_on("A", "auto", {"shm", "tcp"}, true), rank_on("A", "auto", {"shm", "tcp"}, true)};
   EXPECT_TRUE(every_link_host_local(all));
