@@ -85,7 +85,7 @@ class C10dStore : public braid::Store {
                          "torch store " + std::string(what) + "('" + key + "') failed (" + address() +
                              "): " + message.substr(0, message.find('\n')) +
                              (gone ? ". The process serving torch's store (rank 0 for tcp:// and env://, or "
-                                     "torchrun's agent) has probably exited: its output says why"
+                                     "torchrun's agent) has probably exited; if it failed, its output says why"
                                    : ""));
     }
   }
