@@ -112,7 +112,9 @@ def test_world_size_larger_than_the_ranks_started():
     for r, line in enumerate(lines):
         assert line.startswith("raised ") and "TimeoutError" in line, line
         assert f"rank {r} waited" in line and "for rank 2 (3 expected)" in line, line
-        assert float(line.split()[1]) < 10 + 15 + 10, line  # torch's wait, braid's, and slack
+        # torch's wait (10 s), braid's (15 s) and slack for a loaded machine: far below the
+        # 300 s default, and no hang
+        assert float(line.split()[1]) < 10 + 15 + 30, line
 
 
 def test_mismatched_shapes_name_both_ranks():
