@@ -22,9 +22,10 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Sto
     comm.emplace(braid::Communicator::from_store(adapter, rank, size));
   } catch (const braid::Error& e) {
     // A rendezvous refused for a reason posted to every rank (ranks disagree on the world size,
-    // two claim one rank) reaches the others through torch's store, which rank 0's process
-    // serves for tcp:// and env://: stay a moment so they read that reason, not a reset socket.
-    if (rank == 0 && e.code() == braid::ErrorCode::invalid_argument) {
+    // two claim one rank), or timed out at about the same moment on every rank, is described to
+    // the others from torch's store, which rank 0's process serves for tcp:// and env://: stay a
+    // moment so they read the reason and who is missing, not a reset socket.
+    if (rank == 0 && (e.code() == braid::ErrorCode::invalid_argument || e.code() == braid::ErrorCode::timeout)) {
       std::this_thread::sleep_for(std::chrono::seconds(2));
     }
     throw;

@@ -95,9 +95,10 @@ def init_results(sizes, url=None, env_for_rank=None, timeout_s=10):
     return lines
 
 
-@pytest.mark.parametrize("sizes", [(2, 3), (3, 2)])
+@pytest.mark.parametrize("sizes", [(2, 3), (3, 2), (3, 2, 3)])
 def test_ranks_that_disagree_on_world_size_are_told(sizes):
-    """One rank says 3 and the other 2 (rank 0 or rank 1): both raise, naming the two sizes."""
+    """One rank says 3 and another 2 (rank 0 or rank 1; of two or three processes): every rank
+    raises, naming the two sizes."""
     for line in init_results(sizes, env_for_rank=lambda r: dict(BRAID_RENDEZVOUS_TIMEOUT_S=30)):
         assert line.startswith("raised ") and "InvalidArgumentError" in line, line
         assert "disagree on WORLD_SIZE" in line and "has 3" in line and "has 2" in line, line
