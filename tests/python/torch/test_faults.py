@@ -82,7 +82,7 @@ def test_rank_killed_mid_training_names_it(transport):
         assert "finished" not in lines, lines[-5:]
 
 
-def init_results(sizes, url=None, env_for_rank=None, timeout_s=10):
+def init_results(sizes, url=None, env_for_rank=None, timeout_s=5):
     url = url or f"tcp://127.0.0.1:{free_port()}"
     results = run_ranks(lambda r: [worker("init_worker.py"), str(r), str(sizes[r]), url, str(timeout_s)],
                         len(sizes), env_for_rank, timeout=120)
@@ -109,13 +109,13 @@ def test_world_size_larger_than_the_ranks_started():
     BRAID_RENDEZVOUS_TIMEOUT_S, naming the missing rank 2 and the expected size."""
     port = free_port()
     lines = init_results((3, 3), url="env://", env_for_rank=lambda r: dict(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=r, WORLD_SIZE=3, BRAID_RENDEZVOUS_TIMEOUT_S=15))
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=r, WORLD_SIZE=3, BRAID_RENDEZVOUS_TIMEOUT_S=8))
     for r, line in enumerate(lines):
         assert line.startswith("raised ") and "TimeoutError" in line, line
         assert f"rank {r} waited" in line and "for rank 2 (3 expected)" in line, line
-        # torch's wait (10 s), braid's (15 s) and slack for a loaded machine: far below the
+        # torch's wait (5 s), braid's (8 s) and slack for a loaded machine: far below the
         # 300 s default, and no hang
-        assert float(line.split()[1]) < 10 + 15 + 30, line
+        assert float(line.split()[1]) < 5 + 8 + 30, line
 
 
 def test_mismatched_shapes_name_both_ranks():
