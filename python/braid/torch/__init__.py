@@ -8,6 +8,7 @@ default group and for every new_group() this rank is a member of, with the group
 """
 import os
 import secrets
+import time
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -47,14 +48,21 @@ def _share_secret(store, rank, size):
         # torch's TCPStore waiting for WORLD_SIZE processes (when fewer were started): wait as
         # long as braid's rendezvous would, then say what rank 0 was expected to do.
         wait_s = _rendezvous_timeout_s()
+        start = time.monotonic()
         try:
             store.wait([_SECRET_KEY], timedelta(seconds=wait_s))
         except RuntimeError as e:
+            said = f"torch's store said: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+            waited = time.monotonic() - start
+            if waited < wait_s - 1:
+                raise errors.PeerLostError(
+                    f"rendezvous: rank {rank} of world size {size} lost torch's store after {waited:.0f} s of "
+                    f"waiting for rank 0 to start the braid group: the process serving it (rank 0 for tcp:// "
+                    f"and env://, or torchrun's agent) has probably exited; its output says why ({said})") from None
             raise errors.TimeoutError(
                 f"rendezvous: rank {rank} of world size {size} waited {wait_s:g} s in torch's store for rank 0 "
                 f"to start the braid group, and it did not. Is rank 0 running, started with the same "
-                f"world size ({size}) and init_method? BRAID_RENDEZVOUS_TIMEOUT_S sets the limit "
-                f"(torch's store said: {str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+                f"world size ({size}) and init_method? BRAID_RENDEZVOUS_TIMEOUT_S sets the limit ({said})") from None
     os.environ["BRAID_SECRET"] = store.get(_SECRET_KEY).decode()
 
 

@@ -118,6 +118,18 @@ def test_world_size_larger_than_the_ranks_started():
         assert float(line.split()[1]) < 5 + 8 + 30, line
 
 
+def test_rank_that_waits_longer_than_its_rendezvous_timeout_for_rank_0_says_so():
+    """WORLD_SIZE=3, two ranks started: rank 0 sits in torch's TCPStore waiting for a third
+    process for the whole group timeout (10 s), longer than rank 1's BRAID_RENDEZVOUS_TIMEOUT_S
+    (2 s): rank 1 raises braid's TimeoutError saying what it waited for, not torch's bare
+    'Socket Timeout'; rank 0 then names the ranks it misses."""
+    lines = init_results((3, 3), timeout_s=10,
+                         env_for_rank=lambda r: dict(BRAID_RENDEZVOUS_TIMEOUT_S=3 if r == 0 else 2))
+    assert "TimeoutError" in lines[1] and "rank 1 of world size 3 waited 2 s" in lines[1], lines[1]
+    assert "for rank 0 to start the braid group" in lines[1] and "same world size (3)" in lines[1], lines[1]
+    assert "TimeoutError" in lines[0] and "for ranks 1, 2 (3 expected)" in lines[0], lines[0]
+
+
 def test_mismatched_shapes_name_both_ranks():
     """Rank 0 all_reduces 5 elements and rank 1 7, over tcp: each rank's error names itself,
     the other rank with its host:port, and both counts."""
