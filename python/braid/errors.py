@@ -15,63 +15,43 @@ class Error(RuntimeError):
     code = "internal"
 
 
-class InvalidArgumentError(Error, ValueError):
-    """Bad arguments or configuration (environment variables included)."""
-
-    code = "invalid_argument"
-
-
-class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001 - braid.TimeoutError on purpose
-    """A bounded wait expired (BRAID_TIMEOUT_S, BRAID_RENDEZVOUS_TIMEOUT_S)."""
-
-    code = "timeout"
-
-
-class PeerLostError(Error, ConnectionError):
-    """A peer process died, reset its connection or went silent."""
-
-    code = "peer_lost"
-
-
-class MismatchError(Error):
-    """Ranks called different collectives, counts, dtypes or roots."""
-
-    code = "mismatch"
-
-
-class AbortedError(Error):
-    """The communicator was aborted, here or on another rank."""
-
-    code = "aborted"
+# One row per braid::ErrorCode: class name, code, the built-in it also is (or None), docstring.
+# The classes are made from these rows below, so adding a code is adding a row.
+_CLASSES = (
+    ("InvalidArgumentError", "invalid_argument", ValueError,
+     "Bad arguments or configuration (environment variables included)."),
+    ("TimeoutError", "timeout", builtins.TimeoutError,
+     "A bounded wait expired (BRAID_TIMEOUT_S, BRAID_RENDEZVOUS_TIMEOUT_S)."),
+    ("PeerLostError", "peer_lost", ConnectionError,
+     "A peer process died, reset its connection or went silent."),
+    ("MismatchError", "mismatch", None,
+     "Ranks called different collectives, counts, dtypes or roots."),
+    ("AbortedError", "aborted", None,
+     "The communicator was aborted, here or on another rank."),
+    ("SystemCallError", "system", None,
+     "An operating-system call failed (errno in the message)."),
+    ("ProtocolError", "protocol", None,
+     "Malformed or unexpected bytes from a peer."),
+    ("InternalError", "internal", None,
+     "A bug in braid: please report it with the message."),
+    ("AuthenticationError", "unauthenticated", None,
+     "A peer did not prove it knows the job's secret (BRAID_SECRET)."),
+)
 
 
-class SystemCallError(Error):
-    """An operating-system call failed (errno in the message)."""
-
-    code = "system"
-
-
-class ProtocolError(Error):
-    """Malformed or unexpected bytes from a peer."""
-
-    code = "protocol"
+def _make(name, code, builtin, doc):
+    bases = (Error,) if builtin is None else (Error, builtin)
+    return type(name, bases, {"__doc__": doc, "__module__": __name__, "code": code})
 
 
-class InternalError(Error):
-    """A bug in braid: please report it with the message."""
+_BY_CODE = {}
+for _row in _CLASSES:
+    _cls = _make(*_row)
+    globals()[_cls.__name__] = _cls  # braid.TimeoutError shadows the built-in on purpose
+    _BY_CODE[_cls.code] = _cls
+del _row, _cls
 
-    code = "internal"
-
-
-class AuthenticationError(Error):
-    """A peer did not prove it knows the job's secret (BRAID_SECRET)."""
-
-    code = "unauthenticated"
-
-
-_BY_CODE = {cls.code: cls for cls in (
-    InvalidArgumentError, TimeoutError, PeerLostError, MismatchError, AbortedError,
-    SystemCallError, ProtocolError, InternalError, AuthenticationError)}
+__all__ = ["Error", "class_for"] + [row[0] for row in _CLASSES]
 
 
 def class_for(code):

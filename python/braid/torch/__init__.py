@@ -8,17 +8,27 @@ default group and for every new_group() this rank is a member of, with the group
 """
 import os
 import secrets
+import time
 from datetime import timedelta
 
 import torch.distributed as dist
 
 from . import _c10d
+from .. import errors
 
 BACKEND_NAME = "braid"
 _SECRET_KEY = "braid/job_secret"
 
 
-def _share_secret(store, rank):
+def _rendezvous_timeout_s():
+    """BRAID_RENDEZVOUS_TIMEOUT_S as braid reads it (braid itself rejects a bad value later)."""
+    try:
+        return max(1.0, float(os.environ.get("BRAID_RENDEZVOUS_TIMEOUT_S", "300")))
+    except ValueError:
+        return 300.0
+
+
+def _share_secret(store, rank, size):
     """Gives every rank the same job secret when the environment has none.
 
     braid's connections prove knowledge of the job's secret (BRAID_SECRET). When the user set
@@ -33,6 +43,26 @@ def _share_secret(store, rank):
         # set, not compare_set: torch 1.13's TCPStore does not wake a get() waiting for a key
         # that compare_set creates.
         store.set(_SECRET_KEY, secrets.token_hex(32))
+    else:
+        # torch's get waits only the group's timeout, and rank 0 may spend all of it inside
+        # torch's TCPStore waiting for WORLD_SIZE processes (when fewer were started): wait as
+        # long as braid's rendezvous would, then say what rank 0 was expected to do.
+        wait_s = _rendezvous_timeout_s()
+        start = time.monotonic()
+        try:
+            store.wait([_SECRET_KEY], timedelta(seconds=wait_s))
+        except RuntimeError as e:
+            said = f"torch's store said: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+            waited = time.monotonic() - start
+            if waited < wait_s - 1:
+                raise errors.PeerLostError(
+                    f"rendezvous: rank {rank} of world size {size} lost torch's store after {waited:.0f} s of "
+                    f"waiting for rank 0 to start the braid group: the process serving it (rank 0 for tcp:// "
+                    f"and env://, or torchrun's agent) has probably exited; its output says why ({said})") from None
+            raise errors.TimeoutError(
+                f"rendezvous: rank {rank} of world size {size} waited {wait_s:g} s in torch's store for rank 0 "
+                f"to start the braid group, and it did not. Is rank 0 running, started with the same "
+                f"world size ({size}) and init_method? BRAID_RENDEZVOUS_TIMEOUT_S sets the limit ({said})") from None
     os.environ["BRAID_SECRET"] = store.get(_SECRET_KEY).decode()
 
 
@@ -72,7 +102,7 @@ def _create(options, pg_options=None):
         timeout_ms = int(timeout.total_seconds() * 1000)
     else:
         timeout_ms = int(timeout * 1000)
-    _share_secret(options.store, options.group_rank)
+    _share_secret(options.store, options.group_rank, options.group_size)
     _choose_wait_policy(options.group_size)
     return _c10d.create(options.store, options.group_rank, options.group_size, timeout_ms,
                         str(options.group_id))

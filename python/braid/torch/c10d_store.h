@@ -77,9 +77,16 @@ class C10dStore : public braid::Store {
     } catch (const std::exception& e) {
       const std::string message = e.what();
       const bool timed_out = message.find("imeout") != std::string::npos || message.find("timed out") != std::string::npos;
+      // A store whose connection drops has lost its host, whose own output holds the cause.
+      const bool gone = message.find("reset by peer") != std::string::npos ||
+                        message.find("Broken pipe") != std::string::npos ||
+                        message.find("Connection refused") != std::string::npos;
       throw braid::Error(timed_out ? braid::ErrorCode::timeout : braid::ErrorCode::system,
                          "torch store " + std::string(what) + "('" + key + "') failed (" + address() +
-                             "): " + message.substr(0, message.find('\n')));
+                             "): " + message.substr(0, message.find('\n')) +
+                             (gone ? ". The process serving torch's store (rank 0 for tcp:// and env://, or "
+                                     "torchrun's agent) has probably exited; if it failed, its output says why"
+                                   : ""));
     }
   }
 

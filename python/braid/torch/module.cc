@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <thread>
 
 #include "c10d_store.h"
 #include "process_group.h"
@@ -15,8 +17,20 @@ namespace {
 c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                               int64_t timeout_ms, const std::string& group_name) {
   auto adapter = std::make_shared<C10dStore>(store, group_name);
-  braid::Communicator comm = braid::Communicator::from_store(adapter, rank, size);
-  return c10::make_intrusive<BraidProcessGroup>(std::move(comm), std::chrono::milliseconds(timeout_ms));
+  std::optional<braid::Communicator> comm;
+  try {
+    comm.emplace(braid::Communicator::from_store(adapter, rank, size));
+  } catch (const braid::Error& e) {
+    // A rendezvous refused for a reason posted to every rank (ranks disagree on the world size,
+    // two claim one rank), or timed out at about the same moment on every rank, is described to
+    // the others from torch's store, which rank 0's process serves for tcp:// and env://: stay a
+    // moment so they read the reason and who is missing, not a reset socket.
+    if (rank == 0 && (e.code() == braid::ErrorCode::invalid_argument || e.code() == braid::ErrorCode::timeout)) {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+    }
+    throw;
+  }
+  return c10::make_intrusive<BraidProcessGroup>(std::move(*comm), std::chrono::milliseconds(timeout_ms));
 }
 
 }  // namespace

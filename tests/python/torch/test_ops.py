@@ -10,7 +10,8 @@ from torch_helpers import HERE, PYTHON, RUN_TIMEOUT_S, assert_all_ok, child_env,
 WORKER = os.path.join(HERE, "ops_worker.py")
 
 
-@pytest.mark.parametrize("world", [2, 3])
+# World size 4 too: one spawn of 4 ranks runs the whole matrix (every op x dtype, against gloo).
+@pytest.mark.parametrize("world", [2, 3, 4])
 def test_every_op_and_dtype_env_init(world):
     port = free_port()
     results = run_ranks(lambda r: [WORKER, "--init", "env://"], world,
