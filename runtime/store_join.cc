@@ -42,7 +42,11 @@ Status fail_everyone(Store& ns, const std::string& reason) {
 struct Missing {
   std::string list;  // "2, 3", the first 16 only
   int count = 0;
-  std::string ranks() const { return (count == 1 ? "rank " : "ranks ") + list; }
+  bool unreachable = false;  // the store did not answer: which ranks are missing is unknown
+  std::string ranks() const {
+    if (unreachable) return "the other ranks (which are missing is unknown: the store stopped answering)";
+    return (count == 1 ? "rank " : "ranks ") + list;
+  }
 };
 
 // The ranks other than `self` that have not set `<kind>/<r>`.
@@ -50,7 +54,10 @@ Missing missing_ranks(Store& ns, const std::string& kind, int size, int self = -
   Missing m;
   for (int r = 0; r < size; ++r) {
     bool present = true;
-    if (r != self) (void)store_call([&] { present = ns.check({kind + "/" + std::to_string(r)}); });
+    if (r != self && !store_call([&] { present = ns.check({kind + "/" + std::to_string(r)}); }).is_ok()) {
+      m.unreachable = true;
+      return m;
+    }
     if (present) continue;
     if (++m.count <= 16) m.list += (m.list.empty() ? "" : ", ") + std::to_string(r);
   }
