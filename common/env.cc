@@ -140,6 +140,10 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
     ASSIGN_OR_RETURN(int64_t n, in_range("BRAID_RING_DEPTH", v));
     e.ring_depth = static_cast<int>(n);
   }
+  if (const char* v = lookup("BRAID_RING_ORDER")) {
+    e.ring_order = v;
+    RETURN_IF_ERROR(one_of("BRAID_RING_ORDER", e.ring_order));
+  }
   if (const char* v = lookup("BRAID_ALGO")) {
     e.algo = v;
     RETURN_IF_ERROR(one_of("BRAID_ALGO", e.algo));

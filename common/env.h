@@ -40,6 +40,9 @@ struct Env {
   // every rank's transport address is host-local (all on loopback), else 2. Like
   // BRAID_CHUNK_BYTES it must be the same on every rank (operation headers check both).
   int ring_depth = 0;
+  // BRAID_RING_ORDER: host (default): rings and trees put the ranks of one host side by side
+  // (collectives/ring_order.h); rank: as numbered. Same on every rank (on the settings card).
+  std::string ring_order = "host";
   // BRAID_ALGO: auto | ring | tree | rd (recursive doubling) | chain | pairwise. Default auto.
   std::string algo = "auto";
   // BRAID_TIMEOUT_S: bound on every collective, seconds (> 0). Default 600.

@@ -48,6 +48,9 @@ constexpr EnvVar kVars[] = {
     {"BRAID_RING_DEPTH", integer, "0", "", 0, 16,
      "Segments each hop of a ring keeps moving; 0: 1 when every rank is on a host-local address, else 2. "
      "Same on every rank."},
+    {"BRAID_RING_ORDER", choice, "host", "host|rank", 0, 0,
+     "Order of ranks around rings and down trees. host: the ranks of one host side by side, so each host sends "
+     "across the network once per step; rank: as numbered (to measure what host order saves). Same on every rank."},
     {"BRAID_TIMEOUT_S", seconds, "600", "", 0, 0, "Bound on every collective, in seconds."},
     {"BRAID_RENDEZVOUS_TIMEOUT_S", seconds, "300", "", 0, 0, "Bound on rendezvous and on every store wait, in seconds."},
     {"BRAID_PEER_TIMEOUT_S", seconds, "30", "", 0, 0,

@@ -3,8 +3,9 @@
 //
 // Some settings change what bytes go where: the algorithm (BRAID_ALGO), how a message is cut
 // into segments (BRAID_CHUNK_BYTES), how many segments a ring hop keeps moving
-// (BRAID_RING_DEPTH), the transports (BRAID_TRANSPORT: explicit lists must be equal, auto
-// agrees with any; transport_choice.h then picks per peer). Ranks that differ in one of them
+// (BRAID_RING_DEPTH), the order of ranks around a ring (BRAID_RING_ORDER), the transports
+// (BRAID_TRANSPORT: explicit lists must be equal, auto agrees with any; transport_choice.h then
+// picks per peer). Ranks that differ in one of them
 // pair messages that do not belong together: results come out wrong, or the ranks wait for
 // each other forever. So each rank publishes a card of them when a communicator is created
 // (CommunicatorImpl::connect_all, in the communicator's store namespace) and reads every

@@ -104,6 +104,7 @@ const Rejected kRejected[] = {
     {"BRAID_ALGO", "fastest", "auto, ring, tree, rd, chain, pairwise"},
     {"BRAID_CHUNK_BYTES", "12", "[4096, 67108864] bytes"},
     {"BRAID_RING_DEPTH", "17", "[0, 16]"},
+    {"BRAID_RING_ORDER", "hosts", "host, rank"},
     {"BRAID_TIMEOUT_S", "10s", "positive number of seconds"},
     {"BRAID_RENDEZVOUS_TIMEOUT_S", "0", "positive number of seconds"},
     {"BRAID_PEER_TIMEOUT_S", "-3", "positive number of seconds"},
