@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # braid on an emulated cluster: K network namespaces ("hosts") on a bridge, every host's egress
-# shaped with tbf (../shared/bench/run-netns.sh builds the topology), one rank per host. In one
-# run, interleaved in rounds, it measures:
+# shaped with tbf (../shared/bench/run-netns.sh builds the topology), one rank per host.
+# SHAPE=both also shapes the bridge's egress port toward each host, as a switch's port would be
+# (the same tbf: rate, 32 KiB bucket, 20 ms queue): then a host's traffic is shaped twice on
+# its way, once leaving the host and once leaving the switch. In one run, interleaved in
+# rounds, it measures:
 #   - the link's goodput G for the same traffic pattern: K concurrent iperf3 flows around the
 #     ring (host i -> host i+1), per-flow mean; for K=2 also iperf3 --bidir (per direction);
 #   - braid-perf all_reduce (f32 sum) and, for K=2, sendrecv (both directions at once);
@@ -10,6 +13,8 @@
 #
 #   bench/compare_netns.sh                 # K=4, 1gbit, 64 MiB, 3 rounds
 #   K=2 RATE=200mbit BYTES=16M ROUNDS=2 bench/compare_netns.sh
+#   SHAPE=both ROUNDS=5 bench/compare_netns.sh    # both ends of every link shaped
+# BRAID_ENV: extra variables for braid's ranks ("BRAID_RING_DEPTH=4 BRAID_CHUNK_BYTES=1M").
 # Needs root (ip netns, tc). Namespaces are named brd0..brd{K-1} and brdsw, deleted on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +25,10 @@ RATE=${RATE:-1gbit}
 BYTES=${BYTES:-64M}
 ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-5}
+SHAPE=${SHAPE:-host}
+BRAID_ENV=${BRAID_ENV:-}
+case "$SHAPE" in host | both) ;; *) echo "SHAPE=$SHAPE: host or both" >&2; exit 2 ;; esac
+export BRAID_TARGETS=${BRAID_TARGETS:-tools/braid_perf/braid-perf tools/braidrun/braidrun}
 OUT=${OUT:-$ROOT/build-bench/compare-netns}
 export ANC_NS_PREFIX=brd ANCHOR_BUILD=$ROOT/build-bench/anchors ANCHOR_RESULTS=$OUT RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 # shellcheck source=bench/common.sh
@@ -30,6 +39,12 @@ netns=$ANCHORS/run-netns.sh
 bash "$netns" teardown "$K" >/dev/null 2>&1 || true
 trap 'bash "$netns" teardown "$K" >/dev/null 2>&1 || true' EXIT
 bash "$netns" setup "$K" "$RATE"
+if [ "$SHAPE" = both ]; then  # the switch's port toward host i, shaped as the host's egress is
+  for ((i = 0; i < K; i++)); do
+    ip -n brdsw link set "p$i" gso_max_size 16384
+    tc -n brdsw qdisc add dev "p$i" root tbf rate "$RATE" burst 32768 latency 20ms
+  done
+fi
 host() { echo "10.213.0.$(($1 + 1))"; }
 bytes=$(numfmt --from=iec "$BYTES")
 
@@ -59,7 +74,8 @@ iperf_bidir() {
 braid_perf() {  # op -> rows into OUTFILE
   local op=$1 i pids=() tmp; tmp=$(mktemp -d)
   for ((i = K - 1; i >= 0; i--)); do
-    timeout "$RUN_TIMEOUT" ip netns exec "brd$i" "$BUILD_DIR"/tools/braidrun/braidrun --nnodes "$K" --node-rank "$i" \
+    # shellcheck disable=SC2086
+    timeout "$RUN_TIMEOUT" ip netns exec "brd$i" env $BRAID_ENV "$BUILD_DIR"/tools/braidrun/braidrun --nnodes "$K" --node-rank "$i" \
       --nproc-per-node 1 --rdzv-endpoint "$(host 0):29700" --no-prefix \
       "$BUILD_DIR"/tools/braid_perf/braid-perf --op "$op" -b "$bytes" -e "$bytes" -n "$ITERS" -w 1 -c 1 --result-rows \
       > "$tmp/$i" 2>&1 &
@@ -83,9 +99,20 @@ for round in $(seq 1 "$ROUNDS"); do
     --max-bytes "$bytes" --min-iters "$ITERS" --max-iters "$ITERS" >/dev/null || true
 done
 
-python3 - "$OUTFILE" "$K" "$RATE" <<'PY' | tee "$OUT/summary.md"
+tbf_stats() {  # drops and overlimits of every shaped queue, for the summary
+  local i
+  for ((i = 0; i < K; i++)); do
+    printf 'brd%s aeth0: %s\n' "$i" "$(tc -s -n "brd$i" qdisc show dev aeth0 | grep -o 'dropped [0-9]*, overlimits [0-9]*')"
+    if [ "$SHAPE" = both ]; then
+      printf 'brdsw p%s: %s\n' "$i" "$(tc -s -n brdsw qdisc show dev "p$i" | grep -o 'dropped [0-9]*, overlimits [0-9]*')"
+    fi
+  done
+}
+tbf_stats > "$OUT/tbf-stats.txt"
+
+python3 - "$OUTFILE" "$K" "$RATE" "$SHAPE" "$ROUNDS" "$BRAID_ENV" <<'PY' | tee "$OUT/summary.md"
 import collections, statistics, sys
-path, k, rate = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+path, k, rate, shape, rounds, benv = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
 good = collections.defaultdict(list); bus = collections.defaultdict(list)
 for line in open(path):
     r = line.rstrip("\n").split("\t")
@@ -93,7 +120,8 @@ for line in open(path):
         good[r[0]].append(float(r[2]))
     elif len(r) >= 13 and r[1] == "RESULT":
         bus[(r[0] if r[2] == "braid" else r[2], r[3])].append(float(r[11]))
-print(f"{k} hosts, egress shaped to {rate}, median over rounds\n")
+where = "each host's egress and the switch port toward it" if shape == "both" else "each host's egress"
+print(f"{k} hosts, {where} shaped to {rate}, medians of {rounds} rounds{', braid with ' + benv if benv else ''}\n")
 print("| what | busbw GB/s | ratio to goodput G |")
 print("|---|---|---|")
 g = statistics.median(good["ring"]) if good["ring"] else None
