@@ -15,6 +15,8 @@
 #   K=2 RATE=200mbit BYTES=16M ROUNDS=2 bench/compare_netns.sh
 #   SHAPE=both ROUNDS=5 bench/compare_netns.sh    # both ends of every link shaped
 # BRAID_ENV: extra variables for braid's ranks ("BRAID_RING_DEPTH=4 BRAID_CHUNK_BYTES=1M").
+# BRAID_VARIANTS: ';'-separated such settings, each measured every round next to the default
+# ("BRAID_RING_DEPTH=4;BRAID_CHUNK_BYTES=1M"): a same-run comparison of braid's knobs.
 # Needs root (ip netns, tc). Namespaces are named brd0..brd{K-1} and brdsw, deleted on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +29,8 @@ ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-5}
 SHAPE=${SHAPE:-host}
 BRAID_ENV=${BRAID_ENV:-}
+IFS=';' read -r -a variants <<<"${BRAID_VARIANTS:-}"
+variants=("" "${variants[@]}")
 case "$SHAPE" in host | both) ;; *) echo "SHAPE=$SHAPE: host or both" >&2; exit 2 ;; esac
 export BRAID_TARGETS=${BRAID_TARGETS:-tools/braid_perf/braid-perf tools/braidrun/braidrun}
 OUT=${OUT:-$ROOT/build-bench/compare-netns}
@@ -71,18 +75,18 @@ iperf_bidir() {
   wait
 }
 
-braid_perf() {  # op -> rows into OUTFILE
-  local op=$1 i pids=() tmp; tmp=$(mktemp -d)
+braid_perf() {  # op [variables] -> rows into OUTFILE
+  local op=$1 extra=${2:-} i pids=() tmp; tmp=$(mktemp -d)
   for ((i = K - 1; i >= 0; i--)); do
     # shellcheck disable=SC2086
-    timeout "$RUN_TIMEOUT" ip netns exec "brd$i" env $BRAID_ENV "$BUILD_DIR"/tools/braidrun/braidrun --nnodes "$K" --node-rank "$i" \
+    timeout "$RUN_TIMEOUT" ip netns exec "brd$i" env $BRAID_ENV $extra "$BUILD_DIR"/tools/braidrun/braidrun --nnodes "$K" --node-rank "$i" \
       --nproc-per-node 1 --rdzv-endpoint "$(host 0):29700" --no-prefix \
       "$BUILD_DIR"/tools/braid_perf/braid-perf --op "$op" -b "$bytes" -e "$bytes" -n "$ITERS" -w 1 -c 1 --result-rows \
       > "$tmp/$i" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || log "braid $op: a node failed"; done
-  grep -P '^RESULT\t' "$tmp/0" | tag_results "$op" >/dev/null || log "braid $op: no result"
+  grep -P '^RESULT\t' "$tmp/0" | tag_results "$op${extra:+[$extra]}" >/dev/null || log "braid $op: no result"
   rm -rf "$tmp"
 }
 
@@ -92,7 +96,7 @@ for round in $(seq 1 "$ROUNDS"); do
   printf 'ring\tGOODPUT\t%s\n' "$(iperf_ring)" >> "$OUTFILE"
   if [ "$K" = 2 ]; then printf 'bidir\tGOODPUT\t%s\n' "$(iperf_bidir)" >> "$OUTFILE"; fi
   log "round $round: braid all_reduce"
-  braid_perf all_reduce
+  for v in "${variants[@]}"; do braid_perf all_reduce "$v"; done
   if [ "$K" = 2 ]; then log "round $round: braid sendrecv"; braid_perf sendrecv; fi
   log "round $round: gloo ring_chunked"
   GLOO_IFACE=aeth0 run_gloo gloo "$K" rsh_prefix --algos ring_chunked --min-bytes "$bytes" \
