@@ -18,6 +18,7 @@
 # BRAID_ENV: extra variables for braid's ranks ("BRAID_RING_DEPTH=4 BRAID_CHUNK_BYTES=1M").
 # VARIANTS: ';'-separated such settings, each measured every round next to the default
 # ("BRAID_RING_DEPTH=4;BRAID_CHUNK_BYTES=1M"): a same-run comparison of braid's knobs.
+# HOST_CC: the hosts' default TCP congestion control (cubic, reno, bbr; unset: the machine's).
 # ANCHORS: ../shared/bench (default: beside the checkout, or beside the main one in a worktree).
 # Needs root (ip netns, tc). Namespaces are named brd0..brd{K-1} and brdsw, deleted on exit.
 set -euo pipefail
@@ -33,6 +34,7 @@ BYTES=${BYTES:-64M}
 ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-5}
 SHAPE=${SHAPE:-host}
+HOST_CC=${HOST_CC:-}
 BRAID_ENV=${BRAID_ENV:-}
 IFS=';' read -r -a variants <<<"${VARIANTS:-}"
 variants=("" "${variants[@]}")
@@ -50,6 +52,9 @@ bash "$netns" teardown "$K" >/dev/null 2>&1 || true
 trap 'bash "$netns" teardown "$K" >/dev/null 2>&1 || true' EXIT
 bash "$netns" setup "$K" "$RATE"
 for ((i = 0; i < K; i++)); do ip -n brdsw link set "p$i" gso_max_size 16384; done
+if [ -n "$HOST_CC" ]; then  # each host's default congestion control (a per-namespace sysctl)
+  for ((i = 0; i < K; i++)); do ip netns exec "brd$i" sysctl -qw net.ipv4.tcp_congestion_control="$HOST_CC"; done
+fi
 switch_ports() {  # shaped | plain: the switch's port toward each host, shaped as the host's egress is
   local i
   for ((i = 0; i < K; i++)); do
@@ -130,9 +135,10 @@ tbf_stats() {  # drops and overlimits of every shaped queue, for the summary
 }
 tbf_stats > "$OUT/tbf-stats.txt"
 
-python3 - "$OUTFILE" "$K" "$RATE" "$SHAPE" "$ROUNDS" "$BRAID_ENV" <<'PY' | tee "$OUT/summary.md"
+python3 - "$OUTFILE" "$K" "$RATE" "$SHAPE" "$ROUNDS" "$BRAID_ENV" "$HOST_CC" <<'PY' | tee "$OUT/summary.md"
 import collections, statistics, sys
-path, k, rate, shape, rounds, benv = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
+path, k, rate, shape, rounds, benv, hcc = sys.argv[1:8]
+k = int(k)
 good = collections.defaultdict(list); bus = collections.defaultdict(list)
 for line in open(path):
     r = line.rstrip("\n").split("\t")
@@ -142,7 +148,8 @@ for line in open(path):
         bus[(r[0], r[3])].append(float(r[11]))
 where = {"both": "each host's egress and the switch port toward it",
          "each": "each host's egress, and the switch ports (@both) or not (@host),"}.get(shape, "each host's egress")
-print(f"{k} hosts, {where} shaped to {rate}, medians of {rounds} rounds{', braid with ' + benv if benv else ''}\n")
+cc = f", hosts' congestion control {hcc}" if hcc else ""
+print(f"{k} hosts, {where} shaped to {rate}{cc}, medians of {rounds} rounds{', braid with ' + benv if benv else ''}\n")
 print("| what | busbw GB/s | ratio to goodput G |")
 print("|---|---|---|")
 for name, vals in sorted(bus.items()):
