@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # bench/common.sh - sourced by the comparison scripts: installs the anchors' packages, builds
 # braid in $BUILD_DIR (default build) and the anchors, and empties $OUT/results.tsv ($OUTFILE).
 # Needs ROOT, ANCHORS and OUT set, and ANCHOR_BUILD/ANCHOR_RESULTS exported. NINJA_TARGETS: the

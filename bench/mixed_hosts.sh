@@ -38,7 +38,7 @@ ip netns add $B
 ip -n $A link add v0 type veth peer name v1 netns $B
 ip -n $A addr add 10.79.2.1/24 dev v0
 ip -n $B addr add 10.79.2.2/24 dev v1
-for ns in $A $B; do ip -n $ns link set lo up; done
+for ns in $A $B; do ip -n "$ns" link set lo up; done
 ip -n $A link set v0 up
 ip -n $B link set v1 up
 if [ "$SHAPE" = 1 ]; then
@@ -74,7 +74,7 @@ braid_run() {
   for r in 0 1 2 3; do
     ns=$([ $((r % 2)) = 0 ] && echo $A || echo $B)
     BRAID_TRANSPORT=$1 MASTER_ADDR=10.79.2.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r / 2)) \
-      LOCAL_WORLD_SIZE=2 timeout 300 ip netns exec $ns "$PERF" --op all_reduce -b "$BYTES" -e "$BYTES" \
+      LOCAL_WORLD_SIZE=2 timeout 300 ip netns exec "$ns" "$PERF" --op all_reduce -b "$BYTES" -e "$BYTES" \
       -n "$ITERS" -w 2 -c 1 --result-rows >"$OUT/$r" 2>&1 &
     pids+=($!)
   done
