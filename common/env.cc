@@ -191,12 +191,14 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
     RETURN_IF_ERROR(one_of("BRAID_CALLER_PROGRESS", s));
     e.caller_progress = s == "1";
   }
-  if (const char* v = lookup("BRAID_LOOPBACK_CC")) {
-    e.loopback_cc = v;
-    bool ok = !e.loopback_cc.empty() && e.loopback_cc.size() < 16;  // TCP_CA_NAME_MAX
-    for (char c : e.loopback_cc) ok = ok && (std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_');
+  for (auto [name, field] : {std::pair{"BRAID_LOOPBACK_CC", &e.loopback_cc}, std::pair{"BRAID_NETWORK_CC", &e.network_cc}}) {
+    const char* v = lookup(name);
+    if (v == nullptr) continue;
+    *field = v;
+    bool ok = !field->empty() && field->size() < 16;  // TCP_CA_NAME_MAX
+    for (char c : *field) ok = ok && (std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_');
     if (!ok) {
-      return invalid_argument("BRAID_LOOPBACK_CC='" + e.loopback_cc +
+      return invalid_argument(std::string(name) + "='" + *field +
                               "' must name a TCP congestion control (reno, cubic, ...) or be 'system'");
     }
   }

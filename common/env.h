@@ -73,6 +73,9 @@ struct Env {
   // BRAID_LOOPBACK_CC: TCP congestion control of data sockets whose peer is at a loopback
   // address (reno, cubic, ... as the kernel allows; "system": the kernel's default). Default reno.
   std::string loopback_cc = "reno";
+  // BRAID_NETWORK_CC: the same for data sockets whose peer is at any other address. Default
+  // "system": a network is there, and the host's choice is its administrator's.
+  std::string network_cc = "system";
   // BRAID_IB_HCA: HCA names for the ib transport (like NCCL_IB_HCA). Default: all.
   std::string ib_hca;
   // BRAID_GDR: 0 | 1 | auto - GPUDirect RDMA for CUDA buffers. Default auto.

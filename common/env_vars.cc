@@ -71,6 +71,8 @@ constexpr EnvVar kVars[] = {
      "chunks of a quarter of it, whatever the message size). Same on every rank. 0 means the default."},
     {"BRAID_LOOPBACK_CC", text, "reno", "a TCP congestion control the kernel allows (reno, cubic, ...), or system", 0, 0,
      "Congestion control of data sockets to a peer at a loopback address; system keeps the kernel's default."},
+    {"BRAID_NETWORK_CC", text, "system", "a TCP congestion control the kernel allows (reno, cubic, ...), or system", 0, 0,
+     "Congestion control of data sockets to a peer at any other address; system keeps the kernel's default."},
     {"BRAID_SECRET", text, "", "at least 16 characters (e.g. from `openssl rand -hex 32`)", 0, 0,
      "The job's secret: every store and transport connection proves it knows it. Unset: unauthenticated (said "
      "once). Set at most one of BRAID_SECRET and BRAID_SECRET_FILE."},

@@ -15,7 +15,8 @@
 // Not on the card: settings each rank may choose for itself. BRAID_NSOCKS (the connecting side
 // tells the accepting side how many sockets it stripes over), timeouts, BRAID_SOCKET_IFNAME
 // and BRAID_PORT_RANGE (per host), BRAID_ZCOPY_BYTES, BRAID_SPIN_US, BRAID_CALLER_PROGRESS,
-// BRAID_LOOPBACK_CC, BRAID_GDR (local choices). The job secret is checked by the handshakes.
+// BRAID_LOOPBACK_CC, BRAID_NETWORK_CC, BRAID_GDR (local choices). The job secret is checked by
+// the handshakes.
 //
 // Card format (text; "\t" separates fields, one setting per line):
 //   braid-settings 1 <digest: 16 hex digits of FNV-1a over the "<name>\t<key>\n" lines>

@@ -117,6 +117,7 @@ const Rejected kRejected[] = {
     {"BRAID_ZCOPY_BYTES", "lots", "of at least 1 bytes"},
     {"BRAID_CUDA_STAGING_BYTES", "4K", "of at least 65536 bytes"},
     {"BRAID_LOOPBACK_CC", "Reno; rm", "reno, cubic"},
+    {"BRAID_NETWORK_CC", "BBR", "reno, cubic"},
     {"BRAID_SECRET", "short", "at least 16"},
     {"BRAID_SECRET_FILE", "", "name a file"},
     {"BRAID_STORE_BIND", "", "name an address"},
