@@ -174,9 +174,9 @@ Status check_handshake(const Handshake& h, uint64_t comm_id, int self_rank) {
 // costs there is its work per acknowledgement and, for a pacing one (bbr, this VM's default), a
 // rate limit, which holds a loopback stream well below what reno moves (docs/performance.md,
 // BRAID_LOOPBACK_CC, has the figures and their commands).
-// Across a network the host's default stays unless BRAID_NETWORK_CC names one: on links shaped
-// with shallow token buckets, bbr left a ring's flows short of the link where reno filled it
-// (docs/performance.md, both ends shaped).
+// Across a network the host's default stays unless BRAID_NETWORK_CC names one: the network is
+// the administrator's, and which control keeps a ring's flows at the link rate depends on its
+// queues (docs/performance.md, "Both ends of every link shaped", compares them in one run).
 Status set_congestion_control(int fd, const Env& env) {
   if (env.loopback_cc == "system" && env.network_cc == "system") return Status::ok();
   // Our own end says it as well as the peer's (a loopback address talks only to loopback), and
