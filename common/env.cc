@@ -140,6 +140,10 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
     ASSIGN_OR_RETURN(int64_t n, in_range("BRAID_RING_DEPTH", v));
     e.ring_depth = static_cast<int>(n);
   }
+  if (const char* v = lookup("BRAID_RING_ORDER")) {
+    e.ring_order = v;
+    RETURN_IF_ERROR(one_of("BRAID_RING_ORDER", e.ring_order));
+  }
   if (const char* v = lookup("BRAID_ALGO")) {
     e.algo = v;
     RETURN_IF_ERROR(one_of("BRAID_ALGO", e.algo));
@@ -195,12 +199,14 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
     RETURN_IF_ERROR(one_of("BRAID_CALLER_PROGRESS", s));
     e.caller_progress = s == "1";
   }
-  if (const char* v = lookup("BRAID_LOOPBACK_CC")) {
-    e.loopback_cc = v;
-    bool ok = !e.loopback_cc.empty() && e.loopback_cc.size() < 16;  // TCP_CA_NAME_MAX
-    for (char c : e.loopback_cc) ok = ok && (std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_');
+  for (auto [name, field] : {std::pair{"BRAID_LOOPBACK_CC", &e.loopback_cc}, std::pair{"BRAID_NETWORK_CC", &e.network_cc}}) {
+    const char* v = lookup(name);
+    if (v == nullptr) continue;
+    *field = v;
+    bool ok = !field->empty() && field->size() < 16;  // TCP_CA_NAME_MAX
+    for (char c : *field) ok = ok && (std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_');
     if (!ok) {
-      return invalid_argument("BRAID_LOOPBACK_CC='" + e.loopback_cc +
+      return invalid_argument(std::string(name) + "='" + *field +
                               "' must name a TCP congestion control (reno, cubic, ...) or be 'system'");
     }
   }

@@ -40,6 +40,9 @@ struct Env {
   // every rank's transport address is host-local (all on loopback), else 2. Like
   // BRAID_CHUNK_BYTES it must be the same on every rank (operation headers check both).
   int ring_depth = 0;
+  // BRAID_RING_ORDER: host (default): rings and trees put the ranks of one host side by side
+  // (collectives/ring_order.h); rank: as numbered. Same on every rank (on the settings card).
+  std::string ring_order = "host";
   // BRAID_ALGO: auto | ring | tree | rd (recursive doubling) | chain | pairwise. Default auto.
   std::string algo = "auto";
   // BRAID_TIMEOUT_S: bound on every collective, seconds (> 0). Default 600.
@@ -78,6 +81,9 @@ struct Env {
   // BRAID_LOOPBACK_CC: TCP congestion control of data sockets whose peer is at a loopback
   // address (reno, cubic, ... as the kernel allows; "system": the kernel's default). Default reno.
   std::string loopback_cc = "reno";
+  // BRAID_NETWORK_CC: the same for data sockets whose peer is at any other address. Default
+  // "system": a network is there, and the host's choice is its administrator's.
+  std::string network_cc = "system";
   // BRAID_IB_HCA: HCA names for the ib transport (like NCCL_IB_HCA). Default: all.
   std::string ib_hca;
   // BRAID_GDR: 0 | 1 | auto - GPUDirect RDMA for CUDA buffers. Default auto.

@@ -48,6 +48,9 @@ constexpr EnvVar kVars[] = {
     {"BRAID_RING_DEPTH", integer, "0", "", 0, 16,
      "Segments each hop of a ring keeps moving; 0: 1 when every rank is on a host-local address, else 2. "
      "Same on every rank."},
+    {"BRAID_RING_ORDER", choice, "host", "host|rank", 0, 0,
+     "Order of ranks around rings and down trees. host: the ranks of one host side by side, so each host sends "
+     "across the network once per step; rank: as numbered (to measure what host order saves). Same on every rank."},
     {"BRAID_TIMEOUT_S", seconds, "600", "", 0, 0, "Bound on every collective, in seconds."},
     {"BRAID_RENDEZVOUS_TIMEOUT_S", seconds, "300", "", 0, 0, "Bound on rendezvous and on every store wait, in seconds."},
     {"BRAID_PEER_TIMEOUT_S", seconds, "30", "", 0, 0,
@@ -78,6 +81,8 @@ constexpr EnvVar kVars[] = {
      "way), host with more. Same on every rank."},
     {"BRAID_LOOPBACK_CC", text, "reno", "a TCP congestion control the kernel allows (reno, cubic, ...), or system", 0, 0,
      "Congestion control of data sockets to a peer at a loopback address; system keeps the kernel's default."},
+    {"BRAID_NETWORK_CC", text, "system", "a TCP congestion control the kernel allows (reno, cubic, ...), or system", 0, 0,
+     "Congestion control of data sockets to a peer at any other address; system keeps the kernel's default."},
     {"BRAID_SECRET", text, "", "at least 16 characters (e.g. from `openssl rand -hex 32`)", 0, 0,
      "The job's secret: every store and transport connection proves it knows it. Unset: unauthenticated (said "
      "once). Set at most one of BRAID_SECRET and BRAID_SECRET_FILE."},

@@ -62,6 +62,7 @@ std::vector<Setting> settings_of(const Env& env) {
       {"BRAID_CHUNK_BYTES", std::to_string(env.chunk_bytes), automatic_or(env.chunk_bytes), kSetAlike},
       {"BRAID_RING_DEPTH", std::to_string(env.ring_depth), automatic_or(static_cast<size_t>(env.ring_depth)),
        kSetAlike},
+      {"BRAID_RING_ORDER", field(env.ring_order), quoted(env.ring_order), kSetAlike},
       {kTransport, field(wire_families(env.transport)), quoted(env.transport),
        "set the same list on every rank (tcp and tcp-poll mix; auto agrees with any list), or leave it unset"},
       {"the operation header version", std::to_string(OpHeader::kVersion), quoted(std::to_string(OpHeader::kVersion)),

@@ -3,8 +3,9 @@
 //
 // Some settings change what bytes go where: the algorithm (BRAID_ALGO), how a message is cut
 // into segments (BRAID_CHUNK_BYTES), how many segments a ring hop keeps moving
-// (BRAID_RING_DEPTH), the transports (BRAID_TRANSPORT: explicit lists must be equal, auto
-// agrees with any; transport_choice.h then picks per peer). Ranks that differ in one of them
+// (BRAID_RING_DEPTH), the order of ranks around a ring (BRAID_RING_ORDER), the transports
+// (BRAID_TRANSPORT: explicit lists must be equal, auto agrees with any; transport_choice.h then
+// picks per peer). Ranks that differ in one of them
 // pair messages that do not belong together: results come out wrong, or the ranks wait for
 // each other forever. So each rank publishes a card of them when a communicator is created
 // (CommunicatorImpl::connect_all, in the communicator's store namespace) and reads every
@@ -14,7 +15,8 @@
 // Not on the card: settings each rank may choose for itself. BRAID_NSOCKS (the connecting side
 // tells the accepting side how many sockets it stripes over), timeouts, BRAID_SOCKET_IFNAME
 // and BRAID_PORT_RANGE (per host), BRAID_ZCOPY_BYTES, BRAID_SPIN_US, BRAID_CALLER_PROGRESS,
-// BRAID_LOOPBACK_CC, BRAID_GDR (local choices). The job secret is checked by the handshakes.
+// BRAID_LOOPBACK_CC, BRAID_NETWORK_CC, BRAID_GDR (local choices). The job secret is checked by
+// the handshakes.
 //
 // Card format (text; "\t" separates fields, one setting per line):
 //   braid-settings 1 <digest: 16 hex digits of FNV-1a over the "<name>\t<key>\n" lines>

@@ -174,7 +174,7 @@ Result<std::unique_ptr<PeerLinks>> PeerLinks::connect(const LinkSetup& s, Store&
 
   for (const auto& p : all) links->hosts_.push_back(p.host);
   std::vector<int> order = collectives::ring_order(links->hosts_);
-  if (!collectives::is_identity(order)) links->ring_order_ = std::make_shared<const std::vector<int>>(std::move(order));
+  if (s.env.ring_order == "host" && !collectives::is_identity(order)) links->ring_order_ = std::make_shared<const std::vector<int>>(std::move(order));
   links->all_host_local_ = every_link_host_local(all);
   links->finish_setup();
   return links;
@@ -221,7 +221,9 @@ std::string PeerLinks::describe() const {
     if (!whom.empty()) s += " to peers " + whom;
   }
   if (!hosts_.empty()) {
-    std::vector<int> order = ring_order_ ? *ring_order_ : collectives::ring_order(hosts_);
+    // Null: rank order, which is also the host order or what BRAID_RING_ORDER=rank asked for.
+    std::vector<int> order(hosts_.size());
+    for (size_t v = 0; v < order.size(); ++v) order[v] = ring_order_ ? (*ring_order_)[v] : static_cast<int>(v);
     s += "; ring " + collectives::describe_ring(order, hosts_) + (ring_order_ ? " (ordered by host)" : "");
   }
   return s;

@@ -110,6 +110,31 @@ TEST(LoopbackCongestionControl, OtherAddressesAreLeftAlone) {
   EXPECT_EQ(congestion_control(p.a.get()), system_default());
 }
 
+// BRAID_NETWORK_CC applies to those sockets, and only to them.
+TEST(NetworkCongestionControl, AppliesToSocketsOfOtherAddresses) {
+  const SocketAddress* eth = nullptr;
+  auto interfaces = list_interfaces();
+  for (const auto& i : interfaces) {
+    if (!i.loopback && i.address.family() == AF_INET) eth = &i.address;
+  }
+  if (eth == nullptr) GTEST_SKIP() << "no up IPv4 interface besides loopback";
+  Env env;
+  env.network_cc = "reno";
+  Pair p = connect_pair(*eth, env);
+  ASSERT_TRUE(p.tuned.is_ok()) << p.tuned.message();
+  EXPECT_EQ(congestion_control(p.a.get()), "reno");
+  EXPECT_EQ(congestion_control(p.b.get()), "reno");
+  env.network_cc = "nosuchcc";
+  Pair bad = connect_pair(*eth, env);
+  ASSERT_FALSE(bad.tuned.is_ok());
+  EXPECT_NE(bad.tuned.message().find("BRAID_NETWORK_CC=nosuchcc"), std::string::npos) << bad.tuned.message();
+  EXPECT_NE(bad.tuned.message().find("network socket"), std::string::npos) << bad.tuned.message();
+  env.network_cc = "nosuchcc";  // a loopback socket does not read it
+  Pair lo = connect_pair(loopback(), env);
+  ASSERT_TRUE(lo.tuned.is_ok()) << lo.tuned.message();
+  EXPECT_EQ(congestion_control(lo.a.get()), "reno");
+}
+
 // Through the transport: a name the kernel refuses fails the connection on both ends, each error
 // naming the variable, what to set instead and the peer.
 TEST(LoopbackCongestionControl, ARefusedNameFailsBothEndsOfTheConnection) {

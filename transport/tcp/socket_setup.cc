@@ -174,22 +174,28 @@ Status check_handshake(const Handshake& h, uint64_t comm_id, int self_rank) {
 // costs there is its work per acknowledgement and, for a pacing one (bbr, this VM's default), a
 // rate limit, which holds a loopback stream well below what reno moves (docs/performance.md,
 // BRAID_LOOPBACK_CC, has the figures and their commands).
-Status set_loopback_congestion_control(int fd, const std::string& cc) {
-  if (cc == "system") return Status::ok();
+// Across a network the host's default stays unless BRAID_NETWORK_CC names one: the network is
+// the administrator's, and which control keeps a ring's flows at the link rate depends on its
+// queues (docs/performance.md, "Both ends of every link shaped", compares them in one run).
+Status set_congestion_control(int fd, const Env& env) {
+  if (env.loopback_cc == "system" && env.network_cc == "system") return Status::ok();
   // Our own end says it as well as the peer's (a loopback address talks only to loopback), and
   // stays readable after a peer that already gave up has closed its end.
   sockaddr_storage self{};
   socklen_t len = sizeof self;
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) != 0) return system_error("getsockname", errno);
-  if (!SocketAddress::from_sockaddr(reinterpret_cast<const sockaddr*>(&self), len).is_loopback()) return Status::ok();
+  const bool loopback = SocketAddress::from_sockaddr(reinterpret_cast<const sockaddr*>(&self), len).is_loopback();
+  const std::string& cc = loopback ? env.loopback_cc : env.network_cc;
+  const char* name = loopback ? "BRAID_LOOPBACK_CC" : "BRAID_NETWORK_CC";
+  if (cc == "system") return Status::ok();
   if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc.data(), static_cast<socklen_t>(cc.size())) == 0) return Status::ok();
   const int err = errno;
   std::string allowed;
   std::getline(std::ifstream("/proc/sys/net/ipv4/tcp_allowed_congestion_control"), allowed);
   return Status(ErrorCode::invalid_argument,
-                "BRAID_LOOPBACK_CC=" + cc + ": the kernel refused this congestion control for a loopback socket (" +
-                    std::strerror(err) + "; allowed here: " + (allowed.empty() ? "unknown" : allowed) +
-                    "); set BRAID_LOOPBACK_CC=system to keep the kernel's default");
+                std::string(name) + "=" + cc + ": the kernel refused this congestion control for a " +
+                    (loopback ? "loopback" : "network") + " socket (" + std::strerror(err) + "; allowed here: " +
+                    (allowed.empty() ? "unknown" : allowed) + "); set " + name + "=system to keep the kernel's default");
 }
 
 Status tune_data_socket(int fd, const Env& env) {
@@ -197,7 +203,7 @@ Status tune_data_socket(int fd, const Env& env) {
   int one = 1;
   // Frames are small and latency-bound; Nagle would hold a header back for up to 40 ms.
   if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) return system_error("TCP_NODELAY", errno);
-  RETURN_IF_ERROR(set_loopback_congestion_control(fd, env.loopback_cc));
+  RETURN_IF_ERROR(set_congestion_control(fd, env));
   // Setting SO_SNDBUF/SO_RCVBUF turns the kernel's autotuning off and is capped by
   // net.core.{w,r}mem_max (often 208 KiB, far below what autotuning reaches). So the buffers are
   // pinned to kBuffer only where the cap allows it; elsewhere autotuning does better.

@@ -67,13 +67,14 @@ Status check_magic_and_version(const Handshake& h);
 // the communicator, this rank, a sender that is another rank; the message says why not.
 Status check_handshake(const Handshake& h, uint64_t comm_id, int self_rank);
 
-// Options of a data socket: non-blocking, TCP_NODELAY, the congestion control of a loopback
-// socket (env.loopback_cc), socket buffers, and keepalive + TCP_USER_TIMEOUT so a silent peer
+// Options of a data socket: non-blocking, TCP_NODELAY, the congestion control (env.loopback_cc
+// for a loopback socket, env.network_cc for any other), socket buffers, and keepalive + TCP_USER_TIMEOUT so a silent peer
 // is declared lost after env.peer_timeout_s.
 Status tune_data_socket(int fd, const Env& env);
-// Sets the congestion control `cc` ("system": none) on a connected socket whose peer is at a
-// loopback address (told by our own end's address); others are left alone. A name the kernel refuses is an invalid_argument
-// error naming BRAID_LOOPBACK_CC and what the kernel allows.
-Status set_loopback_congestion_control(int fd, const std::string& cc);
+// Sets the congestion control of a connected socket: env.loopback_cc when its peer is at a
+// loopback address (told by our own end's address), else env.network_cc; "system" sets none. A
+// name the kernel refuses is an invalid_argument error naming the variable and what the kernel
+// allows.
+Status set_congestion_control(int fd, const Env& env);
 
 }  // namespace braid::transport::tcp

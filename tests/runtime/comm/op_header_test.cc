@@ -139,6 +139,16 @@ TEST(AgreedSettings, ADifferenceNamesTheSettingTheValuesAndTheRanks) {
       << s.message();
 }
 
+TEST(AgreedSettings, TheRingOrderMustAgree) {
+  Env rank_order;
+  rank_order.ring_order = "rank";
+  const Status s = check_settings({settings_card(Env{}), settings_card(rank_order)});
+  ASSERT_EQ(s.code(), ErrorCode::mismatch);
+  EXPECT_NE(s.message().find("BRAID_RING_ORDER differs between ranks: rank 0 has 'host', rank 1 has 'rank'"),
+            std::string::npos)
+      << s.message();
+}
+
 TEST(AgreedSettings, LongRankListsAreCut) {
   std::vector<std::string> cards(40, settings_card(with("ring")));
   cards[39] = settings_card(with("tree"));
