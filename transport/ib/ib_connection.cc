@@ -321,9 +321,14 @@ void IbConnection::peer_closed(uint64_t received) {
     report(Completion{this, s.cookie, true, s.bytes, Status::ok()});
     sends_.pop_front();
   }
-  fail(ErrorCode::peer_lost, "rank " + std::to_string(peer_rank_) +
-                                 " closed this connection normally (its communicator was destroyed, or it exited) "
-                                 "with this operation outstanding");
+  // With nothing outstanding this is an ordinary shutdown (the peer's communicator went first):
+  // a later operation still fails with this message, but nothing is worth a warning now.
+  const bool idle = sends_.empty() && recv_.posted().empty();
+  fail(ErrorCode::peer_lost,
+       "rank " + std::to_string(peer_rank_) +
+           " closed this connection normally (its communicator was destroyed, or it exited) "
+           "with this operation outstanding",
+       !idle);
 }
 
 std::string IbConnection::op_prefix(bool is_send) const {
@@ -336,12 +341,12 @@ void IbConnection::report(Completion c) {
   if (reporting_) shared_.ready->push_back(std::move(c));
 }
 
-void IbConnection::fail(ErrorCode code, const std::string& cause) {
+void IbConnection::fail(ErrorCode code, const std::string& cause, bool warn) {
   if (!failure_.is_ok()) return;
   failure_ = Status(code, op_prefix(true) + cause);
   // Said here, once: the runtime may be waiting on another peer when this one fails, and the
   // peer sees only that this end closed.
-  if (code != ErrorCode::aborted) {
+  if (warn && code != ErrorCode::aborted) {
     BRAID_LOG(warn) << "ib connection of rank " << self_rank_ << " to rank " << peer_rank_ << " at " << peer_address_
                     << " via " << shared_.device->where() << " failed: " << cause;
   }

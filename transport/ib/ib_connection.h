@@ -96,8 +96,9 @@ class IbConnection final : public Connection {
   void on_wc(const ibv_wc& wc);
   void deliver();
   // Fails the connection: every outstanding operation completes with `why` (made per operation
-  // by `message`), the QPs go to the error state.
-  void fail(ErrorCode code, const std::string& cause);
+  // by `message`), the QPs go to the error state. `warn`: say so at WARN (the runtime may be
+  // waiting on another peer).
+  void fail(ErrorCode code, const std::string& cause, bool warn = true);
   std::string op_prefix(bool is_send) const;
   void report(Completion c);
   // The peer said goodbye having received `received` messages whole.
