@@ -88,7 +88,11 @@ Status IbConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
     }
     recv_mrs_[r.seq] = mr.value();
   }
-  progress();
+  // A receive whose message can come eagerly is advertised at the transport's next pass (its
+  // poll), not now: the clear-to-send then leaves after a send posted just after this receive,
+  // as the executor posts them, instead of ahead of it (each work request rings the NIC's
+  // doorbell, a system call on Soft-RoCE, and the peer waits for the data, not for the CTS).
+  if (capacity > kEagerSlotBytes) progress();
   return Status::ok();
 }
 
@@ -173,16 +177,18 @@ Status IbConnection::start_send(Send& s) {
 void IbConnection::progress() {
   if (!started_ || !failure_.is_ok()) return;
   deliver();
-  while (RecvLedger::Receive* r = recv_.next_to_advertise()) {
-    Status st = advertise(*r);
-    if (!st.is_ok()) return fail(st.code(), st.message());
-    if (!r->advertised) break;  // the send queue is full: later
-  }
+  // Sends first: their data is what a peer waits for; a CTS is needed only by a rendezvous
+  // message or a sender short of eager credits.
   for (Send& s : sends_) {
     if (s.started) continue;
     Status st = start_send(s);
     if (!st.is_ok()) return fail(st.code(), st.message());
     if (!s.started) break;  // in order: the next waits for this one
+  }
+  while (RecvLedger::Receive* r = recv_.next_to_advertise()) {
+    Status st = advertise(*r);
+    if (!st.is_ok()) return fail(st.code(), st.message());
+    if (!r->advertised) break;  // the send queue is full: later
   }
   deliver();
 }
