@@ -20,18 +20,23 @@ void SpinBudget::add(int64_t us) {
   count_ = std::min(count_ + 1, kSamples);
   // Until a few waits were seen, the configured spin.
   if (count_ < 4) return;
-  std::array<int64_t, kSamples> sorted = samples_;
-  const auto end = sorted.begin() + static_cast<std::ptrdiff_t>(count_);
-  // The wait that three in four recent ones did not exceed: one slow round trip in a few does
-  // not send the next wait to sleep, and a few fast ones do not shorten the spin below most.
-  const auto at = sorted.begin() + static_cast<std::ptrdiff_t>((count_ * 3) / 4);
-  std::nth_element(sorted.begin(), at, end);
-  const int64_t q = *at;
-  if (q >= kTooLong) {
+  std::array<int64_t, kSamples> within{};
+  size_t n = 0;
+  for (size_t i = 0; i < count_; ++i) {
+    if (samples_[i] < kTooLong) within[n++] = samples_[i];
+  }
+  // Most recent waits outlasted the cap: the peer is busy elsewhere, spinning would not reach it.
+  if (n * 2 <= count_) {
     budget_us_ = base_us_;
     return;
   }
-  // Slack for a wait a little longer than those seen.
+  // Of the waits that ended within the cap, the one three in four did not exceed, with slack:
+  // one slow round trip in a few does not send the next wait to sleep. Waits past the cap do
+  // not lower it while they are the minority: on a loaded machine a wait that ended asleep
+  // often took long only because waking up did, which is what spinning avoids.
+  const auto at = within.begin() + static_cast<std::ptrdiff_t>((n * 3) / 4);
+  std::nth_element(within.begin(), at, within.begin() + static_cast<std::ptrdiff_t>(n));
+  const int64_t q = *at;
   budget_us_ = std::clamp<int64_t>(q + q / 2 + 1, base_us_, std::max(base_us_, kCapUs));
 }
 
