@@ -88,10 +88,9 @@ Status IbConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
     }
     recv_mrs_[r.seq] = mr.value();
   }
-  // A receive whose message can come eagerly is advertised at the transport's next pass (its
-  // poll), not now: the clear-to-send then leaves after a send posted just after this receive,
-  // as the executor posts them, instead of ahead of it (each work request rings the NIC's
-  // doorbell, a system call on Soft-RoCE, and the peer waits for the data, not for the CTS).
+  // A receive whose message can come eagerly is looked at in the transport's next pass (its
+  // poll), not now: whatever CTS it needs then leaves after a send posted just after this
+  // receive, as the executor posts them, instead of ahead of it.
   if (capacity > kEagerSlotBytes) progress();
   return Status::ok();
 }
@@ -107,6 +106,7 @@ Status IbConnection::advertise(RecvLedger::Receive& r) {
   e.rkey = mr == recv_mrs_.end() ? 0 : mr->second.rkey;
   e.seq = static_cast<uint32_t>(r.seq);
   e.eager_consumed = recv_.eager_consumed();
+  cts_consumed_reported_ = e.eager_consumed;
   unsigned char* at = cts_staging_.data() + slot * kCtsEntryBytes;
   encode(e, at);
   RETURN_IF_ERROR(post_write(qp, wr_id(WrKind::cts, r.seq), at, kCtsEntryBytes, cts_staging_.lkey(),
@@ -185,12 +185,44 @@ void IbConnection::progress() {
     if (!st.is_ok()) return fail(st.code(), st.message());
     if (!s.started) break;  // in order: the next waits for this one
   }
+  cts_held_ = false;
   while (RecvLedger::Receive* r = recv_.next_to_advertise()) {
+    if (hold_cts(*r)) {
+      cts_held_ = true;
+      break;
+    }
     Status st = advertise(*r);
     if (!st.is_ok()) return fail(st.code(), st.message());
     if (!r->advertised) break;  // the send queue is full: later
   }
   deliver();
+}
+
+// A small receive's CTS is usually not needed: its message comes eagerly, and once it has
+// arrived the receive needs no CTS at all. Writing one anyway costs a work request, a doorbell
+// (a system call on Soft-RoCE) and a completion on each side, per message. So the newest
+// receive, when small, is advertised only when the sender may need it: when a later receive is
+// posted (advertisements stay in order), when the sender's eager credits run low (the count of
+// eager messages copied out has moved half the eager ring past the count the last CTS carried;
+// credits travel only in CTS entries), or when it has waited kHoldCts (a sender short of
+// credits in some other pattern, or one whose message is too large for this receive, waits for
+// a CTS: it is delayed by that much, never stuck).
+constexpr auto kHoldCts = std::chrono::milliseconds(1);
+
+bool IbConnection::hold_cts(const RecvLedger::Receive& r) {
+  if (r.capacity > kEagerSlotBytes || recv_.posted().back().seq != r.seq) return false;
+  if (recv_.eager_consumed() - cts_consumed_reported_ >= kEagerSlots / 2) return false;
+  const auto now = Clock::now();
+  if (held_seq_ != r.seq) {
+    held_seq_ = r.seq;
+    held_since_ = now;
+  }
+  return now - held_since_ < kHoldCts;
+}
+
+std::optional<Clock::time_point> IbConnection::cts_due() const {
+  if (!cts_held_ || !failure_.is_ok()) return std::nullopt;
+  return held_since_ + kHoldCts;
 }
 
 int IbConnection::poll_cq() {

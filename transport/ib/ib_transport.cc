@@ -218,6 +218,13 @@ Status IbTransport::sleep(std::chrono::microseconds timeout) {
   // A completion that came between the last pass and arming raised no event: look once more.
   pass();
   if (!ready_.empty()) return Status::ok();
+  // A clear-to-send a connection holds back must go in time (ib_connection.cc, hold_cts).
+  for (IbConnection* c : connections_) {
+    if (auto due = c->cts_due()) {
+      timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::microseconds>(*due - Clock::now()));
+    }
+  }
+  timeout = std::max(timeout, std::chrono::microseconds(0));
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout + std::chrono::microseconds(999));
   epoll_event evs[16];
   ++waits_.sleeps;

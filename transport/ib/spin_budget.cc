@@ -30,14 +30,16 @@ void SpinBudget::add(int64_t us) {
     budget_us_ = base_us_;
     return;
   }
-  // Of the waits that ended within the cap, the one three in four did not exceed, with slack:
-  // one slow round trip in a few does not send the next wait to sleep. Waits past the cap do
+  // Of the waits that ended within the cap, the one three in four did not exceed, with ample
+  // slack: one slow round trip in a few does not send the next wait to sleep, and a wait that
+  // does sleep pays a wake-up, which on a loaded or emulated machine costs far more than the
+  // round trip it waits for. Waits past the cap do
   // not lower it while they are the minority: on a loaded machine a wait that ended asleep
   // often took long only because waking up did, which is what spinning avoids.
   const auto at = within.begin() + static_cast<std::ptrdiff_t>((n * 3) / 4);
   std::nth_element(within.begin(), at, within.begin() + static_cast<std::ptrdiff_t>(n));
   const int64_t q = *at;
-  budget_us_ = std::clamp<int64_t>(q + q / 2 + 1, base_us_, std::max(base_us_, kCapUs));
+  budget_us_ = std::clamp<int64_t>(4 * q + 1, base_us_, std::max(base_us_, kCapUs));
 }
 
 }  // namespace braid::transport::ib

@@ -7,8 +7,8 @@
 // covers it; on Soft-RoCE, and worse under emulation, a round trip takes longer than that
 // spin, so every wait ended in the kernel and paid the wake-up on top of the round trip
 // (docs/ib.md has the figures). The budget therefore follows the waits that ended with a
-// completion: a high quantile of those among the last kSamples that ended within kCapUs, with
-// some slack, but never less than BRAID_SPIN_US and never more than kCapUs. A wait that
+// completion: four times a high quantile of those among the last kSamples that ended within
+// kCapUs, but never less than BRAID_SPIN_US and never more than kCapUs. A wait that
 // outlasted the cap (the peer is computing, or the job is idle) counts as "too long"; when
 // such waits are the majority the budget falls back to BRAID_SPIN_US, since spinning would not
 // have reached the completion anyway. Whether a wait may spin at all is still common/spin.h's

@@ -23,13 +23,13 @@ TEST(SpinBudget, CoversWaitsLongerThanTheConfiguredSpin) {
   SpinBudget b(50);
   for (int i = 0; i < 16; ++i) b.completed_after(us(70));
   EXPECT_GT(b.budget(), us(70));
-  EXPECT_LE(b.budget(), us(2 * 70));
+  EXPECT_LE(b.budget(), us(4 * 70 + 1));
 }
 
 TEST(SpinBudget, NeverBelowTheConfiguredSpin) {
   SpinBudget b(50);
   for (int i = 0; i < 16; ++i) b.completed_after(us(3));
-  EXPECT_EQ(b.budget(), us(50));
+  EXPECT_EQ(b.budget(), us(50));  // an HCA's round trip: the configured spin covers it
   SpinBudget zero(0);
   for (int i = 0; i < 16; ++i) zero.completed_after(us(0));
   EXPECT_EQ(zero.budget(), us(1));
@@ -48,7 +48,7 @@ TEST(SpinBudget, BoundedByTheCap) {
 TEST(SpinBudget, OneSlowWaitInAFewDoesNotMoveIt) {
   SpinBudget b(50);
   for (int i = 0; i < 16; ++i) b.completed_after(us(i % 8 == 0 ? 1500 : 80));
-  EXPECT_LT(b.budget(), us(200));
+  EXPECT_LE(b.budget(), us(4 * 80 + 1));
   // Nor does a minority of waits past the cap (a loaded machine's slow wake-ups).
   for (int i = 0; i < 16; ++i) {
     if (i % 3 == 0) {
@@ -58,7 +58,7 @@ TEST(SpinBudget, OneSlowWaitInAFewDoesNotMoveIt) {
     }
   }
   EXPECT_GT(b.budget(), us(80));
-  EXPECT_LT(b.budget(), us(200));
+  EXPECT_LE(b.budget(), us(4 * 80 + 1));
 }
 
 TEST(SpinBudget, IdleWaitsSendItBackToTheConfiguredSpin) {
