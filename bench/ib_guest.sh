@@ -81,7 +81,7 @@ for round in $(seq "$ROUNDS"); do
   # The transport alone: field 2 is the median half round trip in us (and how it waited, on
   # stderr's copy of its first line).
   if [ -z "$braid_missing" ] && [ "$TRANSPORT" = ib ] && [ -x "$pingpong" ]; then
-    if out=$(timeout -k 5 120 "$pingpong" --iters 1000 2>&1); then
+    if out=$(timeout -k 5 120 env -u BRAID_PERF_TRANSPORT "$pingpong" --iters 1000 2>&1); then
       awk -F'\t' '$1 == "RESULT" { print $2 }' <<< "$out" >> "$results/pingpong"
       sed -n 1p <<< "$out" | sed 's/^/ib_guest:   /' >&2
     else
