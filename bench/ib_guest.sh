@@ -3,6 +3,7 @@
 # one boot of the emulated guest (scripts/rdma_guest.sh), in interleaved rounds: each round runs
 #   ib_write_bw 4 MiB (rxe0 -> rxe1)   then braid-perf broadcast 4 MiB, 2 ranks (one-way bandwidth)
 #   ib_write_lat 8 B                   then braid-perf sendrecv 8 B (latency)
+#   ib_pingpong_bench 8 B: the ib transport alone, below the runtime (half round trip)
 #   braid-perf all_reduce 4 MiB, 2 ranks (busbw)
 # Each braid-perf rank is one "host": rank 0 on rxe0/veth0 (10.99.0.1), rank 1 on rxe1/veth1
 # (10.99.0.2), started by braidrun with BRAID_IB_HCA and BRAID_SOCKET_IFNAME set per local rank.
@@ -29,6 +30,7 @@ fi
 pair=scripts/rdma_guest/perftest_pair.sh
 perf=$BUILD_DIR/tools/braid_perf/braid-perf
 braidrun=$BUILD_DIR/tools/braidrun/braidrun
+pingpong=$BUILD_DIR/bench/transport/ib_pingpong_bench  # built with -Dbenchmarks=true and ib
 results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
 
@@ -76,6 +78,17 @@ for round in $(seq "$ROUNDS"); do
   perftest write_lat 5 ib_write_lat 18601 8 -n 1000 -F
   # Sendrecv: field 7 is the median time in us of an 8 B exchange, both ranks sending at once.
   [ -n "$braid_missing" ] || braid sendrecv 7 1 29611 --op sendrecv -b 8 -e 8 -n 200 -w 20
+  # The transport alone: field 2 is the median half round trip in us (and how it waited, on
+  # stderr's copy of its first line).
+  if [ -z "$braid_missing" ] && [ "$TRANSPORT" = ib ] && [ -x "$pingpong" ]; then
+    if out=$(timeout -k 5 120 env -u BRAID_PERF_TRANSPORT "$pingpong" --iters 1000 2>&1); then
+      awk -F'\t' '$1 == "RESULT" { print $2 }' <<< "$out" >> "$results/pingpong"
+      sed -n 1p <<< "$out" | sed 's/^/ib_guest:   /' >&2
+    else
+      echo "ib_guest: ib_pingpong_bench failed:" >&2
+      echo "$out" | tail -n 5 | sed 's/^/  /' >&2
+    fi
+  fi
   # All-reduce: field 11 is busbw in GB/s.
   [ -n "$braid_missing" ] || braid all_reduce 11 8 29612 --op all_reduce -b 4M -e 4M -n 10 -w 2
 done
@@ -115,5 +128,7 @@ ratio "  braid / ib_write_bw" broadcast write_bw -r
 row "ib_write_lat 8 B (t_typical)" write_lat "" us
 row "braid-perf sendrecv 8 B (median time)" sendrecv "" us "$na"
 ratio "  braid / ib_write_lat" sendrecv write_lat ""
+row "ib transport ping-pong 8 B (half round trip)" pingpong "" us "${na:-n/a (ib_pingpong_bench not built, or not over ib)}"
+ratio "  transport / ib_write_lat" pingpong write_lat ""
 row "braid-perf all_reduce 4 MiB (busbw)" all_reduce -r Gbit/s "$na"
 ratio "  braid busbw / ib_write_bw" all_reduce write_bw -r

@@ -89,7 +89,15 @@ Status IbConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
     }
     recv_mrs_[r.seq] = mr.value();
   }
-  progress();
+  // A receive whose message can come eagerly is advertised in the transport's next pass (its
+  // poll), not now: whatever CTS it needs then leaves after a send posted just after this
+  // receive, as the executor posts them, instead of ahead of it. Its message may already be
+  // here: it completes now, as it always did (a peer that closes next counts it as received).
+  if (capacity > kEagerSlotBytes) {
+    progress();
+  } else if (started_) {
+    deliver();
+  }
   return Status::ok();
 }
 
@@ -104,6 +112,7 @@ Status IbConnection::advertise(RecvLedger::Receive& r) {
   e.rkey = mr == recv_mrs_.end() ? 0 : mr->second.rkey;
   e.seq = static_cast<uint32_t>(r.seq);
   e.eager_consumed = recv_.eager_consumed();
+  cts_consumed_reported_ = e.eager_consumed;
   unsigned char* at = cts_staging_.data() + slot * kCtsEntryBytes;
   encode(e, at);
   RETURN_IF_ERROR(post_write(qp, wr_id(WrKind::cts, r.seq), at, kCtsEntryBytes, cts_staging_.lkey(),
@@ -174,18 +183,52 @@ Status IbConnection::start_send(Send& s) {
 void IbConnection::progress() {
   if (!started_ || !failure_.is_ok()) return;
   deliver();
-  while (RecvLedger::Receive* r = recv_.next_to_advertise()) {
-    Status st = advertise(*r);
-    if (!st.is_ok()) return fail(st.code(), st.message());
-    if (!r->advertised) break;  // the send queue is full: later
-  }
+  // Sends first: their data is what a peer waits for; a CTS is needed only by a rendezvous
+  // message or a sender short of eager credits.
   for (Send& s : sends_) {
     if (s.started) continue;
     Status st = start_send(s);
     if (!st.is_ok()) return fail(st.code(), st.message());
     if (!s.started) break;  // in order: the next waits for this one
   }
+  cts_held_ = false;
+  while (RecvLedger::Receive* r = recv_.next_to_advertise()) {
+    if (hold_cts(*r)) {
+      cts_held_ = true;
+      break;
+    }
+    Status st = advertise(*r);
+    if (!st.is_ok()) return fail(st.code(), st.message());
+    if (!r->advertised) break;  // the send queue is full: later
+  }
   deliver();
+}
+
+// A small receive's CTS is usually not needed: its message comes eagerly, and once it has
+// arrived the receive needs no CTS at all. Writing one anyway costs a work request, a doorbell
+// (a system call on Soft-RoCE) and a completion on each side, per message. So the newest
+// receive, when small, is advertised only when the sender may need it: when a later receive is
+// posted (advertisements stay in order), when the sender's eager credits run low (the count of
+// eager messages copied out has moved half the eager ring past the count the last CTS carried;
+// credits travel only in CTS entries), or when it has waited kHoldCts (a sender short of
+// credits in some other pattern, or one whose message is too large for this receive, waits for
+// a CTS: it is delayed by that much, never stuck).
+constexpr auto kHoldCts = std::chrono::milliseconds(1);
+
+bool IbConnection::hold_cts(const RecvLedger::Receive& r) {
+  if (r.capacity > kEagerSlotBytes || recv_.posted().back().seq != r.seq) return false;
+  if (recv_.eager_consumed() - cts_consumed_reported_ >= kEagerSlots / 2) return false;
+  const auto now = Clock::now();
+  if (held_seq_ != r.seq) {
+    held_seq_ = r.seq;
+    held_since_ = now;
+  }
+  return now - held_since_ < kHoldCts;
+}
+
+std::optional<Clock::time_point> IbConnection::cts_due() const {
+  if (!cts_held_ || !failure_.is_ok()) return std::nullopt;
+  return held_since_ + kHoldCts;
 }
 
 int IbConnection::poll_cq() {
@@ -328,9 +371,14 @@ void IbConnection::peer_closed(uint64_t received) {
     report(Completion{this, s.cookie, true, s.bytes, Status::ok()});
     sends_.pop_front();
   }
-  fail(ErrorCode::peer_lost, "rank " + std::to_string(peer_rank_) +
-                                 " closed this connection normally (its communicator was destroyed, or it exited) "
-                                 "with this operation outstanding");
+  // With nothing outstanding this is an ordinary shutdown (the peer's communicator went first):
+  // a later operation still fails with this message, but nothing is worth a warning now.
+  const bool idle = sends_.empty() && recv_.posted().empty();
+  fail(ErrorCode::peer_lost,
+       "rank " + std::to_string(peer_rank_) +
+           " closed this connection normally (its communicator was destroyed, or it exited) "
+           "with this operation outstanding",
+       !idle);
 }
 
 std::string IbConnection::op_prefix(bool is_send) const {
@@ -343,12 +391,12 @@ void IbConnection::report(Completion c) {
   if (reporting_) shared_.ready->push_back(std::move(c));
 }
 
-void IbConnection::fail(ErrorCode code, const std::string& cause) {
+void IbConnection::fail(ErrorCode code, const std::string& cause, bool warn) {
   if (!failure_.is_ok()) return;
   failure_ = Status(code, op_prefix(true) + cause);
   // Said here, once: the runtime may be waiting on another peer when this one fails, and the
   // peer sees only that this end closed.
-  if (code != ErrorCode::aborted) {
+  if (warn && code != ErrorCode::aborted) {
     BRAID_LOG(warn) << "ib connection of rank " << self_rank_ << " to rank " << peer_rank_ << " at " << peer_address_
                     << " via " << shared_.device->where() << " failed: " << cause;
   }

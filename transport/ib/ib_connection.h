@@ -19,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,9 @@ class IbConnection final : public Connection {
   int poll_cq();
   void progress();
   Status arm();
+  // When a clear-to-send held back by progress() must go at the latest (the transport bounds
+  // its sleep by it); nullopt when none is held back.
+  std::optional<Clock::time_point> cts_due() const;
   // Reads the bootstrap socket after epoll said it is readable: EOF fails the connection.
   void check_socket();
   ibv_cq* cq() const { return cq_.get(); }
@@ -92,14 +96,16 @@ class IbConnection final : public Connection {
   IbConnection(const IbShared& shared, int self_rank, int peer_rank);
   Status start_send(Send& s);  // posts its writes if credits and queue room allow
   Status advertise(RecvLedger::Receive& r);
+  bool hold_cts(const RecvLedger::Receive& r);  // whether r's CTS may wait (progress() says why)
   Status post_write(uint32_t qp, uint64_t wr_id, const void* local, uint64_t bytes, uint32_t lkey,
                     uint64_t remote, uint32_t rkey, uint32_t imm, bool inline_ok);
   Status post_recv_wr(uint32_t qp);
   void on_wc(const ibv_wc& wc);
   void deliver();
   // Fails the connection: every outstanding operation completes with `why` (made per operation
-  // by `message`), the QPs go to the error state.
-  void fail(ErrorCode code, const std::string& cause);
+  // by `message`), the QPs go to the error state. `warn`: say so at WARN (the runtime may be
+  // waiting on another peer).
+  void fail(ErrorCode code, const std::string& cause, bool warn = true);
   std::string op_prefix(bool is_send) const;
   void report(Completion c);
   // The peer said goodbye having received `received` messages whole.
@@ -124,6 +130,10 @@ class IbConnection final : public Connection {
   Status failure_;
   bool started_ = false;
   bool reporting_ = true;
+  uint64_t cts_consumed_reported_ = 0;  // the eager count the latest CTS carried to the peer
+  uint64_t held_seq_ = ~uint64_t{0};    // the receive whose CTS is held back, since held_since_
+  Clock::time_point held_since_{};
+  bool cts_held_ = false;
   unsigned char bye_[kByeBytes] = {};  // the peer's goodbye, as it arrives
   size_t bye_got_ = 0;
 };

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/log.h"
+#include "common/spin.h"
 #include "transport/ib/hca_spec.h"
 #include "transport/ib/ib_devices.h"
 #include "transport/tcp/interface_select.h"
@@ -32,7 +33,8 @@ IbTransport::IbTransport(const TransportOptions& options)
     : env_(options.env),
       master_addr_(options.master_addr),
       listen_host_(options.listen_host),
-      bootstrap_(options.secret) {}
+      bootstrap_(options.secret),
+      spin_(options.env.spin_us) {}
 
 IbTransport::~IbTransport() = default;
 
@@ -221,8 +223,16 @@ Status IbTransport::sleep(std::chrono::microseconds timeout) {
   // A completion that came between the last pass and arming raised no event: look once more.
   pass();
   if (!ready_.empty()) return Status::ok();
+  // A clear-to-send a connection holds back must go in time (ib_connection.cc, hold_cts).
+  for (IbConnection* c : connections_) {
+    if (auto due = c->cts_due()) {
+      timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::microseconds>(*due - Clock::now()));
+    }
+  }
+  timeout = std::max(timeout, std::chrono::microseconds(0));
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout + std::chrono::microseconds(999));
   epoll_event evs[16];
+  ++waits_.sleeps;
   const int n = epoll_wait(epoll_fd_.get(), evs, 16, static_cast<int>(std::min<int64_t>(ms.count(), 1 << 30)));
   if (n < 0 && errno != EINTR) return system_error("ib: epoll_wait", errno);
   for (int i = 0; i < n; ++i) {
@@ -230,7 +240,10 @@ Status IbTransport::sleep(std::chrono::microseconds timeout) {
     if (tag == kTagChannel) {
       ibv_cq* cq = nullptr;
       void* ctx = nullptr;
-      while (ibv_get_cq_event(device_->channel(), &cq, &ctx) == 0) ibv_ack_cq_events(cq, 1);
+      while (ibv_get_cq_event(device_->channel(), &cq, &ctx) == 0) {
+        ibv_ack_cq_events(cq, 1);
+        ++waits_.channel_events;
+      }
     } else if (tag == kTagWake) {
       uint64_t v;
       (void)::read(wake_fd_.get(), &v, sizeof v);
@@ -243,14 +256,30 @@ Status IbTransport::sleep(std::chrono::microseconds timeout) {
 }
 
 Status IbTransport::poll(std::vector<Completion>& out, std::chrono::microseconds timeout) {
+  ++waits_.polls;
   pass();
   if (Clock::now() - sockets_checked_ > kSocketCheckInterval) check_sockets();
   if (ready_.empty() && timeout.count() > 0) {
     const auto start = Clock::now();
-    const auto spin = std::min<std::chrono::microseconds>(timeout, std::chrono::microseconds(env_.spin_us));
-    while (ready_.empty() && Clock::now() - start < spin) pass();
+    // Spin as long as recent completions took to come (spin_budget.h), when a wait may spin at
+    // all (common/spin.h: not on a progress thread while nobody waits for a result).
+    const auto spin = spin_allowed() ? std::min(timeout, spin_.budget()) : std::chrono::microseconds(0);
+    if (spin.count() > 0) {
+      SpinScope spinning;
+      while (ready_.empty() && Clock::now() - start < spin) {
+        spinning.pause();
+        pass();
+        ++waits_.spin_passes;
+      }
+    }
     const auto left = timeout - std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
     if (ready_.empty() && left.count() > 0) RETURN_IF_ERROR(sleep(left));
+    const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
+    if (!ready_.empty()) {
+      spin_.completed_after(waited);
+    } else if (waited.count() > SpinBudget::kCapUs) {
+      spin_.nothing_within_cap();
+    }
   }
   out.insert(out.end(), std::make_move_iterator(ready_.begin()), std::make_move_iterator(ready_.end()));
   ready_.clear();

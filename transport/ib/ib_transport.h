@@ -9,8 +9,9 @@
 // the QPs to RTS and keep the socket as the liveness channel; all bounded by the deadline.
 //
 // poll() drains every connection's CQ and moves their credits; with nothing ready it spins for
-// BRAID_SPIN_US, then sleeps in epoll on the completion channel, an eventfd (wake()) and the
-// liveness sockets, so an idle transport burns no CPU. Connections must be destroyed before the
+// as long as recent completions took to come (spin_budget.h; at least BRAID_SPIN_US, and only
+// where common/spin.h allows), then arms the CQs and sleeps in epoll on the completion channel,
+// an eventfd (wake()) and the liveness sockets, so an idle transport burns no CPU. Connections must be destroyed before the
 // transport. Memory (memory_registry.h): post_* take plain host pointers; the registration
 // cache registers each buffer once and keeps it, so needs_registration is false;
 // register_memory pins a range (CUDA memory only with GPUDirect, through dma-buf) and
@@ -26,6 +27,7 @@
 #include "transport/ib/ib_bootstrap.h"
 #include "transport/ib/ib_connection.h"
 #include "transport/ib/port_choice.h"
+#include "transport/ib/spin_budget.h"
 #include "transport/ib/memory_registry.h"
 #include "transport/ib/verbs.h"
 #include "transport/registry.h"
@@ -53,6 +55,16 @@ class IbTransport final : public Transport {
   // The host registration cache's counts (tests: no registration per operation).
   RegCache::Stats registration_stats() const { return memory_->host_stats(); }
 
+  // How poll() has waited so far (tests and benchmarks: a wait for a completion that is near is
+  // spent polling the CQs, not asleep on the completion channel).
+  struct WaitStats {
+    uint64_t polls = 0;         // poll() calls
+    uint64_t spin_passes = 0;   // passes over the CQs while spinning for a completion
+    uint64_t sleeps = 0;        // epoll_wait calls that could block (CQs armed first)
+    uint64_t channel_events = 0;  // CQ events read from the completion channel
+  };
+  WaitStats wait_stats() const { return waits_; }
+
  private:
   explicit IbTransport(const TransportOptions& options);
   Status open(const TransportOptions& options);
@@ -79,6 +91,8 @@ class IbTransport final : public Transport {
   std::vector<Completion> ready_;
   tcp::UniqueFd epoll_fd_, wake_fd_;
   Clock::time_point sockets_checked_{};
+  WaitStats waits_;
+  SpinBudget spin_;
 };
 
 }  // namespace braid::transport::ib

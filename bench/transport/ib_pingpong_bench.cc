@@ -1,0 +1,167 @@
+// bench/transport/ib_pingpong_bench.cc - the ib transport alone, below the runtime: an 8-byte
+// ping-pong between two transports of one process, one on rxe0 (10.99.0.1) and one on rxe1
+// (10.99.0.2), each driven by its own thread through the seam exactly as the runtime drives it
+// (post_recv, post_send, poll with a timeout). Prints the median half round trip, comparable
+// with ib_write_lat's t_typical, and how each end waited (IbTransport::wait_stats): passes spun
+// over the CQs, sleeps on the completion channel, CQ events read. Run inside the Soft-RoCE guest
+// (bench/ib_guest.sh does); BRAID_SPIN_US and the other BRAID_* variables apply as usual.
+//
+//   ib_pingpong_bench [--iters 2000] [--warmup 100] [--bytes 8] [--hosts 10.99.0.1,10.99.0.2]
+//
+// Output: one line "RESULT<TAB>half_rtt_us<TAB>p10<TAB>p90<TAB>polls<TAB>spin_passes<TAB>sleeps
+// <TAB>channel_events" (the last four summed over both ends, per round trip), after a readable one.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/ib/ib_transport.h"
+#include "transport/registry.h"
+
+namespace {
+
+using namespace braid;
+using namespace braid::transport;
+using Clock = std::chrono::steady_clock;
+constexpr uint64_t kComm = 0x9109;
+
+[[noreturn]] void die(const std::string& why) {
+  std::fprintf(stderr, "ib_pingpong_bench: %s\n", why.c_str());
+  std::exit(1);
+}
+
+class End {
+ public:
+  explicit End(const std::string& host) {
+    TransportOptions o;
+    const Result<Env>& env = global_env();
+    if (!env.is_ok()) die(env.status().message());
+    o.env = env.value();
+    o.listen_host = host;
+    auto t = create_transport("ib", o);
+    if (!t.is_ok()) die(t.status().message());
+    transport_ = std::move(t).value();
+  }
+  std::string listen() {
+    auto a = transport_->listen();
+    if (!a.is_ok()) die(a.status().message());
+    return a.value();
+  }
+  void accept() { set(transport_->accept({kComm, 1, 0}, Deadline::after_seconds(60))); }
+  void connect(const std::string& to) { set(transport_->connect(to, {kComm, 0, 1}, Deadline::after_seconds(60))); }
+
+  void round_trip(size_t bytes) {
+    check(conn_->post_recv(in_.data(), bytes, 0), "post_recv");
+    check(conn_->post_send(out_.data(), bytes, 1), "post_send");
+    await(2);
+  }
+  void echo(size_t bytes) {
+    check(conn_->post_recv(in_.data(), bytes, 0), "post_recv");
+    await(1);
+    check(conn_->post_send(in_.data(), bytes, 1), "post_send");
+    await(1);
+  }
+  ib::IbTransport::WaitStats stats() const {
+    return dynamic_cast<const ib::IbTransport&>(*transport_).wait_stats();
+  }
+  void resize(size_t bytes) {
+    in_.assign(bytes, 0);
+    out_.assign(bytes, 1);
+  }
+
+ private:
+  void set(Result<std::unique_ptr<Connection>> c) {
+    if (!c.is_ok()) die(c.status().message());
+    conn_ = std::move(c).value();
+  }
+  static void check(const Status& s, const char* what) {
+    if (!s.is_ok()) die(std::string(what) + ": " + s.message());
+  }
+  void await(int n) {
+    while (n > 0) {
+      done_.clear();
+      check(transport_->poll(done_, std::chrono::seconds(5)), "poll");
+      for (const Completion& c : done_) {
+        if (!c.status.is_ok()) die("transfer failed: " + c.status.message());
+        --n;
+      }
+    }
+  }
+
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<Connection> conn_;
+  std::vector<Completion> done_;
+  std::vector<unsigned char> in_, out_;
+};
+
+ib::IbTransport::WaitStats minus(ib::IbTransport::WaitStats a, const ib::IbTransport::WaitStats& b) {
+  a.polls -= b.polls;
+  a.spin_passes -= b.spin_passes;
+  a.sleeps -= b.sleeps;
+  a.channel_events -= b.channel_events;
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 2000, warmup = 100;
+  size_t bytes = 8;
+  std::string host0 = "10.99.0.1", host1 = "10.99.0.2";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--iters") iters = std::atoi(v.c_str());
+    else if (k == "--warmup") warmup = std::atoi(v.c_str());
+    else if (k == "--bytes") bytes = static_cast<size_t>(std::atoll(v.c_str()));
+    else if (k == "--hosts" && v.find(',') != std::string::npos) {
+      host0 = v.substr(0, v.find(','));
+      host1 = v.substr(v.find(',') + 1);
+    } else die("unknown option " + k + " (options: --iters --warmup --bytes --hosts)");
+  }
+  if (iters < 1 || warmup < 0) die("--iters must be at least 1, --warmup at least 0");
+
+  std::promise<std::string> address;
+  auto address_ready = address.get_future();
+  ib::IbTransport::WaitStats echo_stats;
+  std::thread echo([&] {
+    End end(host1);
+    end.resize(bytes);
+    address.set_value(end.listen());
+    end.accept();
+    for (int i = 0; i < warmup; ++i) end.echo(bytes);
+    const auto before = end.stats();
+    for (int i = 0; i < iters; ++i) end.echo(bytes);
+    echo_stats = minus(end.stats(), before);
+  });
+  End end(host0);
+  end.resize(bytes);
+  end.connect(address_ready.get());
+  for (int i = 0; i < warmup; ++i) end.round_trip(bytes);
+  const auto before = end.stats();
+  std::vector<double> half_us;
+  half_us.reserve(static_cast<size_t>(iters));
+  for (int i = 0; i < iters; ++i) {
+    const auto t0 = Clock::now();
+    end.round_trip(bytes);
+    half_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2);
+  }
+  const auto pinger = minus(end.stats(), before);
+  echo.join();
+  std::sort(half_us.begin(), half_us.end());
+  const auto at = [&](double q) { return half_us[static_cast<size_t>(q * static_cast<double>(half_us.size() - 1))]; };
+  const double n = iters;
+  std::printf("ib ping-pong %zu B, %d round trips: half round trip median %.2f us (p10 %.2f, p90 %.2f); per round "
+              "trip, both ends: %.2f polls, %.1f spin passes, %.3f sleeps, %.3f channel events\n",
+              bytes, iters, at(0.5), at(0.1), at(0.9), (pinger.polls + echo_stats.polls) / n,
+              (pinger.spin_passes + echo_stats.spin_passes) / n, (pinger.sleeps + echo_stats.sleeps) / n,
+              (pinger.channel_events + echo_stats.channel_events) / n);
+  std::printf("RESULT\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.3f\t%.3f\n", at(0.5), at(0.1), at(0.9),
+              (pinger.polls + echo_stats.polls) / n, (pinger.spin_passes + echo_stats.spin_passes) / n,
+              (pinger.sleeps + echo_stats.sleeps) / n, (pinger.channel_events + echo_stats.channel_events) / n);
+  return 0;
+}
