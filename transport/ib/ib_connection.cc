@@ -16,6 +16,9 @@ namespace braid::transport::ib {
 
 namespace {
 
+// How long a goodbye may wait for the messages its sender posted to land (ib_wire.h).
+constexpr auto kGoodbyeDrain = std::chrono::seconds(2);
+
 // wr_id: the kind in the top byte, then the message's seq (sends) or the QP index (receives).
 enum class WrKind : uint64_t { send = 1, cts = 2, recv = 3 };
 constexpr uint64_t wr_id(WrKind k, uint64_t v) { return (static_cast<uint64_t>(k) << 56) | (v & ((1ull << 56) - 1)); }
@@ -149,6 +152,7 @@ Status IbConnection::start_send(Send& s) {
     }
     s.wrs_left = 1;
     s.started = true;
+    ++sends_started_;
     send_ledger_.sent(d);
     return Status::ok();
   }
@@ -176,6 +180,7 @@ Status IbConnection::start_send(Send& s) {
   }
   s.wrs_left = static_cast<uint32_t>(plan.pieces.size());
   s.started = true;
+  ++sends_started_;
   send_ledger_.sent(d);
   return Status::ok();
 }
@@ -342,13 +347,19 @@ void IbConnection::check_socket() {
   if (bye_got_ < kByeBytes && n < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR)) {
     if (bye_got_ == 0 || bye_[0] == kByeByte) return;  // the rest of a goodbye is on its way
   }
-  // What the peer finished before it went may still be on its way into the CQ: take it first
-  // (a short, bounded wait: completions of data already placed follow within microseconds).
-  const auto until = Clock::now() + std::chrono::milliseconds(2);
+  // What the peer finished before it went may still be on its way into the CQ: take it first.
+  // After a goodbye, until every message it posted has arrived for the receives waiting here
+  // (bounded: on a loaded or emulated host their completions can trail the EOF by
+  // milliseconds); without one, briefly.
+  const bool said_bye = bye_got_ == kByeBytes && bye_[0] == kByeByte;
+  uint64_t peer_sent = 0;
+  if (said_bye) std::memcpy(&peer_sent, bye_ + 9, sizeof peer_sent);
+  const auto until = Clock::now() + (said_bye ? kGoodbyeDrain : std::chrono::milliseconds(2));
   do {
     poll_cq();
     progress();
-  } while (failure_.is_ok() && Clock::now() < until);
+  } while (failure_.is_ok() && Clock::now() < until &&
+           (!said_bye || (recv_.outstanding() > 0 && recv_.completed() < peer_sent)));
   if (!failure_.is_ok()) return;
   if (bye_got_ > 0 && bye_[0] != kByeByte) {
     fail(ErrorCode::protocol, "unexpected bytes on its bootstrap connection (not a braid ib peer?)");
@@ -430,7 +441,8 @@ void IbConnection::close() {
     bye[0] = kByeByte;
     const uint64_t received = recv_.completed();
     std::memcpy(bye + 1, &received, sizeof received);
-    // Nothing else was ever written to this socket after setup: its buffer takes 9 bytes at once.
+    std::memcpy(bye + 9, &sends_started_, sizeof sends_started_);
+    // Nothing else was ever written to this socket after setup: its buffer takes the goodbye at once.
     (void)::send(socket_.get(), bye, sizeof bye, MSG_DONTWAIT | MSG_NOSIGNAL);
   }
   if (failure_.is_ok() && (started_ || !qps_.empty())) {

@@ -130,6 +130,7 @@ class IbConnection final : public Connection {
   Status failure_;
   bool started_ = false;
   bool reporting_ = true;
+  uint64_t sends_started_ = 0;  // messages whose writes are posted (the goodbye says how many)
   uint64_t cts_consumed_reported_ = 0;  // the eager count the latest CTS carried to the peer
   uint64_t held_seq_ = ~uint64_t{0};    // the receive whose CTS is held back, since held_since_
   Clock::time_point held_since_{};

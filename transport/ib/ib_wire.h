@@ -9,9 +9,12 @@
 // RTS, then sends one byte kReadyByte and waits for the peer's, so no write reaches a QP that is
 // not yet ready to receive. Afterwards the socket carries one message at most, the goodbye of an
 // end that closes the connection normally: kByeByte, then 8 bytes, the number of messages it
-// received whole. The peer completes the sends below that number (their data arrived; their
-// acknowledgements may come after the socket's EOF, or never once the QP is gone) and fails the
-// rest. EOF without a goodbye means the peer died: everything outstanding fails.
+// received whole, then 8 bytes, the number of its messages whose writes it posted. The peer
+// completes the sends below the first number (their data arrived; their acknowledgements may
+// come after the socket's EOF, or never once the QP is gone) and fails the rest; it takes the
+// messages below the second number from its CQ first (their completions may trail the EOF by
+// milliseconds on a loaded host). EOF without a goodbye means the peer died: everything
+// outstanding fails.
 //
 // Card:
 //   offset size field
@@ -64,7 +67,7 @@ constexpr size_t kMaxQps = 64;  // BRAID_IB_QPS_PER_CONNECTION's range
 constexpr size_t kCardBytes = 72 + 8 * kMaxQps;
 constexpr unsigned char kReadyByte = 0x5a;
 constexpr unsigned char kByeByte = 0xb7;
-constexpr size_t kByeBytes = 9;
+constexpr size_t kByeBytes = 17;
 
 constexpr uint32_t kCtsEntries = 256;  // also the most receives outstanding per connection
 constexpr size_t kCtsEntryBytes = 32;
