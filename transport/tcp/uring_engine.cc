@@ -29,7 +29,7 @@ namespace braid::transport::tcp {
 
 namespace {
 
-enum class OpKind : uint8_t { wake = 1, send, send_zero_copy, recv };
+enum class OpKind : uint8_t { wake = 1, send, send_zero_copy, recv, cancel };
 
 // What a completion refers to, packed into the 64-bit user_data.
 struct UserData {
@@ -150,7 +150,27 @@ Status UringEngine::check_owner() {
   return Status::ok();
 }
 
+// Several sockets to one peer leave receives armed on the sockets the next message did not
+// take (tcp_connection.cc: any of them may carry it), so a ring driving them is never quiet
+// between operations, and a SINGLE_ISSUER ring could then not follow the operations from the
+// progress thread to a caller and back. A plain ring may be entered by any thread.
+Status UringEngine::leave_single_issuer() {
+  for (TcpStream* s : slots_.all()) {
+    if (s != nullptr && s->in_flight()) return Status::ok();  // cannot be replaced now; stays as it is
+  }
+  io_uring_queue_exit(ring_.get());
+  unsigned features = 0;
+  int rc = setup_ring(ring_.get(), kFallbackFlags, &features);
+  if (rc < 0) return system_error("io_uring_setup (several sockets per peer)", -rc);
+  single_issuer_ = false;
+  enabled_ = false;  // check_owner arms the wake-up read on the new ring
+  if (notify_fd_ >= 0) register_notify();
+  BRAID_LOG(info) << "io_uring without SINGLE_ISSUER: several sockets per peer, driven by whichever thread runs";
+  return Status::ok();
+}
+
 Status UringEngine::add(TcpStream* stream) {
+  if (single_issuer_ && stream->connection()->socket_count() > 1) RETURN_IF_ERROR(leave_single_issuer());
   stream->slot = slots_.add(stream);
   if (direct_.active()) {  // two streams: the ring drives them all again
     TcpStream* old = direct_.stream();
@@ -163,6 +183,13 @@ Status UringEngine::add(TcpStream* stream) {
 void UringEngine::remove(TcpStream* stream, Deadline deadline) {
   if (direct_.stream() == stream) direct_.leave();
   if (stream->in_flight() && check_owner().is_ok()) {
+    // A receive armed for a message that will not come now (the connection closes) ends only
+    // when cancelled; its buffer is the stream's own, so nothing is lost.
+    if (stream->recv_in_flight) {
+      io_uring_sqe* sqe = get_sqe();
+      io_uring_prep_cancel64(sqe, std::bit_cast<uint64_t>(UserData{stream->slot, OpKind::recv, 0, 0}), 0);
+      io_uring_sqe_set_data64(sqe, std::bit_cast<uint64_t>(UserData{stream->slot, OpKind::cancel, 0, 0}));
+    }
     while (stream->in_flight() && !deadline.expired()) {
       (void)submit_and_wait(std::min<std::chrono::nanoseconds>(deadline.remaining(), std::chrono::milliseconds(10)));
       reap();
@@ -259,6 +286,7 @@ void UringEngine::handle(const io_uring_cqe* cqe) {
     arm_wake();
     return;
   }
+  if (ud.kind == OpKind::cancel) return;  // the cancelled operation reports itself
   TcpStream* s = slots_.at(ud.slot);
   if (s == nullptr) return;
   TcpConnection* conn = s->connection();
@@ -281,7 +309,7 @@ void UringEngine::handle(const io_uring_cqe* cqe) {
   } else if (ud.kind == OpKind::recv) {
     s->recv_in_flight = false;
     if (res < 0) {
-      if (!retryable(-res)) s->on_error(-res, false);
+      if (!retryable(-res) && res != -ECANCELED) s->on_error(-res, false);
     } else if (res == 0) {
       s->on_eof();
     } else {

@@ -51,6 +51,7 @@ class UringEngine final : public Engine {
   UringEngine(const Env& env, std::unique_ptr<io_uring> ring, bool single_issuer, int wake_fd);
   io_uring_sqe* get_sqe();
   void arm_wake();
+  Status leave_single_issuer();  // see add()
   void handle(const io_uring_cqe* cqe);
   void reap();
   Status submit_and_wait(std::chrono::nanoseconds timeout);

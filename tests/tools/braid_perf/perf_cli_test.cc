@@ -157,6 +157,18 @@ TEST(PerfCli, AsyncOperationsRunOnTheCallersThread) {
   EXPECT_EQ(ranks, 2) << "no closing line per rank at TRACE";
 }
 
+// Several sockets per peer (BRAID_NSOCKS, or a fast NIC's default) leave receives armed between
+// operations, and operations move between the caller's thread and the progress thread: the
+// io_uring engine must follow them (it failed "has I/O in flight" within a few hundred
+// operations), and closing must not leak sockets ("did not quiesce").
+TEST(PerfCli, SeveralSocketsPerPeerFollowTheOperationsAcrossThreads) {
+  Subprocess p(perf_under_braidrun(2, {"-b", "1M", "-e", "64M", "-n", "20", "-w", "2"}),
+               {{"BRAID_NSOCKS", "2"}, {"BRAID_TRANSPORT", "tcp"}});
+  ASSERT_EQ(p.wait(std::chrono::seconds(120)), 0) << p.output().substr(0, 4000);
+  EXPECT_EQ(p.output().find("WARN"), std::string::npos) << p.output().substr(0, 4000);
+  EXPECT_NE(p.output().find("Out of bounds values : 0 OK"), std::string::npos) << p.output().substr(0, 4000);
+}
+
 // Python's json module reads the record and finds what reproducing and comparing a run needs.
 const char* kJsonCheck = R"(
 import json, sys
