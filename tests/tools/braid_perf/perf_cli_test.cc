@@ -162,6 +162,7 @@ TEST(PerfCli, AsyncOperationsRunOnTheCallersThread) {
 // io_uring engine must follow them (it failed "has I/O in flight" within a few hundred
 // operations), and closing must not leak sockets ("did not quiesce").
 TEST(PerfCli, SeveralSocketsPerPeerFollowTheOperationsAcrossThreads) {
+  if (!BRAID_HAVE_LIBURING) GTEST_SKIP() << "built without liburing: the io_uring engine this guards is not here";
   Subprocess p(perf_under_braidrun(2, {"-b", "1M", "-e", "64M", "-n", "20", "-w", "2"}),
                {{"BRAID_NSOCKS", "2"}, {"BRAID_TRANSPORT", "tcp"}});
   ASSERT_EQ(p.wait(std::chrono::seconds(120)), 0) << p.output().substr(0, 4000);
