@@ -7,6 +7,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -235,6 +236,24 @@ class CudaDeviceApi final : public DeviceApi {
     return Status::ok();
   }
 
+  Status load_kernels(int device) override {
+#if BRAID_DEVICE_KERNELS
+    std::lock_guard<std::mutex> lock(loaded_mu_);
+    if (loaded_.count(device) != 0) return Status::ok();
+    DeviceScope scope(device);
+    const int e = collectives::cuda_reduce_load();
+    if (e != 0) {
+      return cuda_error("loading braid's reduction kernels on GPU " + std::to_string(device) +
+                            " (were they built for this GPU? meson's gpu_archs option names the architectures)",
+                        static_cast<cudaError_t>(e));
+    }
+    loaded_.insert(device);
+#else
+    (void)device;
+#endif
+    return Status::ok();
+  }
+
  private:
   // Streams of our own per GPU and lane (device_api.h): they must not wait for the legacy
   // default stream, which the caller's stream may be (and which our host function holds).
@@ -251,6 +270,8 @@ class CudaDeviceApi final : public DeviceApi {
 
   std::mutex mu_;
   std::map<std::pair<int, int>, cudaStream_t> streams_;
+  std::mutex loaded_mu_;
+  std::set<int> loaded_;  // GPUs whose context holds braid's kernels
   std::mutex pinned_mu_;
   std::map<void*, size_t> pinned_;  // every pinned buffer braid holds, with its size
   size_t pinned_in_use_ = 0;

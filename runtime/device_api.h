@@ -80,6 +80,13 @@ class DeviceApi {
   // Queues `fn` on `stream`: the stream's later work starts only after fn returned. fn runs on a
   // thread of the driver's and must not call CUDA.
   virtual Status enqueue_host_function(int device, void* stream, std::function<void()> fn) = 0;
+
+  // Loads what braid runs on `device` (its reduction kernels) into the GPU's context, once per
+  // device; the staging calls it before it holds any stream (before enqueue_host_function). CUDA
+  // loads kernels lazily, and loading one may wait for every stream of the GPU, the held one
+  // included: a first reduction queued while an operation holds its caller's stream would wait
+  // for that operation, which waits for the reduction.
+  virtual Status load_kernels(int device) = 0;
 };
 
 // The process's DeviceApi: the CUDA one when braid was built with CUDA, else nullptr. A

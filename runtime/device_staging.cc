@@ -128,6 +128,7 @@ Result<std::unique_ptr<DeviceStaging>> DeviceStaging::stage(
                             std::to_string(pr.device) + ": both must be on the same GPU");
   }
   const int device = ps.on_device ? ps.device : pr.device;
+  RETURN_IF_ERROR(api->load_kernels(device));  // before this operation (or any) holds a stream
   std::unique_ptr<DeviceStaging> st(new DeviceStaging(api, device, stream));
   if (pool && StagingPipeline::covers(args) && (x.send == 0 || ps.on_device) && (x.recv == 0 || pr.on_device)) {
     ASSIGN_OR_RETURN(st->pipe_, StagingPipeline::make(api, pool(), args, rank, size, device, stream));

@@ -5,11 +5,12 @@
 #   2. collectives on device buffers ordered on CUDA streams, and every collective on device
 #      buffers against host buffers for 2 and 4 ranks, reduced on the host and on the GPU
 #      (cuda_comm_test);
-#   3. compute-sanitizer (memcheck, then racecheck) on a subset of 2, where it is installed;
-#   4. the kernels' throughput next to a device-to-device copy (reduce_cuda_bench, short);
-#   5. 64 MiB / 1 GiB all_reduce on device buffers next to the same on host buffers, with
+#   3. the kernels' throughput next to a device-to-device copy (reduce_cuda_bench, short);
+#   4. 64 MiB / 1 GiB all_reduce on device buffers next to the same on host buffers, with
 #      BRAID_CUDA_REDUCE=host and =device, printing the pinned memory braid held (now and at its
-#      peak) after each size (cuda_staging_bench; docs/cuda.md: device >= 0.9x host).
+#      peak) after each size (cuda_staging_bench; docs/cuda.md: device >= 0.9x host);
+#   5. compute-sanitizer (memcheck, then racecheck) on a subset of 2, where it is installed (last:
+#      it is the slowest step).
 #
 #   scripts/gpu_check.sh [BUILD_DIR [extra meson setup arguments...]]
 #
@@ -63,6 +64,14 @@ run_test cuda_comm_test "$build/tests/runtime/device/cuda_comm_test" \
   "collectives on device buffers; every collective vs host buffers, 2 and 4 ranks on one GPU"
 echo "gpu_check: tests done after ${SECONDS}s"
 
+echo "gpu_check: benchmarks from ${SECONDS}s"
+echo "gpu_check: reduce_cuda_bench (output bytes/s, CUDA events)"
+timeout 90 "$build/bench/collectives/reduce_cuda_bench" --benchmark_min_time=0.1 || fail "reduce_cuda_bench failed"
+for reduce in host device; do
+  echo "gpu_check: cuda_staging_bench, BRAID_CUDA_REDUCE=$reduce (all_reduce busbw, device vs host buffers, 2 ranks, same run)"
+  BRAID_CUDA_REDUCE=$reduce timeout 150 "$build/tests/runtime/device/cuda_staging_bench" 64 1024 |
+    tee "$build/cuda_staging_bench_$reduce.log" || fail "cuda_staging_bench (BRAID_CUDA_REDUCE=$reduce) failed"
+done
 # compute-sanitizer slows CUDA calls ~10-100x: a subset, 2 ranks, reductions on the GPU.
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 subset='CudaComm.AllReduceOnTheCallersStream:CudaComm/EveryCollective.OnDeviceBuffersGivesTheHostResult/2ranks_device'
@@ -81,11 +90,4 @@ else
   echo "gpu_check: no compute-sanitizer (looked in PATH and /usr/local/cuda/bin): that step is left out"
 fi
 
-echo "gpu_check: reduce_cuda_bench (output bytes/s, CUDA events)"
-timeout 90 "$build/bench/collectives/reduce_cuda_bench" --benchmark_min_time=0.1 || fail "reduce_cuda_bench failed"
-for reduce in host device; do
-  echo "gpu_check: cuda_staging_bench, BRAID_CUDA_REDUCE=$reduce (all_reduce busbw, device vs host buffers, 2 ranks, same run)"
-  BRAID_CUDA_REDUCE=$reduce timeout 150 "$build/tests/runtime/device/cuda_staging_bench" 64 1024 |
-    tee "$build/cuda_staging_bench_$reduce.log" || fail "cuda_staging_bench (BRAID_CUDA_REDUCE=$reduce) failed"
-done
 echo "gpu_check: all passed on: $gpus (${SECONDS}s)"

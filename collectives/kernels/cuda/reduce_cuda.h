@@ -1,8 +1,8 @@
 // collectives/kernels/cuda/reduce_cuda.h - reductions on CUDA device memory.
 //
 // Built only with the `cuda` feature (nvcc from /usr/local/cuda, architectures from the
-// gpu_archs option). Not called by the runtime yet: its device-buffer path
-// (runtime/device_staging.h) stages through pinned host memory and reduces there.
+// gpu_archs option). The runtime reduces staged chunks with them (runtime/staging_pipeline.h,
+// BRAID_CUDA_REDUCE) through runtime/cuda_device_api.cc.
 #pragma once
 
 #include <cstddef>
@@ -20,5 +20,12 @@ namespace braid::collectives {
 // bitwise op (band, bor, bxor) on a floating dtype or an unknown dtype or op - checked before
 // anything is launched, whatever the count - else the error of the launch.
 int cuda_reduce_into(void* dst, const void* src, size_t count, DType dtype, Op op, void* stream);
+
+// Loads every reduction kernel into the current device's context by launching each once on an
+// empty range (on a stream of its own, waited for). CUDA loads kernels lazily by default (since
+// 12.2), and loading one may wait for all work on the GPU: launched for the first time while a
+// stream is held by a host function that waits for this very reduction, it would never return.
+// So the runtime calls this before it holds any stream. Returns 0 or a cudaError_t.
+int cuda_reduce_load();
 
 }  // namespace braid::collectives

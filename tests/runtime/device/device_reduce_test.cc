@@ -240,5 +240,55 @@ TEST_F(DeviceReduceTest, AFailureMidwayLeavesTheBufferUntouched) {
   EXPECT_EQ(failed.load(), 1) << "exactly the rank whose copy was refused fails";
 }
 
+// CUDA loads kernels lazily, and loading one may wait for every stream of the GPU: a first
+// reduction queued while an operation holds its caller's stream would wait for that very
+// operation (seen on an H200: 2 ranks, every collective with BRAID_CUDA_REDUCE=device hung). The
+// fake counts streams held, and reductions queued, on a GPU before load_kernels ran there. A
+// GPU number no other test uses, so this test sees its first operation there.
+TEST_F(DeviceReduceTest, KernelsAreLoadedBeforeAnyStreamIsHeld) {
+  constexpr int kGpu = 5;
+  ASSERT_FALSE(fake().loaded(kGpu));
+  const int held = fake().held_before_load.load(), reduced = fake().reduced_before_load.load();
+  const int reductions = fake().device_reductions.load();
+  DeviceJob job(2, kStaging, "device");
+  job.on_every_rank([&](int r) {
+    Communicator comm = job.make(r);
+    FakeStream stream;
+    comm.set_stream(&stream);
+    float* buf = testing::device_floats(20000, kGpu);
+    std::fill(buf, buf + 20000, 1.0f);
+    comm.all_reduce(buf, 20000, DType::f32, Op::sum);
+    EXPECT_EQ(std::count(buf, buf + 20000, 2.0f), 20000) << "rank " << r;
+    ASSERT_TRUE(stream.synchronize(kBound));
+  });
+  EXPECT_TRUE(fake().loaded(kGpu));
+  EXPECT_GT(fake().device_reductions.load(), reductions) << "nothing was reduced on the device";
+  EXPECT_EQ(fake().held_before_load.load(), held) << "a stream was held before the kernels were loaded";
+  EXPECT_EQ(fake().reduced_before_load.load(), reduced) << "a reduction was queued before the kernels were loaded";
+}
+
+// Kernels that cannot be loaded (built for another GPU): the operation fails at once with
+// CUDA's reason, nothing is held or copied, and the buffer is untouched.
+TEST_F(DeviceReduceTest, KernelsThatDoNotLoadFailTheCall) {
+  constexpr int kGpu = 6;
+  fake().fail_load = true;
+  const int held = fake().held_before_load.load();
+  DeviceJob job(1, kStaging, "device");
+  Communicator comm = job.make(0);
+  FakeStream stream;
+  comm.set_stream(&stream);
+  float* buf = testing::device_floats(1000, kGpu);
+  std::fill(buf, buf + 1000, 3.0f);
+  try {
+    comm.all_reduce(buf, 1000, DType::f32, Op::sum);
+    ADD_FAILURE() << "an all_reduce ran on a GPU whose kernels did not load";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("loading the kernels failed"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(std::count(buf, buf + 1000, 3.0f), 1000);
+  EXPECT_EQ(fake().held_before_load.load(), held);
+  ASSERT_TRUE(stream.synchronize(kBound));
+}
+
 }  // namespace
 }  // namespace braid

@@ -74,6 +74,7 @@ class FakeDeviceTest : public ::testing::Test {
     f.copy_back_delay_us = 0;
     f.reduce_delay_us = 0;
     f.fail_to_device_at = 0;
+    f.fail_load = false;
     StagingFaultsForTesting& x = staging_faults_for_testing();
     x.skip_input_wait = x.skip_slot_wait = x.early_result_copy = x.skip_result_wait = x.reduce_off_lane = false;
   }

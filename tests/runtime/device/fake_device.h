@@ -157,8 +157,9 @@ class FakeDevice final : public DeviceApi {
   // destination spoiled, and the result written after reduce_delay_us (so a reader that does not
   // wait for the reduction sees spoiled bytes). A reduction that starts while a copy to the device
   // queued before it still writes what it reads is counted in reduced_before_copy.
-  Status reduce_async(void* dst, const void* src, size_t count, DType dtype, Op op, int, void* stream) override {
+  Status reduce_async(void* dst, const void* src, size_t count, DType dtype, Op op, int device, void* stream) override {
     if (op == Op::avg) return Status(ErrorCode::internal, "fake device: avg passed to a reduction kernel");
+    if (!loaded(device)) reduced_before_load.fetch_add(1);
     const size_t bytes = count * dtype_size(dtype);
     const uint64_t ticket = next_ticket_.fetch_add(1) + 1;
     on(stream).push([=, this] {
@@ -241,9 +242,23 @@ class FakeDevice final : public DeviceApi {
     return Status::ok();
   }
 
-  Status enqueue_host_function(int, void* stream, std::function<void()> fn) override {
+  Status enqueue_host_function(int device, void* stream, std::function<void()> fn) override {
+    if (!loaded(device)) held_before_load.fetch_add(1);
     on(stream).push(std::move(fn));
     return Status::ok();
+  }
+
+  // CUDA's lazy loading, as a rule: the kernels of a GPU must be loaded before any stream is held
+  // and before any reduction is queued there (device_api.h says why).
+  Status load_kernels(int device) override {
+    if (fail_load.load()) return Status(ErrorCode::internal, "fake device: loading the kernels failed (test)");
+    std::lock_guard<std::mutex> lock(mu_);
+    loaded_.insert(device);
+    return Status::ok();
+  }
+  bool loaded(int device) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return loaded_.count(device) != 0;
   }
 
   // Waits until braid's own streams ran what was queued so far.
@@ -263,6 +278,9 @@ class FakeDevice final : public DeviceApi {
   std::atomic<int> reduce_delay_us{0};
   std::atomic<int> device_reductions{0};     // reductions run on a stream
   std::atomic<int> reduced_before_copy{0};   // of those, started before a copy they read or write landed
+  std::atomic<int> held_before_load{0};      // streams held before load_kernels on their GPU
+  std::atomic<int> reduced_before_load{0};   // reductions queued before load_kernels on their GPU
+  std::atomic<bool> fail_load{false};        // load_kernels fails
 
  private:
   struct Block {
@@ -298,6 +316,7 @@ class FakeDevice final : public DeviceApi {
   std::mutex mu_;
   std::map<char*, Block> blocks_;
   std::map<void*, size_t> pinned_sizes_;
+  std::set<int> loaded_;
   FakeStream default_stream_;
   FakeStream own_[2];
 };
