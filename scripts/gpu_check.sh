@@ -16,7 +16,8 @@
 #
 # BUILD_DIR defaults to build-gpu. Kernels are compiled for the GPU that nvidia-smi reports
 # (GPU_ARCHS=90 or GPU_ARCHS=80,90 overrides). Needs the CUDA toolkit in /usr/local/cuda (where
-# meson.build looks), a GPU with its driver, meson, ninja, GoogleTest and Google Benchmark.
+# meson.build looks), a GPU with its driver, meson, ninja, GoogleTest and Google Benchmark (where
+# their packages cannot be installed: scripts/pack_build_deps.sh here, then . .build-deps/env.sh).
 # Exits 0 when every test ran and passed; 1 when a build or a test failed; 2 when no nvcc or no
 # GPU is found, or the test was skipped anyway - never a silent pass without a GPU.
 set -euo pipefail
@@ -72,19 +73,24 @@ for reduce in host device; do
   BRAID_CUDA_REDUCE=$reduce timeout 150 "$build/tests/runtime/device/cuda_staging_bench" 64 1024 |
     tee "$build/cuda_staging_bench_$reduce.log" || fail "cuda_staging_bench (BRAID_CUDA_REDUCE=$reduce) failed"
 done
-# compute-sanitizer slows CUDA calls ~10-100x: a subset, 2 ranks, reductions on the GPU.
+# compute-sanitizer slows CUDA calls ~10-100x: 2 ranks, first with reductions on the host (copies
+# and host functions only), then on the GPU (kernels launched while the callers' streams are
+# held), so that a hang under one tool says which of the two it is (docs/cuda.md).
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-subset='CudaComm.AllReduceOnTheCallersStream:CudaComm/EveryCollective.OnDeviceBuffersGivesTheHostResult/2ranks_device'
+subsets=('CudaComm/EveryCollective.OnDeviceBuffersGivesTheHostResult/2ranks_host'
+         'CudaComm.AllReduceOnTheCallersStream:CudaComm/EveryCollective.OnDeviceBuffersGivesTheHostResult/2ranks_device')
 if [[ -x $sanitizer ]]; then
   for tool in memcheck racecheck; do
-    echo "gpu_check: compute-sanitizer --tool $tool on $subset"
-    status=0
-    timeout 150 "$sanitizer" --tool "$tool" --error-exitcode 3 \
-      "$build/tests/runtime/device/cuda_comm_test" --gtest_filter="$subset" >"$build/sanitizer_$tool.log" 2>&1 ||
-      status=$?
-    tail -5 "$build/sanitizer_$tool.log"
-    ((status != 124)) || fail "compute-sanitizer $tool ran past 150 s; the log is $build/sanitizer_$tool.log"
-    ((status == 0)) || fail "compute-sanitizer $tool reported errors (exit $status); the log is $build/sanitizer_$tool.log"
+    for k in 0 1; do
+      log=$build/sanitizer_${tool}_$k.log
+      echo "gpu_check: compute-sanitizer --tool $tool on ${subsets[k]}"
+      status=0
+      timeout 100 "$sanitizer" --tool "$tool" --error-exitcode 3 \
+        "$build/tests/runtime/device/cuda_comm_test" --gtest_filter="${subsets[k]}" >"$log" 2>&1 || status=$?
+      tail -5 "$log"
+      ((status != 124)) || fail "compute-sanitizer $tool ran past 100 s; the log is $log"
+      ((status == 0)) || fail "compute-sanitizer $tool reported errors (exit $status); the log is $log"
+    done
   done
 else
   echo "gpu_check: no compute-sanitizer (looked in PATH and /usr/local/cuda/bin): that step is left out"

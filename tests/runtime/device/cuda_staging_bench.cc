@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   }
   const size_t staging = env.value().cuda_staging_bytes;
   const std::string reduce = env.value().cuda_reduce;
-  std::printf("GPU 0: %s; %d ranks on it over tcp loopback; BRAID_CUDA_STAGING_BYTES %zu; BRAID_CUDA_REDUCE %s\n",
+  std::printf("GPU 0: %s; %d ranks on it (one process, BRAID_TRANSPORT=auto: shm); BRAID_CUDA_STAGING_BYTES %zu; BRAID_CUDA_REDUCE %s\n",
               prop.name, kRanks, staging, reduce.c_str());
   std::printf("%10s %16s %18s %8s %16s %16s\n", "bytes", "host busbw GB/s", "device busbw GB/s", "ratio",
               "pinned now MiB", "pinned peak MiB");
