@@ -57,6 +57,11 @@ class TwoHosts {
   // The argv prefix that runs a command inside `host`.
   std::vector<std::string> exec_in(int host) const { return {"ip", "netns", "exec", ns(host)}; }
 
+  // Takes `host`'s end of the veth down: the other host's packets to it are lost from now on.
+  bool link_down(int host) const {
+    return sh("ip -n " + ns(host) + " link set " + (host == 0 ? "v0" : "v1") + " down") == 0;
+  }
+
   // Bytes `host` has sent onto the link so far (its end of the veth), or -1 when unreadable.
   long long tx_bytes(int host) const {
     const std::string cmd = "ip netns exec " + ns(host) + " cat /sys/class/net/" + (host == 0 ? "v0" : "v1") +

@@ -132,13 +132,15 @@ inline int all_reduce_failing_midway(DeviceJob& job, size_t count) {
     if (code != ErrorCode::ok) {
       ++failed;
       EXPECT_NE(w.error_message().find("untouched"), std::string::npos) << w.error_message();
-      EXPECT_EQ(std::count(buf, buf + count, 42.0f), n) << "rank " << r << ": a failed operation changed the device buffer";
+      EXPECT_EQ(std::count(buf, buf + count, 42.0f), n)
+          << "rank " << r << ": a failed operation changed the device buffer";
     } else {
       EXPECT_EQ(std::count(buf, buf + count, 42.0f * static_cast<float>(job.ranks())), n) << "rank " << r;
     }
     std::fill(buf, buf + count, 1.0f);
     comm.all_reduce(buf, count, DType::f32, Op::sum);
-    EXPECT_EQ(std::count(buf, buf + count, static_cast<float>(job.ranks())), n) << "rank " << r << ": the next operation";
+    EXPECT_EQ(std::count(buf, buf + count, static_cast<float>(job.ranks())), n)
+        << "rank " << r << ": the next operation";
   });
   return failed.load();
 }
