@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -54,6 +55,17 @@ class PeerProcessTest : public Base {
     auto c = t_->accept(PeerIdentity{7, 0, 1}, Deadline::after(std::chrono::seconds(20)));
     ASSERT_TRUE(c.is_ok()) << c.status().message() << "\npeer: " << peer_->output();
     conn_ = std::move(c).value();
+  }
+  // Kills the peer (SIGKILL) and polls until a completion fails, posting more work through
+  // `refill` after each success; that failure must say the peer was lost, within a detection
+  // bound. Returns it for the caller's checks of its message.
+  Completion kill_peer_until_failure(const std::function<void()>& refill) {
+    peer_->kill(SIGKILL);
+    const auto killed_at = std::chrono::steady_clock::now();
+    Completion failed = until_failure(refill, std::chrono::seconds(10));
+    EXPECT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(5));  // a detection bound
+    EXPECT_EQ(failed.status.code(), ErrorCode::peer_lost) << failed.status.message();
+    return failed;
   }
   // Polls until a completion fails and returns it (a default Completion after `limit`); posts
   // more work through `refill` after each success.
