@@ -3,12 +3,12 @@
 // to rounding (TorchDdp takes the step one process takes on the whole batch).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "tests/ddp/epoch_lines.h"
+#include "tests/ddp/example_run.h"
 #include "tests/support/subprocess.h"
 
 namespace braid::ddp {
@@ -16,31 +16,24 @@ namespace {
 
 using braid::testing::Subprocess;
 constexpr auto kBound = std::chrono::seconds(150);
-constexpr int kSkipped = 77;
 
 TEST(TorchTrainExample, OneEpochAloneAndOnTwoRanks) {
   const std::string exe = braid::testing::binary_from_env("TRAIN_FASHION_MNIST_TORCH");
   const std::vector<std::string> args = {"--epochs", "1", "--limit", "2048", "--batch", "32", "--lr", "0.1"};
-  std::vector<std::string> alone_argv = {exe};
-  alone_argv.insert(alone_argv.end(), args.begin(), args.end());
-  Subprocess alone(alone_argv, {{"WORLD_SIZE", "\x01"}, {"RANK", "\x01"}});
-  const int rc = alone.wait(kBound);
-  if (rc == kSkipped) GTEST_SKIP() << alone.output();
-  ASSERT_EQ(rc, 0) << alone.output();
-  const std::vector<Epoch> want = epochs(alone.output());
-  ASSERT_EQ(want.size(), 1u) << alone.output();
-  EXPECT_LT(want[0].train_loss, 2.0) << "no better than chance (ln 10 = 2.30)\n" << alone.output();
-  EXPECT_GT(want[0].test_acc, 50.0) << alone.output();
+  const ExampleRun alone = run_alone(exe, args, kBound);
+  if (alone.rc == kExampleSkipped) GTEST_SKIP() << alone.output;
+  ASSERT_EQ(alone.rc, 0) << alone.output;
+  const std::vector<Epoch>& want = alone.epochs;
+  ASSERT_EQ(want.size(), 1u) << alone.output;
+  EXPECT_LT(want[0].train_loss, 2.0) << "no better than chance (ln 10 = 2.30)\n" << alone.output;
+  EXPECT_GT(want[0].test_acc, 50.0) << alone.output;
 
-  std::vector<std::string> argv = {braid::testing::binary_from_env("BRAIDRUN"), "--standalone", "--nproc-per-node", "2",
-                                   exe};
-  argv.insert(argv.end(), args.begin(), args.end());
-  Subprocess run(argv, {{"BRAID_RENDEZVOUS_TIMEOUT_S", "60"}});
-  ASSERT_EQ(run.wait(kBound), 0) << run.output();
-  const std::vector<Epoch> got = epochs(run.output());
-  ASSERT_EQ(got.size(), 1u) << run.output();
-  EXPECT_NE(run.output().find("2 ranks x 16 = batch 32"), std::string::npos) << run.output();
-  expect_close(got, want, "2 ranks:\n" + run.output() + "\nalone:\n" + alone.output());
+  const ExampleRun run = run_under_braidrun(braid::testing::binary_from_env("BRAIDRUN"), 2, exe, args, 60, kBound);
+  ASSERT_EQ(run.rc, 0) << run.output;
+  const std::vector<Epoch>& got = run.epochs;
+  ASSERT_EQ(got.size(), 1u) << run.output;
+  EXPECT_NE(run.output.find("2 ranks x 16 = batch 32"), std::string::npos) << run.output;
+  expect_close(got, want, "2 ranks:\n" + run.output + "\nalone:\n" + alone.output);
 }
 
 TEST(TorchTrainExample, HelpAndVersionExitZero) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tests/ddp/epoch_lines.h"
+#include "tests/ddp/example_run.h"
 #include "tests/support/subprocess.h"
 
 namespace braid::ddp {
@@ -16,30 +17,23 @@ namespace {
 
 using braid::testing::Subprocess;
 constexpr auto kBound = std::chrono::seconds(120);
-constexpr int kSkipped = 77;
 
 TEST(TrainExample, SameLossesAloneAndUnderBraidrun) {
   const std::string exe = braid::testing::binary_from_env("TRAIN_FASHION_MNIST");
   const std::vector<std::string> args = {"--epochs", "2", "--limit", "1536", "--batch", "64"};
-  std::vector<std::string> alone_argv = {exe};
-  alone_argv.insert(alone_argv.end(), args.begin(), args.end());
-  Subprocess alone(alone_argv, {{"WORLD_SIZE", "\x01"}, {"RANK", "\x01"}});
-  const int rc = alone.wait(kBound);
-  if (rc == kSkipped) GTEST_SKIP() << alone.output();
-  ASSERT_EQ(rc, 0) << alone.output();
-  const std::vector<Epoch> want = epochs(alone.output());
-  ASSERT_EQ(want.size(), 2u) << alone.output();
-  EXPECT_LT(want[1].train_loss, want[0].train_loss) << alone.output();  // it learns
+  const ExampleRun alone = run_alone(exe, args, kBound);
+  if (alone.rc == kExampleSkipped) GTEST_SKIP() << alone.output;
+  ASSERT_EQ(alone.rc, 0) << alone.output;
+  const std::vector<Epoch>& want = alone.epochs;
+  ASSERT_EQ(want.size(), 2u) << alone.output;
+  EXPECT_LT(want[1].train_loss, want[0].train_loss) << alone.output;  // it learns
 
   const char* braidrun = std::getenv("BRAIDRUN");
   if (!braidrun) GTEST_SKIP() << "BRAIDRUN not set (braidrun not built)";
-  for (const char* n : {"2", "4"}) {
-    std::vector<std::string> argv = {braidrun, "--standalone", "--nproc-per-node", n, exe};
-    argv.insert(argv.end(), args.begin(), args.end());
-    Subprocess run(argv, {{"BRAID_RENDEZVOUS_TIMEOUT_S", "30"}});
-    ASSERT_EQ(run.wait(kBound), 0) << run.output();
-    expect_close(epochs(run.output()), want,
-                 std::string(n) + " ranks:\n" + run.output() + "\nalone:\n" + alone.output());
+  for (int n : {2, 4}) {
+    const ExampleRun run = run_under_braidrun(braidrun, n, exe, args, 30, kBound);
+    ASSERT_EQ(run.rc, 0) << run.output;
+    expect_close(run.epochs, want, std::to_string(n) + " ranks:\n" + run.output + "\nalone:\n" + alone.output);
   }
 }
 
@@ -63,20 +57,18 @@ TEST(TrainExample, UnderBraidrunOneProgressLinePerEpoch) {
   const std::string exe = braid::testing::binary_from_env("TRAIN_FASHION_MNIST");
   const char* braidrun = std::getenv("BRAIDRUN");
   if (!braidrun) GTEST_SKIP() << "BRAIDRUN not set (braidrun not built)";
-  Subprocess run({braidrun, "--standalone", "--nproc-per-node", "2", exe, "--epochs", "3", "--limit", "640"},
-                 {{"BRAID_RENDEZVOUS_TIMEOUT_S", "30"}});
-  const int rc = run.wait(kBound);
-  if (rc == kSkipped) GTEST_SKIP() << run.output();
-  ASSERT_EQ(rc, 0) << run.output();
-  EXPECT_EQ(run.output().find('\r'), std::string::npos) << run.output();
+  const ExampleRun run = run_under_braidrun(braidrun, 2, exe, {"--epochs", "3", "--limit", "640"}, 30, kBound);
+  if (run.rc == kExampleSkipped) GTEST_SKIP() << run.output;
+  ASSERT_EQ(run.rc, 0) << run.output;
+  EXPECT_EQ(run.output.find('\r'), std::string::npos) << run.output;
   std::vector<std::string> epoch_lines;
-  std::istringstream in(run.output());
+  std::istringstream in(run.output);
   for (std::string line; std::getline(in, line);) {
     if (line.find("epoch ") != std::string::npos) epoch_lines.push_back(line);
   }
   const std::string num = R"(\d+\.\d s|\d+ min \d\d s)";
   const std::string results = R"(train loss [\d.]+ acc [\d.]+% \| test loss [\d.]+ acc [\d.]+% \| 10 steps, [\d.]+ s)";
-  ASSERT_EQ(epoch_lines.size(), 3u) << run.output();
+  ASSERT_EQ(epoch_lines.size(), 3u) << run.output;
   for (int e = 1; e <= 3; ++e) {
     const std::string tail = e < 3 ? "about (" + num + ") left" : "done";
     EXPECT_TRUE(std::regex_match(epoch_lines[e - 1], std::regex(R"(\[rank 0\] epoch )" + std::to_string(e) + "/3: " +

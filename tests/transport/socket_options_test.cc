@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -94,15 +95,20 @@ TEST(LoopbackCongestionControl, AnUnknownNameIsAClearError) {
   EXPECT_NE(p.tuned.message().find("BRAID_LOOPBACK_CC=system"), std::string::npos) << p.tuned.message();
 }
 
+// An IPv4 address of an interface that is up and not loopback (the last one listed), if any.
+std::optional<SocketAddress> network_ipv4() {
+  std::optional<SocketAddress> found;
+  for (const auto& i : list_interfaces()) {
+    if (!i.loopback && i.address.family() == AF_INET) found = i.address;
+  }
+  return found;
+}
+
 // A socket to an address of a real interface (even this host's own) keeps the kernel's choice:
 // a network may be there.
 TEST(LoopbackCongestionControl, OtherAddressesAreLeftAlone) {
-  const SocketAddress* eth = nullptr;
-  auto interfaces = list_interfaces();
-  for (const auto& i : interfaces) {
-    if (!i.loopback && i.address.family() == AF_INET) eth = &i.address;
-  }
-  if (eth == nullptr) GTEST_SKIP() << "no up IPv4 interface besides loopback";
+  const std::optional<SocketAddress> eth = network_ipv4();
+  if (!eth) GTEST_SKIP() << "no up IPv4 interface besides loopback";
   Env env;
   env.loopback_cc = "nosuchcc";  // would fail if it were applied
   Pair p = connect_pair(*eth, env);
@@ -112,12 +118,8 @@ TEST(LoopbackCongestionControl, OtherAddressesAreLeftAlone) {
 
 // BRAID_NETWORK_CC applies to those sockets, and only to them.
 TEST(NetworkCongestionControl, AppliesToSocketsOfOtherAddresses) {
-  const SocketAddress* eth = nullptr;
-  auto interfaces = list_interfaces();
-  for (const auto& i : interfaces) {
-    if (!i.loopback && i.address.family() == AF_INET) eth = &i.address;
-  }
-  if (eth == nullptr) GTEST_SKIP() << "no up IPv4 interface besides loopback";
+  const std::optional<SocketAddress> eth = network_ipv4();
+  if (!eth) GTEST_SKIP() << "no up IPv4 interface besides loopback";
   Env env;
   env.network_cc = "reno";
   Pair p = connect_pair(*eth, env);

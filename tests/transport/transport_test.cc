@@ -213,44 +213,20 @@ TEST_P(TransportTest, WakeEndsABlockedPoll) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
 }
 
-TEST_P(TransportTest, AcceptKeepsOtherPeersForTheirOwnCall) {
-  if (!is_tcp()) GTEST_SKIP() << "three-party setup is exercised for tcp";
-  auto a = create_transport(GetParam(), oa_);
-  auto b = create_transport(GetParam(), ob_);
-  auto c = create_transport(GetParam(), ob_);
+// Three parties (tcp): ranks 1 and 2 connect to rank 0, each on its own thread, while rank 0
+// accepts rank 2 first and then rank 1. With `two_after_one`, rank 2 connects only once rank 1's
+// connect() returned, which it does only when rank 0 answers it during its accept() for rank 2.
+// Every connect and accept must succeed within `limit`; the accepted connections must be to the
+// ranks asked for.
+void accept_rank_2_then_1(const std::string& name, const TransportOptions& oa, const TransportOptions& ob,
+                          std::chrono::seconds limit, bool two_after_one) {
+  auto a = create_transport(name, oa);
+  auto b = create_transport(name, ob);
+  auto c = create_transport(name, ob);
   ASSERT_TRUE(a.is_ok() && b.is_ok() && c.is_ok());
   auto addr = a.value()->listen();
   ASSERT_TRUE(addr.is_ok());
-  auto d = Deadline::after(10s);
-  // connect() waits for the acceptor's answer, which the first accept() gives both.
-  Result<std::unique_ptr<Connection>> from1 = Status(ErrorCode::internal, "not run");
-  Result<std::unique_ptr<Connection>> from2 = from1.status();
-  std::thread first([&] { from1 = b.value()->connect(addr.value(), PeerIdentity{7, 1, 0}, d); });
-  std::thread second([&] { from2 = c.value()->connect(addr.value(), PeerIdentity{7, 2, 0}, d); });
-  auto got2 = a.value()->accept(PeerIdentity{7, 0, 2}, d);  // rank 1's connection may arrive first
-  auto got1 = a.value()->accept(PeerIdentity{7, 0, 1}, d);
-  first.join();
-  second.join();
-  ASSERT_TRUE(from1.is_ok()) << from1.status().message();
-  ASSERT_TRUE(from2.is_ok()) << from2.status().message();
-  ASSERT_TRUE(got2.is_ok()) << got2.status().message();
-  ASSERT_TRUE(got1.is_ok()) << got1.status().message();
-  EXPECT_EQ(got2.value()->peer_rank(), 2);
-  EXPECT_EQ(got1.value()->peer_rank(), 1);
-}
-
-// Rank 1 first waits for rank 2 (whose connection arrives later), then for rank 1, whose
-// connection is answered while accept() waits for rank 2: the connector never waits on an
-// acceptor that is busy elsewhere.
-TEST_P(TransportTest, AcceptAnswersEveryPeerWhileWaitingForAnother) {
-  if (!is_tcp()) GTEST_SKIP() << "three-party setup is exercised for tcp";
-  auto a = create_transport(GetParam(), oa_);
-  auto b = create_transport(GetParam(), ob_);
-  auto c = create_transport(GetParam(), ob_);
-  ASSERT_TRUE(a.is_ok() && b.is_ok() && c.is_ok());
-  auto addr = a.value()->listen();
-  ASSERT_TRUE(addr.is_ok());
-  auto d = Deadline::after(20s);
+  auto d = Deadline::after(limit);
   std::atomic<bool> rank1_connected{false};
   Result<std::unique_ptr<Connection>> from1 = Status(ErrorCode::internal, "not run");
   Result<std::unique_ptr<Connection>> from2 = from1.status();
@@ -259,17 +235,33 @@ TEST_P(TransportTest, AcceptAnswersEveryPeerWhileWaitingForAnother) {
     rank1_connected = true;
   });
   std::thread two([&] {
-    while (!rank1_connected && !d.expired()) std::this_thread::sleep_for(1ms);
+    while (two_after_one && !rank1_connected && !d.expired()) std::this_thread::sleep_for(1ms);
     from2 = c.value()->connect(addr.value(), PeerIdentity{7, 2, 0}, d);
   });
-  auto got2 = a.value()->accept(PeerIdentity{7, 0, 2}, d);
+  auto got2 = a.value()->accept(PeerIdentity{7, 0, 2}, d);  // rank 1's connection may arrive first
   auto got1 = a.value()->accept(PeerIdentity{7, 0, 1}, d);
   one.join();
   two.join();
   ASSERT_TRUE(from1.is_ok()) << from1.status().message();
   ASSERT_TRUE(from2.is_ok()) << from2.status().message();
-  ASSERT_TRUE(got1.is_ok()) << got1.status().message();
   ASSERT_TRUE(got2.is_ok()) << got2.status().message();
+  ASSERT_TRUE(got1.is_ok()) << got1.status().message();
+  EXPECT_EQ(got2.value()->peer_rank(), 2);
+  EXPECT_EQ(got1.value()->peer_rank(), 1);
+}
+
+// connect() waits for the acceptor's answer, which the first accept() gives both.
+TEST_P(TransportTest, AcceptKeepsOtherPeersForTheirOwnCall) {
+  if (!is_tcp()) GTEST_SKIP() << "three-party setup is exercised for tcp";
+  accept_rank_2_then_1(GetParam(), oa_, ob_, 10s, /*two_after_one=*/false);
+}
+
+// Rank 1 first waits for rank 2 (whose connection arrives later), then for rank 1, whose
+// connection is answered while accept() waits for rank 2: the connector never waits on an
+// acceptor that is busy elsewhere.
+TEST_P(TransportTest, AcceptAnswersEveryPeerWhileWaitingForAnother) {
+  if (!is_tcp()) GTEST_SKIP() << "three-party setup is exercised for tcp";
+  accept_rank_2_then_1(GetParam(), oa_, ob_, 20s, /*two_after_one=*/true);
 }
 
 TEST_P(TransportTest, StrangersAreRefusedAndTheListenerKeepsServing) {

@@ -85,13 +85,8 @@ int run(const TrainFlags& flags) {
   braid::Communicator comm = braid::examples::make_communicator(server);
   const auto rank = static_cast<size_t>(comm.rank());
   const auto world = static_cast<size_t>(comm.size());
-  if (flags.batch % world != 0) {
-    if (rank == 0)
-      std::fprintf(stderr, "train_fashion_mnist_torch: --batch %zu does not split over %zu ranks\n", flags.batch,
-                   world);
-    return 2;
-  }
-  const size_t local_batch = flags.batch / world;
+  const size_t local_batch = braid::examples::split_batch("train_fashion_mnist_torch", comm, flags);
+  if (local_batch == 0) return 2;
 
   Images train = braid::examples::read_idx_images(files.train_images);
   const torch::Tensor train_y = all_labels(braid::examples::read_idx_labels(files.train_labels));

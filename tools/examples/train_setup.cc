@@ -109,6 +109,14 @@ Communicator make_communicator(std::unique_ptr<TcpStoreServer>& server) {
   return Communicator::from_store(store, 0, 1);
 }
 
+size_t split_batch(const char* program, const Communicator& comm, const TrainFlags& flags) {
+  const auto world = static_cast<size_t>(comm.size());
+  if (flags.batch % world == 0) return flags.batch / world;
+  if (comm.rank() == 0)
+    std::fprintf(stderr, "%s: --batch %zu does not split over %zu ranks\n", program, flags.batch, world);
+  return 0;
+}
+
 std::shared_ptr<ddp::CommHook> make_hook(const std::string& name) {
   if (name == "f16") return ddp::compress_hook(DType::f16);
   if (name == "bf16") return ddp::compress_hook(DType::bf16);

@@ -41,6 +41,10 @@ bool find_dataset(const char* program, const TrainFlags& flags, DatasetFiles* fi
 // kept alive in `server`) when the program was started alone.
 Communicator make_communicator(std::unique_ptr<TcpStoreServer>& server);
 
+// The images each rank runs per step: --batch split evenly over the ranks. 0 when it does not
+// split, after rank 0 said so on stderr (naming `program`).
+size_t split_batch(const char* program, const Communicator& comm, const TrainFlags& flags);
+
 // The DDP communication hook --hook names.
 std::shared_ptr<ddp::CommHook> make_hook(const std::string& name);
 

@@ -17,6 +17,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -52,11 +54,27 @@ bool completes_unwaited(const Work& w) {
 std::vector<float> ones_times_rank(int rank, size_t n) { return std::vector<float>(n, static_cast<float>(rank + 1)); }
 constexpr float kSum = kRanks * (kRanks + 1) / 2.0f;
 
-TEST(HandOff, WaitRightAfterAsyncRunsOnTheCallersThread) {
-  testing::InProcessJob job(settings(2s));
+// Each rank's communicator, with the CommunicatorImpl behind it whose hand_off_counts() say
+// where its operations ran.
+void on_every_rank(testing::InProcessJob& job, const std::function<void(int, Communicator&, CommunicatorImpl&)>& body) {
   testing::run_ranks(kRanks, [&](int r) {
     CommunicatorImpl* impl = nullptr;
     Communicator comm = job.make(r, 0, &impl);
+    body(r, comm, *impl);
+  });
+}
+
+// Rank r's operations so far ran `on_caller` times on its own thread and `on_progress` times on
+// the progress thread.
+void expect_ran(const CommunicatorImpl& impl, int r, uint64_t on_caller, uint64_t on_progress) {
+  const auto counts = impl.hand_off_counts();
+  EXPECT_EQ(counts.on_caller, on_caller) << "rank " << r << ": operations run on the caller's thread";
+  EXPECT_EQ(counts.on_progress_thread, on_progress) << "rank " << r << ": operations run on the progress thread";
+}
+
+TEST(HandOff, WaitRightAfterAsyncRunsOnTheCallersThread) {
+  testing::InProcessJob job(settings(2s));
+  on_every_rank(job, [&](int r, Communicator& comm, CommunicatorImpl& impl) {
     constexpr int kIters = 20;
     for (int i = 0; i < kIters; ++i) {
       std::vector<float> v = ones_times_rank(r, 1000);
@@ -71,17 +89,13 @@ TEST(HandOff, WaitRightAfterAsyncRunsOnTheCallersThread) {
     comm.recv_async(in.data(), in.size(), DType::i32, 1 - r);
     comm.group_end().wait();
     EXPECT_EQ(in[63], 1 - r);
-    const auto counts = impl->hand_off_counts();
-    EXPECT_EQ(counts.on_caller, kIters + 1u) << "rank " << r;
-    EXPECT_EQ(counts.on_progress_thread, 0u) << "rank " << r;
+    expect_ran(impl, r, kIters + 1, 0);
   });
 }
 
 TEST(HandOff, WorkNobodyWaitsForCompletesOnTheProgressThread) {
   testing::InProcessJob job(settings(5ms));
-  testing::run_ranks(kRanks, [&](int r) {
-    CommunicatorImpl* impl = nullptr;
-    Communicator comm = job.make(r, 0, &impl);
+  on_every_rank(job, [&](int r, Communicator& comm, CommunicatorImpl& impl) {
     for (int i = 0; i < 3; ++i) {  // the first left to the caller for a tick, the next started at once
       std::vector<float> v = ones_times_rank(r, 4096);
       Work w = comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum);
@@ -90,21 +104,17 @@ TEST(HandOff, WorkNobodyWaitsForCompletesOnTheProgressThread) {
       w.wait();
       EXPECT_EQ(v[4095], kSum);
     }
-    const auto counts = impl->hand_off_counts();
-    EXPECT_EQ(counts.on_caller, 0u) << "rank " << r;
-    EXPECT_EQ(counts.on_progress_thread, 3u) << "rank " << r;
+    expect_ran(impl, r, 0, 3);
   });
 }
 
 TEST(HandOff, ACallerThatWaitsAtOnceAgainGetsItsOperationsBack) {
   testing::InProcessJob job(settings(200ms));
-  testing::run_ranks(kRanks, [&](int r) {
-    CommunicatorImpl* impl = nullptr;
-    Communicator comm = job.make(r, 0, &impl);
+  on_every_rank(job, [&](int r, Communicator& comm, CommunicatorImpl& impl) {
     std::vector<float> v = ones_times_rank(r, 64);
     Work w = comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum);
     ASSERT_TRUE(completes_unwaited(w)) << "rank " << r;
-    ASSERT_EQ(impl->hand_off_counts().on_progress_thread, 1u) << "rank " << r;
+    ASSERT_EQ(impl.hand_off_counts().on_progress_thread, 1u) << "rank " << r;
     // Predicted to compute: the first of these wakes the progress thread, which may or may not
     // beat this wait(); the wait shows the caller waits at once, and the rest run here.
     for (int i = 0; i < 5; ++i) {
@@ -112,7 +122,7 @@ TEST(HandOff, ACallerThatWaitsAtOnceAgainGetsItsOperationsBack) {
       comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum).wait();
       ASSERT_EQ(v[63], kSum);
     }
-    const auto counts = impl->hand_off_counts();
+    const auto counts = impl.hand_off_counts();
     EXPECT_GE(counts.on_caller, 4u) << "rank " << r;
     EXPECT_LE(counts.on_progress_thread, 2u) << "rank " << r;
   });
@@ -127,22 +137,18 @@ TEST(HandOff, AWaitAfterTheProgressThreadFinishedStillCountsAsWaitingAtOnce) {
   testing::JobSettings s = settings(1s);
   s.waits_at_once = 10s;
   testing::InProcessJob job(s);
-  testing::run_ranks(kRanks, [&](int r) {
-    CommunicatorImpl* impl = nullptr;
-    Communicator comm = job.make(r, 0, &impl);
+  on_every_rank(job, [&](int r, Communicator& comm, CommunicatorImpl& impl) {
     std::vector<float> v = ones_times_rank(r, 64);
     Work w = comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum);
     ASSERT_TRUE(completes_unwaited(w)) << "rank " << r;  // taken by the progress thread after a tick
     w.wait();  // done already; well within waits_at_once of the queueing
-    ASSERT_EQ(impl->hand_off_counts().on_progress_thread, 1u) << "rank " << r;
+    ASSERT_EQ(impl.hand_off_counts().on_progress_thread, 1u) << "rank " << r;
     v = ones_times_rank(r, 64);
     w = comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum);
     std::this_thread::sleep_for(20ms);  // far less than the tick: a woken progress thread would take it now
     w.wait();
     EXPECT_EQ(v[63], kSum);
-    const auto counts = impl->hand_off_counts();
-    EXPECT_EQ(counts.on_caller, 1u) << "rank " << r;
-    EXPECT_EQ(counts.on_progress_thread, 1u) << "rank " << r;
+    expect_ran(impl, r, 1, 1);
   });
 }
 
@@ -152,32 +158,26 @@ TEST(HandOff, ACallerThatComputesBeforeWaitingGetsOverlap) {
   testing::JobSettings s = settings(2s);
   s.waits_at_once = 50ms;
   testing::InProcessJob job(s);
-  testing::run_ranks(kRanks, [&](int r) {
-    CommunicatorImpl* impl = nullptr;
-    Communicator comm = job.make(r, 0, &impl);
+  on_every_rank(job, [&](int r, Communicator& comm, CommunicatorImpl& impl) {
     std::vector<float> v = ones_times_rank(r, 64);
     comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum).wait();  // at once: here
     v = ones_times_rank(r, 64);
     Work w = comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum);
     std::this_thread::sleep_for(100ms);  // left to this caller (predicted), which computes first
     w.wait();
-    ASSERT_EQ(impl->hand_off_counts().on_caller, 2u) << "rank " << r;
+    ASSERT_EQ(impl.hand_off_counts().on_caller, 2u) << "rank " << r;
     v = ones_times_rank(r, 64);
     w = comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum);
     ASSERT_TRUE(completes_unwaited(w)) << "rank " << r;  // started at once, without a wait()
     w.wait();
     EXPECT_EQ(v[63], kSum);
-    const auto counts = impl->hand_off_counts();
-    EXPECT_EQ(counts.on_caller, 2u) << "rank " << r;
-    EXPECT_EQ(counts.on_progress_thread, 1u) << "rank " << r;
+    expect_ran(impl, r, 2, 1);
   });
 }
 
 TEST(HandOff, OperationsQueuedBehindAnotherRunOnTheProgressThread) {
   testing::InProcessJob job(settings(2s));  // a hand-off would show here as a 2 s stall
-  testing::run_ranks(kRanks, [&](int r) {
-    CommunicatorImpl* impl = nullptr;
-    Communicator comm = job.make(r, 0, &impl);
+  on_every_rank(job, [&](int r, Communicator& comm, CommunicatorImpl& impl) {
     std::vector<std::vector<float>> bufs(4, ones_times_rank(r, 256));
     std::vector<Work> works;
     for (auto& b : bufs) works.push_back(comm.all_reduce_async(b.data(), b.size(), DType::f32, Op::sum));
@@ -185,24 +185,18 @@ TEST(HandOff, OperationsQueuedBehindAnotherRunOnTheProgressThread) {
     for (Work& w : works) ASSERT_TRUE(completes_unwaited(w)) << "rank " << r;
     for (Work& w : works) w.wait();
     for (auto& b : bufs) EXPECT_EQ(b[255], kSum);
-    const auto counts = impl->hand_off_counts();
-    EXPECT_EQ(counts.on_caller, 0u) << "rank " << r;
-    EXPECT_EQ(counts.on_progress_thread, 4u) << "rank " << r;
+    expect_ran(impl, r, 0, 4);
   });
 }
 
 TEST(HandOff, WithoutCallerProgressEverythingRunsOnTheProgressThread) {
   testing::InProcessJob job(settings(2s, /*caller_progress=*/false));
-  testing::run_ranks(kRanks, [&](int r) {
-    CommunicatorImpl* impl = nullptr;
-    Communicator comm = job.make(r, 0, &impl);
+  on_every_rank(job, [&](int r, Communicator& comm, CommunicatorImpl& impl) {
     std::vector<float> v = ones_times_rank(r, 100);
     comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum).wait();
     comm.barrier();
     EXPECT_EQ(v[99], kSum);
-    const auto counts = impl->hand_off_counts();
-    EXPECT_EQ(counts.on_caller, 0u) << "rank " << r;
-    EXPECT_EQ(counts.on_progress_thread, 2u) << "rank " << r;
+    expect_ran(impl, r, 0, 2);
   });
 }
 

@@ -408,13 +408,25 @@ TEST(Comm, FileUrlInitMethod) {
   std::system((std::string("rm -rf ") + dir).c_str());
 }
 
+// Starts one rank process per environment in `envs`, all at once: each must fail, not hang,
+// and say `expect`.
+void expect_all_fail(const std::vector<std::map<std::string, std::string>>& envs, const std::string& expect) {
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (const auto& env : envs) {
+    ranks.push_back(
+        std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "join"}, env));
+  }
+  for (const auto& p : ranks) {
+    int rc = p->wait(kBound);
+    EXPECT_NE(rc, 0) << p->output();
+    EXPECT_NE(rc, -1) << "hung: " << p->output();
+    EXPECT_NE(p->output().find(expect), std::string::npos) << "want '" << expect << "' in: " << p->output();
+  }
+}
+
 // One process with a broken environment: it must fail at once with `expect` in its message.
 void expect_failure(const std::map<std::string, std::string>& env, const std::string& expect) {
-  Subprocess p({testing::binary_from_env("COMM_RANK"), "join"}, env);
-  int rc = p.wait(kBound);
-  EXPECT_NE(rc, 0) << p.output();
-  EXPECT_NE(rc, -1) << "hung: " << p.output();
-  EXPECT_NE(p.output().find(expect), std::string::npos) << "want '" << expect << "' in: " << p.output();
+  expect_all_fail({env}, expect);
 }
 
 TEST(Comm, MissingVariablesAreListed) {
@@ -445,29 +457,12 @@ TEST(Comm, BadBraidVariable) {
 
 TEST(Comm, TwoProcessesClaimTheSameRank) {
   int port = testing::free_port();
-  std::string bin = testing::binary_from_env("COMM_RANK");
-  Subprocess r0({bin, "join"}, rank_env(port, 0, 3));
-  Subprocess r1a({bin, "join"}, rank_env(port, 1, 3));
-  Subprocess r1b({bin, "join"}, rank_env(port, 1, 3));
-  for (Subprocess* p : {&r0, &r1a, &r1b}) {
-    int rc = p->wait(kBound);
-    EXPECT_NE(rc, 0) << p->output();
-    EXPECT_NE(rc, -1) << "hung: " << p->output();
-    EXPECT_NE(p->output().find("two processes claim RANK=1"), std::string::npos) << p->output();
-  }
+  expect_all_fail({rank_env(port, 0, 3), rank_env(port, 1, 3), rank_env(port, 1, 3)}, "two processes claim RANK=1");
 }
 
 TEST(Comm, RanksDisagreeOnWorldSize) {
   int port = testing::free_port();
-  std::string bin = testing::binary_from_env("COMM_RANK");
-  Subprocess r0({bin, "join"}, rank_env(port, 0, 2));
-  Subprocess r1({bin, "join"}, rank_env(port, 1, 3));
-  for (Subprocess* p : {&r0, &r1}) {
-    int rc = p->wait(kBound);
-    EXPECT_NE(rc, 0) << p->output();
-    EXPECT_NE(rc, -1) << "hung: " << p->output();
-    EXPECT_NE(p->output().find("disagree on WORLD_SIZE"), std::string::npos) << p->output();
-  }
+  expect_all_fail({rank_env(port, 0, 2), rank_env(port, 1, 3)}, "disagree on WORLD_SIZE");
 }
 
 TEST(Comm, UnreachableMasterIsNamedAfterTheTimeout) {

@@ -71,10 +71,7 @@ TEST_P(EveryDtypeAndOp, GivesTheHostResult) {
   const int early_before = fake().reduced_before_copy.load();
   std::atomic<int> expected_reductions{0};
   DeviceJob job(ranks, kStaging, "device");
-  job.on_every_rank([&](int r) {
-    Communicator comm = job.make(r);
-    FakeStream stream;
-    comm.set_stream(&stream);
+  job.on_every_rank_with_stream([&](int r, Communicator& comm, FakeStream&) {
     for (int t = 0; t < kNumDTypes; ++t) {
       for (int o = 0; o < kNumOps; ++o) {
         const auto dtype = static_cast<DType>(t);
@@ -101,7 +98,6 @@ TEST_P(EveryDtypeAndOp, GivesTheHostResult) {
         if (op != Op::avg) expected_reductions.fetch_add(ranks - 1);  // per chunk, at least one chunk
       }
     }
-    ASSERT_TRUE(stream.synchronize(kBound));
   });
   // The reductions really ran on the device (avg stays on the host), each after its copies.
   EXPECT_GE(fake().device_reductions.load() - reductions_before, expected_reductions.load());
@@ -127,15 +123,11 @@ TEST_F(DeviceReduceTest, TheChoiceFollowsBraidCudaReduce) {
   for (const Case c : {Case{"auto", 2, true}, Case{"auto", 3, false}, Case{"host", 2, false}, Case{"device", 3, true}}) {
     const int before = fake().device_reductions.load();
     DeviceJob job(c.ranks, kStaging, c.mode);
-    job.on_every_rank([&](int r) {
-      Communicator comm = job.make(r);
-      FakeStream stream;
-      comm.set_stream(&stream);
+    job.on_every_rank_with_stream([&](int r, Communicator& comm, FakeStream&) {
       auto* buf = testing::device_floats(10000);
       std::fill(buf, buf + 10000, static_cast<float>(r + 1));
       comm.all_reduce(buf, 10000, DType::f32, Op::sum);
       EXPECT_EQ(buf[9999], static_cast<float>(c.ranks * (c.ranks + 1) / 2)) << c.mode << " rank " << r;
-      ASSERT_TRUE(stream.synchronize(kBound));
     });
     EXPECT_EQ(fake().device_reductions.load() > before, c.on_device) << "BRAID_CUDA_REDUCE=" << c.mode << ", "
                                                                     << c.ranks << " ranks";
@@ -171,10 +163,7 @@ TEST_P(ReductionOrdering, IsKeptOrCaught) {
   const int early_before = fake().reduced_before_copy.load();
   std::atomic<int> wrong{0};
   DeviceJob job(kRanks, kStaging, "device");
-  job.on_every_rank([&](int r) {
-    Communicator comm = job.make(r);
-    FakeStream stream;
-    comm.set_stream(&stream);
+  job.on_every_rank_with_stream([&](int r, Communicator& comm, FakeStream& stream) {
     float* buf = testing::device_floats(kCount);
     stream.push([=] {  // a "kernel" that writes the input late: the operation must wait for it
       std::this_thread::sleep_for(20ms);
@@ -215,29 +204,8 @@ TEST_F(DeviceReduceTest, AFailureMidwayLeavesTheBufferUntouched) {
   constexpr int kRanks = 2;
   constexpr size_t kCount = 50000;
   fake().fail_to_device_at = 9;
-  std::atomic<int> failed{0};
   DeviceJob job(kRanks, kStaging, "device");
-  job.on_every_rank([&](int r) {
-    Communicator comm = job.make(r);
-    FakeStream stream;
-    comm.set_stream(&stream);
-    float* buf = testing::device_floats(kCount);
-    std::fill(buf, buf + kCount, 42.0f);
-    Work w = comm.all_reduce_async(buf, kCount, DType::f32, Op::sum);
-    const ErrorCode code = outcome(w);
-    ASSERT_TRUE(stream.synchronize(kBound)) << "rank " << r << ": the stream stayed held";
-    if (code != ErrorCode::ok) {
-      ++failed;
-      EXPECT_EQ(std::count(buf, buf + kCount, 42.0f), static_cast<long>(kCount)) << "rank " << r;
-    } else {
-      EXPECT_EQ(std::count(buf, buf + kCount, 84.0f), static_cast<long>(kCount)) << "rank " << r;
-    }
-    std::fill(buf, buf + kCount, 1.0f);
-    comm.all_reduce(buf, kCount, DType::f32, Op::sum);
-    EXPECT_EQ(std::count(buf, buf + kCount, 2.0f), static_cast<long>(kCount)) << "rank " << r << ": the next operation";
-    ASSERT_TRUE(stream.synchronize(kBound));
-  });
-  EXPECT_EQ(failed.load(), 1) << "exactly the rank whose copy was refused fails";
+  EXPECT_EQ(testing::all_reduce_failing_midway(job, kCount), 1) << "exactly the rank whose copy was refused fails";
 }
 
 // CUDA loads kernels lazily, and loading one may wait for every stream of the GPU: a first
@@ -251,15 +219,11 @@ TEST_F(DeviceReduceTest, KernelsAreLoadedBeforeAnyStreamIsHeld) {
   const int held = fake().held_before_load.load(), reduced = fake().reduced_before_load.load();
   const int reductions = fake().device_reductions.load();
   DeviceJob job(2, kStaging, "device");
-  job.on_every_rank([&](int r) {
-    Communicator comm = job.make(r);
-    FakeStream stream;
-    comm.set_stream(&stream);
+  job.on_every_rank_with_stream([&](int r, Communicator& comm, FakeStream&) {
     float* buf = testing::device_floats(20000, kGpu);
     std::fill(buf, buf + 20000, 1.0f);
     comm.all_reduce(buf, 20000, DType::f32, Op::sum);
     EXPECT_EQ(std::count(buf, buf + 20000, 2.0f), 20000) << "rank " << r;
-    ASSERT_TRUE(stream.synchronize(kBound));
   });
   EXPECT_TRUE(fake().loaded(kGpu));
   EXPECT_GT(fake().device_reductions.load(), reductions) << "nothing was reduced on the device";

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -36,6 +38,17 @@ class DeviceJob : public InProcessJob {
   explicit DeviceJob(int ranks, size_t staging_bytes = 0, const std::string& reduce = "", double timeout_s = 20)
       : InProcessJob(settings(ranks, staging_bytes, reduce, timeout_s)) {}
   void on_every_rank(const std::function<void(int)>& body) { run_ranks(ranks(), body); }
+  // Each rank with its communicator and its own stream, set as the communicator's. Once `body`
+  // returns, however it returns, the stream is drained (bounded) before either goes away.
+  void on_every_rank_with_stream(const std::function<void(int, Communicator&, FakeStream&)>& body) {
+    run_ranks(ranks(), [&](int r) {
+      Communicator comm = make(r);
+      FakeStream stream;
+      comm.set_stream(&stream);
+      body(r, comm, stream);
+      ASSERT_TRUE(stream.synchronize(kDeviceBound)) << "rank " << r << ": the stream did not drain";
+    });
+  }
 
  private:
   static JobSettings settings(int ranks, size_t staging_bytes, const std::string& reduce, double timeout_s) {
@@ -97,5 +110,39 @@ T* device_array(size_t n, int gpu = 0) {
   return static_cast<T*>(fake().alloc(n * sizeof(T), gpu));
 }
 inline float* device_floats(size_t n, int gpu = 0) { return device_array<float>(n, gpu); }
+
+// An all_reduce (sum) of `count` floats, 42 on every rank, while the fake refuses a chunk's result
+// copy on one rank (set fake().fail_to_device_at first), then a second all_reduce on the same
+// buffers. What a failure midway must leave: the failing rank's Work says its buffer is
+// untouched and it is (still 42 everywhere), its stream is released, every other rank gets the
+// sum, and the next operation is right on every rank (the ranks stayed in step). Returns how
+// many ranks failed.
+inline int all_reduce_failing_midway(DeviceJob& job, size_t count) {
+  std::atomic<int> failed{0};
+  const auto n = static_cast<long>(count);
+  job.on_every_rank_with_stream([&](int r, Communicator& comm, FakeStream& stream) {
+    float* buf = device_floats(count);
+    std::fill(buf, buf + count, 42.0f);
+    Work w = comm.all_reduce_async(buf, count, DType::f32, Op::sum);
+    std::atomic<bool> released{false};
+    stream.push([&] { released = true; });
+    const ErrorCode code = outcome(w);
+    ASSERT_TRUE(stream.synchronize(kDeviceBound)) << "rank " << r << ": the stream stayed held";
+    EXPECT_TRUE(released);
+    if (code != ErrorCode::ok) {
+      ++failed;
+      EXPECT_NE(w.error_message().find("untouched"), std::string::npos) << w.error_message();
+      EXPECT_EQ(std::count(buf, buf + count, 42.0f), n)
+          << "rank " << r << ": a failed operation changed the device buffer";
+    } else {
+      EXPECT_EQ(std::count(buf, buf + count, 42.0f * static_cast<float>(job.ranks())), n) << "rank " << r;
+    }
+    std::fill(buf, buf + count, 1.0f);
+    comm.all_reduce(buf, count, DType::f32, Op::sum);
+    EXPECT_EQ(std::count(buf, buf + count, static_cast<float>(job.ranks())), n)
+        << "rank " << r << ": the next operation";
+  });
+  return failed.load();
+}
 
 }  // namespace braid::testing

@@ -160,10 +160,7 @@ TEST_P(EveryShape, ChunkedThroughTheBoundGivesTheHostResult) {
   constexpr int kRanks = 3;
   const int scratch_before = fake().device_allocs.load();
   Job job(kRanks);
-  job.on_every_rank([&](int r) {
-    Communicator comm = job.make(r);
-    FakeStream stream;
-    comm.set_stream(&stream);
+  job.on_every_rank_with_stream([&](int r, Communicator& comm, FakeStream& stream) {
     // Each round reuses the slots and events; the second and third slow one direction of copies
     // as BrokenOrdering does, so what it sees there is the broken ordering, not the delays.
     const int delays[3][2] = {{100, 100}, {300, 20}, {50, 1000}};
@@ -176,7 +173,6 @@ TEST_P(EveryShape, ChunkedThroughTheBoundGivesTheHostResult) {
       EXPECT_EQ(ran.code, ErrorCode::ok) << "rank " << r << ": " << ran.message;
       EXPECT_TRUE(ran.right) << "rank " << r << " round " << round << ": " << name(GetParam()) << " result wrong";
     }
-    ASSERT_TRUE(stream.synchronize(kBound));
   });
   // Many chunks, so results went through device scratch, kept for reuse (a round may start
   // before the last one's chunks are gone, so up to two per rank); pinned memory stayed at each
@@ -196,10 +192,7 @@ TEST_F(StagingPipelineTest, OperationsQueuedBackToBackShareTheSlotsInOrder) {
   constexpr int kRanks = 2;
   constexpr int kOps = 6;
   Job job(kRanks);
-  job.on_every_rank([&](int r) {
-    Communicator comm = job.make(r);
-    FakeStream stream;
-    comm.set_stream(&stream);
+  job.on_every_rank_with_stream([&](int r, Communicator& comm, FakeStream&) {
     std::vector<float*> bufs;
     std::vector<Work> works;
     for (int k = 0; k < kOps; ++k) {
@@ -215,7 +208,6 @@ TEST_F(StagingPipelineTest, OperationsQueuedBackToBackShareTheSlotsInOrder) {
       EXPECT_EQ(std::count(bufs[static_cast<size_t>(k)], bufs[static_cast<size_t>(k)] + n, want), static_cast<long>(n))
           << "operation " << k;
     }
-    ASSERT_TRUE(stream.synchronize(kBound));
   });
   EXPECT_LE(pinned_peak(), kRanks * kStaging);
 }
@@ -228,33 +220,7 @@ TEST_F(StagingPipelineTest, AFailureMidwayLeavesTheBufferUntouchedAndReleasesThe
   constexpr int kRanks = 2;
   Job job(kRanks);
   fake().fail_to_device_at = 7;  // the 7th chunk result copied in the process, on one rank
-  std::atomic<int> failed{0};
-  job.on_every_rank([&](int r) {
-    Communicator comm = job.make(r);
-    FakeStream stream;
-    comm.set_stream(&stream);
-    float* buf = device_floats(kCount);
-    std::fill(buf, buf + kCount, 42.0f);
-    Work w = comm.all_reduce_async(buf, kCount, DType::f32, Op::sum);
-    std::atomic<bool> released{false};
-    stream.push([&] { released = true; });
-    const ErrorCode code = outcome(w);
-    ASSERT_TRUE(stream.synchronize(kBound)) << "rank " << r << ": the stream stayed held";
-    EXPECT_TRUE(released);
-    if (code != ErrorCode::ok) {
-      ++failed;
-      EXPECT_NE(w.error_message().find("untouched"), std::string::npos) << w.error_message();
-      EXPECT_EQ(std::count(buf, buf + kCount, 42.0f), static_cast<long>(kCount))
-          << "rank " << r << ": a failed operation changed the device buffer";
-    } else {
-      EXPECT_EQ(std::count(buf, buf + kCount, 84.0f), static_cast<long>(kCount)) << "rank " << r;
-    }
-    std::fill(buf, buf + kCount, 1.0f);
-    comm.all_reduce(buf, kCount, DType::f32, Op::sum);
-    EXPECT_EQ(std::count(buf, buf + kCount, 2.0f), static_cast<long>(kCount)) << "rank " << r << ": the next operation";
-    ASSERT_TRUE(stream.synchronize(kBound));
-  });
-  EXPECT_EQ(failed.load(), 1) << "exactly the rank whose copy was refused fails";
+  EXPECT_EQ(testing::all_reduce_failing_midway(job, kCount), 1) << "exactly the rank whose copy was refused fails";
 }
 
 // Each ordering the pipeline relies on, skipped on purpose, shows up as a wrong result on some
@@ -287,10 +253,7 @@ TEST_P(BrokenOrdering, IsCaught) {
   constexpr int kRanks = 2;
   std::atomic<int> wrong{0};
   Job job(kRanks);
-  job.on_every_rank([&](int r) {
-    Communicator comm = job.make(r);
-    FakeStream stream;
-    comm.set_stream(&stream);
+  job.on_every_rank_with_stream([&](int r, Communicator& comm, FakeStream& stream) {
     Ran ran = run_shape(comm, stream, shape, r, kRanks);
     if (ran.code != ErrorCode::ok || !ran.right) ++wrong;
     ASSERT_TRUE(stream.synchronize(kBound));

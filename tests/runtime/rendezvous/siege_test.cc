@@ -43,20 +43,6 @@ std::map<std::string, std::string> rank_env(int port, int rank) {
           {"WORLD_SIZE", std::to_string(kRanks)}, {"BRAID_RENDEZVOUS_TIMEOUT_S", "60"}, {"BRAID_SECRET", kSecret}};
 }
 
-// Sends a 64 MiB frame's length and its body but the last byte, until the server closes.
-void send_almost_a_huge_frame(int fd) {
-  constexpr uint32_t kLen = 64u << 20;
-  std::string header(4, '\0');
-  for (int i = 0; i < 4; ++i) header[i] = static_cast<char>((kLen >> (8 * i)) & 0xff);
-  if (!send_raw(fd, header)) return;
-  std::string chunk(1 << 20, 'A');
-  for (size_t left = kLen - 1; left > 0;) {
-    size_t n = std::min(left, chunk.size());
-    if (!send_raw(fd, chunk.substr(0, n))) return;
-    left -= n;
-  }
-}
-
 // A stranger's raw requests, sent without a handshake: read a key, post a forged failure, claim
 // a rank. True when the store answered nothing but its hello and an error, then closed.
 bool stranger_gets_only_a_refusal(uint16_t port) {

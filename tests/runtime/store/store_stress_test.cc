@@ -56,20 +56,18 @@ size_t peak_rss(int pid) {
   return 0;
 }
 
-// Sends a 64 MiB frame's length and then all of its body but the last byte, as fast as the
-// server takes it, until the server closes the connection.
-void send_almost_a_huge_frame(int fd) {
-  constexpr uint32_t kLen = 64u << 20;
-  std::string header(4, '\0');
-  for (int i = 0; i < 4; ++i) header[i] = static_cast<char>((kLen >> (8 * i)) & 0xff);
-  if (!send_raw(fd, header)) return;
-  std::string chunk(1 << 20, 'A');
-  size_t left = kLen - 1;
-  while (left > 0) {
-    size_t n = std::min(left, chunk.size());
-    if (!send_raw(fd, chunk.substr(0, n))) return;
-    left -= n;
+// 8 strangers and 8 insiders (they know the secret) each sending almost a whole 64 MiB frame,
+// each on its own thread (the caller joins them).
+std::vector<std::thread> start_huge_frame_attacks(uint16_t port) {
+  std::vector<std::thread> attackers;
+  for (int i = 0; i < 8; ++i) {
+    attackers.emplace_back([port] { send_almost_a_huge_frame(connect_raw(port).get()); });
+    attackers.emplace_back([port] {
+      UniqueFd fd = connect_authenticated(port, kSecret);
+      if (fd.valid()) send_almost_a_huge_frame(fd.get());
+    });
   }
+  return attackers;
 }
 
 TEST(StoreStress, LegitimateClientsAreServedCorrectlyUnderAttackAndTheServerStaysSmall) {
@@ -79,15 +77,7 @@ TEST(StoreStress, LegitimateClientsAreServedCorrectlyUnderAttackAndTheServerStay
 
   std::vector<UniqueFd> idle;
   for (int i = 0; i < 2000; ++i) idle.push_back(connect_raw(server.port));
-  std::vector<std::thread> attackers;
-  for (int i = 0; i < 8; ++i) {
-    // Strangers, and insiders (they know the secret) sending the same.
-    attackers.emplace_back([&] { send_almost_a_huge_frame(connect_raw(server.port).get()); });
-    attackers.emplace_back([&] {
-      UniqueFd fd = connect_authenticated(server.port, kSecret);
-      if (fd.valid()) send_almost_a_huge_frame(fd.get());
-    });
-  }
+  std::vector<std::thread> attackers = start_huge_frame_attacks(server.port);
 
   constexpr int kThreads = 32, kPerThread = 16, kClients = kThreads * kPerThread;
   std::atomic<int> wrong{0}, connected{0};
@@ -139,14 +129,7 @@ TEST(StoreStress, LegitimateClientsAreServedCorrectlyUnderAttackAndTheServerStay
 TEST(StoreStress, AlmostWholeHugeFramesCostTheServerNoMemory) {
   Server server = start_server({{"BRAID_SECRET", kSecret}});
   ASSERT_NE(server.port, 0);
-  std::vector<std::thread> attackers;
-  for (int i = 0; i < 8; ++i) {
-    attackers.emplace_back([&] { send_almost_a_huge_frame(connect_raw(server.port).get()); });
-    attackers.emplace_back([&] {
-      UniqueFd fd = connect_authenticated(server.port, kSecret);
-      if (fd.valid()) send_almost_a_huge_frame(fd.get());
-    });
-  }
+  std::vector<std::thread> attackers = start_huge_frame_attacks(server.port);
   for (auto& th : attackers) th.join();
   auto c = TcpStore::connect("127.0.0.1", server.port, {.timeout = 5s, .secret = kSecret});
   c->set("still", "serving");

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
@@ -79,6 +80,21 @@ inline std::string read_until_eof(int fd, std::chrono::milliseconds limit, bool*
     got.append(buf, static_cast<size_t>(r));
   }
   return got;
+}
+
+// Sends a 64 MiB frame's length and then all of its body but the last byte, as fast as the
+// server takes it, until the server closes the connection.
+inline void send_almost_a_huge_frame(int fd) {
+  constexpr uint32_t kLen = 64u << 20;
+  std::string header(4, '\0');
+  for (int i = 0; i < 4; ++i) header[static_cast<size_t>(i)] = static_cast<char>((kLen >> (8 * i)) & 0xff);
+  if (!send_raw(fd, header)) return;
+  std::string chunk(1 << 20, 'A');
+  for (size_t left = kLen - 1; left > 0;) {
+    size_t n = std::min(left, chunk.size());
+    if (!send_raw(fd, chunk.substr(0, n))) return;
+    left -= n;
+  }
 }
 
 // A raw connection that completed the handshake with `secret` (none when empty) and `job_id`:

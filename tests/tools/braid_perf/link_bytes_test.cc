@@ -10,23 +10,22 @@
 // between the ring's payload and that payload plus a bounded overhead, and the same job with
 // BRAID_RING_ORDER=rank must exceed the bound: the check tells one crossing per step from two.
 // Needs root for `ip netns`; skipped otherwise.
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "tests/support/subprocess.h"
+#include "tests/support/two_hosts.h"
 
 namespace braid {
 namespace {
 
 using testing::Subprocess;
+using testing::TwoHosts;
 
 constexpr size_t kBytes = size_t{4} << 20;  // per all_reduce
 // braid-perf -w 1 -n 2 -c 1 runs 1 + 2 + 1 operations of kBytes, out of place and in place.
@@ -36,50 +35,6 @@ constexpr size_t kOps = 2 * (1 + 2 + 1);
 // combine timings and compare checks, IPv6 neighbour discovery).
 constexpr double kHeaderShare = 0.02;
 constexpr size_t kFixedBytes = size_t{512} << 10;
-
-int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
-
-class TwoHosts {
- public:
-  TwoHosts() {
-    const std::string id = std::to_string(getpid());
-    ns_ = {"blb" + id + "a", "blb" + id + "b"};
-    for (const std::string& cmd :
-         {"ip netns add " + ns_[0], "ip netns add " + ns_[1],
-          "ip -n " + ns_[0] + " link add v0 type veth peer name v1 netns " + ns_[1],
-          "ip -n " + ns_[0] + " addr add 10.79.4.1/24 dev v0", "ip -n " + ns_[1] + " addr add 10.79.4.2/24 dev v1",
-          "ip -n " + ns_[0] + " link set lo up", "ip -n " + ns_[1] + " link set lo up",
-          "ip -n " + ns_[0] + " link set v0 up", "ip -n " + ns_[1] + " link set v1 up"}) {
-      if (sh(cmd) != 0) {
-        error_ = "namespace setup failed (needs root and iproute2): " + cmd;
-        return;
-      }
-    }
-  }
-  ~TwoHosts() {
-    for (const auto& ns : ns_) sh("ip netns del " + ns);
-  }
-  TwoHosts(const TwoHosts&) = delete;
-  TwoHosts& operator=(const TwoHosts&) = delete;
-
-  const std::string& error() const { return error_; }
-  const std::string& ns(int host) const { return ns_[static_cast<size_t>(host)]; }
-  // Bytes host `host` has sent onto the link so far (its end of the veth pair).
-  long long tx_bytes(int host) const {
-    const std::string cmd = "ip netns exec " + ns(host) + " cat /sys/class/net/" + (host == 0 ? "v0" : "v1") +
-                            "/statistics/tx_bytes 2>/dev/null";
-    FILE* f = ::popen(cmd.c_str(), "r");
-    if (f == nullptr) return -1;
-    long long v = -1;
-    if (std::fscanf(f, "%lld", &v) != 1) v = -1;
-    ::pclose(f);
-    return v;
-  }
-
- private:
-  std::vector<std::string> ns_;
-  std::string error_;
-};
 
 struct Crossed {
   long long a_to_b = 0;
@@ -97,18 +52,13 @@ Crossed run_job(const TwoHosts& hosts, int port, const std::string& ring_order) 
     std::vector<std::string> argv = {"ip", "netns", "exec", hosts.ns(r % 2), testing::binary_from_env("BRAID_PERF"),
                                      "--op", "all_reduce", "--algo", "ring", "-b", size, "-e", size,
                                      "-n", "2", "-w", "1", "-c", "1"};
-    ranks.push_back(std::make_unique<Subprocess>(
-        argv, std::map<std::string, std::string>{{"MASTER_ADDR", "10.79.4.1"},
-                                                 {"MASTER_PORT", std::to_string(port)},
-                                                 {"RANK", std::to_string(r)},
-                                                 {"WORLD_SIZE", "4"},
-                                                 {"LOCAL_RANK", std::to_string(r / 2)},
-                                                 {"LOCAL_WORLD_SIZE", "2"},
-                                                 {"BRAID_TRANSPORT", "auto"},
-                                                 {"BRAID_RING_ORDER", ring_order},
-                                                 {"BRAID_TIMEOUT_S", "60"},
-                                                 {"BRAID_RENDEZVOUS_TIMEOUT_S", "60"},
-                                                 {"BRAID_DEBUG", "INFO"}}));
+    std::map<std::string, std::string> env = hosts.round_robin_env(r, 4, port);
+    env.insert({{"BRAID_TRANSPORT", "auto"},
+                {"BRAID_RING_ORDER", ring_order},
+                {"BRAID_TIMEOUT_S", "60"},
+                {"BRAID_RENDEZVOUS_TIMEOUT_S", "60"},
+                {"BRAID_DEBUG", "INFO"}});
+    ranks.push_back(std::make_unique<Subprocess>(argv, env));
   }
   for (int r = 0; r < 4; ++r) {
     Subprocess& p = *ranks[static_cast<size_t>(r)];
@@ -125,7 +75,7 @@ Crossed run_job(const TwoHosts& hosts, int port, const std::string& ring_order) 
 }
 
 TEST(LinkBytes, OrderedRingCrossesTheLinkOncePerHostPerStep) {
-  TwoHosts hosts;
+  TwoHosts hosts("blb", "10.79.4");
   if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
   // Each direction's share of the ring: the one hop that leaves the host, 2(n-1)/n of S per op.
   const double payload = 2.0 * 3 / 4 * static_cast<double>(kBytes) * kOps;

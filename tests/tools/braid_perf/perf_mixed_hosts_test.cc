@@ -2,70 +2,33 @@
 // round-robin (ranks 0 and 2 on host A, 1 and 3 on host B) and started directly, without
 // braidrun: every collective checked by braid-perf (-c 1), the ring ordered by host and each
 // peer's transport shown at BRAID_DEBUG=INFO. Needs root for `ip netns`; skipped otherwise.
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
-#include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "tests/support/subprocess.h"
+#include "tests/support/two_hosts.h"
 
 namespace braid {
 namespace {
 
 using testing::Subprocess;
-
-int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
-
-class TwoHosts {
- public:
-  TwoHosts() {
-    const std::string id = std::to_string(getpid());
-    ns_ = {"bmx" + id + "a", "bmx" + id + "b"};
-    for (const std::string& cmd :
-         {"ip netns add " + ns_[0], "ip netns add " + ns_[1],
-          "ip -n " + ns_[0] + " link add v0 type veth peer name v1 netns " + ns_[1],
-          "ip -n " + ns_[0] + " addr add 10.79.0.1/24 dev v0", "ip -n " + ns_[1] + " addr add 10.79.0.2/24 dev v1",
-          "ip -n " + ns_[0] + " link set lo up", "ip -n " + ns_[1] + " link set lo up",
-          "ip -n " + ns_[0] + " link set v0 up", "ip -n " + ns_[1] + " link set v1 up"}) {
-      if (sh(cmd) != 0) {
-        error_ = "namespace setup failed (needs root and iproute2): " + cmd;
-        return;
-      }
-    }
-  }
-  ~TwoHosts() {
-    for (const auto& ns : ns_) sh("ip netns del " + ns);
-  }
-  const std::string& error() const { return error_; }
-  const std::string& ns(int host) const { return ns_[static_cast<size_t>(host)]; }
-
- private:
-  std::vector<std::string> ns_;
-  std::string error_;
-};
+using testing::TwoHosts;
 
 // Rank r of 4 on host r % 2, running braid-perf for `op` over sizes 1 KiB .. 1 MiB, checked.
 std::unique_ptr<Subprocess> start_rank(const TwoHosts& hosts, int r, const std::string& op, int port) {
   std::vector<std::string> argv = {"ip", "netns", "exec", hosts.ns(r % 2), testing::binary_from_env("BRAID_PERF"),
                                    "--op", op, "-b", "1K", "-e", "1M", "-f", "32", "-n", "1", "-w", "0", "-c", "1"};
-  return std::make_unique<Subprocess>(
-      argv, std::map<std::string, std::string>{{"MASTER_ADDR", "10.79.0.1"},
-                                               {"MASTER_PORT", std::to_string(port)},
-                                               {"RANK", std::to_string(r)},
-                                               {"WORLD_SIZE", "4"},
-                                               {"LOCAL_RANK", std::to_string(r / 2)},
-                                               {"LOCAL_WORLD_SIZE", "2"},
-                                               {"BRAID_TIMEOUT_S", "60"},
-                                               {"BRAID_RENDEZVOUS_TIMEOUT_S", "60"},
-                                               {"BRAID_DEBUG", "INFO"}});
+  std::map<std::string, std::string> env = hosts.round_robin_env(r, 4, port);
+  env.insert({{"BRAID_TIMEOUT_S", "60"}, {"BRAID_RENDEZVOUS_TIMEOUT_S", "60"}, {"BRAID_DEBUG", "INFO"}});
+  return std::make_unique<Subprocess>(argv, env);
 }
 
 TEST(PerfMixedHosts, EveryCollectiveIsExactWithTheRingOrderedByHost) {
-  TwoHosts hosts;
+  TwoHosts hosts("bmx", "10.79.0");
   if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
   int port = 29700;
   for (const char* op : {"all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "gather", "scatter",

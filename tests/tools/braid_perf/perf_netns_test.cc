@@ -1,50 +1,18 @@
 // braid-perf across two "hosts": two network namespaces joined by a veth pair, one braidrun in
 // each (--nnodes 2), every result checked (-c 1). Needs root for `ip netns`; skipped otherwise.
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "tests/support/subprocess.h"
+#include "tests/support/two_hosts.h"
 
 namespace braid {
 namespace {
 
 using testing::Subprocess;
-
-int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
-
-class TwoHosts {
- public:
-  TwoHosts() {
-    std::string id = std::to_string(getpid());
-    a_ = "bpf" + id + "a";
-    b_ = "bpf" + id + "b";
-    for (const std::string& cmd :
-         {"ip netns add " + a_, "ip netns add " + b_, "ip -n " + a_ + " link add v0 type veth peer name v1 netns " + b_,
-          "ip -n " + a_ + " addr add 10.78.0.1/24 dev v0", "ip -n " + b_ + " addr add 10.78.0.2/24 dev v1",
-          "ip -n " + a_ + " link set lo up", "ip -n " + b_ + " link set lo up", "ip -n " + a_ + " link set v0 up",
-          "ip -n " + b_ + " link set v1 up"}) {
-      if (sh(cmd) != 0) {
-        error_ = "namespace setup failed (needs root and iproute2): " + cmd;
-        return;
-      }
-    }
-  }
-  ~TwoHosts() {
-    sh("ip netns del " + a_);
-    sh("ip netns del " + b_);
-  }
-  const std::string& error() const { return error_; }
-  const std::string& a() const { return a_; }
-  const std::string& b() const { return b_; }
-
- private:
-  std::string a_, b_, error_;
-};
+using testing::TwoHosts;
 
 std::vector<std::string> node(const std::string& ns, const std::string& op, int per_node) {
   return {"ip", "netns", "exec", ns, testing::binary_from_env("BRAIDRUN"), "--nnodes", "2", "--nproc-per-node",
@@ -54,11 +22,11 @@ std::vector<std::string> node(const std::string& ns, const std::string& op, int 
 }
 
 TEST(PerfNetns, CollectivesAcrossTwoHostsAreExact) {
-  TwoHosts hosts;
+  TwoHosts hosts("bpf", "10.78.0");
   if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
   for (const char* op : {"all_reduce", "all_gather", "broadcast", "all_to_all"}) {
-    Subprocess a(node(hosts.a(), op, 2), {{"BRAID_TIMEOUT_S", "60"}, {"BRAID_DEBUG", "INFO"}});
-    Subprocess b(node(hosts.b(), op, 2), {{"BRAID_TIMEOUT_S", "60"}, {"BRAID_DEBUG", "INFO"}});
+    Subprocess a(node(hosts.ns(0), op, 2), {{"BRAID_TIMEOUT_S", "60"}, {"BRAID_DEBUG", "INFO"}});
+    Subprocess b(node(hosts.ns(1), op, 2), {{"BRAID_TIMEOUT_S", "60"}, {"BRAID_DEBUG", "INFO"}});
     int ra = a.wait(std::chrono::seconds(120));
     int rb = b.wait(std::chrono::seconds(120));
     EXPECT_EQ(ra, 0) << op << "\n" << a.output();

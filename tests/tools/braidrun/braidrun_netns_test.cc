@@ -6,67 +6,22 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <fstream>
 #include <regex>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "tests/support/two_hosts.h"
 #include "tests/tools/braidrun/braidrun_runner.h"
 
 namespace braid::braidrun::testing {
 namespace {
 
-int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
-
-// Namespaces "brt<pid>a" (10.77.0.1) and "brt<pid>b" (10.77.0.2), deleted by the destructor,
-// whatever the test's outcome.
-class TwoHosts {
- public:
-  TwoHosts() : a_("brt" + std::to_string(getpid()) + "a"), b_("brt" + std::to_string(getpid()) + "b") {
-    if (sh("ip netns add " + a_) != 0) {
-      error_ = "`ip netns add` failed (needs root and iproute2)";
-      return;
-    }
-    created_a_ = true;
-    if (sh("ip netns add " + b_) != 0) {
-      error_ = "`ip netns add " + b_ + "` failed";
-      return;
-    }
-    created_b_ = true;
-    const std::vector<std::string> setup = {
-        "ip -n " + a_ + " link add v0 type veth peer name v1 netns " + b_,
-        "ip -n " + a_ + " addr add 10.77.0.1/24 dev v0",
-        "ip -n " + b_ + " addr add 10.77.0.2/24 dev v1",
-        "ip -n " + a_ + " link set lo up",
-        "ip -n " + b_ + " link set lo up",
-        "ip -n " + a_ + " link set v0 up",
-        "ip -n " + b_ + " link set v1 up",
-    };
-    for (const std::string& cmd : setup) {
-      if (sh(cmd) != 0) {
-        error_ = "namespace setup failed: " + cmd;
-        return;
-      }
-    }
-  }
-  ~TwoHosts() {
-    if (created_a_) sh("ip netns del " + a_);
-    if (created_b_) sh("ip netns del " + b_);
-  }
-  const std::string& error() const { return error_; }
-  std::vector<std::string> exec_in(const std::string& ns) const { return {"ip", "netns", "exec", ns}; }
-  const std::string& a() const { return a_; }
-  const std::string& b() const { return b_; }
-
- private:
-  std::string a_, b_, error_;
-  bool created_a_ = false, created_b_ = false;
-};
+using ::braid::testing::TwoHosts;
 
 TEST(BraidrunNetns, TwoNodesInTwoNamespacesFormOneJob) {
-  TwoHosts hosts;
+  TwoHosts hosts("brt", "10.77.0");
   if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
   std::vector<std::string> args = {"--nnodes",        "2", "--nproc-per-node", "2", "--rdzv-endpoint", "10.77.0.1:29500",
                                    "--rdzv-timeout-s", "30", "--rdzv-id",      "netns-job", rank_helper_path(), "env",
@@ -74,9 +29,9 @@ TEST(BraidrunNetns, TwoNodesInTwoNamespacesFormOneJob) {
   RunResult ra, rb;
   {
     // The client first: it must wait for the serving node rather than fail.
-    BraidrunProcess b(args, hosts.exec_in(hosts.b()));
+    BraidrunProcess b(args, hosts.exec_in(1));
     usleep(300 * 1000);
-    BraidrunProcess a(args, hosts.exec_in(hosts.a()));
+    BraidrunProcess a(args, hosts.exec_in(0));
     ra = a.wait(60);
     rb = b.wait(60);
   }
@@ -115,7 +70,7 @@ std::vector<std::string> with_env(std::vector<std::string> prefix, const std::st
 // braidruns on several nodes cannot invent a shared secret: they use the user's, and hand it on
 // to their ranks unchanged.
 TEST(BraidrunNetns, NodesUseTheUsersSecretAndPassItOn) {
-  TwoHosts hosts;
+  TwoHosts hosts("brt", "10.77.0");
   if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
   TempDir dir;
   std::string file = write_secret(dir, "secret", "netns-users-secret-0123456789");
@@ -124,8 +79,8 @@ TEST(BraidrunNetns, NodesUseTheUsersSecretAndPassItOn) {
                                    "store-get", "k"};
   RunResult ra, rb;
   {
-    BraidrunProcess a(args, with_env(hosts.exec_in(hosts.a()), "BRAID_SECRET_FILE=" + file));
-    BraidrunProcess b(args, with_env(hosts.exec_in(hosts.b()), "BRAID_SECRET_FILE=" + file));
+    BraidrunProcess a(args, with_env(hosts.exec_in(0), "BRAID_SECRET_FILE=" + file));
+    BraidrunProcess b(args, with_env(hosts.exec_in(1), "BRAID_SECRET_FILE=" + file));
     ra = a.wait(60);
     rb = b.wait(60);
   }
@@ -139,7 +94,7 @@ TEST(BraidrunNetns, NodesUseTheUsersSecretAndPassItOn) {
 }
 
 TEST(BraidrunNetns, ANodeWithAnotherSecretIsRefusedAtOnce) {
-  TwoHosts hosts;
+  TwoHosts hosts("brt", "10.77.0");
   if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
   TempDir dir;
   std::string mine = write_secret(dir, "mine", "netns-the-jobs-secret-0123456789");
@@ -148,10 +103,10 @@ TEST(BraidrunNetns, ANodeWithAnotherSecretIsRefusedAtOnce) {
                                    "--rdzv-timeout-s", "5", rank_helper_path(), "print", "ran"};
   RunResult ra, rb;
   {
-    BraidrunProcess a(args, with_env(hosts.exec_in(hosts.a()), "BRAID_SECRET_FILE=" + mine));
+    BraidrunProcess a(args, with_env(hosts.exec_in(0), "BRAID_SECRET_FILE=" + mine));
     usleep(300 * 1000);
     auto start = std::chrono::steady_clock::now();
-    BraidrunProcess b(args, with_env(hosts.exec_in(hosts.b()), "BRAID_SECRET_FILE=" + other));
+    BraidrunProcess b(args, with_env(hosts.exec_in(1), "BRAID_SECRET_FILE=" + other));
     rb = b.wait(60);
     // Refused, not left to wait for the rendezvous timeout: a detection bound.
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));

@@ -3,11 +3,8 @@
 // paths, a peer killed with SIGKILL while data flows (the survivor fails within the bound, naming
 // the rank and its pid, and nothing is left in /dev/shm), and a peer with another secret.
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <climits>
-#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -16,6 +13,7 @@
 
 #include "common/job_secret.h"
 #include "tests/support/subprocess.h"
+#include "tests/transport/peer_process.h"
 #include "tests/transport/transport_link.h"
 
 namespace braid::transport::testing {
@@ -26,14 +24,6 @@ using braid::testing::Subprocess;
 
 constexpr const char* kSecret = "shm process test secret 0123456789abcdef";
 
-std::string peer_binary() {
-  if (const char* p = std::getenv("TCP_PEER_BINARY")) return p;
-  char self[PATH_MAX] = {};
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  std::string dir(self, n > 0 ? static_cast<size_t>(n) : 0);
-  return dir.substr(0, dir.rfind('/')) + "/../tcp_peer";
-}
-
 std::set<std::string> dev_shm() {
   std::set<std::string> names;
   std::error_code ec;
@@ -42,32 +32,25 @@ std::set<std::string> dev_shm() {
 }
 
 // Parameter: BRAID_SHM_CMA on both ends.
-class ShmProcessTest : public ::testing::TestWithParam<bool> {
+class ShmProcessTest : public PeerProcessTest<::testing::TestWithParam<bool>> {
  protected:
   void SetUp() override {
     TransportOptions o;
     o.env.shm_cma = GetParam();
     o.env.shm_cma_auto = false;
     o.secret = auth::JobSecret::from_text(kSecret, "test").value();
-    auto t = create_transport("shm", o);
-    ASSERT_TRUE(t.is_ok()) << t.status().message();
-    t_ = std::move(t).value();
-    auto addr = t_->listen();
-    ASSERT_TRUE(addr.is_ok());
-    addr_ = addr.value();
+    const Status made = create("shm", o);
+    ASSERT_TRUE(made.is_ok()) << made.message();
+    listen();
   }
   void start_peer(const std::string& script, const std::vector<std::string>& more = {},
                   const std::string& secret = kSecret) {
-    std::vector<std::string> argv = {peer_binary(), "transport=shm", "role=connect", "addr=" + addr_,
-                                     "rank=1", "peer=0", "script=" + script};
+    std::vector<std::string> argv = {
+        peer_binary("../tcp_peer"), "transport=shm", "role=connect", "addr=" + addr_, "rank=1", "peer=0",
+        "script=" + script};
     argv.insert(argv.end(), more.begin(), more.end());
-    peer_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{
-                                                   {"BRAID_SECRET", secret}, {"BRAID_SHM_CMA", GetParam() ? "1" : "0"}});
-  }
-  void accept_peer() {
-    auto c = t_->accept(PeerIdentity{7, 0, 1}, Deadline::after(20s));
-    ASSERT_TRUE(c.is_ok()) << c.status().message() << "\npeer: " << peer_->output();
-    conn_ = std::move(c).value();
+    peer_ = std::make_unique<Subprocess>(
+        argv, std::map<std::string, std::string>{{"BRAID_SECRET", secret}, {"BRAID_SHM_CMA", GetParam() ? "1" : "0"}});
   }
   Completion next() {
     auto end = std::chrono::steady_clock::now() + 60s;
@@ -77,24 +60,6 @@ class ShmProcessTest : public ::testing::TestWithParam<bool> {
     q_.erase(q_.begin());
     return c;
   }
-  // Polls until a completion fails; posts more work through `refill` after each success.
-  Completion until_failure(const std::function<void()>& refill, std::chrono::seconds limit) {
-    auto end = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < end) {
-      std::vector<Completion> out;
-      EXPECT_TRUE(t_->poll(out, 50ms).is_ok());
-      for (const Completion& c : out) {
-        if (!c.status.is_ok()) return c;
-        refill();
-      }
-    }
-    return Completion{};
-  }
-
-  std::unique_ptr<Transport> t_;
-  std::string addr_;
-  std::unique_ptr<Subprocess> peer_;
-  std::unique_ptr<Connection> conn_;
   std::vector<Completion> q_;
 };
 
@@ -134,11 +99,7 @@ TEST_P(ShmProcessTest, PeerKilledMidTransferFailsReceivesNamingItAndLeavesNoFile
     post();
   }
   const pid_t pid = peer_->pid();
-  peer_->kill(SIGKILL);
-  const auto killed_at = std::chrono::steady_clock::now();
-  Completion failed = until_failure(post, 10s);
-  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 5s);  // a detection bound
-  EXPECT_EQ(failed.status.code(), ErrorCode::peer_lost) << failed.status.message();
+  Completion failed = kill_peer_until_failure(post);
   const std::string& m = failed.status.message();
   EXPECT_NE(m.find("rank 1 (pid " + std::to_string(pid)), std::string::npos) << m;
   EXPECT_NE(m.find("exited"), std::string::npos) << m;
@@ -156,9 +117,7 @@ TEST_P(ShmProcessTest, PeerKilledFailsPendingSends) {
   auto post = [&] { ASSERT_TRUE(conn_->post_send(buf.data(), buf.size(), 0).is_ok()); };
   for (int i = 0; i < 8; ++i) post();
   std::this_thread::sleep_for(200ms);
-  peer_->kill(SIGKILL);
-  Completion failed = until_failure(post, 10s);
-  EXPECT_EQ(failed.status.code(), ErrorCode::peer_lost) << failed.status.message();
+  Completion failed = kill_peer_until_failure(post);
   EXPECT_NE(failed.status.message().find("shm send"), std::string::npos) << failed.status.message();
 }
 

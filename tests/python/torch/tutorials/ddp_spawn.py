@@ -2,7 +2,8 @@
 with MASTER_ADDR/MASTER_PORT, mp.spawn, a ToyModel wrapped in DDP, a training step, and the
 checkpoint demo (rank 0 saves, barrier, every rank loads with map_location). Changed: `import
 braid.torch`, backend "braid", no device_ids (CPU), MASTER_PORT from the environment when set,
-and a check at the end that every rank holds the same parameters."""
+a check at the end that every rank holds the same parameters, and the training step the two
+demos share written once (train_step)."""
 import os
 import sys
 import tempfile
@@ -45,12 +46,7 @@ def same_everywhere(model):
     return all(torch.equal(g, gathered[0]) for g in gathered)
 
 
-def demo_basic(rank, world_size):
-    print(f"Running basic DDP example on rank {rank}.", flush=True)
-    setup(rank, world_size)
-    torch.manual_seed(rank)  # different initial weights: DDP's broadcast must make them equal
-    model = ToyModel()
-    ddp_model = DDP(model)
+def train_step(ddp_model):
     loss_fn = nn.MSELoss()
     optimizer = optim.SGD(ddp_model.parameters(), lr=0.001)
     optimizer.zero_grad()
@@ -58,11 +54,24 @@ def demo_basic(rank, world_size):
     labels = torch.randn(20, 5)
     loss_fn(outputs, labels).backward()
     optimizer.step()
-    ok = same_everywhere(model)
-    cleanup()
-    print(f"rank {rank}: basic {'ok' if ok else 'PARAMETERS DIFFER'}", flush=True)
+
+
+def report(rank, demo, ok):
+    print(f"rank {rank}: {demo} {'ok' if ok else 'PARAMETERS DIFFER'}", flush=True)
     if not ok:
         raise SystemExit(1)
+
+
+def demo_basic(rank, world_size):
+    print(f"Running basic DDP example on rank {rank}.", flush=True)
+    setup(rank, world_size)
+    torch.manual_seed(rank)  # different initial weights: DDP's broadcast must make them equal
+    model = ToyModel()
+    ddp_model = DDP(model)
+    train_step(ddp_model)
+    ok = same_everywhere(model)
+    cleanup()
+    report(rank, "basic", ok)
 
 
 def demo_checkpoint(rank, world_size, checkpoint_path):
@@ -75,21 +84,13 @@ def demo_checkpoint(rank, world_size, checkpoint_path):
         torch.save(ddp_model.state_dict(), checkpoint_path)
     dist.barrier()
     ddp_model.load_state_dict(torch.load(checkpoint_path, map_location="cpu"))
-    loss_fn = nn.MSELoss()
-    optimizer = optim.SGD(ddp_model.parameters(), lr=0.001)
-    optimizer.zero_grad()
-    outputs = ddp_model(torch.randn(20, 10))
-    labels = torch.randn(20, 5)
-    loss_fn(outputs, labels).backward()
-    optimizer.step()
+    train_step(ddp_model)
     ok = same_everywhere(model)
     dist.barrier()
     if rank == 0:
         os.remove(checkpoint_path)
     cleanup()
-    print(f"rank {rank}: checkpoint {'ok' if ok else 'PARAMETERS DIFFER'}", flush=True)
-    if not ok:
-        raise SystemExit(1)
+    report(rank, "checkpoint", ok)
 
 
 def run_demo(demo_fn, world_size, *args):
