@@ -59,6 +59,9 @@ struct Env {
   size_t zcopy_bytes = size_t{1} << 20;
   // BRAID_SPIN_US: how long a waiter spins before sleeping, microseconds (0..100000). Default 50.
   int spin_us = 50;
+  // Whether BRAID_SPIN_US was set: unset, the runtime lowers the spin to 0 where ranks of one
+  // host share CPUs (runtime/spin_policy.h).
+  bool spin_us_set = false;
   // BRAID_SHM_CMA: 1: the shm transport moves messages of 64 KiB and up in one copy with
   // cross-memory attach where ptrace rules allow (shm_cma); auto (default, shm_cma_auto): only
   // those larger than its ring whose buffer lies in huge pages, where process_vm_readv copies
