@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <mutex>
@@ -47,21 +48,32 @@ SpinChoice choose_spin(const SpinInputs& in) {
   if (in.explicit_us) return {*in.explicit_us, "BRAID_SPIN_US is set"};
   const std::string hint = "; set BRAID_SPIN_US to override";
   if (in.local_ranks <= 1) return {in.default_us, "the only rank of the communicator on this host" + hint};
+  // More ranks than the host has CPUs: every spinner already gives its CPU away on each pass
+  // (common/spin.h, set_ranks_on_node), so a peer stacked on its CPU runs at once; that beats
+  // sleeping, which pays a wake-up per step.
+  const std::string outnumber = ", more than the host's " + plural(in.online_cpus, "CPU") +
+                                ": spinners yield the CPU on each pass" + hint;
+  const bool yielding = in.local_ranks > in.online_cpus;
   if (in.sharing_ranks > 0) {
     if (in.sharing_ranks == 1) {
       return {in.default_us, "no other rank on this host may run on this rank's " +
                                  plural(in.affinity_cpus, "CPU") + hint};
     }
-    return {0, std::to_string(in.sharing_ranks) + " ranks on this host share " + plural(in.sharing_cpus, "CPU") + hint};
+    const std::string shared =
+        std::to_string(in.sharing_ranks) + " ranks on this host share " + plural(in.sharing_cpus, "CPU");
+    if (yielding) return {in.default_us, shared + " (" + std::to_string(in.local_ranks) + " ranks" + outnumber + ")"};
+    return {0, shared + hint};
   }
   // Masks unknown: binding gives each rank its share of the CPUs, and no more.
   const int share = std::max(1, in.online_cpus / in.local_ranks);
-  if (in.affinity_cpus > share) {
-    return {0, std::to_string(in.local_ranks) + " ranks on this host, each free to run on " +
-                   plural(in.affinity_cpus, "CPU") + " of " + std::to_string(in.online_cpus) + hint};
+  const std::string local = std::to_string(in.local_ranks) + " ranks on this host";
+  if (in.affinity_cpus <= share) {
+    return {in.default_us, local + ", this one bound to " + plural(in.affinity_cpus, "CPU") + " of " +
+                               std::to_string(in.online_cpus) + hint};
   }
-  return {in.default_us, std::to_string(in.local_ranks) + " ranks on this host, this one bound to " +
-                             plural(in.affinity_cpus, "CPU") + " of " + std::to_string(in.online_cpus) + hint};
+  if (yielding) return {in.default_us, local + outnumber};
+  return {0, local + ", each free to run on " + plural(in.affinity_cpus, "CPU") + " of " +
+                 std::to_string(in.online_cpus) + hint};
 }
 
 void count_sharing(const std::vector<RankCpus>& all, int rank, SpinInputs& in) {
@@ -149,6 +161,8 @@ Result<SpinChoice> settle_spin(Store* store, const Env& env, int rank, int size)
     }
   }
   count_sharing(all, rank, in);
+  // What LOCAL_WORLD_SIZE told common/spin.h may be missing (mp.spawn) or count another group.
+  set_ranks_on_node(in.local_ranks);
   SpinChoice c = choose_spin(in);
   log_once(c);
   lower_settled(c.spin_us);

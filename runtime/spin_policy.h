@@ -7,7 +7,7 @@
 // them free; braidrun --cpu-bind none), the scheduler often puts two of them on one CPU, and a
 // spinning waiter then keeps the very peer it waits for off that CPU for its whole spin, then
 // sleeps anyway: every operation pays the spin and a wake-up (docs/performance.md, "Spinning
-// where ranks share CPUs", has the figures).
+// where ranks share CPUs", has the figures that chose the rule below).
 //
 // Words: a rank's CPUs are its affinity mask (sched_getaffinity: taskset, cpusets, braidrun's
 // binding). Two ranks share CPUs when they run on the same host (transport/host_identity.h's
@@ -19,10 +19,15 @@
 // The rule, when BRAID_SPIN_US is not set (set, it always wins):
 //   - no other rank of this communicator on this host may run on one of this rank's CPUs:
 //     spin the default (one rank per host; each rank bound to CPUs of its own);
-//   - otherwise: spin 0, sleep at once ("spin 0 us: 4 ranks on this host share 2 CPUs").
+//   - ranks share CPUs, and this host's ranks outnumber its online CPUs: spin the default too.
+//     Every spinner then yields its CPU on each pass (common/spin.h: set_ranks_on_node, which
+//     this rule feeds with the ranks it counted), so a peer stacked on the same CPU runs at once,
+//     and that beats sleeping, which pays a wake-up per step (4 ranks on 2 CPUs);
+//   - ranks share CPUs otherwise: spin 0, sleep at once ("spin 0 us: 2 ranks on this host share
+//     2 CPUs"): there a spinner pauses on its CPU and keeps a peer stacked on it waiting;
 //   - a rank whose mask is unknown (a CPU beyond host_identity's bitmap) falls back to counts:
-//     spin 0 when the rank may run on more CPUs than its share of the online ones (online /
-//     local ranks), which is what binding gives.
+//     it shares when it may run on more CPUs than its share of the online ones (online / local
+//     ranks), which is what binding gives.
 // Each communicator decides for itself (a split's members may be fewer on this host); the
 // runtime's own waits for a Work (runtime/work.cc) are process-wide and take the smallest spin
 // any communicator of the process chose.
