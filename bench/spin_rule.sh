@@ -6,6 +6,7 @@
 #
 #   bench/spin_rule.sh                               # ~2 min on 2 CPUs
 #   NPROCS="2 4 8" BINDS="auto none" ROUNDS=9 SIZE=64K bench/spin_rule.sh
+#   TASKSET=0 NPROCS="2 3" BINDS=none bench/spin_rule.sh   # braidrun under taskset -c 0
 #
 # braidrun's --cpu-bind auto gives each rank its own share of the CPUs when there is at least
 # one CPU per rank, and leaves them free otherwise; none always leaves them free (torchrun,
@@ -18,19 +19,22 @@ BINDS=${BINDS:-auto none}
 ROUNDS=${ROUNDS:-7}
 SIZE=${SIZE:-4K}
 ITERS=${ITERS:-300}
+TASKSET=${TASKSET:-}
 OUT=${OUT:-$BUILD_DIR/spin-rule}
 mkdir -p "$OUT"
 : > "$OUT/runs.log"
 BRAIDRUN=$BUILD_DIR/tools/braidrun/braidrun
+launch=()
+if [ -n "$TASKSET" ]; then launch=(taskset -c "$TASKSET"); fi
 PERF=$BUILD_DIR/tools/braid_perf/braid-perf
 
 one() {  # nproc bind variant -> "time_us rule"
   local np=$1 bind=$2 variant=$3 out
   if [ "$variant" = old ]; then
-    out=$(BRAID_SPIN_US=50 BRAID_DEBUG=INFO timeout 120 "$BRAIDRUN" --standalone --nproc-per-node "$np" \
+    out=$(BRAID_SPIN_US=50 BRAID_DEBUG=INFO timeout 120 "${launch[@]}" "$BRAIDRUN" --standalone --nproc-per-node "$np" \
           --cpu-bind "$bind" "$PERF" -b "$SIZE" -e "$SIZE" -n "$ITERS" -w 20 2>&1)
   else
-    out=$(env -u BRAID_SPIN_US BRAID_DEBUG=INFO timeout 120 "$BRAIDRUN" --standalone --nproc-per-node "$np" \
+    out=$(env -u BRAID_SPIN_US BRAID_DEBUG=INFO timeout 120 "${launch[@]}" "$BRAIDRUN" --standalone --nproc-per-node "$np" \
           --cpu-bind "$bind" "$PERF" -b "$SIZE" -e "$SIZE" -n "$ITERS" -w 20 2>&1)
   fi
   printf '%s\n' "$out" | sed "s/^/np=$np bind=$bind $variant: /" >> "$OUT/runs.log"
@@ -42,7 +46,7 @@ one() {  # nproc bind variant -> "time_us rule"
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR == 0) print "NA"; else if (NR % 2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
-echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs, all_reduce $SIZE, $ROUNDS rounds"
+echo "# $(date -u +%FT%TZ) load $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) CPUs, all_reduce $SIZE, $ROUNDS rounds${TASKSET:+, braidrun under taskset -c $TASKSET}"
 declare -A times rules
 for ((r = 1; r <= ROUNDS; ++r)); do
   for np in $NPROCS; do
