@@ -61,6 +61,8 @@ def run_policy(cpus_for_rank, spin=None, ops=20):
 
 
 def usable_cpus():
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("the host has one CPU: 2 ranks outnumber it, and braid keeps a yielding spin")
     return sorted(os.sched_getaffinity(0))
 
 
@@ -73,6 +75,7 @@ def test_ranks_on_one_cpu_sleep_at_once():
 
 
 def test_ranks_free_on_every_cpu_sleep_at_once():
+    usable_cpus()
     for rank, out in enumerate(run_policy(lambda r: "")):
         assert "spin 0 us: 2 ranks on this host share " in out, f"rank {rank}:\n{out[-3000:]}"
 
