@@ -130,7 +130,8 @@ void CommunicatorImpl::progress_main() {
                     << cfg_.env.timeout_s << " s, operation headers on, ring depth " << ring_depth_ << " ("
                     << ring_depth_why_ << "), algorithms "
                     << (cfg_.env.algo == "auto" ? "by size: " + collectives::describe_selection(cfg_.size)
-                                                : cfg_.env.algo + " (BRAID_ALGO) where the collective has it");
+                                                : cfg_.env.algo + " (BRAID_ALGO) where the collective has it")
+                    << "; waiters spin " << cfg_.env.spin_us << " us";
   }
   if (s.is_ok()) {
     // Each peer's own transport (shm, ib or tcp), as the links chose it.

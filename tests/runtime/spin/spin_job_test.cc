@@ -54,6 +54,11 @@ void expect_each_says(const std::vector<std::string>& outputs, const std::string
   }
 }
 
+// The communicator's INFO line once it is up: the spin its transports and waits were given.
+void expect_each_applies(const std::vector<std::string>& outputs, int spin_us) {
+  expect_each_says(outputs, "; waiters spin " + std::to_string(spin_us) + " us");
+}
+
 int count_of(const std::string& text, const std::string& what) {
   int n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
@@ -73,13 +78,16 @@ class SpinJob : public ::testing::Test {
 };
 
 TEST_F(SpinJob, RanksConfinedToOneCpuSleepAtOnce) {
-  expect_each_says(run_ranks({cpu0_, cpu0_}), "INFO: spin 0 us: 2 ranks on this host share 1 CPU; set BRAID_SPIN_US to override");
+  auto out = run_ranks({cpu0_, cpu0_});
+  expect_each_says(out, "INFO: spin 0 us: 2 ranks on this host share 1 CPU; set BRAID_SPIN_US to override");
+  expect_each_applies(out, 0);
 }
 
 TEST_F(SpinJob, RanksOnACpuEachKeepTheDefaultSpin) {
   if (cpu1_.empty()) GTEST_SKIP() << "this process may use one CPU only";
   auto out = run_ranks({cpu0_, cpu1_});
   expect_each_says(out, "INFO: spin 50 us: no other rank on this host may run on this rank's 1 CPU");
+  expect_each_applies(out, 50);
   for (const auto& o : out) EXPECT_EQ(o.find("spin 0 us"), std::string::npos) << o;
 }
 
@@ -91,6 +99,7 @@ TEST_F(SpinJob, RanksFreeOnEveryCpuSleepAtOnce) {
 TEST_F(SpinJob, AnExplicitSettingIsKept) {
   auto out = run_ranks({cpu0_, cpu0_}, "20");
   expect_each_says(out, "INFO: spin 20 us: BRAID_SPIN_US is set");
+  expect_each_applies(out, 20);
   for (const auto& o : out) EXPECT_EQ(o.find("spin 0 us"), std::string::npos) << o;
 }
 
