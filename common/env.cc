@@ -180,6 +180,7 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
   if (const char* v = lookup("BRAID_SPIN_US")) {
     ASSIGN_OR_RETURN(int64_t n, in_range("BRAID_SPIN_US", v));
     e.spin_us = static_cast<int>(n);
+    e.spin_us_set = true;
   }
   if (const char* v = lookup("BRAID_SHM_CMA")) {
     std::string s = v;

@@ -57,8 +57,11 @@ struct Env {
   LogLevel debug = LogLevel::warn;
   // BRAID_ZCOPY_BYTES: sends at least this large use MSG_ZEROCOPY/SEND_ZC; 0 = never. Default 1 MiB.
   size_t zcopy_bytes = size_t{1} << 20;
-  // BRAID_SPIN_US: how long a waiter spins before sleeping, microseconds (0..100000). Default 50.
+  // BRAID_SPIN_US: how long a waiter spins before sleeping, microseconds (0..100000). Unset: 50,
+  // which the runtime lowers to 0 where ranks of one host share CPUs (runtime/spin_policy.h).
   int spin_us = 50;
+  // Whether BRAID_SPIN_US was set (then it is used as it is, 50 included).
+  bool spin_us_set = false;
   // BRAID_SHM_CMA: 1: the shm transport moves messages of 64 KiB and up in one copy with
   // cross-memory attach where ptrace rules allow (shm_cma); auto (default, shm_cma_auto): only
   // those larger than its ring whose buffer lies in huge pages, where process_vm_readv copies

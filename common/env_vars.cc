@@ -60,7 +60,10 @@ constexpr EnvVar kVars[] = {
      "operation."},
     {"BRAID_CALLER_PROGRESS", choice, "1", "0|1", 0, 0,
      "1: a blocking call with nothing else queued runs on the calling thread instead of waking the progress thread."},
-    {"BRAID_SPIN_US", integer, "50", "", 0, 100000, "Microseconds a waiter spins before sleeping."},
+    {"BRAID_SPIN_US", integer, "", "", 0, 100000,
+     "Microseconds a waiter spins before sleeping. Unset: 50, except 0 (sleep at once) in a communicator where "
+     "another rank of this host may run on one of this rank's CPUs (affinity masks meet: ranks not bound apart); "
+     "BRAID_DEBUG=INFO says which. Set (50 included), it is used as it is: docs/performance.md."},
     {"BRAID_SHM_CMA", choice, "auto", "0|1|auto", 0, 0,
      "shm: how large messages move where ptrace rules allow reading the peer's memory. auto: in one copy (cross-memory "
      "attach) when larger than the ring and held in huge pages, else through the pipelined two-copy ring; 1: in one "

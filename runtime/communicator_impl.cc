@@ -14,6 +14,7 @@
 #include "common/spin.h"
 #include "runtime/agreed_settings.h"
 #include "runtime/op_run.h"
+#include "runtime/spin_policy.h"
 #include "runtime/store_join.h"
 #include "transport/registry.h"
 
@@ -90,6 +91,9 @@ Status CommunicatorImpl::connect_all() {
   std::call_once(build_logged, [] { BRAID_LOG(info) << build_summary(); });  // version and features
   const int rank = cfg_.rank, size = cfg_.size;
   if (size > 1) RETURN_IF_ERROR(agree_on_settings(*cfg_.store, cfg_.env, rank, size));
+  // Before any transport takes the spin: it depends on where the other ranks run.
+  ASSIGN_OR_RETURN(SpinChoice spin, settle_spin(cfg_.store.get(), cfg_.env, rank, size));
+  cfg_.env.spin_us = spin.spin_us;
   LinkSetup setup;
   setup.rank = rank;
   setup.size = size;
@@ -126,7 +130,8 @@ void CommunicatorImpl::progress_main() {
                     << cfg_.env.timeout_s << " s, operation headers on, ring depth " << ring_depth_ << " ("
                     << ring_depth_why_ << "), algorithms "
                     << (cfg_.env.algo == "auto" ? "by size: " + collectives::describe_selection(cfg_.size)
-                                                : cfg_.env.algo + " (BRAID_ALGO) where the collective has it");
+                                                : cfg_.env.algo + " (BRAID_ALGO) where the collective has it")
+                    << "; waiters spin " << cfg_.env.spin_us << " us";
   }
   if (s.is_ok()) {
     // Each peer's own transport (shm, ib or tcp), as the links chose it.

@@ -5,6 +5,7 @@
 #include "common/env.h"
 #include "common/spin.h"
 #include "runtime/communicator_impl.h"
+#include "runtime/spin_policy.h"
 #include "runtime/work_state.h"
 
 namespace braid {
@@ -53,11 +54,7 @@ bool WorkState::wait_until(Deadline deadline, int spin_us) const {
   return done_cv_.wait_until(lock, deadline.at(), [&] { return done(); });
 }
 
-int spin_us_setting() {
-  // Asked on every wait: a reference, not a copy of the Env and its strings.
-  const Result<Env>& env = global_env();
-  return env.is_ok() ? env.value().spin_us : 50;
-}
+int spin_us_setting() { return wait_spin_us(); }  // runtime/spin_policy.h
 
 }  // namespace detail
 

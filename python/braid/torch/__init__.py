@@ -66,34 +66,6 @@ def _share_secret(store, rank, size):
     os.environ["BRAID_SECRET"] = store.get(_SECRET_KEY).decode()
 
 
-def _ranks_share_cpus(group_size):
-    """Whether this rank may run on CPUs that another rank of this host may run on too.
-
-    torchrun and mp.spawn leave every rank free to run on every CPU (braidrun gives each rank
-    its own share). Two such ranks then often land on the same CPU, and a waiter that spins
-    there keeps the very peer it waits for off the CPU for its whole spin, then sleeps anyway.
-    LOCAL_WORLD_SIZE says how many ranks share the host; without it (mp.spawn) the group's
-    size stands in for it.
-    """
-    try:
-        local = int(os.environ.get("LOCAL_WORLD_SIZE") or group_size)
-        allowed = len(os.sched_getaffinity(0))
-    except (ValueError, AttributeError, OSError):
-        return False
-    online = os.cpu_count() or 1
-    return local > 1 and allowed > max(1, online // local)
-
-
-def _choose_wait_policy(group_size):
-    """Waiters sleep at once (BRAID_SPIN_US=0) where ranks share CPUs, unless the user chose.
-
-    braid reads its settings when the first communicator is made, so this must run before it
-    (docs/torch.md, "Speed", has the measurements behind it).
-    """
-    if "BRAID_SPIN_US" not in os.environ and _ranks_share_cpus(group_size):
-        os.environ["BRAID_SPIN_US"] = "0"
-
-
 def _create(options, pg_options=None):
     """torch's creator (extended API): options carry store, group_rank, group_size, timeout
     and group_id, the group's name, which tells braid's rendezvous the groups apart."""
@@ -103,7 +75,6 @@ def _create(options, pg_options=None):
     else:
         timeout_ms = int(timeout * 1000)
     _share_secret(options.store, options.group_rank, options.group_size)
-    _choose_wait_policy(options.group_size)
     return _c10d.create(options.store, options.group_rank, options.group_size, timeout_ms,
                         str(options.group_id))
 

@@ -1,9 +1,11 @@
 """One rank of test_wait_path.py: small all_reduces back to back, each waited for at once.
 
-    wait_path_worker.py --init tcp://host:port --rank R --world N [--ops 200]
+    wait_path_worker.py --init tcp://host:port --rank R --world N [--ops 200] [--cpus 0,1]
 
-Prints the BRAID_SPIN_US the backend settled on. The parent reads, from braid's TRACE line at
-the communicator's close, how many operations ran on this (the caller's) thread.
+--cpus confines the rank to those CPUs before the group is made (os.sched_setaffinity, as a
+program pinning its ranks would). The parent reads braid's INFO line saying how long its waiters
+spin, and from the TRACE line at the communicator's close, how many operations ran on this (the
+caller's) thread.
 """
 import argparse
 import os
@@ -21,10 +23,12 @@ def main():
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--world", type=int, required=True)
     ap.add_argument("--ops", type=int, default=200)
+    ap.add_argument("--cpus", default="")
     a = ap.parse_args()
+    if a.cpus:
+        os.sched_setaffinity(0, {int(c) for c in a.cpus.split(",")})
     dist.init_process_group("braid", init_method=a.init, rank=a.rank, world_size=a.world,
                             timeout=timedelta(seconds=60))
-    print(f"spin_us={os.environ.get('BRAID_SPIN_US', 'unset')}", flush=True)
     t = torch.ones(1024)  # 4 KiB
     for i in range(a.ops):
         t.fill_(a.rank + i)
