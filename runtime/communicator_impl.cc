@@ -186,6 +186,7 @@ void CommunicatorImpl::progress_main() {
       hold_last_ = true;
       run_one(*op);
       hold_last_ = false;
+      if (cfg_.after_progress_op) cfg_.after_progress_op();
     } else if (stop) {
       break;  // busy_ stays set: nothing runs after this
     } else {

@@ -85,6 +85,9 @@ struct CommunicatorConfig {
   // have started. Tests lengthen it with the tick.
   std::chrono::microseconds waits_at_once{100};
   void* inproc_fabric = nullptr;             // tests: BRAID_TRANSPORT=inproc
+  // Tests: called on the progress thread after each operation it ran, before it lets go of the
+  // communicator, to make a slow release certain (complete_last).
+  std::function<void()> after_progress_op;
 };
 
 class CommunicatorImpl {
