@@ -2,7 +2,7 @@
 # bench/ib_guest.sh - braid-perf over ib against perftest on the same two Soft-RoCE devices, from
 # one boot of the emulated guest (scripts/rdma_guest.sh), in interleaved rounds: each round runs
 #   ib_write_bw 4 MiB (rxe0 -> rxe1)   then braid-perf broadcast 4 MiB, 2 ranks (one-way bandwidth)
-#   ib_write_lat 8 B                   then braid-perf sendrecv 8 B (latency)
+#   ib_write_lat 8 B                   then braid-perf sendrecv 8 B and all_reduce 8 B (latency)
 #   ib_pingpong_bench 8 B: the ib transport alone, below the runtime (half round trip)
 #   braid-perf all_reduce 4 MiB, 2 ranks (busbw)
 # Each braid-perf rank is one "host": rank 0 on rxe0/veth0 (10.99.0.1), rank 1 on rxe1/veth1
@@ -78,6 +78,8 @@ for round in $(seq "$ROUNDS"); do
   perftest write_lat 5 ib_write_lat 18601 8 -n 1000 -F
   # Sendrecv: field 7 is the median time in us of an 8 B exchange, both ranks sending at once.
   [ -n "$braid_missing" ] || braid sendrecv 7 1 29611 --op sendrecv -b 8 -e 8 -n 200 -w 20
+  # The same for an 8 B all_reduce on 2 ranks (one exchange each way).
+  [ -n "$braid_missing" ] || braid all_reduce_8 7 1 29613 --op all_reduce -b 8 -e 8 -n 200 -w 20
   # The transport alone: field 2 is the median half round trip in us (and how it waited, on
   # stderr's copy of its first line).
   if [ -z "$braid_missing" ] && [ "$TRANSPORT" = ib ] && [ -x "$pingpong" ]; then
@@ -128,6 +130,8 @@ ratio "  braid / ib_write_bw" broadcast write_bw -r
 row "ib_write_lat 8 B (t_typical)" write_lat "" us
 row "braid-perf sendrecv 8 B (median time)" sendrecv "" us "$na"
 ratio "  braid / ib_write_lat" sendrecv write_lat ""
+row "braid-perf all_reduce 8 B (median time)" all_reduce_8 "" us "$na"
+ratio "  braid / ib_write_lat" all_reduce_8 write_lat ""
 row "ib transport ping-pong 8 B (half round trip)" pingpong "" us "${na:-n/a (ib_pingpong_bench not built, or not over ib)}"
 ratio "  transport / ib_write_lat" pingpong write_lat ""
 row "braid-perf all_reduce 4 MiB (busbw)" all_reduce -r Gbit/s "$na"

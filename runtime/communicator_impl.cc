@@ -188,7 +188,10 @@ void CommunicatorImpl::progress_main() {
     worked = op.has_value();
     if (op) {
       ran_on_progress_.fetch_add(1, std::memory_order_relaxed);
+      hold_last_ = true;
       run_one(*op);
+      hold_last_ = false;
+      if (cfg_.after_progress_op) cfg_.after_progress_op();
     } else if (stop) {
       break;  // busy_ stays set: nothing runs after this
     } else {
@@ -198,6 +201,7 @@ void CommunicatorImpl::progress_main() {
     // themselves) is read in the same critical section that releases busy_: the spin above
     // waits for anything beyond it.
     release_busy(&taken);
+    complete_held();
   }
   BRAID_LOG(trace) << "rank " << cfg_.rank << " closing: " << ran_on_caller_.load() << " operations ran on callers' threads, "
                    << ran_on_progress_.load() << " on the progress thread";
@@ -395,7 +399,8 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
   Deadline deadline = active.front().deadline;
   uint64_t seq = active.front().op.seq;
   size_t oldest = 0;
-  auto complete_finished = [&] {
+  // last: drive() has returned, nothing of this stream is left running (complete_last).
+  auto complete_finished = [&](bool last) {
     for (auto& a : active) {
       if (a.completed || !a.run->done()) continue;
       a.completed = true;
@@ -404,7 +409,12 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
       BRAID_LOG(trace) << a.what << " done in "
                        << std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - a.started).count()
                        << " us";
-      a.op.work->complete(finish_device(a.op, a.deadline, a.what));
+      Status s = finish_device(a.op, a.deadline, a.what);
+      if (last) {
+        complete_last(a.op.work, std::move(s));
+      } else {
+        a.op.work->complete(std::move(s));
+      }
     }
     while (oldest < active.size() && active[oldest].completed) ++oldest;
     if (oldest < active.size()) {
@@ -415,7 +425,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
   };
   // Only the progress thread takes more: a caller running its own blocking call returns with it.
   auto between = [&] {
-    complete_finished();
+    complete_finished(false);
     if (!may_stream || !t_progress_thread || active.size() >= kMaxStream || !active.back().run->all_posted()) return;
     std::unique_ptr<Pending> next;
     {
@@ -437,7 +447,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
   std::optional<Failure> adopted;
   Status s = drive(runs, after, what, deadline, &adopted, between);
   if (s.is_ok()) {
-    complete_finished();
+    complete_finished(true);
     for (auto& a : active) {
       if (a.shape && a.completed && a.run->outstanding() == 0) keep_run(*a.shape, std::move(a.run));
     }
@@ -660,6 +670,19 @@ void CommunicatorImpl::run_here(Pending& op) {
   ran_on_caller_.fetch_add(1, std::memory_order_relaxed);
   run_one(op);
   release_busy();
+}
+
+void CommunicatorImpl::complete_last(const std::shared_ptr<detail::WorkState>& work, Status s) {
+  if (hold_last_) {
+    held_.emplace_back(work, std::move(s));
+  } else {
+    work->complete(std::move(s));
+  }
+}
+
+void CommunicatorImpl::complete_held() {
+  for (auto& [work, s] : held_) work->complete(std::move(s));
+  held_.clear();
 }
 
 void CommunicatorImpl::release_busy(uint64_t* dequeued) {

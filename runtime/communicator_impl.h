@@ -85,6 +85,9 @@ struct CommunicatorConfig {
   // have started. Tests lengthen it with the tick.
   std::chrono::microseconds waits_at_once{100};
   void* inproc_fabric = nullptr;             // tests: BRAID_TRANSPORT=inproc
+  // Tests: called on the progress thread after each operation it ran, before it lets go of the
+  // communicator, to make a slow release certain (complete_last).
+  std::function<void()> after_progress_op;
 };
 
 class CommunicatorImpl {
@@ -177,6 +180,13 @@ class CommunicatorImpl {
                     Pending* out);
   // Runs `op` on the calling thread, which set busy_, then clears busy_.
   void run_here(Pending& op);
+  // Completes `work`, which this thread has just finished, with `s`. On the progress thread,
+  // for the operation it took last (hold_last_), the completion waits until busy_ is released
+  // (complete_held): a caller that waits at once issues its next operation as soon as it sees
+  // this one done, and would otherwise find the communicator still busy and queue it, and so
+  // every later one, behind the progress thread (a wake-up each way per operation).
+  void complete_last(const std::shared_ptr<detail::WorkState>& work, Status s);
+  void complete_held();
   // Clears busy_ (and wakes the progress thread when it has work); *dequeued, when given, gets
   // how many queued operations have left the queue so far.
   void release_busy(uint64_t* dequeued = nullptr);
@@ -239,6 +249,9 @@ class CommunicatorImpl {
   // (it looks at the queue before it waits again).
   Clock::time_point progress_wakes_at_ = Clock::time_point::min();
   std::vector<std::string> peer_transports_;  // by rank: what the connection to it runs on
+  // complete_last(): set by the progress thread around the operation it took; what it held.
+  bool hold_last_ = false;
+  std::vector<std::pair<std::shared_ptr<detail::WorkState>, Status>> held_;
   std::atomic<uint64_t> ran_on_caller_{0};
   std::atomic<uint64_t> ran_on_progress_{0};
   bool stopping_ = false;

@@ -7,6 +7,7 @@
 //     (one latency for many small tensors);
 //   - anything else: one after the other, as if there were no group.
 #include <cstring>
+#include <utility>
 
 #include "collectives/runner.h"
 #include "common/log.h"
@@ -57,9 +58,15 @@ void CommunicatorImpl::run_group(Pending& g) {
                            std::to_string(members.front().seq) + "-#" + std::to_string(members.back().seq);
   auto finish = [&](const Status& s) {
     for (auto& m : members) {
-      if (!m.work->done()) m.work->complete(s);
+      if (!m.work->done()) complete_last(m.work, s);
     }
-    g.work->complete(s);
+    complete_last(g.work, s);
+  };
+  // The members run one by one below have their results read at once: not held.
+  auto run_member = [&](Pending& m) {
+    const bool hold = std::exchange(hold_last_, false);
+    run_one(m, /*may_stream=*/false);
+    hold_last_ = hold;
   };
   if (state() != CommState::ok) {
     finish(fail_fast_status(what));
@@ -93,7 +100,7 @@ void CommunicatorImpl::run_group(Pending& g) {
     one.match_seq = members.back().match_seq;
     BRAID_LOG(trace) << what << ": " << members.size() << " all_reduce calls coalesced into one of " << total
                      << " elements";
-    run_one(one, /*may_stream=*/false);
+    run_member(one);
     Status s = one.work->status();
     if (s.is_ok()) {
       at = 0;
@@ -109,7 +116,7 @@ void CommunicatorImpl::run_group(Pending& g) {
   if (!all_p2p) {
     Status first;
     for (auto& m : members) {
-      run_one(m, /*may_stream=*/false);
+      run_member(m);
       if (first.is_ok()) first = m.work->status();
     }
     finish(first);

@@ -34,6 +34,7 @@ struct JobSettings {
   std::chrono::microseconds waits_at_once{100};   // CommunicatorConfig::waits_at_once
   size_t cuda_staging_bytes = 0;  // BRAID_CUDA_STAGING_BYTES; 0: the default
   std::string cuda_reduce{};       // BRAID_CUDA_REDUCE; empty: the default
+  std::function<void()> after_progress_op{};  // CommunicatorConfig::after_progress_op
 };
 
 class InProcessJob {
@@ -65,6 +66,7 @@ class InProcessJob {
     if (settings_.cuda_staging_bytes != 0) cfg.env.cuda_staging_bytes = settings_.cuda_staging_bytes;
     if (!settings_.cuda_reduce.empty()) cfg.env.cuda_reduce = settings_.cuda_reduce;
     cfg.inproc_fabric = &fabric_;
+    cfg.after_progress_op = settings_.after_progress_op;
     std::unique_ptr<CommunicatorImpl> made = value_or_raise(CommunicatorImpl::create(std::move(cfg)));
     if (impl != nullptr) *impl = made.get();
     return Communicator::from_impl_(std::move(made));

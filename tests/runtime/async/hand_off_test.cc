@@ -200,5 +200,45 @@ TEST(HandOff, WithoutCallerProgressEverythingRunsOnTheProgressThread) {
   });
 }
 
+// The progress thread ran an operation its caller waited for at once: it must have let go of
+// the communicator by the time the caller sees the operation done, or the caller's next call
+// finds it busy and queues, and so every later one (each then a wake-up each way). braid-perf's
+// latency loop: a blocking barrier, a send/recv group waited at once, an all_reduce waited at
+// once (tests/transport/ib/ib_hand_off_guest_test.cc runs the same over ib in the guest). The
+// progress thread is made slow to let go after each operation, as it was in the guest.
+TEST(HandOff, AfterTheProgressThreadRanOneTheCallerGetsTheNextBack) {
+  testing::JobSettings s = settings(20ms);
+  s.after_progress_op = [] { std::this_thread::sleep_for(5ms); };
+  testing::InProcessJob job(s);
+  testing::run_ranks(kRanks, [&](int r) {
+    CommunicatorImpl* impl = nullptr;
+    Communicator comm = job.make(r, 0, &impl);
+    std::vector<float> a = ones_times_rank(r, 2), b = ones_times_rank(r, 2);
+    Work first = comm.all_reduce_async(a.data(), a.size(), DType::f32, Op::sum);
+    comm.all_reduce_async(b.data(), b.size(), DType::f32, Op::sum).wait();  // queued behind: progress thread
+    first.wait();
+    ASSERT_EQ(b[1], kSum);
+    const auto before = impl->hand_off_counts();
+    constexpr int kIters = 60;
+    int64_t out = 0, in = -1;
+    for (int i = 0; i < kIters; ++i) {
+      comm.barrier();
+      out = r * 1000 + i;
+      comm.group_start();
+      comm.send_async(&out, 1, DType::i64, 1 - r);
+      comm.recv_async(&in, 1, DType::i64, 1 - r);
+      comm.group_end().wait();
+      ASSERT_EQ(in, (1 - r) * 1000 + i) << "rank " << r;
+      std::vector<float> v = ones_times_rank(r, 2);
+      comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum).wait();
+      ASSERT_EQ(v[1], kSum) << "rank " << r;
+    }
+    const auto after = impl->hand_off_counts();
+    EXPECT_LE(after.on_progress_thread - before.on_progress_thread, 4u)
+        << "rank " << r << ": of " << 3 * kIters << " operations, " << after.on_caller - before.on_caller
+        << " ran on the caller's thread";
+  });
+}
+
 }  // namespace
 }  // namespace braid
