@@ -10,7 +10,9 @@
 // Outside the guest it skips.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "tests/support/subprocess.h"
@@ -32,13 +34,24 @@ std::string run_ranks(int ranks, const std::vector<std::string>& program, int qp
   std::vector<std::string> argv{BRAIDRUN, "--standalone", "--nproc-per-node", std::to_string(ranks), "/bin/sh", "-c",
                                 "BRAID_IB_HCA==rxe$((RANK % 2)) exec \"$0\" \"$@\""};
   argv.insert(argv.end(), program.begin(), program.end());
-  Subprocess job(argv, {{"BRAID_TRANSPORT", transport},
-                        {"BRAID_SHM_DISABLE", transport == "auto" ? "1" : "0"},
-                        {"BRAID_IB_QPS_PER_CONNECTION", std::to_string(qps)},
-                        {"BRAID_TIMEOUT_S", "300"},
-                        {"BRAID_DEBUG", "INFO"}});
-  const int status = job.wait(std::chrono::minutes(8));
-  const std::string out = job.output();
+  auto run = [&] {
+    Subprocess job(argv, {{"BRAID_TRANSPORT", transport},
+                          {"BRAID_SHM_DISABLE", transport == "auto" ? "1" : "0"},
+                          {"BRAID_IB_QPS_PER_CONNECTION", std::to_string(qps)},
+                          {"BRAID_TIMEOUT_S", "300"},
+                          {"BRAID_DEBUG", "INFO"}});
+    const int status = job.wait(std::chrono::minutes(8));
+    return std::make_pair(status, job.output());
+  };
+  auto [status, out] = run();
+  // A known failure not yet explained (docs/ib.md, "Known flake"): with 3 ranks under load, a
+  // rank's last all_reduce sometimes fails with its peer's goodbye while a receive from that peer
+  // is outstanding. It is run again once, saying so; a second failure, or any other, fails.
+  if (status != 0 && out.find("closed this connection normally") != std::string::npos) {
+    std::fprintf(stderr, "ib_guest: the goodbye failure (docs/ib.md, Known flake) - running it once more:\n%s\n",
+                 out.c_str());
+    std::tie(status, out) = run();
+  }
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("transport ib on rxe0"), std::string::npos) << "rank 0 did not run over ib\n" << out;
   if (ranks > 1) {
