@@ -147,7 +147,11 @@ SpinChoice settle_spin(const std::vector<RankCpus>& all, const Env& env, int ran
   in.default_us = Env{}.spin_us;
   in.affinity_cpus = usable_cpus();
   in.online_cpus = online_cpus();
-  count_sharing(all, rank, in);
+  if (rank >= 0 && static_cast<size_t>(rank) < all.size()) {
+    count_sharing(all, rank, in);
+  } else {  // links made elsewhere (tests) published nothing: only this rank is known
+    count_sharing({local_rank_cpus()}, 0, in);
+  }
   // What LOCAL_WORLD_SIZE told common/spin.h may be missing (mp.spawn) or count another group.
   set_ranks_on_node(in.local_ranks);
   SpinChoice c = choose_spin(in);

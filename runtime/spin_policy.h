@@ -63,7 +63,7 @@ struct SpinChoice {
 // The rule above. Pure.
 SpinChoice choose_spin(const SpinInputs& in);
 
-// One rank's card: where it runs and on which CPUs.
+// Where one rank runs and on which CPUs, as its links card published them.
 struct RankCpus {
   std::string host;             // host label
   transport::CpuMask cpus{};    // all zero: unknown
@@ -76,16 +76,17 @@ void count_sharing(const std::vector<RankCpus>& all, int rank, SpinInputs& in);
 // nullopt when the text is not one: the "cpus" field of the links card (transport_choice.h).
 std::string cpu_mask_text(const transport::CpuMask& cpus);
 std::optional<transport::CpuMask> parse_cpu_mask(std::string_view text);
-// One rank's card in one line ("<host label>\t<cpu_mask_text>") and back; nullopt when the
-// text is not one.
+// A RankCpus in one line ("<host label>\t<cpu_mask_text>") and back; nullopt when the text
+// is not one.
 std::string cpus_card(const RankCpus& r);
 std::optional<RankCpus> parse_cpus_card(const std::string& text);
 
 // This rank's own card: its host label and affinity mask.
 RankCpus local_rank_cpus();
 
-// Decides for rank `rank` from every rank's card (all[rank] is this rank's; PeerLinks keeps
-// them from the links cards it exchanged, so no store round of its own), logs the choice at
+// Decides for rank `rank` from every rank's CPUs (all[rank] is this rank's; PeerLinks keeps
+// them from the links cards it exchanged, so no store round of its own; with `all` empty, only
+// this rank's own are counted), logs the choice at
 // INFO (once per process and value), tells common/spin.h the ranks on this host, and lowers
 // the process's wait spin (wait_spin_us) to it. The caller gives the choice to the transports
 // (PeerLinks::set_spin_us) and its own waits before the first collective.
