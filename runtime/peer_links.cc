@@ -63,7 +63,9 @@ Result<std::unique_ptr<PeerLinks>> PeerLinks::connect(const LinkSetup& s, Store&
   std::vector<std::unique_ptr<transport::Transport>> up;
   std::vector<std::string> families;
   PublishedLinks mine;
-  mine.host = transport::local_host_label();
+  const RankCpus local = local_rank_cpus();
+  mine.host = local.host;
+  mine.cpus = local.cpus;
   mine.setting = s.env.transport;
   std::string not_up;
   // With no transport up, the peers learn why at once from this rank's card (transport_choice.h).
@@ -111,6 +113,7 @@ Result<std::unique_ptr<PeerLinks>> PeerLinks::connect(const LinkSetup& s, Store&
   if (s.size == 1) {
     up.resize(1);  // no peer: the first is kept, to describe and for its capabilities
     links->transports_ = std::move(up);
+    links->rank_cpus_ = {local};
     links->finish_setup();
     return links;
   }
@@ -172,12 +175,19 @@ Result<std::unique_ptr<PeerLinks>> PeerLinks::connect(const LinkSetup& s, Store&
   for (auto& t : links->transport_of_) t = index[t];
   up.clear();
 
-  for (const auto& p : all) links->hosts_.push_back(p.host);
+  for (const auto& p : all) {
+    links->hosts_.push_back(p.host);
+    links->rank_cpus_.push_back({p.host, p.cpus});
+  }
   std::vector<int> order = collectives::ring_order(links->hosts_);
   if (s.env.ring_order == "host" && !collectives::is_identity(order)) links->ring_order_ = std::make_shared<const std::vector<int>>(std::move(order));
   links->all_host_local_ = every_link_host_local(all);
   links->finish_setup();
   return links;
+}
+
+void PeerLinks::set_spin_us(int us) {
+  for (const auto& t : transports_) t->set_spin_us(us);
 }
 
 std::string PeerLinks::transport_name(int peer) const {

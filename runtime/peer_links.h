@@ -6,7 +6,9 @@
 // usable port, is left out with a line saying why), publishes one address per transport that
 // came up, and gives each peer a connection from the first family both ranks published that
 // reaches it (runtime/transport_choice.h). Transports no peer uses are closed again. The
-// published host labels also give the ring order (collectives/ring_order.h) and the ring depth.
+// published host labels also give the ring order (collectives/ring_order.h) and the ring depth,
+// and with the published CPU masks they are kept for the spin rule (runtime/spin_policy.h),
+// which the communicator then applies through set_spin_us(): one exchange serves both.
 //
 // drive() is the poll/drain loop every caller uses: the runtime's progress engine and the
 // collectives tests. It polls each transport in use (one: with the caller's timeout; several:
@@ -28,6 +30,7 @@
 #include "common/function_ref.h"
 #include "common/job_secret.h"
 #include "common/status.h"
+#include "runtime/spin_policy.h"
 #include "transport/transport.h"
 
 namespace braid {
@@ -113,6 +116,12 @@ class PeerLinks {
   const std::shared_ptr<const std::vector<int>>& ring_order() const { return ring_order_; }
   // Every connection of the job moves bytes by a CPU copy inside one host (same on every rank).
   bool all_host_local() const { return all_host_local_; }
+  // By rank: the host label and CPU mask each rank published (this rank's own when size is 1);
+  // empty for links made elsewhere.
+  const std::vector<RankCpus>& rank_cpus() const { return rank_cpus_; }
+  // Gives every transport in use the spin its waits take from now (Transport::set_spin_us):
+  // they came up before the cards that decide it were read. Before the first poll() elsewhere.
+  void set_spin_us(int us);
   // For BRAID_DEBUG=INFO: the transports in use, each peer's, and the ring.
   std::string describe() const;
 
@@ -145,6 +154,7 @@ class PeerLinks {
   std::vector<size_t> transport_of_;                               // by peer: index in transports_
   std::vector<int> wait_fds_;       // transports_' wait_fd()s, when every one has one
   std::vector<std::string> hosts_;  // by rank: host labels (empty when not known)
+  std::vector<RankCpus> rank_cpus_;  // by rank, from the cards
   std::shared_ptr<const std::vector<int>> ring_order_;
   bool all_host_local_ = false;
   std::vector<transport::Completion> polled_;  // drive()'s, kept to reuse its storage

@@ -35,11 +35,10 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "braid/store.h"
 #include "common/env.h"
-#include "common/status.h"
 #include "transport/host_identity.h"
 
 namespace braid {
@@ -64,7 +63,7 @@ struct SpinChoice {
 // The rule above. Pure.
 SpinChoice choose_spin(const SpinInputs& in);
 
-// One rank's card: where it runs and on which CPUs.
+// Where one rank runs and on which CPUs, as its links card published them.
 struct RankCpus {
   std::string host;             // host label
   transport::CpuMask cpus{};    // all zero: unknown
@@ -73,16 +72,25 @@ struct RankCpus {
 // local_ranks, sharing_ranks and sharing_cpus of `in` for rank `rank` of `all` (pure).
 void count_sharing(const std::vector<RankCpus>& all, int rank, SpinInputs& in);
 
-// The card as stored ("<host label>\t<16 hex digits per 64 CPUs, comma-separated>") and back;
-// nullopt when the text is not a card.
+// A CPU mask as text (16 hex digits per 64 CPUs, comma-separated; all zero: unknown) and back,
+// nullopt when the text is not one: the "cpus" field of the links card (transport_choice.h).
+std::string cpu_mask_text(const transport::CpuMask& cpus);
+std::optional<transport::CpuMask> parse_cpu_mask(std::string_view text);
+// A RankCpus in one line ("<host label>\t<cpu_mask_text>") and back; nullopt when the text
+// is not one.
 std::string cpus_card(const RankCpus& r);
 std::optional<RankCpus> parse_cpus_card(const std::string& text);
 
-// Publishes this rank's card as "cpus/<rank>" in `store` (the communicator's namespace; may be
-// null when size is 1), reads
-// every other rank's, decides, logs the choice at INFO (once per process and value), and lowers
-// the process's wait spin (wait_spin_us) to it. Bounded by the store's timeout.
-Result<SpinChoice> settle_spin(Store* store, const Env& env, int rank, int size);
+// This rank's own card: its host label and affinity mask.
+RankCpus local_rank_cpus();
+
+// Decides for rank `rank` from every rank's CPUs (all[rank] is this rank's; PeerLinks keeps
+// them from the links cards it exchanged, so no store round of its own; with `all` empty, only
+// this rank's own are counted), logs the choice at
+// INFO (once per process and value), tells common/spin.h the ranks on this host, and lowers
+// the process's wait spin (wait_spin_us) to it. The caller gives the choice to the transports
+// (PeerLinks::set_spin_us) and its own waits before the first collective.
+SpinChoice settle_spin(const std::vector<RankCpus>& all, const Env& env, int rank);
 
 // The spin Work::wait uses: BRAID_SPIN_US when set, else the smallest any communicator of this
 // process settled on (the default before the first).

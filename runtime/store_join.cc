@@ -181,7 +181,7 @@ namespace {
 constexpr int64_t kLingerMark = int64_t{1} << 32;
 
 void delete_rank_keys(Store& ns, int r) {
-  for (const char* k : {"rank/", "settings/", "cpus/", "addr/"}) ns.delete_key(k + std::to_string(r));
+  for (const char* k : {"rank/", "settings/", "addr/"}) ns.delete_key(k + std::to_string(r));
 }
 
 }  // namespace

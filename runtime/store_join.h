@@ -12,8 +12,7 @@
 //   ready        -> "ok", or "error: <reason>" written by the rank that found a problem, so every
 //                   waiting rank fails at once with that reason instead of at the timeout
 //   settings/<r> -> rank r's settings card (agreed_settings.h)                  (connect_all)
-//   cpus/<r>     -> rank r's host and CPUs (runtime/spin_policy.h)                (connect_all)
-//   addr/<r>     -> rank r's card of transport addresses (runtime/transport_choice.h)
+//   addr/<r>     -> rank r's links card: host, CPUs and transport addresses (transport_choice.h)
 //   read         -> counter of ranks that have read every card and address
 //   kept         -> counter of ranks that left before `read` reached `size` (leave_store)
 //   finished     -> counter of ranks that destroyed their communicator (the store's server

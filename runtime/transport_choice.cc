@@ -2,10 +2,13 @@
 
 #include <algorithm>
 
+#include "runtime/spin_policy.h"
+
 namespace braid {
 namespace {
 
-constexpr const char* kCardTag = "braid-links 1";
+// 2: the cpus line (a card without one comes from a build that cannot take part in the spin rule).
+constexpr const char* kCardTag = "braid-links 2";
 
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
@@ -73,7 +76,8 @@ Result<std::vector<TransportPick>> preference_list(const Env& env) {
 }
 
 std::string links_card(const PublishedLinks& links) {
-  std::string s = std::string(kCardTag) + "\nhost\t" + links.host + "\nsetting\t" + links.setting + "\n";
+  std::string s = std::string(kCardTag) + "\nhost\t" + links.host + "\ncpus\t" + cpu_mask_text(links.cpus) +
+                  "\nsetting\t" + links.setting + "\n";
   for (const auto& a : links.addresses) {
     s += "addr\t" + a.family + "\t" + (a.host_local ? "1" : "0") + "\t" + a.address + "\n";
   }
@@ -92,7 +96,7 @@ Result<PublishedLinks> parse_links_card(const std::string& text, int rank) {
   };
   PublishedLinks l;
   size_t at = 0;
-  bool tagged = false;
+  bool tagged = false, has_cpus = false;
   while (at < text.size()) {
     size_t end = text.find('\n', at);
     if (end == std::string::npos) return bad("a line without its end");
@@ -108,6 +112,11 @@ Result<PublishedLinks> parse_links_card(const std::string& text, int rank) {
     const std::string rest = t1 == std::string::npos ? "" : line.substr(t1 + 1);
     if (key == "host") {
       l.host = rest;
+    } else if (key == "cpus") {
+      auto cpus = parse_cpu_mask(rest);
+      if (!cpus || has_cpus) return bad(has_cpus ? "two cpus lines" : "a cpus line of " + std::to_string(line.size()) + " bytes");
+      l.cpus = *cpus;
+      has_cpus = true;
     } else if (key == "setting") {
       l.setting = rest;
     } else if (key == "failed") {
@@ -121,6 +130,7 @@ Result<PublishedLinks> parse_links_card(const std::string& text, int rank) {
     }
   }
   if (!tagged) return bad("an empty card");
+  if (!has_cpus) return bad("no cpus line");
   return l;
 }
 

@@ -3,8 +3,8 @@
 //
 // Each rank brings up every transport of its preference list (BRAID_TRANSPORT: auto = shm, ib,
 // tcp; or a list such as "shm,tcp"; BRAID_SHM_DISABLE=1 drops shm) and publishes a card: its
-// host (transport/host_identity.h's label) and one address per transport that came up, in its
-// order. A pair of ranks takes the first family in the lower rank's card that the higher rank
+// host (transport/host_identity.h's label), the CPUs it may run on (for the spin rule,
+// runtime/spin_policy.h) and one address per transport that came up, in its order. A pair of ranks takes the first family in the lower rank's card that the higher rank
 // published too and that reaches across the pair: shm and inproc only between ranks of one
 // host, the others always. Both ranks compute that from the same two cards.
 //
@@ -12,8 +12,9 @@
 // any list, taking what the two have in common.
 //
 // Card format (text, one field per line, "\t" between parts):
-//   braid-links 1
+//   braid-links 2
 //   host\t<host label>
+//   cpus\t<affinity mask: spin_policy.h's cpu_mask_text; all zero when unknown>
 //   setting\t<BRAID_TRANSPORT as set>
 //   addr\t<family>\t<1: the address is host-local (Transport::is_host_local), else 0>\t<address>
 #pragma once
@@ -23,6 +24,7 @@
 
 #include "common/env.h"
 #include "common/status.h"
+#include "transport/host_identity.h"
 
 namespace braid {
 
@@ -49,6 +51,7 @@ struct PublishedAddress {
 struct PublishedLinks {
   std::string host;     // host label: equal labels, same host
   std::string setting;  // BRAID_TRANSPORT as this rank set it, for messages
+  transport::CpuMask cpus{};  // the rank's affinity mask; all zero: unknown
   std::vector<PublishedAddress> addresses;  // the transports that came up, in preference order
   // Why none came up, when none did: published so that the peers fail at once, naming this
   // rank and the reason, instead of waiting out the rendezvous timeout for its addresses.

@@ -155,6 +155,10 @@ class Transport {
   // it, which it otherwise saves them). false: news came in meanwhile; poll() instead of
   // sleeping. Default: the descriptor is always armed.
   virtual bool arm_wait() { return true; }
+  // How long poll() spins from now on before it sleeps, replacing TransportOptions' env.spin_us:
+  // the runtime decides it only after the addresses are exchanged (runtime/spin_policy.h).
+  // Called by the owner thread. Default: the transport does not spin.
+  virtual void set_spin_us(int us) { (void)us; }
 };
 
 }  // namespace braid::transport

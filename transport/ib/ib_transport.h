@@ -51,6 +51,7 @@ class IbTransport final : public Transport {
   void deregister_memory(const MemoryRegion& region) override;
   Status poll(std::vector<Completion>& out, std::chrono::microseconds timeout) override;
   void wake() override;
+  void set_spin_us(int us) override { spin_ = SpinBudget(us); }
 
   // The host registration cache's counts (tests: no registration per operation).
   RegCache::Stats registration_stats() const { return memory_->host_stats(); }

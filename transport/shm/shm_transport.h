@@ -50,6 +50,7 @@ class ShmTransport final : public Transport {
   // several transports at once).
   int wait_fd() const override { return eventfd_.get(); }
   bool arm_wait() override;
+  void set_spin_us(int us) override { env_.spin_us = us; }
 
   // Called by a connection as it goes away.
   void forget(ShmConnection* c);

@@ -79,6 +79,8 @@ class Engine {
   // Transport::wait_fd(): readable when run() has new work (an event or a wake()).
   virtual int wait_fd() const { return -1; }
   virtual EngineStats stats() const { return {}; }
+  // Transport::set_spin_us().
+  virtual void set_spin_us(int us) = 0;
 };
 
 }  // namespace braid::transport::tcp

@@ -39,6 +39,7 @@ class EpollEngine final : public Engine {
   void wake() override;
   int wait_fd() const override { return epoll_fd_; }  // readable while an event waits for run()
   EngineStats stats() const override;
+  void set_spin_us(int us) override { spin_us_ = us; }
 
  private:
   EpollEngine(int epoll_fd, int wake_fd, int spin_us);

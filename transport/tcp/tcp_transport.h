@@ -36,6 +36,7 @@ class TcpTransport final : public Transport {
   static Result<std::unique_ptr<Transport>> create(const TransportOptions& options, EngineKind kind);
 
   const char* name() const override { return engine_->name(); }
+  void set_spin_us(int us) override { engine_->set_spin_us(us); }
   std::string describe() const override;
   Capabilities capabilities() const override;
   bool is_host_local(const std::string& address) const override;

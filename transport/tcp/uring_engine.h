@@ -46,6 +46,7 @@ class UringEngine final : public Engine {
   // in io_uring_enter, never a poll on the ring.
   int wait_fd() const override;
   EngineStats stats() const override;
+  void set_spin_us(int us) override { spin_us_ = us; }
 
  private:
   UringEngine(const Env& env, std::unique_ptr<io_uring> ring, bool single_issuer, int wake_fd);

@@ -1,6 +1,7 @@
 // PeerLinks over connections of two transports at once (tcp over io_uring, and tcp over epoll
 // or shm): one poll sleeps on both and wakes for whichever has news, or for wake(). The detection
-// bounds (seconds, against a 30 s timeout) only tell "woke" from "slept to the end".
+// bounds (seconds, against a 30 s timeout) only tell "woke" from "slept to the end". And the
+// spin the communicator settles on after connecting reaches each kind of transport.
 #include "runtime/peer_links.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/spin.h"
 #include "tests/transport/transport_link.h"
 
 namespace braid {
@@ -120,6 +122,47 @@ TEST_P(TwoTransports, WakeEndsTheSleepOnBoth) {
 INSTANTIATE_TEST_SUITE_P(Mixes, TwoTransports, ::testing::Values("tcp-poll", "shm"),
                          [](const ::testing::TestParamInfo<std::string>& p) {
                            return p.param == "shm" ? std::string("WithShm") : std::string("WithEpoll");
+                         });
+
+// The communicator decides the spin after the links cards are read, when the transports are
+// already up (runtime/spin_policy.h); set_spin_us() must reach them. Told that this host runs
+// more ranks than CPUs, every spin pass yields and is counted (common/spin.h), so a poll that
+// finds nothing shows whether its transport spun: not at 0, and at a spin longer than the poll.
+class OneTransport : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OneTransport, SetSpinReachesTheTransport) {
+  Link link;
+  Status made = make_link(GetParam(), loopback_options(), loopback_options(), link);
+  if (!made.is_ok() && GetParam() != "tcp-poll") GTEST_SKIP() << GetParam() << " cannot be set up here: " << made.message();
+  ASSERT_TRUE(made.is_ok()) << made.message();
+  std::vector<std::unique_ptr<transport::Transport>> transports;
+  transports.push_back(std::move(link.a));
+  std::vector<std::unique_ptr<transport::Connection>> peers(2);
+  peers[1] = std::move(link.ca);
+  auto links = std::make_unique<PeerLinks>(0, std::move(transports), std::move(peers), std::vector<size_t>{0, 0});
+  set_ranks_on_node(1 << 20);
+  std::vector<transport::Completion> out;
+
+  links->set_spin_us(0);
+  long before = spin_yields();
+  ASSERT_TRUE(links->poll(out, std::chrono::milliseconds(20)).is_ok());
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(spin_yields(), before) << GetParam() << " spun after set_spin_us(0)";
+
+  // A tcp peer on this process's CPUs turns spinning off whatever the setting (spin_allowed).
+  if (cpu_sharing_peers() > 0) GTEST_SKIP() << "the loopback peer shares this process's CPUs: tcp never spins here";
+  links->set_spin_us(10'000'000);
+  before = spin_yields();
+  ASSERT_TRUE(links->poll(out, std::chrono::milliseconds(20)).is_ok());
+  EXPECT_TRUE(out.empty());
+  EXPECT_GT(spin_yields(), before) << GetParam() << " did not spin after set_spin_us(10 s)";
+  links.reset();
+  link.cb.reset();
+}
+
+INSTANTIATE_TEST_SUITE_P(Each, OneTransport, ::testing::Values("shm", "tcp", "tcp-poll"),
+                         [](const ::testing::TestParamInfo<std::string>& p) {
+                           return p.param == "tcp-poll" ? std::string("TcpPoll") : p.param;
                          });
 
 }  // namespace

@@ -160,6 +160,43 @@ TEST(TransportChoice, CardsRoundTripAndBadOnesAreNamed) {
   }
 }
 
+// The spin rule reads every rank's CPUs from the links card (no exchange of its own): the mask
+// comes back bit for bit, unknown stays unknown, and a card whose cpus line is missing, doubled
+// or not a mask is refused with the error that names the publisher.
+TEST(TransportChoice, CardsCarryTheCpuMask) {
+  PublishedLinks l = rank_on("h", "auto", {"shm", "tcp"});
+  for (size_t cpu : {0u, 5u, 63u, 64u, 1023u}) l.cpus[cpu / 64] |= uint64_t{1} << (cpu % 64);
+  auto back = parse_links_card(links_card(l), 2);
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back.value().cpus, l.cpus);
+  EXPECT_EQ(transport::cpu_count(back.value().cpus), 5u);
+  l.cpus = {};
+  back = parse_links_card(links_card(l), 2);
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(transport::cpu_count(back.value().cpus), 0u);
+
+  l.cpus[0] = 0x30;
+  const std::string good = links_card(l);
+  const size_t at = good.find("\ncpus\t") + 1, end = good.find('\n', at) + 1;
+  const std::string line = good.substr(at, end - at);
+  ASSERT_EQ(line.substr(0, 5 + 16), "cpus\t0000000000000030");
+  const std::string before = good.substr(0, at), after = good.substr(end);
+  for (const std::string& bad : {before + after, before + line + line + after,
+                                 before + "cpus\n" + after, before + "cpus\t30\n" + after,
+                                 before + line.substr(0, line.size() - 1) + ",\n" + after,
+                                 before + "cpus\t" + std::string(16, 'g') + line.substr(5 + 16) + after}) {
+    auto p = parse_links_card(bad, 2);
+    ASSERT_FALSE(p.is_ok()) << bad;
+    EXPECT_NE(p.status().message().find("rank 2 published transport addresses this build cannot read"),
+              std::string::npos)
+        << p.status().message();
+  }
+  // A card of the format before the cpus line was added names its version.
+  auto old = parse_links_card("braid-links 1\nhost\th\nsetting\tauto\n", 2);
+  ASSERT_FALSE(old.is_ok());
+  EXPECT_NE(old.status().message().find("no 'braid-links 2' line"), std::string::npos) << old.status().message();
+}
+
 // A rank that brought up nothing publishes why (w-ibfaults): every peer fails at once naming it
 // and its reason, rather than waiting out the rendezvous timeout for its addresses.
 TEST(TransportChoice, ARankThatBroughtUpNothingIsNamedWithItsReason) {
