@@ -25,6 +25,7 @@ struct Supervisor::Rank {
   pid_t pid = -1;
   int fds[2] = {-1, -1};  // stdout, stderr read ends
   bool running = false;
+  bool ended_ok = false;  // exited with status 0 before any stop
   std::unique_ptr<RankOutput> output;
 };
 
@@ -156,15 +157,23 @@ void Supervisor::reap(JobOutcome& outcome) {
     if (got != r.pid) continue;
     r.running = false;
     bool ok = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+    if (ok && !stopping_) r.ended_ok = true;
     if (ok || stopping_) continue;
     outcome.cause = JobOutcome::Cause::rank_failed;
     outcome.exit_code = exit_code_of(ws);
     outcome.failed_rank = static_cast<int>(i);  // index for now; turned into the rank at the end
     outcome.failure = describe_wait_status(ws);
     size_t others = static_cast<size_t>(std::count_if(ranks_.begin(), ranks_.end(), [](const auto& x) { return x->running; }));
+    // Ranks that finished before this one failed: a peer that "closed its connection normally"
+    // in this rank's error is then one that had ended, not one still running into trouble.
+    std::string ended;
+    for (const auto& x : ranks_) {
+      if (x->ended_ok) ended += (ended.empty() ? "" : ", ") + std::to_string(x->rank);
+    }
     say("rank " + std::to_string(r.rank) + " (local rank " + std::to_string(r.local_rank) + " on node " +
         std::to_string(options_.node_rank) + ", pid " + std::to_string(r.pid) + ") failed: " + outcome.failure +
-        (others ? "; stopping the other " + std::to_string(others) + " running rank(s)" : ""));
+        (others ? "; stopping the other " + std::to_string(others) + " running rank(s)" : "") +
+        (ended.empty() ? "" : "; rank(s) " + ended + " had already ended with exit code 0"));
     begin_stop();
   }
 }

@@ -120,6 +120,18 @@ TEST(Braidrun, ExitCodePropagatesAndNamesTheRank) {
   EXPECT_TRUE(contains(r.err, "last 1 line(s) of rank 1:\nbraidrun:   | last-words-of-rank-1\n")) << r.err;
 }
 
+// When a rank fails after others finished, braidrun says which had ended normally, so that a
+// peer "closed normally" in the failed rank's error is told apart from one still running.
+TEST(Braidrun, AFailureNamesTheRanksThatHadEndedNormally) {
+  RunResult r = run_braidrun(with_rank({"--standalone", "--nproc-per-node", "3"},
+                                       {"exit@2", "0", "sleep", "0.5", "exit@0", "4", "sleep", "60"}),
+                             40);
+  ASSERT_FALSE(r.timed_out) << "the other ranks were not stopped";
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_TRUE(contains(r.err, "rank 0 (local rank 0 on node 0")) << r.err;
+  EXPECT_TRUE(contains(r.err, "; rank(s) 2 had already ended with exit code 0")) << r.err;
+}
+
 TEST(Braidrun, KilledRankGives137AndStopsTheOthers) {
   TempDir pids;
   RunResult r = run_braidrun(with_rank({"--standalone", "--nproc-per-node", "3"},
