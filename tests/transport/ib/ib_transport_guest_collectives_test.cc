@@ -44,11 +44,11 @@ std::string run_ranks(int ranks, const std::vector<std::string>& program, int qp
     return std::make_pair(status, job.output());
   };
   auto [status, out] = run();
-  // A known failure not yet explained (docs/ib.md, "Known flake"): with 3 ranks under load, a
-  // rank's last all_reduce sometimes fails with its peer's goodbye while a receive from that peer
-  // is outstanding. It is run again once, saying so; a second failure, or any other, fails.
+  // A known bug not found yet (docs/ib.md, "Known bug: a lost fold-out message with 3 ranks"):
+  // rank 0's receive of an all_reduce result from rank 1 never completes, and fails at rank 1's
+  // goodbye. It is run again once, saying so; a second failure, or any other, fails.
   if (status != 0 && out.find("closed this connection normally") != std::string::npos) {
-    std::fprintf(stderr, "ib_guest: the goodbye failure (docs/ib.md, Known flake) - running it once more:\n%s\n",
+    std::fprintf(stderr, "ib_guest: the known lost-message bug (docs/ib.md) - running it once more:\n%s\n",
                  out.c_str());
     std::tie(status, out) = run();
   }
