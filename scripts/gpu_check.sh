@@ -73,7 +73,7 @@ for reduce in host device; do
   BRAID_CUDA_REDUCE=$reduce timeout 150 "$build/tests/runtime/device/cuda_staging_bench" 64 1024 |
     tee "$build/cuda_staging_bench_$reduce.log" || fail "cuda_staging_bench (BRAID_CUDA_REDUCE=$reduce) failed"
 done
-# compute-sanitizer slows CUDA calls ~10-100x: 2 ranks, first with reductions on the host (copies
+# compute-sanitizer slows every CUDA call: 2 ranks, first with reductions on the host (copies
 # and host functions only), then on the GPU (kernels launched while the callers' streams are
 # held), so that a hang under one tool says which of the two it is (docs/cuda.md).
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

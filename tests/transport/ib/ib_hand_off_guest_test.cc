@@ -28,6 +28,7 @@
 #include "braid/communicator.h"
 #include "braid/store.h"
 #include "runtime/communicator_impl.h"
+#include "tests/support/in_process_job.h"
 #include "tests/transport/ib/soft_roce_guest.h"
 
 namespace braid::transport::ib {
@@ -66,19 +67,7 @@ Communicator make_rank(TcpStoreServer& server, int rank, std::chrono::microsecon
   return Communicator::from_impl_(std::move(made));
 }
 
-void run_ranks(const std::function<void(int)>& body) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (const Error& e) {
-        ADD_FAILURE() << "rank " << r << ": " << to_string(e.code()) << ": " << e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-}
+void run_ranks(const std::function<void(int)>& body) { braid::testing::run_ranks(kRanks, body); }
 
 TEST(IbHandOffGuest, SmallOperationsWaitedAtOnceRunOnTheCallersThread) {
   SKIP_OUTSIDE_GUEST();
