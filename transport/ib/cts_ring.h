@@ -68,6 +68,9 @@ class RecvLedger {
   Receive* front_ready();
   void pop_front();
 
+  // Whether the next receive's message has already arrived (eagerly), with every earlier
+  // receive complete: a receive posted now completes at once, without the peer.
+  bool next_arrived() const { return posted_.empty() && completed_ == next_post_ && early_.count(next_post_) != 0; }
   uint64_t eager_consumed() const { return eager_consumed_; }
   uint64_t completed() const { return completed_; }
   size_t outstanding() const { return posted_.size(); }

@@ -77,6 +77,13 @@ Status IbConnection::post_send(const void* data, size_t bytes, uint64_t cookie) 
 }
 
 Status IbConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
+  // A peer that said goodbye may have sent messages this end had not asked for yet: they wait
+  // in the eager slots, and their receives complete from there, as they would have before.
+  if (!failure_.is_ok() && peer_said_bye_ && recv_.next_arrived()) {
+    recv_.post(data, capacity, cookie);
+    deliver();
+    return Status::ok();
+  }
   if (!failure_.is_ok()) {
     report(Completion{this, cookie, false, 0, Status(failure_.code(), op_prefix(false) + failure_.message())});
     return Status::ok();
@@ -366,7 +373,7 @@ void IbConnection::check_socket() {
   } else if (bye_got_ == kByeBytes) {
     uint64_t received = 0;
     std::memcpy(&received, bye_ + 1, sizeof received);
-    peer_closed(received);
+    peer_closed(received, peer_sent);
   } else if (n == 0 || err == ECONNRESET || err == EPIPE) {
     fail(ErrorCode::peer_lost, "the peer's bootstrap connection ended without a goodbye: rank " +
                                    std::to_string(peer_rank_) + " exited or was killed (its log says why)");
@@ -375,7 +382,8 @@ void IbConnection::check_socket() {
   }
 }
 
-void IbConnection::peer_closed(uint64_t received) {
+void IbConnection::peer_closed(uint64_t received, uint64_t peer_sent) {
+  peer_said_bye_ = true;
   while (!sends_.empty() && sends_.front().started && sends_.front().seq < received) {
     Send& s = sends_.front();
     release(s.mr, s.has_mr);
@@ -388,7 +396,9 @@ void IbConnection::peer_closed(uint64_t received) {
   fail(ErrorCode::peer_lost,
        "rank " + std::to_string(peer_rank_) +
            " closed this connection normally (its communicator was destroyed, or it exited) "
-           "with this operation outstanding",
+           "with this operation outstanding (it had sent " + std::to_string(peer_sent) + " messages here, " +
+           std::to_string(recv_.completed()) + " of them received when it closed; it had received " +
+           std::to_string(received) + " of the " + std::to_string(sends_started_) + " sent from here)",
        !idle);
 }
 

@@ -108,8 +108,8 @@ class IbConnection final : public Connection {
   void fail(ErrorCode code, const std::string& cause, bool warn = true);
   std::string op_prefix(bool is_send) const;
   void report(Completion c);
-  // The peer said goodbye having received `received` messages whole.
-  void peer_closed(uint64_t received);
+  // The peer said goodbye having received `received` messages whole and sent `peer_sent`.
+  void peer_closed(uint64_t received, uint64_t peer_sent);
   void release(Mr& mr, bool& has);
 
   IbShared shared_;
@@ -135,6 +135,7 @@ class IbConnection final : public Connection {
   uint64_t held_seq_ = ~uint64_t{0};    // the receive whose CTS is held back, since held_since_
   Clock::time_point held_since_{};
   bool cts_held_ = false;
+  bool peer_said_bye_ = false;  // the failure is the peer's goodbye: what it sent still completes
   unsigned char bye_[kByeBytes] = {};  // the peer's goodbye, as it arrives
   size_t bye_got_ = 0;
 };

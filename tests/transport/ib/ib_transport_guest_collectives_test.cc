@@ -10,9 +10,7 @@
 // Outside the guest it skips.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "tests/support/subprocess.h"
@@ -34,24 +32,13 @@ std::string run_ranks(int ranks, const std::vector<std::string>& program, int qp
   std::vector<std::string> argv{BRAIDRUN, "--standalone", "--nproc-per-node", std::to_string(ranks), "/bin/sh", "-c",
                                 "BRAID_IB_HCA==rxe$((RANK % 2)) exec \"$0\" \"$@\""};
   argv.insert(argv.end(), program.begin(), program.end());
-  auto run = [&] {
-    Subprocess job(argv, {{"BRAID_TRANSPORT", transport},
-                          {"BRAID_SHM_DISABLE", transport == "auto" ? "1" : "0"},
-                          {"BRAID_IB_QPS_PER_CONNECTION", std::to_string(qps)},
-                          {"BRAID_TIMEOUT_S", "300"},
-                          {"BRAID_DEBUG", "INFO"}});
-    const int status = job.wait(std::chrono::minutes(8));
-    return std::make_pair(status, job.output());
-  };
-  auto [status, out] = run();
-  // A known bug not found yet (docs/ib.md, "Known bug: a lost fold-out message with 3 ranks"):
-  // rank 0's receive of an all_reduce result from rank 1 never completes, and fails at rank 1's
-  // goodbye. It is run again once, saying so; a second failure, or any other, fails.
-  if (status != 0 && out.find("closed this connection normally") != std::string::npos) {
-    std::fprintf(stderr, "ib_guest: the known lost-message bug (docs/ib.md) - running it once more:\n%s\n",
-                 out.c_str());
-    std::tie(status, out) = run();
-  }
+  Subprocess job(argv, {{"BRAID_TRANSPORT", transport},
+                        {"BRAID_SHM_DISABLE", transport == "auto" ? "1" : "0"},
+                        {"BRAID_IB_QPS_PER_CONNECTION", std::to_string(qps)},
+                        {"BRAID_TIMEOUT_S", "300"},
+                        {"BRAID_DEBUG", "INFO"}});
+  const int status = job.wait(std::chrono::minutes(8));
+  const std::string out = job.output();
   EXPECT_EQ(status, 0) << out;
   EXPECT_NE(out.find("transport ib on rxe0"), std::string::npos) << "rank 0 did not run over ib\n" << out;
   if (ranks > 1) {

@@ -232,6 +232,45 @@ TEST(IbTransportGuestErrors, PeerGoneMidReceiveIsNamedWithinTheBound) {
   EXPECT_NE(m.find("closed this connection normally"), std::string::npos) << m;
 }
 
+// A rank may finish its part, say goodbye and go before its peer has even asked for the last
+// message it sent (a slow rank: rank 0 of a 3-rank all_reduce receiving the result of the
+// fold). What was sent still arrives: receives posted after the goodbye take the messages
+// waiting in the eager slots; only one beyond them fails, naming the goodbye and the counts.
+TEST(IbTransportGuestErrors, MessagesSentBeforeAGoodbyeAreReceivedAfterIt) {
+  SKIP_OUTSIDE_GUEST();
+  Link l = Link::make(1);
+  ASSERT_TRUE(l.ok());
+  const Bytes m0 = pattern(8, 10), m1 = pattern(0, 11), m2 = pattern(4000, 12);
+  ASSERT_TRUE(l.c0->post_send(m0.data(), m0.size(), 1).is_ok());
+  ASSERT_TRUE(l.c0->post_send(m1.data(), m1.size(), 2).is_ok());
+  ASSERT_TRUE(l.c0->post_send(m2.data(), m2.size(), 3).is_ok());
+  std::vector<Completion> sent = drive(l, 3);
+  ASSERT_EQ(sent.size(), 3u);
+  for (const Completion& c : sent) EXPECT_TRUE(c.status.is_ok()) << c.status.message();
+  l.c0->close();  // the goodbye
+  EXPECT_TRUE(drive(l, 0, std::chrono::seconds(1)).empty()) << "nothing was outstanding on rank 1";
+  Bytes into0(8), into1(1, 0xee), into2(4000), into3(8);
+  ASSERT_TRUE(l.c1->post_recv(into0.data(), into0.size(), 10).is_ok());
+  ASSERT_TRUE(l.c1->post_recv(into1.data(), 0, 11).is_ok());
+  ASSERT_TRUE(l.c1->post_recv(into2.data(), into2.size(), 12).is_ok());
+  ASSERT_TRUE(l.c1->post_recv(into3.data(), into3.size(), 13).is_ok());
+  std::vector<Completion> got = drive(l, 4, std::chrono::seconds(30));
+  ASSERT_EQ(got.size(), 4u);
+  for (const Completion& c : got) {
+    SCOPED_TRACE(c.cookie);
+    if (c.cookie == 13) {
+      EXPECT_EQ(c.status.code(), ErrorCode::peer_lost) << c.status.message();
+      EXPECT_NE(c.status.message().find("closed this connection normally"), std::string::npos) << c.status.message();
+      EXPECT_NE(c.status.message().find("it had sent 3 messages here"), std::string::npos) << c.status.message();
+    } else {
+      EXPECT_TRUE(c.status.is_ok()) << c.status.message();
+    }
+  }
+  EXPECT_EQ(into0, m0);
+  EXPECT_EQ(into1[0], 0xee);
+  EXPECT_EQ(into2, m2);
+}
+
 // A peer that dies says no goodbye: its liveness socket just ends (here shut down under the
 // connection, as the kernel does for a killed process). The receive fails naming that.
 TEST(IbTransportGuestErrors, PeerDeathWithoutGoodbyeIsNamedWithinTheBound) {
