@@ -70,7 +70,7 @@ struct Env {
   bool shm_cma_auto = true;
   // BRAID_SHM_RING_BYTES: bytes of each direction's shm ring per pair of ranks, 64 KiB..1 GiB,
   // a multiple of 4 KiB; 0 = the default, 4 MiB.
-  size_t shm_ring_bytes = size_t{4} << 20;
+  size_t shm_ring_bytes = size_t{512} << 10;
   // BRAID_CALLER_PROGRESS: 0 | 1. A blocking call (or wait()) whose communicator has nothing
   // else queued or running runs the operation on the calling thread instead of waking the
   // progress thread. Default 1.

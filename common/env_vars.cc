@@ -69,7 +69,7 @@ constexpr EnvVar kVars[] = {
      "attach) when larger than the ring and held in huge pages, else through the pipelined two-copy ring; 1: in one "
      "copy from 64 KiB; 0: always through the ring. process_vm_readv copies 4 KiB pages far slower than memcpy: "
      "docs/shm.md."},
-    {"BRAID_SHM_RING_BYTES", bytes, "4M", "a multiple of 4 KiB", 64 * kKiB, 1024 * kMiB,
+    {"BRAID_SHM_RING_BYTES", bytes, "512K", "a multiple of 4 KiB", 64 * kKiB, 1024 * kMiB,
      "shm: bytes of each direction's ring per pair of ranks (each pair takes twice this), a multiple of 4 KiB. Where "
      "the memory cannot be reserved the ring is halved down to 64 KiB, with a warning. 0 means the default."},
     {"BRAID_ZCOPY_BYTES", bytes, "1M", "", 1, 0,
