@@ -202,6 +202,7 @@ void CommunicatorImpl::progress_main() {
     // themselves) is read in the same critical section that releases busy_: the spin above
     // waits for anything beyond it.
     release_busy(&taken);
+    if (cfg_.before_held_complete && !held_.empty()) cfg_.before_held_complete();
     complete_held();
   }
   BRAID_LOG(trace) << "rank " << cfg_.rank << " closing: " << ran_on_caller_.load() << " operations ran on callers' threads, "
@@ -674,14 +675,18 @@ void CommunicatorImpl::run_here(Pending& op) {
 }
 
 void CommunicatorImpl::complete_last(const std::shared_ptr<detail::WorkState>& work, Status s) {
+  std::lock_guard<std::mutex> lock(held_mu_);
   if (hold_last_) {
     held_.emplace_back(work, std::move(s));
-  } else {
-    work->complete(std::move(s));
+    return;
   }
+  for (auto& [w, st] : held_) w->complete(std::move(st));  // ran before this one
+  held_.clear();
+  work->complete(std::move(s));
 }
 
 void CommunicatorImpl::complete_held() {
+  std::lock_guard<std::mutex> lock(held_mu_);
   for (auto& [work, s] : held_) work->complete(std::move(s));
   held_.clear();
 }

@@ -88,6 +88,9 @@ struct CommunicatorConfig {
   // Tests: called on the progress thread after each operation it ran, before it lets go of the
   // communicator, to make a slow release certain (complete_last).
   std::function<void()> after_progress_op;
+  // Tests: called on the progress thread after it let go of the communicator, before it
+  // completes the operation it held (complete_held), to make a late completion certain.
+  std::function<void()> before_held_complete;
 };
 
 class CommunicatorImpl {
@@ -184,7 +187,9 @@ class CommunicatorImpl {
   // for the operation it took last (hold_last_), the completion waits until busy_ is released
   // (complete_held): a caller that waits at once issues its next operation as soon as it sees
   // this one done, and would otherwise find the communicator still busy and queue it, and so
-  // every later one, behind the progress thread (a wake-up each way per operation).
+  // every later one, behind the progress thread (a wake-up each way per operation). Operations
+  // still complete in the order they ran: a completion on another thread first completes
+  // what is held.
   void complete_last(const std::shared_ptr<detail::WorkState>& work, Status s);
   void complete_held();
   // Clears busy_ (and wakes the progress thread when it has work); *dequeued, when given, gets
@@ -250,7 +255,10 @@ class CommunicatorImpl {
   Clock::time_point progress_wakes_at_ = Clock::time_point::min();
   std::vector<std::string> peer_transports_;  // by rank: what the connection to it runs on
   // complete_last(): set by the progress thread around the operation it took; what it held.
+  // held_mu_ keeps completions in order: a caller that takes the communicator as soon as busy_
+  // is released completes what the progress thread still holds before its own operation.
   bool hold_last_ = false;
+  std::mutex held_mu_;
   std::vector<std::pair<std::shared_ptr<detail::WorkState>, Status>> held_;
   std::atomic<uint64_t> ran_on_caller_{0};
   std::atomic<uint64_t> ran_on_progress_{0};

@@ -35,6 +35,7 @@ struct JobSettings {
   size_t cuda_staging_bytes = 0;  // BRAID_CUDA_STAGING_BYTES; 0: the default
   std::string cuda_reduce{};       // BRAID_CUDA_REDUCE; empty: the default
   std::function<void()> after_progress_op{};  // CommunicatorConfig::after_progress_op
+  std::function<void()> before_held_complete{};  // CommunicatorConfig::before_held_complete
 };
 
 class InProcessJob {
@@ -67,6 +68,7 @@ class InProcessJob {
     if (!settings_.cuda_reduce.empty()) cfg.env.cuda_reduce = settings_.cuda_reduce;
     cfg.inproc_fabric = &fabric_;
     cfg.after_progress_op = settings_.after_progress_op;
+    cfg.before_held_complete = settings_.before_held_complete;
     std::unique_ptr<CommunicatorImpl> made = value_or_raise(CommunicatorImpl::create(std::move(cfg)));
     if (impl != nullptr) *impl = made.get();
     return Communicator::from_impl_(std::move(made));

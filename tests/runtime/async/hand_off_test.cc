@@ -16,6 +16,7 @@
 // never how long they took.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -237,6 +238,34 @@ TEST(HandOff, AfterTheProgressThreadRanOneTheCallerGetsTheNextBack) {
     EXPECT_LE(after.on_progress_thread - before.on_progress_thread, 4u)
         << "rank " << r << ": of " << 3 * kIters << " operations, " << after.on_caller - before.on_caller
         << " ran on the caller's thread";
+  });
+}
+
+// Completions keep the order the operations ran in: the progress thread lets go of the
+// communicator before it completes the operation it ran (complete_last), and a caller that
+// takes the communicator in between must not see its own later operation done first (a
+// program, or braid.torch, may read "this one is done" as "every earlier one is too"). The
+// progress thread is held in that gap for longer than the caller's barrier takes.
+TEST(HandOff, AnOperationThatRanLaterNeverCompletesFirst) {
+  std::atomic<int> in_gap{0};
+  testing::JobSettings s = settings(20ms);
+  s.before_held_complete = [&] {
+    in_gap.fetch_add(1);
+    std::this_thread::sleep_for(500ms);
+  };
+  testing::InProcessJob job(s);
+  on_every_rank(job, [&](int r, Communicator& comm, CommunicatorImpl& impl) {
+    std::vector<float> a = ones_times_rank(r, 2);
+    Work first = comm.all_reduce_async(a.data(), a.size(), DType::f32, Op::sum);
+    const auto until = std::chrono::steady_clock::now() + kBound;  // nobody waits: the progress thread takes it
+    while (in_gap.load() < kRanks && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+    ASSERT_EQ(in_gap.load(), kRanks) << "rank " << r << ": the progress threads never ran the first operation";
+    const auto before = impl.hand_off_counts();
+    comm.barrier();  // the communicator is free: this runs on the caller's thread
+    EXPECT_EQ(impl.hand_off_counts().on_caller, before.on_caller + 1) << "rank " << r;
+    EXPECT_TRUE(first.test()) << "rank " << r << ": the barrier completed before the all_reduce that ran first";
+    first.wait();
+    EXPECT_EQ(a[1], kSum);
   });
 }
 
