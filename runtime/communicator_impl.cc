@@ -239,18 +239,17 @@ bool CommunicatorImpl::queued_locked(bool idle_before, const std::shared_ptr<det
   enqueued_.fetch_add(1, std::memory_order_release);
   if (!cfg_.env.caller_progress || !idle_before || cfg_.hand_off_tick.count() <= 0) return true;
   const auto now = Clock::now();
-  if (idle_first_wait_) {
+  if (idle_times_) {
     // The last prediction, settled after the fact: its operation finished before its caller
     // waited (the progress thread took it), so no wait reached help(); when that wait came
     // decides, as it would have there. Never waited (another operation came first): computes.
-    const int64_t waited = idle_first_wait_->load(std::memory_order_relaxed);
-    callers_wait_ = waited != 0 && std::chrono::nanoseconds(waited) - idle_work_at_.time_since_epoch() <
-                                       std::chrono::duration_cast<std::chrono::nanoseconds>(cfg_.waits_at_once);
+    const int64_t waited = idle_times_->first_wait_ns.load(std::memory_order_relaxed);
+    const int64_t returned = idle_times_->returned_ns.load(std::memory_order_relaxed);
+    callers_wait_ = waited != 0 && std::chrono::nanoseconds(waited - returned) < cfg_.waits_at_once;
   }
   idle_work_ = work.get();
-  idle_work_at_ = now;
-  idle_first_wait_ = std::make_shared<std::atomic<int64_t>>(0);
-  work->first_wait_ns = idle_first_wait_;
+  idle_times_ = std::make_shared<detail::WorkState::WaitTimes>();
+  work->wait_times = idle_times_;
   if (!callers_wait_) return true;  // the caller computes meanwhile: start it at once
   grace_until_ = now + cfg_.hand_off_tick;
   linger_until_ = now + kLinger;
@@ -612,7 +611,8 @@ Work CommunicatorImpl::enqueue(collectives::CollectiveArgs args) {
     queue_.push_back(std::move(op));
     wake = queued_locked(idle, work);
   }
-  if (wake) cv_.notify_one();
+  if (wake) wake_progress();
+  work->note_returned();
   return Work(work);
 }
 
@@ -651,9 +651,11 @@ void CommunicatorImpl::help(const detail::WorkState& work) {
     // Whether the caller waits at once for what it queued on an idle communicator, whoever runs
     // it: the prediction for the next one (queued_locked).
     if (&work == idle_work_) {
-      callers_wait_ = Clock::now() - idle_work_at_ < cfg_.waits_at_once;
+      const int64_t returned = idle_times_->returned_ns.load(std::memory_order_relaxed);
+      const auto since = Clock::now().time_since_epoch() - std::chrono::nanoseconds(returned);
+      callers_wait_ = returned == 0 || since < cfg_.waits_at_once;
       idle_work_ = nullptr;
-      idle_first_wait_ = nullptr;
+      idle_times_ = nullptr;
     }
     if (busy_ || queue_.size() != 1 || work.done()) return;
     const Pending& front = queue_.front();
@@ -672,6 +674,11 @@ void CommunicatorImpl::run_here(Pending& op) {
   ran_on_caller_.fetch_add(1, std::memory_order_relaxed);
   run_one(op);
   release_busy();
+}
+
+void CommunicatorImpl::wake_progress() {
+  cv_.notify_one();
+  if (cfg_.after_wake) cfg_.after_wake();
 }
 
 void CommunicatorImpl::complete_last(const std::shared_ptr<detail::WorkState>& work, Status s) {

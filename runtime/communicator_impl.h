@@ -91,6 +91,9 @@ struct CommunicatorConfig {
   // Tests: called on the progress thread after it let go of the communicator, before it
   // completes the operation it held (complete_held), to make a late completion certain.
   std::function<void()> before_held_complete;
+  // Tests: called on the caller's thread after an *_async call woke the progress thread, before
+  // the call returns (a wake-up that costs the caller a while, as on an emulated CPU).
+  std::function<void()> after_wake;
 };
 
 class CommunicatorImpl {
@@ -195,6 +198,8 @@ class CommunicatorImpl {
   // Clears busy_ (and wakes the progress thread when it has work); *dequeued, when given, gets
   // how many queued operations have left the queue so far.
   void release_busy(uint64_t* dequeued = nullptr);
+  // Wakes the progress thread for an operation just queued (queued_locked said to).
+  void wake_progress();
   Status connect_all();
   // Runs `op` (which stays the caller's). may_stream: operations queued behind it may be taken
   // and overlapped with it (not inside a group, whose members must run as the group says).
@@ -241,13 +246,12 @@ class CommunicatorImpl {
   std::deque<Pending> queue_;
   bool busy_ = false;  // a thread runs an operation or touches the transport (see the top)
   // The hand-off (the top), under mu_. idle_work_ identifies (never dereferenced) the last
-  // operation queued on an idle communicator, at idle_work_at_; callers_wait_ is the prediction.
+  // operation queued on an idle communicator; callers_wait_ is the prediction.
   const detail::WorkState* idle_work_ = nullptr;
-  Clock::time_point idle_work_at_{};
   bool callers_wait_ = true;
-  // When the caller of the last operation queued on an idle communicator first waited for it
-  // (WorkState::first_wait_ns); null once a wait before completion (help) has settled it.
-  std::shared_ptr<std::atomic<int64_t>> idle_first_wait_;
+  // When that operation went back to its caller and when the caller first waited for it
+  // (WorkState::wait_times); null once a wait before completion (help) has settled it.
+  std::shared_ptr<detail::WorkState::WaitTimes> idle_times_;
   Clock::time_point grace_until_{};   // the only queued operation is left to its caller until then
   Clock::time_point linger_until_{};  // until then the idle progress thread ticks
   // When the progress thread's wait ends by itself; time_point::min() while it is not waiting

@@ -48,7 +48,8 @@ Work CommunicatorImpl::group_end() {
     queue_.push_back(std::move(g));
     wake = queued_locked(idle, work);  // a group is handed off like any operation
   }
-  if (wake) cv_.notify_one();
+  if (wake) wake_progress();
+  work->note_returned();
   return Work(work);
 }
 

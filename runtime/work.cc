@@ -20,11 +20,18 @@ void WorkState::complete(Status s) {
   done_cv_.notify_all();
 }
 
+namespace {
+int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+}  // namespace
+
+void WorkState::note_returned() const {
+  if (wait_times) wait_times->returned_ns.store(now_ns(), std::memory_order_relaxed);
+}
+
 void WorkState::note_wait() const {
-  if (!first_wait_ns) return;
+  if (!wait_times) return;
   int64_t none = 0;
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-  first_wait_ns->compare_exchange_strong(none, now, std::memory_order_relaxed);
+  wait_times->first_wait_ns.compare_exchange_strong(none, now_ns(), std::memory_order_relaxed);
 }
 
 Status WorkState::status() const {

@@ -37,10 +37,17 @@ struct WorkState {
   // destructor completes every queued operation first).
   CommunicatorImpl* comm = nullptr;
   // Set (before the Work is handed out) on an operation queued on an idle communicator: when its
-  // caller first came to wait, in steady-clock nanoseconds (0 until then). Shared with the
-  // communicator, which reads it when it queues the next such operation: the progress thread may
-  // have finished this one before the caller waited, so that the wait had nothing to hand over.
-  std::shared_ptr<std::atomic<int64_t>> first_wait_ns;
+  // *_async call returned it to the caller and when the caller first came to wait, in
+  // steady-clock nanoseconds (0 until then). Shared with the communicator, which reads them when
+  // it queues the next such operation: the progress thread may have finished this one before
+  // the caller waited, so that the wait had nothing to hand over. The time in between is the
+  // caller's own; the wake-up of the progress thread before the return is not.
+  struct WaitTimes {
+    std::atomic<int64_t> returned_ns{0};
+    std::atomic<int64_t> first_wait_ns{0};
+  };
+  std::shared_ptr<WaitTimes> wait_times;
+  void note_returned() const;
   void note_wait() const;
 
  private:

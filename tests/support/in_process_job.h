@@ -36,6 +36,7 @@ struct JobSettings {
   std::string cuda_reduce{};       // BRAID_CUDA_REDUCE; empty: the default
   std::function<void()> after_progress_op{};  // CommunicatorConfig::after_progress_op
   std::function<void()> before_held_complete{};  // CommunicatorConfig::before_held_complete
+  std::function<void()> after_wake{};            // CommunicatorConfig::after_wake
 };
 
 class InProcessJob {
@@ -69,6 +70,7 @@ class InProcessJob {
     cfg.inproc_fabric = &fabric_;
     cfg.after_progress_op = settings_.after_progress_op;
     cfg.before_held_complete = settings_.before_held_complete;
+    cfg.after_wake = settings_.after_wake;
     std::unique_ptr<CommunicatorImpl> made = value_or_raise(CommunicatorImpl::create(std::move(cfg)));
     if (impl != nullptr) *impl = made.get();
     return Communicator::from_impl_(std::move(made));

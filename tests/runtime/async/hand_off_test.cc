@@ -241,6 +241,41 @@ TEST(HandOff, AfterTheProgressThreadRanOneTheCallerGetsTheNextBack) {
   });
 }
 
+// The prediction counts only the caller's own time between getting its Work back and waiting
+// for it. Waking the progress thread is not the caller's: where a wake-up costs a while (an
+// emulated CPU, a rank bound to one CPU that the woken thread takes over), counting it made a
+// caller that always waits at once look like one that computes, so each operation woke the
+// progress thread again and ran there, for good. One operation left unwaited for a while sets
+// the prediction to "computes"; the wake-up it causes is made slow; the caller's next ones,
+// each waited at once, come back to its own thread.
+TEST(HandOff, ASlowWakeUpIsNotCountedAsTheCallersCompute) {
+  testing::JobSettings s = settings(5ms);
+  s.after_wake = [] { std::this_thread::sleep_for(15ms); };
+  testing::InProcessJob job(s);
+  on_every_rank(job, [&](int r, Communicator& comm, CommunicatorImpl& impl) {
+    std::vector<float> a = ones_times_rank(r, 2);
+    Work first = comm.all_reduce_async(a.data(), a.size(), DType::f32, Op::sum);
+    std::this_thread::sleep_for(30ms);  // computes before it waits
+    first.wait();
+    const auto before = impl.hand_off_counts();
+    constexpr int kIters = 20;
+    int64_t out = 0, in = -1;
+    for (int i = 0; i < kIters; ++i) {
+      comm.barrier();
+      out = r * 1000 + i;
+      comm.group_start();
+      comm.send_async(&out, 1, DType::i64, 1 - r);
+      comm.recv_async(&in, 1, DType::i64, 1 - r);
+      comm.group_end().wait();
+      ASSERT_EQ(in, (1 - r) * 1000 + i) << "rank " << r;
+    }
+    const auto after = impl.hand_off_counts();
+    EXPECT_LE(after.on_progress_thread - before.on_progress_thread, 2u)
+        << "rank " << r << ": of " << kIters << " groups waited at once, " << after.on_caller - before.on_caller - kIters
+        << " ran on the caller's thread";
+  });
+}
+
 // Completions keep the order the operations ran in: the progress thread lets go of the
 // communicator before it completes the operation it ran (complete_last), and a caller that
 // takes the communicator in between must not see its own later operation done first (a
