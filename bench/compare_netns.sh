@@ -19,6 +19,9 @@
 # VARIANTS: ';'-separated such settings, each measured every round next to the default
 # ("BRAID_RING_DEPTH=4;BRAID_CHUNK_BYTES=1M"): a same-run comparison of braid's knobs.
 # HOST_CC: the hosts' default TCP congestion control (cubic, reno, bbr; unset: the machine's).
+# LOAD: that many busy-looping processes (at nice LOAD_NICE, default 10, as the compilers other
+# sessions run here are) share the CPUs with every measurement of the run, iperf3, braid and Gloo
+# alike: a repeatable stand-in for a machine whose cores are not the ranks' alone.
 # ANCHORS: ../shared/bench (default: beside the checkout, or beside the main one in a worktree).
 # Needs root (ip netns, tc). Namespaces are named brd0..brd{K-1} and brdsw, deleted on exit.
 set -euo pipefail
@@ -35,6 +38,8 @@ ROUNDS=${ROUNDS:-3}
 ITERS=${ITERS:-5}
 SHAPE=${SHAPE:-host}
 HOST_CC=${HOST_CC:-}
+LOAD=${LOAD:-0}
+LOAD_NICE=${LOAD_NICE:-10}
 BRAID_ENV=${BRAID_ENV:-}
 IFS=';' read -r -a variants <<<"${VARIANTS:-}"
 variants=("" "${variants[@]}")
@@ -49,7 +54,13 @@ prepare_braid_and_anchors
 
 netns=$ANCHORS/run-netns.sh
 bash "$netns" teardown "$K" >/dev/null 2>&1 || true
-trap 'bash "$netns" teardown "$K" >/dev/null 2>&1 || true' EXIT
+hogs=()
+stop_load() {
+  local p
+  for p in "${hogs[@]}"; do kill "$p" 2>/dev/null || true; done
+  hogs=()
+}
+trap 'stop_load; bash "$netns" teardown "$K" >/dev/null 2>&1 || true' EXIT
 bash "$netns" setup "$K" "$RATE"
 for ((i = 0; i < K; i++)); do ip -n brdsw link set "p$i" gso_max_size 16384; done
 if [ -n "$HOST_CC" ]; then  # each host's default congestion control (a per-namespace sysctl)
@@ -107,6 +118,10 @@ braid_perf() {  # op [variables] -> rows into OUTFILE
 }
 
 rsh_prefix() { echo "ip netns exec brd$1"; }
+for ((i = 0; i < LOAD; i++)); do
+  nice -n "$LOAD_NICE" bash -c 'while :; do :; done' &
+  hogs+=($!)
+done
 for round in $(seq 1 "$ROUNDS"); do
   for mode in "${modes[@]}"; do
     # each row is tagged with the mode ("@both") when the run compares modes
@@ -133,11 +148,12 @@ tbf_stats() {  # drops and overlimits of every shaped queue, for the summary
     fi
   done
 }
+stop_load
 tbf_stats > "$OUT/tbf-stats.txt"
 
-python3 - "$OUTFILE" "$K" "$RATE" "$SHAPE" "$ROUNDS" "$BRAID_ENV" "$HOST_CC" <<'PY' | tee "$OUT/summary.md"
+python3 - "$OUTFILE" "$K" "$RATE" "$SHAPE" "$ROUNDS" "$BRAID_ENV" "$HOST_CC" "$LOAD" "$LOAD_NICE" <<'PY' | tee "$OUT/summary.md"
 import collections, statistics, sys
-path, k, rate, shape, rounds, benv, hcc = sys.argv[1:8]
+path, k, rate, shape, rounds, benv, hcc, load, load_nice = sys.argv[1:10]
 k = int(k)
 good = collections.defaultdict(list); bus = collections.defaultdict(list)
 for line in open(path):
@@ -149,7 +165,8 @@ for line in open(path):
 where = {"both": "each host's egress and the switch port toward it",
          "each": "each host's egress, and the switch ports (@both) or not (@host),"}.get(shape, "each host's egress")
 cc = f", hosts' congestion control {hcc}" if hcc else ""
-print(f"{k} hosts, {where} shaped to {rate}{cc}, medians of {rounds} rounds{', braid with ' + benv if benv else ''}\n")
+busy = f", {load} busy loops at nice {load_nice} beside them" if load != "0" else ""
+print(f"{k} hosts, {where} shaped to {rate}{cc}{busy}, medians of {rounds} rounds{', braid with ' + benv if benv else ''}\n")
 print("| what | busbw GB/s | ratio to goodput G |")
 print("|---|---|---|")
 for name, vals in sorted(bus.items()):

@@ -234,9 +234,10 @@ class CommunicatorImpl {
 
   CommunicatorConfig cfg_;
   collectives::Algo forced_algo_ = collectives::Algo::automatic;
-  // Plan::ring_depth for every collective: BRAID_RING_DEPTH, else 1 when every connection of
-  // the job is host-local (PeerLinks::all_host_local) and 2 otherwise. Set by connect_all from
-  // what every rank sees alike.
+  // Plan::ring_depth for every collective: collectives::choose_ring_depth (BRAID_RING_DEPTH,
+  // else 1 when every connection of the job is host-local, PeerLinks::all_host_local, else
+  // enough segments for kNetworkHopBytes per hop). Set by connect_all from what every rank sees
+  // alike.
   size_t ring_depth_ = 1;
   std::string ring_depth_why_;
   FailureBoard board_;

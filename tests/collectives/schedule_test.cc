@@ -9,6 +9,7 @@
 #include "collectives/algorithms.h"
 #include "collectives/double_binary_tree.h"
 #include "collectives/ring.h"
+#include "collectives/ring_depth.h"
 #include "collectives/schedule.h"
 #include "tests/collectives/schedule_simulator.h"
 
@@ -226,13 +227,13 @@ TEST(Schedules, EveryCollectiveIsCorrectInAHostOrderedRing) {
 }
 
 // Ring schedules with segment columns interleaved in groups (Plan::ring_depth): still every
-// contribution once, and no deadlock even with the smallest window.
+// contribution once, and no deadlock even with the smallest window, up to the deepest ring.
 TEST(Schedules, RingColumnsInterleavedInGroups) {
   int failures = 0;
   for (const Case& c : {Case{Kind::all_reduce, false}, Case{Kind::all_gather, false}, Case{Kind::all_gather, true},
                         Case{Kind::reduce_scatter, false}, Case{Kind::reduce_scatter, true}}) {
     for (int n = 2; n <= 6; ++n) {
-      for (size_t depth : {size_t{2}, size_t{3}, size_t{8}}) {
+      for (size_t depth : {size_t{2}, size_t{3}, size_t{8}, kMaxRingDepth}) {
         for (size_t count : {size_t{1}, size_t{37}, size_t{1003}}) {
           for (size_t window : {size_t{0}, size_t{2}, size_t{5}}) {
             for (bool in_place : {false, true}) {
