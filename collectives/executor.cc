@@ -58,6 +58,7 @@ Executor::Executor(Schedule&& schedule, const void* send, void* recv,
       peers_(peers),
       options_(std::move(options)) {
   window_ = std::max<size_t>(std::max<size_t>(2, schedule.min_window), options_.window != 0 ? options_.window : schedule.window);
+  window_ = std::min(window_, std::max<size_t>(2, steps_.size()));  // no more slots than steps
   if (schedule.scratch_bytes != 0) {
     scratch_ = take_bytes(schedule.scratch_bytes);
     if (schedule.zero_scratch) std::memset(scratch_.get(), 0, schedule.scratch_bytes);

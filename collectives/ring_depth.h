@@ -20,6 +20,10 @@ namespace braid::collectives {
 inline constexpr size_t kNetworkHopBytes = size_t{2} << 20;
 // The deepest ring (BRAID_RING_DEPTH's bound; operation headers carry the depth in 16 bits).
 inline constexpr size_t kMaxRingDepth = 16;
+// What the landing slots of a ring all_reduce's window may take: its window is 4(n-1) steps
+// per depth (ring.cc), each with a segment-sized slot (executor.h). Beyond it a deeper ring
+// would cost memory growing with the ranks; depth 2 is kept whatever it costs.
+inline constexpr size_t kRingSlotBudget = size_t{64} << 20;
 
 struct RingDepth {
   size_t depth = 1;
@@ -28,8 +32,8 @@ struct RingDepth {
 
 // `requested`: BRAID_RING_DEPTH (0: automatic). `host_local`: every link of the job is a
 // host-local copy (loopback or shared memory). `segment_bytes`: the segment rings are cut in
-// (0: the default one). Every rank must pass the same values: the depth fixes the order of a
-// ring's messages.
-RingDepth choose_ring_depth(size_t requested, bool host_local, size_t segment_bytes);
+// (0: the default one). `ranks`: the communicator's size. Every rank must pass the same
+// values: the depth fixes the order of a ring's messages.
+RingDepth choose_ring_depth(size_t requested, bool host_local, size_t segment_bytes, size_t ranks);
 
 }  // namespace braid::collectives

@@ -47,7 +47,8 @@ constexpr EnvVar kVars[] = {
      "Pipelining segment of collectives; 0 chooses automatically. Same on every rank."},
     {"BRAID_RING_DEPTH", integer, "0", "", 0, 16,
      "Segments each hop of a ring keeps moving; 0: 1 when every rank is on a host-local address, else enough "
-     "segments of BRAID_CHUNK_BYTES for 2 MiB per hop (2 to 16). Same on every rank."},
+     "segments of BRAID_CHUNK_BYTES for 2 MiB per hop (2 to 16; fewer where the landing slots of that many would pass "
+     "64 MiB). Same on every rank."},
     {"BRAID_RING_ORDER", choice, "host", "host|rank", 0, 0,
      "Order of ranks around rings and down trees. host: the ranks of one host side by side, so each host sends "
      "across the network once per step; rank: as numbered (to measure what host order saves). Same on every rank."},

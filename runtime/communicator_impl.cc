@@ -110,7 +110,8 @@ Status CommunicatorImpl::connect_all() {
   // rank picks the same depth (it fixes the order of a ring's messages).
   collectives::RingDepth depth =
       collectives::choose_ring_depth(static_cast<size_t>(std::max(0, cfg_.env.ring_depth)),
-                                     size == 1 || links->all_host_local(), cfg_.env.chunk_bytes);
+                                     size == 1 || links->all_host_local(), cfg_.env.chunk_bytes,
+                                     static_cast<size_t>(size));
   ring_depth_ = depth.depth;
   ring_depth_why_ = std::move(depth.why);
   std::lock_guard<std::mutex> lock(links_mu_);
