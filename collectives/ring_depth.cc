@@ -10,16 +10,13 @@ RingDepth choose_ring_depth(size_t requested, bool host_local, size_t segment_by
   if (requested > 0) return {requested, "BRAID_RING_DEPTH"};
   if (host_local) return {1, "every rank on a host-local address"};
   const size_t segment = segment_bytes != 0 ? segment_bytes : kDefaultSegmentBytes;
-  size_t depth = std::clamp<size_t>((kNetworkHopBytes + segment - 1) / segment, 2, kMaxRingDepth);
+  const size_t wanted = std::clamp<size_t>((kNetworkHopBytes + segment - 1) / segment, 2, kMaxRingDepth);
+  const size_t slots_per_depth = 4 * (std::max<size_t>(ranks, 2) - 1) * segment;
+  const size_t depth = std::min(wanted, std::max<size_t>(2, kRingSlotBudget / slots_per_depth));
   std::string why = "links leave the host: " + std::to_string(depth) + " segments of " +
                     std::to_string(segment >> 10) + " KiB in flight per hop";
-  const size_t slots_per_depth = 4 * (std::max<size_t>(ranks, 2) - 1) * segment;
-  const size_t affordable = std::max<size_t>(2, kRingSlotBudget / slots_per_depth);
-  if (affordable < depth) {
-    depth = affordable;
-    why = "links leave the host: " + std::to_string(depth) + " segments of " + std::to_string(segment >> 10) +
-          " KiB in flight per hop (fewer than 2 MiB: with " + std::to_string(ranks) +
-          " ranks more would hold over 64 MiB of landing slots)";
+  if (depth < wanted) {
+    why += " (fewer than 2 MiB: with " + std::to_string(ranks) + " ranks more would hold over 64 MiB of landing slots)";
   }
   return {depth, why};
 }

@@ -150,7 +150,7 @@ void CommunicatorImpl::progress_main() {
   uint64_t taken = 0;  // operations pushed to the queue that had left it after the last pass
   bool worked = false;  // the last pass ran an operation
   for (;;) {
-    // A wake-up through the condition variable costs ~40 us here; back-to-back operations
+    // A wake-up through the condition variable costs tens of microseconds; back-to-back operations
     // (the common case in a training step or a benchmark) arrive within a short spin instead.
     if (worked) {
       auto spin_end = Clock::now() + std::chrono::microseconds(cfg_.env.spin_us);
@@ -200,7 +200,6 @@ void CommunicatorImpl::progress_main() {
     // themselves) is read in the same critical section that releases busy_: the spin above
     // waits for anything beyond it.
     release_busy(&taken);
-    if (cfg_.before_held_complete && !held_.empty()) cfg_.before_held_complete();
     complete_held();
   }
   BRAID_LOG(trace) << "rank " << cfg_.rank << " closing: " << ran_on_caller_.load() << " operations ran on callers' threads, "
@@ -691,6 +690,14 @@ void CommunicatorImpl::complete_last(const std::shared_ptr<detail::WorkState>& w
 }
 
 void CommunicatorImpl::complete_held() {
+  if (cfg_.before_held_complete) {
+    bool any = false;
+    {
+      std::lock_guard<std::mutex> lock(held_mu_);
+      any = !held_.empty();
+    }
+    if (any) cfg_.before_held_complete();
+  }
   std::lock_guard<std::mutex> lock(held_mu_);
   for (auto& [work, s] : held_) work->complete(std::move(s));
   held_.clear();

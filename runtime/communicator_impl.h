@@ -4,7 +4,7 @@
 // in issue order. Callers enqueue and get a Work. A blocking call (or Work::wait()) whose
 // communicator has nothing else queued or running runs the operation on the caller's own thread
 // instead (BRAID_CALLER_PROGRESS): waking the progress thread and then the caller again costs
-// two scheduler wake-ups (~40 us each on these VMs) per operation. Exactly one thread at a time
+// two scheduler wake-ups (tens of microseconds each) per operation. Exactly one thread at a time
 // runs operations and touches the transport: the one that set busy_. The transport follows it
 // (an io_uring ring changes owner only while no I/O is in flight, which holds between
 // operations: a send completes only after its zero-copy notification).

@@ -1,7 +1,7 @@
 // runtime/work_state.h - the shared state behind a braid::Work.
 //
 // Completion is an event: the progress thread calls complete() once; waiters spin briefly
-// (a blocking wake-up costs ~40 us on these VMs) and then sleep on a condition variable until it
+// (a blocking wake-up costs tens of microseconds) and then sleep on a condition variable until it
 // completes or their deadline passes.
 #pragma once
 

@@ -73,6 +73,18 @@ void expect_ran(const CommunicatorImpl& impl, int r, uint64_t on_caller, uint64_
   EXPECT_EQ(counts.on_progress_thread, on_progress) << "rank " << r << ": operations run on the progress thread";
 }
 
+// braid-perf's latency step: a blocking barrier, then a send/recv group with the other rank
+// waited at once; checks what arrived.
+void barrier_then_exchange(Communicator& comm, int r, int i) {
+  comm.barrier();
+  int64_t out = r * 1000 + i, in = -1;
+  comm.group_start();
+  comm.send_async(&out, 1, DType::i64, 1 - r);
+  comm.recv_async(&in, 1, DType::i64, 1 - r);
+  comm.group_end().wait();
+  ASSERT_EQ(in, (1 - r) * 1000 + i) << "rank " << r;
+}
+
 TEST(HandOff, WaitRightAfterAsyncRunsOnTheCallersThread) {
   testing::InProcessJob job(settings(2s));
   on_every_rank(job, [&](int r, Communicator& comm, CommunicatorImpl& impl) {
@@ -221,15 +233,8 @@ TEST(HandOff, AfterTheProgressThreadRanOneTheCallerGetsTheNextBack) {
     ASSERT_EQ(b[1], kSum);
     const auto before = impl->hand_off_counts();
     constexpr int kIters = 60;
-    int64_t out = 0, in = -1;
     for (int i = 0; i < kIters; ++i) {
-      comm.barrier();
-      out = r * 1000 + i;
-      comm.group_start();
-      comm.send_async(&out, 1, DType::i64, 1 - r);
-      comm.recv_async(&in, 1, DType::i64, 1 - r);
-      comm.group_end().wait();
-      ASSERT_EQ(in, (1 - r) * 1000 + i) << "rank " << r;
+      ASSERT_NO_FATAL_FAILURE(barrier_then_exchange(comm, r, i));
       std::vector<float> v = ones_times_rank(r, 2);
       comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum).wait();
       ASSERT_EQ(v[1], kSum) << "rank " << r;
@@ -259,16 +264,7 @@ TEST(HandOff, ASlowWakeUpIsNotCountedAsTheCallersCompute) {
     first.wait();
     const auto before = impl.hand_off_counts();
     constexpr int kIters = 20;
-    int64_t out = 0, in = -1;
-    for (int i = 0; i < kIters; ++i) {
-      comm.barrier();
-      out = r * 1000 + i;
-      comm.group_start();
-      comm.send_async(&out, 1, DType::i64, 1 - r);
-      comm.recv_async(&in, 1, DType::i64, 1 - r);
-      comm.group_end().wait();
-      ASSERT_EQ(in, (1 - r) * 1000 + i) << "rank " << r;
-    }
+    for (int i = 0; i < kIters; ++i) ASSERT_NO_FATAL_FAILURE(barrier_then_exchange(comm, r, i));
     const auto after = impl.hand_off_counts();
     EXPECT_LE(after.on_progress_thread - before.on_progress_thread, 2u)
         << "rank " << r << ": of " << kIters << " groups waited at once, " << after.on_caller - before.on_caller - kIters
