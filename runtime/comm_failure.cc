@@ -88,7 +88,7 @@ std::vector<std::pair<int, uint64_t>> CommunicatorImpl::retransmits() const {
 std::string CommunicatorImpl::progress_text(uint64_t seq, const std::string& what, const std::string& waiting) const {
   std::string s = seq == 0 ? "idle (not inside a braid operation)" : "in " + what;
   if (!waiting.empty()) s += ", waiting for " + waiting;
-  return s + "; last completed " + (done_seq_ == 0 ? std::string("none") : done_what_);
+  return s + "; last completed " + (done_seq_ == 0 ? std::string("none") : done_what_.str());
 }
 
 TimeoutReport CommunicatorImpl::timeout_report(uint64_t seq, const std::string& what) {

@@ -265,10 +265,9 @@ void CommunicatorImpl::run_one(Pending& op, bool may_stream) {
 
 std::optional<CommunicatorImpl::RunShape> CommunicatorImpl::shape_of(const Pending& op, collectives::Algo algo) {
   const collectives::CollectiveArgs& a = op.args;
-  // Point-to-point operations (peers, tags), uneven and split forms (count vectors) and staged
-  // GPU buffers are built anew each time.
-  if (a.kind == collectives::Kind::send || a.kind == collectives::Kind::recv || !a.counts.empty() ||
-      !a.send_counts.empty() || !a.recv_counts.empty() || op.device != nullptr) {
+  // Uneven and split forms (count vectors) and staged GPU buffers are built anew each time.
+  // A send or receive is kept per peer (its tag is in the header, which reuse rewrites).
+  if (!a.counts.empty() || !a.send_counts.empty() || !a.recv_counts.empty() || op.device != nullptr) {
     return std::nullopt;
   }
   // Above this, building costs little beside moving the bytes, and a kept run would hold its
@@ -276,7 +275,8 @@ std::optional<CommunicatorImpl::RunShape> CommunicatorImpl::shape_of(const Pendi
   if (a.count > kRunCacheMaxBytes || a.count * dtype_size(a.dtype) > kRunCacheMaxBytes) return std::nullopt;
   const uint8_t buffers = static_cast<uint8_t>((a.send == nullptr ? 1 : 0) | (a.recv == nullptr ? 2 : 0) |
                                                (a.send != nullptr && a.send == a.recv ? 4 : 0));
-  return RunShape{a.kind, a.count, a.dtype, a.op, a.root, algo, buffers};
+  const bool p2p = a.kind == collectives::Kind::send || a.kind == collectives::Kind::recv;
+  return RunShape{a.kind, a.count, a.dtype, a.op, a.root, algo, buffers, p2p ? a.peer : -1};
 }
 
 std::unique_ptr<OpRun> CommunicatorImpl::take_cached_run(const RunShape& shape) {
@@ -317,9 +317,9 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
   // Prepares `op`; an operation with nothing to move completes at once, one that failed to
   // prepare completes with its error (nothing was sent: the communicator stays usable).
   auto admit = [&](Pending& op, std::unique_ptr<Pending> taken) {
-    const std::string what = std::string(collectives::to_string(op.args.kind)) + " #" + std::to_string(op.seq);
+    const OpLabel what = OpLabel::one(op.args.kind, op.seq);
     if (state() != CommState::ok) {
-      op.work->complete(fail_fast_status(what));
+      op.work->complete(fail_fast_status(what.str()));
       return;
     }
     collectives::RunOptions options;
@@ -334,7 +334,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
     if (op.device) {  // the GPU must have finished what was queued before the call
       Status ready = op.device->wait_input(options.deadline, [this] { return abort_requested_.load(); });
       if (!ready.is_ok()) {
-        op.work->complete(ready.with_context(what + " on rank " + std::to_string(cfg_.rank) + ": "));
+        op.work->complete(ready.with_context(what.str() + " on rank " + std::to_string(cfg_.rank) + ": "));
         return;
       }
     }
@@ -345,14 +345,14 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
     if (run != nullptr) {
       Status reused = run->reuse(op.args, cfg_.comm_id, op.seq, op.match_seq, options.op_id);
       if (!reused.is_ok()) {
-        op.work->complete(reused.with_context(what + ": "));
+        op.work->complete(reused.with_context(what.str() + ": "));
         return;
       }
     } else {
       auto made = collectives::prepare_collective(op.args, cfg_.rank, cfg_.size, links_->capabilities(),
                                                   links_->peers(), options);
       if (!made.is_ok()) {
-        op.work->complete(made.status().with_context(what + ": "));
+        op.work->complete(made.status().with_context(what.str() + ": "));
         return;
       }
       prepared = std::move(made).value();
@@ -363,18 +363,18 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
         int size_class = 0;
         while (bytes > 1 && size_class < 63) bytes >>= 1, ++size_class;
         if (algo_logged_.insert((static_cast<int>(op.args.kind) << 16) | (static_cast<int>(prepared->algo) << 8) | size_class).second) {
-          BRAID_LOG(info) << what << ": " << prepared->name << " for " << op.args.count << " x "
+          BRAID_LOG(info) << what.str() << ": " << prepared->name << " for " << op.args.count << " x "
                           << to_string(op.args.dtype) << " (" << op.args.count * dtype_size(op.args.dtype) << " bytes)";
         }
       }
     }
     const collectives::Algo algo = run != nullptr ? run->algo() : prepared->algo;
     last_algo_.store(static_cast<int>(algo), std::memory_order_relaxed);
-    BRAID_LOG(trace) << what << " (" << (run != nullptr ? run->name() : prepared->name) << ") count " << op.args.count
+    BRAID_LOG(trace) << what.str() << " (" << (run != nullptr ? run->name() : prepared->name) << ") count " << op.args.count
                      << " " << to_string(op.args.dtype) << " starts"
                      << (t_progress_thread ? " on the progress thread" : " on the caller's thread")
                      << (run != nullptr ? ", run again" : "")
-                     << (active.empty() ? "" : " (overlapping " + active.back().what + ")");
+                     << (active.empty() ? "" : " (overlapping " + active.back().what.str() + ")");
     if (run == nullptr) {
       if (prepared->executor == nullptr) {
         done_seq_ = op.seq;
@@ -393,7 +393,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
   if (active.empty()) return;
 
   // The oldest unfinished operation: the one a timeout or failure is reported against.
-  std::string what = active.front().what;
+  OpLabel what = active.front().what;
   Deadline deadline = active.front().deadline;
   uint64_t seq = active.front().op.seq;
   size_t oldest = 0;
@@ -404,7 +404,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
       a.completed = true;
       done_seq_ = std::max(done_seq_, a.op.seq);
       done_what_ = a.what;
-      BRAID_LOG(trace) << a.what << " done in "
+      BRAID_LOG(trace) << a.what.str() << " done in "
                        << std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - a.started).count()
                        << " us";
       Status s = finish_device(a.op, a.deadline, a.what);
@@ -452,13 +452,13 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
     return;
   }
   run_cache_.clear();  // the failure may have closed connections the kept runs name
-  s = on_failure(std::move(s), what, seq, runs, std::move(adopted));
+  s = on_failure(std::move(s), what.str(), seq, runs, std::move(adopted));
   for (auto& a : active) {
     if (!a.completed) a.op.work->complete(s);
   }
 }
 
-Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vector<int>& after, const std::string& what,
+Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vector<int>& after, const OpLabel& what,
                                const Deadline& deadline, std::optional<Failure>* adopted,
                                FunctionRef<void()> between) {
   // Built only for a message: drive() runs for every operation.
@@ -498,7 +498,7 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
   auto next_board_check = Clock::now() + kBoardInterval;
   auto check = [&]() -> Status {
     if (abort_requested_.load(std::memory_order_relaxed)) {
-      return Status(ErrorCode::aborted, what + me() + ": aborted on this rank");
+      return Status(ErrorCode::aborted, what.str() + me() + ": aborted on this rank");
     }
     if (deadline.expired()) {
       std::string name = runs.front()->name();
@@ -508,7 +508,7 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
           break;
         }
       }
-      return timeout_error(what + " (" + name + me() + ") did not finish within " +
+      return timeout_error(what.str() + " (" + name + me() + ") did not finish within " +
                            std::to_string(static_cast<int>(cfg_.env.timeout_s)) + " s (BRAID_TIMEOUT_S); waiting for " +
                            waiting_for());
     }
@@ -534,11 +534,16 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
     return first;
   };
   auto dropped = [&](const transport::Completion& c) {
-    BRAID_LOG(trace) << what << me() << ": dropped a completion of another operation (cookie " << c.cookie << ")";
+    BRAID_LOG(trace) << what.str() << me() << ": dropped a completion of another operation (cookie " << c.cookie << ")";
   };
-  auto poll_failed = [&](Status s) { return s.with_context(what + me() + ": "); };
+  auto poll_failed = [&](Status s) { return s.with_context(what.str() + me() + ": "); };
   LinkWorkFns work{all_done, step, take, check, dropped, poll_failed};
   return links_->drive(work, deadline);
+}
+
+std::string OpLabel::str() const {
+  if (kind != nullptr) return std::string(kind) + " #" + std::to_string(first);
+  return "group of " + std::to_string(members) + " operations #" + std::to_string(first) + "-#" + std::to_string(last);
 }
 
 std::string CommunicatorImpl::last_algorithm() const {
@@ -588,9 +593,9 @@ std::unique_ptr<DeviceStaging> CommunicatorImpl::stage_device(collectives::Colle
   return device;
 }
 
-Status CommunicatorImpl::finish_device(Pending& op, const Deadline& deadline, const std::string& what) {
+Status CommunicatorImpl::finish_device(Pending& op, const Deadline& deadline, const OpLabel& what) {
   if (!op.device) return Status::ok();
-  return op.device->finish(deadline).with_context(what + ": ");
+  return op.device->finish(deadline).with_context(what.str() + ": ");
 }
 
 Work CommunicatorImpl::enqueue(collectives::CollectiveArgs args) {

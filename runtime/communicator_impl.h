@@ -61,6 +61,19 @@ namespace braid {
 
 class OpRun;
 
+// An operation's (or a group's) name in messages: "all_reduce #12", "group of 2 operations
+// #12-#13". Kept as numbers and built only when a message or log line is written: every
+// operation carries one, and formatting costs more than a small operation's own bookkeeping.
+struct OpLabel {
+  const char* kind = nullptr;  // the collective; null for a group
+  uint64_t first = 0;          // issue numbers (seq)
+  uint64_t last = 0;
+  size_t members = 0;  // a group's size
+  static OpLabel one(collectives::Kind k, uint64_t seq) { return OpLabel{collectives::to_string(k), seq, seq, 0}; }
+  static OpLabel group(uint64_t first, uint64_t last, size_t members) { return OpLabel{nullptr, first, last, members}; }
+  std::string str() const;
+};
+
 struct CommunicatorConfig {
   int rank = 0;
   int size = 1;
@@ -165,7 +178,7 @@ class CommunicatorImpl {
   std::unique_ptr<DeviceStaging> stage_device(collectives::CollectiveArgs& args,
                                               const std::shared_ptr<detail::WorkState>& work);
   // How an operation that ran without error ends: its result copied back to the GPU, if any.
-  static Status finish_device(Pending& op, const Deadline& deadline, const std::string& what);
+  static Status finish_device(Pending& op, const Deadline& deadline, const OpLabel& what);
   // A pipelined staging (device_chunks.cc): queues its chunks as operations, in order, and
   // returns the Work that ends when all did. Throws nothing: a failure completes `work`.
   Work enqueue_chunks(std::unique_ptr<DeviceStaging> staged, const std::shared_ptr<detail::WorkState>& work);
@@ -210,7 +223,7 @@ class CommunicatorImpl {
   // once when after[i] is -1 (group calls: messages to one peer keep their order). `between`,
   // called before each pass, may append to runs and after, and change `what` and `deadline`
   // (run_stream: they follow the oldest unfinished operation).
-  Status drive(const std::vector<OpRun*>& runs, const std::vector<int>& after, const std::string& what,
+  Status drive(const std::vector<OpRun*>& runs, const std::vector<int>& after, const OpLabel& what,
                const Deadline& deadline, std::optional<Failure>* adopted, FunctionRef<void()> between = {});
   // At most this many operations in one run_stream() (the completions of all of them are
   // matched against each run), after which the stream drains and the loop takes the next.
@@ -306,6 +319,7 @@ class CommunicatorImpl {
     int root;
     collectives::Algo algo;  // the preference (RunOptions::algo), which selection starts from
     uint8_t buffers;         // send null, recv null, in place: what the schedule depends on
+    int peer;                // send/recv: the other rank; -1 for collectives
     bool operator==(const RunShape&) const = default;
   };
   static std::optional<RunShape> shape_of(const Pending& op, collectives::Algo algo);
@@ -318,7 +332,7 @@ class CommunicatorImpl {
   struct StreamOp {  // one of run_stream()'s operations
     Pending& op;                     // run_stream's `first` (the caller's), or *taken
     std::unique_ptr<Pending> taken;  // an operation taken from the queue
-    std::string what;
+    OpLabel what;
     std::unique_ptr<OpRun> run;
     Deadline deadline;
     std::chrono::steady_clock::time_point started;
@@ -328,7 +342,7 @@ class CommunicatorImpl {
   std::vector<StreamOp> stream_ops_;
   int failed_peer_ = -1;     // the peer whose connection failed first (drive), for failure reports
   uint64_t done_seq_ = 0;    // the last operation completed, for timeout reports
-  std::string done_what_;
+  OpLabel done_what_;
 
   std::atomic<int> last_algo_{0};
   std::atomic<void*> stream_{nullptr};

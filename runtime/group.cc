@@ -55,8 +55,7 @@ Work CommunicatorImpl::group_end() {
 
 void CommunicatorImpl::run_group(Pending& g) {
   auto& members = g.group;
-  const std::string what = "group of " + std::to_string(members.size()) + " operations #" +
-                           std::to_string(members.front().seq) + "-#" + std::to_string(members.back().seq);
+  const OpLabel what = OpLabel::group(members.front().seq, members.back().seq, members.size());
   auto finish = [&](const Status& s) {
     for (auto& m : members) {
       if (!m.work->done()) complete_last(m.work, s);
@@ -70,7 +69,7 @@ void CommunicatorImpl::run_group(Pending& g) {
     hold_last_ = hold;
   };
   if (state() != CommState::ok) {
-    finish(fail_fast_status(what));
+    finish(fail_fast_status(what.str()));
     return;
   }
   bool all_p2p = true, coalescible = members.size() > 1;
@@ -99,7 +98,7 @@ void CommunicatorImpl::run_group(Pending& g) {
     one.work = std::make_shared<detail::WorkState>();
     one.seq = members.back().seq;            // every rank coalesces alike, so these agree
     one.match_seq = members.back().match_seq;
-    BRAID_LOG(trace) << what << ": " << members.size() << " all_reduce calls coalesced into one of " << total
+    BRAID_LOG(trace) << what.str() << ": " << members.size() << " all_reduce calls coalesced into one of " << total
                      << " elements";
     run_member(one);
     Status s = one.work->status();
@@ -130,26 +129,44 @@ void CommunicatorImpl::run_group(Pending& g) {
   options.ring_depth = ring_depth_;
   options.order = links_->ring_order();
   options.deadline = Deadline::after_seconds(cfg_.env.timeout_s);
+  // Runs of earlier groups of the same shape run again (a send/recv loop builds each once).
   std::vector<std::unique_ptr<OpRun>> owned;
+  std::vector<std::optional<RunShape>> shapes;
   std::vector<OpRun*> runs;
   std::vector<int> after;
   std::vector<Pending*> of_run;
   for (auto& m : members) {
     options.op_id = m.seq & 0x7fffffffu;
-    auto prepared = collectives::prepare_collective(m.args, cfg_.rank, cfg_.size, links_->capabilities(),
-                                                    links_->peers(), options);
-    if (!prepared.is_ok()) {  // nothing was posted yet: the communicator stays usable
-      finish(prepared.status().with_context(what + ": "));
-      return;
+    const std::optional<RunShape> shape = shape_of(m, options.algo);
+    std::unique_ptr<OpRun> run = shape ? take_cached_run(*shape) : nullptr;
+    const bool reused_run = run != nullptr;
+    if (reused_run) {
+      Status reused = run->reuse(m.args, cfg_.comm_id, m.seq, m.match_seq, options.op_id);
+      if (!reused.is_ok()) {  // nothing was posted yet: the communicator stays usable
+        finish(reused.with_context(what.str() + ": "));
+        return;
+      }
+    } else {
+      auto prepared = collectives::prepare_collective(m.args, cfg_.rank, cfg_.size, links_->capabilities(),
+                                                      links_->peers(), options);
+      if (!prepared.is_ok()) {
+        finish(prepared.status().with_context(what.str() + ": "));
+        return;
+      }
+      if (prepared->executor == nullptr) continue;
+      run = std::make_unique<OpRun>(std::move(prepared).value(), m.args, cfg_.rank, cfg_.comm_id, m.seq, m.match_seq,
+                                    links_->peers());
     }
-    if (prepared->executor == nullptr) continue;
+    BRAID_LOG(trace) << what.str() << ": " << collectives::to_string(m.args.kind) << " #" << m.seq << " count "
+                     << m.args.count << " " << to_string(m.args.dtype) << " peer " << m.args.peer
+                     << (reused_run ? ", run again" : ", built");
     int previous = -1;
     for (size_t j = 0; j < of_run.size(); ++j) {
       if (of_run[j]->args.peer == m.args.peer && of_run[j]->args.kind == m.args.kind) previous = static_cast<int>(j);
     }
-    owned.push_back(std::make_unique<OpRun>(std::move(prepared).value(), m.args, cfg_.rank, cfg_.comm_id, m.seq,
-                                            m.match_seq, links_->peers()));
-    runs.push_back(owned.back().get());
+    runs.push_back(run.get());
+    owned.push_back(std::move(run));
+    shapes.push_back(shape);
     after.push_back(previous);
     of_run.push_back(&m);
   }
@@ -157,11 +174,17 @@ void CommunicatorImpl::run_group(Pending& g) {
   if (!runs.empty()) {
     std::optional<Failure> adopted;
     s = drive(runs, after, what, options.deadline, &adopted);
-    if (!s.is_ok()) s = on_failure(std::move(s), what, members.back().seq, runs, std::move(adopted));
+    if (!s.is_ok()) {
+      run_cache_.clear();  // the failure may have closed connections the kept runs name
+      s = on_failure(std::move(s), what.str(), members.back().seq, runs, std::move(adopted));
+    }
   }
   if (s.is_ok()) {
     done_seq_ = members.back().seq;
     done_what_ = what;
+    for (size_t i = 0; i < owned.size(); ++i) {
+      if (shapes[i] && owned[i]->done() && owned[i]->outstanding() == 0) keep_run(*shapes[i], std::move(owned[i]));
+    }
   }
   finish(s);
 }

@@ -10,6 +10,10 @@
 //                             collective above 1 MiB three times (never kept)
 //   comm_rank repeat_mismatch - 2 ranks: five all_reduces of one count, then rank 1 calls a
 //                             different count while rank 0 repeats (runs again) the first
+//   comm_rank repeat_p2p    - send/recv groups of two shapes to the next rank, again and again, on
+//                             buffers and tags that change between calls (kept runs run again)
+//   comm_rank repeat_p2p_mismatch - 2 ranks: five tagged send/recv groups, then rank 1 receives
+//                             with another tag (its receive runs again) while rank 0 repeats the first
 //   comm_rank url URL       - like join, but through Communicator::from_url(URL) (tcp://, file://)
 //   comm_rank sum COUNT     - one all_reduce of COUNT f32 elements; exit 6 when any element is wrong
 //   comm_rank foreign_store - the program's own store (as torch hands its store in): rank 0 serves
@@ -164,6 +168,45 @@ int main(int argc, char** argv) {
       }
       std::printf("rank %d: repeat done, %d wrong\n", r, wrong);
       return wrong == 0 ? 0 : 1;
+    }
+    if (mode == "repeat_p2p") {
+      int wrong = 0;
+      const int next = (r + 1) % n, prev = (r + n - 1) % n;
+      std::vector<int32_t> a(100), b(100), in_a(100), in_b(100);
+      for (int i = 0; i < 40; ++i) {
+        std::vector<int32_t>& out = i % 2 ? a : b;  // buffers alternate between calls of one shape
+        std::vector<int32_t>& in = i % 4 < 2 ? in_a : in_b;
+        const size_t count = i % 3 == 0 ? 7 : 100;  // and two shapes interleave
+        const uint64_t tag = static_cast<uint64_t>(i % 5);
+        std::fill(out.begin(), out.end(), 1000 * r + i);
+        std::fill(in.begin(), in.end(), -1);
+        comm.group_start();
+        comm.send_async(out.data(), count, braid::DType::i32, next, tag);
+        comm.recv_async(in.data(), count, braid::DType::i32, prev, tag);
+        comm.group_end().wait();
+        wrong += in[0] != 1000 * prev + i || in[count - 1] != 1000 * prev + i || (count < 100 && in[count] != -1);
+      }
+      std::printf("rank %d: repeat_p2p done, %d wrong\n", r, wrong);
+      return wrong == 0 ? 0 : 1;
+    }
+    if (mode == "repeat_p2p_mismatch") {
+      std::vector<int32_t> out(10, r), in(10, -1);
+      const int peer = 1 - r;
+      for (int i = 0; i < 5; ++i) {
+        comm.group_start();
+        comm.send_async(out.data(), out.size(), braid::DType::i32, peer, 5);
+        comm.recv_async(in.data(), in.size(), braid::DType::i32, peer, 5);
+        comm.group_end().wait();
+      }
+      std::printf("rank %d: five tagged exchanges done\n", r);
+      std::fflush(stdout);
+      comm.group_start();
+      comm.send_async(out.data(), out.size(), braid::DType::i32, peer, 5);
+      comm.recv_async(in.data(), in.size(), braid::DType::i32, peer, r == 1 ? 6 : 5);
+      comm.group_end().wait();
+      // Rank 0's receive (tag 5) did meet rank 1's send (tag 5): only rank 1 can tell.
+      std::printf(r == 0 ? "rank %d: its send and receive matched\n" : "rank %d: the differing tags went unnoticed: wrong\n", r);
+      return r == 0 ? 0 : 5;
     }
     if (mode == "repeat_mismatch") {
       std::vector<int32_t> v(1000, 1);

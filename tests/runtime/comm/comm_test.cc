@@ -258,6 +258,42 @@ TEST(Comm, RepeatedCollectivesRunAgainOnNewBuffers) {
   }
 }
 
+// Send/recv groups are kept and run again like collectives, per peer and count: results stay
+// right with buffers, tags and counts that change between calls.
+TEST(Comm, RepeatedSendRecvGroupsRunAgainOnNewBuffers) {
+  int port = testing::free_port();
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    auto env = rank_env(port, r, 3);
+    env["BRAID_DEBUG"] = "TRACE";
+    ranks.push_back(
+        std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "repeat_p2p"}, env));
+  }
+  for (auto& p : ranks) {
+    ASSERT_EQ(p->wait(kBound), 0) << p->output();
+    EXPECT_NE(p->output().find("repeat_p2p done, 0 wrong"), std::string::npos) << p->output();
+    // 40 groups of a send and a receive in 2 shapes each: 4 built, 76 run again.
+    EXPECT_GE(count_of(p->output(), ", run again"), 72) << p->output();
+    EXPECT_LE(count_of(p->output(), ", built"), 8) << p->output();
+  }
+}
+
+// A send/recv group run again still checks the operation's header: a receive with another tag
+// than its message's fails on the receiving rank, naming both tags (the sender's own send and
+// receive did match, so it finishes).
+TEST(Comm, ASendRecvRunAgainStillDetectsATagMismatch) {
+  auto ranks = start_ranks(2, "repeat_p2p_mismatch");
+  EXPECT_EQ(ranks[0]->wait(kBound), 0) << ranks[0]->output();
+  EXPECT_NE(ranks[0]->output().find("its send and receive matched"), std::string::npos) << ranks[0]->output();
+  const int rc = ranks[1]->wait(kBound);
+  const std::string& out = ranks[1]->output();
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("five tagged exchanges done"), std::string::npos) << out;
+  EXPECT_NE(out.find("mismatch"), std::string::npos) << out;
+  EXPECT_NE(out.find("tag 6"), std::string::npos) << out;
+  EXPECT_NE(out.find("tag 5"), std::string::npos) << out;
+}
+
 // A rank that runs a kept run again still sends and checks the operation's header: a peer that
 // calls a different count is a mismatch on both sides, as on a first call.
 TEST(Comm, ARunAgainStillDetectsAMismatch) {

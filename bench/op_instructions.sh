@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# User-space instructions per small operation on the caller's side of braid-perf, counted by
+# callgrind: rank 0 of a 2-rank braid-perf run under valgrind, the difference between a run of
+# 3N and one of N timed iterations, divided by 2N, so start-up and connection setup cancel out.
+# Each timed iteration of braid-perf -z 1 is a barrier, then the operation; the barrier's own
+# row (--op barrier) lets the two be told apart. Exact and repeatable where timings on these
+# machines are not; what the instructions cost depends on the machine (under the emulated guest
+# of scripts/rdma_guest.sh they are most of a small operation's time).
+#
+#   bench/op_instructions.sh                                   # shm: barrier, sendrecv, all_reduce
+#   BUILD_DIR=build TRANSPORT=tcp OPS="sendrecv" N=1000 bench/op_instructions.sh
+# Needs valgrind (Debian package).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+TRANSPORT=${TRANSPORT:-shm}
+OPS=${OPS:-barrier sendrecv all_reduce}
+N=${N:-500}
+BYTES=${BYTES:-8}
+command -v valgrind > /dev/null || { echo "valgrind is missing (apt-get install valgrind)" >&2; exit 1; }
+perf=$BUILD_DIR/tools/braid_perf/braid-perf
+braidrun=$BUILD_DIR/tools/braidrun/braidrun
+[ -x "$perf" ] && [ -x "$braidrun" ] || { echo "build $BUILD_DIR first (braid-perf, braidrun)" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+count() { # op iterations -> instructions rank 0 executed
+  local op=$1 iters=$2
+  BRAID_TRANSPORT=$TRANSPORT timeout 600 "$braidrun" --standalone --nproc-per-node 2 -- sh -c \
+    'if [ "$LOCAL_RANK" = 0 ]; then exec valgrind --tool=callgrind --callgrind-out-file="'"$tmp"'/out" "$0" "$@"; else exec "$0" "$@"; fi' \
+    "$perf" --op "$op" -b "$BYTES" -e "$BYTES" -n "$iters" -w 10 -c 0 2>&1 | sed -n 's/.*Collected : //p'
+}
+
+printf '%-12s %10s %14s\n' op bytes "instr/iter"
+for op in $OPS; do
+  short=$(count "$op" "$N")
+  long=$(count "$op" $((3 * N)))
+  [ -n "$short" ] && [ -n "$long" ] || { echo "$op: a run failed" >&2; continue; }
+  printf '%-12s %10s %14d\n' "$op" "$BYTES" $(((long - short) / (2 * N)))
+done
