@@ -3,7 +3,9 @@
 # callgrind: rank 0 of a 2-rank braid-perf run under valgrind, the difference between a run of
 # 3N and one of N timed iterations, divided by 2N, so start-up and connection setup cancel out.
 # Each timed iteration of braid-perf -z 1 is a barrier, then the operation; the barrier's own
-# row (--op barrier) lets the two be told apart. Exact and repeatable where timings on these
+# row (--op barrier) lets the two be told apart. Rank 0 also counts its polls while it waits for
+# rank 1, which varies by a few thousand per iteration from run to run: the lowest of REPEAT
+# measurements is printed. Exact and repeatable where timings on these
 # machines are not; what the instructions cost depends on the machine (under the emulated guest
 # of scripts/rdma_guest.sh they are most of a small operation's time).
 #
@@ -16,6 +18,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 TRANSPORT=${TRANSPORT:-shm}
 OPS=${OPS:-barrier sendrecv all_reduce}
 N=${N:-500}
+REPEAT=${REPEAT:-3}
 BYTES=${BYTES:-8}
 command -v valgrind > /dev/null || { echo "valgrind is missing (apt-get install valgrind)" >&2; exit 1; }
 perf=$BUILD_DIR/tools/braid_perf/braid-perf
@@ -33,8 +36,13 @@ count() { # op iterations -> instructions rank 0 executed
 
 printf '%-12s %10s %14s\n' op bytes "instr/iter"
 for op in $OPS; do
-  short=$(count "$op" "$N")
-  long=$(count "$op" $((3 * N)))
-  [ -n "$short" ] && [ -n "$long" ] || { echo "$op: a run failed" >&2; continue; }
-  printf '%-12s %10s %14d\n' "$op" "$BYTES" $(((long - short) / (2 * N)))
+  best=""
+  for _ in $(seq "$REPEAT"); do
+    short=$(count "$op" "$N")
+    long=$(count "$op" $((3 * N)))
+    [ -n "$short" ] && [ -n "$long" ] || { echo "$op: a run failed" >&2; continue; }
+    per=$(((long - short) / (2 * N)))
+    [ -z "$best" ] || [ "$per" -lt "$best" ] && best=$per
+  done
+  [ -n "$best" ] && printf '%-12s %10s %14d\n' "$op" "$BYTES" "$best"
 done

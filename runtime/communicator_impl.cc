@@ -245,8 +245,8 @@ bool CommunicatorImpl::queued_locked(bool idle_before, const std::shared_ptr<det
     callers_wait_ = waited != 0 && std::chrono::nanoseconds(waited - returned) < cfg_.waits_at_once;
   }
   idle_work_ = work.get();
-  idle_times_ = std::make_shared<detail::WorkState::WaitTimes>();
-  work->wait_times = idle_times_;
+  work->timed = true;
+  idle_times_ = std::shared_ptr<detail::WorkState::WaitTimes>(work, &work->wait_times);  // no allocation
   if (!callers_wait_) return true;  // the caller computes meanwhile: start it at once
   grace_until_ = now + cfg_.hand_off_tick;
   linger_until_ = now + kLinger;

@@ -340,6 +340,15 @@ class CommunicatorImpl {
     bool completed = false;
   };
   std::vector<StreamOp> stream_ops_;
+  // run_group()'s send/recv runs, reused across calls (each call empties them on every way out).
+  struct GroupRun {
+    std::unique_ptr<OpRun> run;
+    std::optional<RunShape> shape;  // kept for reuse when it finishes, if set
+    Pending* member;
+  };
+  std::vector<GroupRun> group_runs_;
+  std::vector<OpRun*> group_run_ptrs_;
+  std::vector<int> group_after_;
   int failed_peer_ = -1;     // the peer whose connection failed first (drive), for failure reports
   uint64_t done_seq_ = 0;    // the last operation completed, for timeout reports
   OpLabel done_what_;

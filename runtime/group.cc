@@ -130,11 +130,19 @@ void CommunicatorImpl::run_group(Pending& g) {
   options.order = links_->ring_order();
   options.deadline = Deadline::after_seconds(cfg_.env.timeout_s);
   // Runs of earlier groups of the same shape run again (a send/recv loop builds each once).
-  std::vector<std::unique_ptr<OpRun>> owned;
-  std::vector<std::optional<RunShape>> shapes;
-  std::vector<OpRun*> runs;
-  std::vector<int> after;
-  std::vector<Pending*> of_run;
+  std::vector<GroupRun>& built = group_runs_;
+  std::vector<OpRun*>& runs = group_run_ptrs_;
+  std::vector<int>& after = group_after_;
+  struct ClearAtExit {  // ends the runs not kept, on every way out
+    std::vector<GroupRun>& built;
+    std::vector<OpRun*>& runs;
+    std::vector<int>& after;
+    ~ClearAtExit() {
+      built.clear();
+      runs.clear();
+      after.clear();
+    }
+  } clear_at_exit{built, runs, after};
   for (auto& m : members) {
     options.op_id = m.seq & 0x7fffffffu;
     const std::optional<RunShape> shape = shape_of(m, options.algo);
@@ -161,14 +169,13 @@ void CommunicatorImpl::run_group(Pending& g) {
                      << m.args.count << " " << to_string(m.args.dtype) << " peer " << m.args.peer
                      << (reused_run ? ", run again" : ", built");
     int previous = -1;
-    for (size_t j = 0; j < of_run.size(); ++j) {
-      if (of_run[j]->args.peer == m.args.peer && of_run[j]->args.kind == m.args.kind) previous = static_cast<int>(j);
+    for (size_t j = 0; j < built.size(); ++j) {
+      const Pending& o = *built[j].member;
+      if (o.args.peer == m.args.peer && o.args.kind == m.args.kind) previous = static_cast<int>(j);
     }
     runs.push_back(run.get());
-    owned.push_back(std::move(run));
-    shapes.push_back(shape);
     after.push_back(previous);
-    of_run.push_back(&m);
+    built.push_back(GroupRun{std::move(run), shape, &m});
   }
   Status s;
   if (!runs.empty()) {
@@ -182,8 +189,8 @@ void CommunicatorImpl::run_group(Pending& g) {
   if (s.is_ok()) {
     done_seq_ = members.back().seq;
     done_what_ = what;
-    for (size_t i = 0; i < owned.size(); ++i) {
-      if (shapes[i] && owned[i]->done() && owned[i]->outstanding() == 0) keep_run(*shapes[i], std::move(owned[i]));
+    for (GroupRun& b : built) {
+      if (b.shape && b.run->done() && b.run->outstanding() == 0) keep_run(*b.shape, std::move(b.run));
     }
   }
   finish(s);

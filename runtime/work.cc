@@ -25,13 +25,13 @@ int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(C
 }  // namespace
 
 void WorkState::note_returned() const {
-  if (wait_times) wait_times->returned_ns.store(now_ns(), std::memory_order_relaxed);
+  if (timed) wait_times.returned_ns.store(now_ns(), std::memory_order_relaxed);
 }
 
 void WorkState::note_wait() const {
-  if (!wait_times) return;
+  if (!timed) return;
   int64_t none = 0;
-  wait_times->first_wait_ns.compare_exchange_strong(none, now_ns(), std::memory_order_relaxed);
+  wait_times.first_wait_ns.compare_exchange_strong(none, now_ns(), std::memory_order_relaxed);
 }
 
 Status WorkState::status() const {

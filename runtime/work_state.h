@@ -10,7 +10,6 @@
 #include <memory>
 #include <condition_variable>
 #include <mutex>
-#include <string>
 
 #include "common/deadline.h"
 #include "common/status.h"
@@ -29,7 +28,6 @@ struct WorkState {
   bool done() const { return done_.load(std::memory_order_acquire) != 0; }
   Status status() const;
 
-  std::string what;  // "all_reduce #12", for messages
   // Issued inside group_start()/group_end() and the group not ended yet: waiting would hang.
   std::atomic<bool> in_open_group{false};
   // Set when the caller may run the operation itself (BRAID_CALLER_PROGRESS): a waiter asks it
@@ -42,11 +40,13 @@ struct WorkState {
   // it queues the next such operation: the progress thread may have finished this one before
   // the caller waited, so that the wait had nothing to hand over. The time in between is the
   // caller's own; the wake-up of the progress thread before the return is not.
+  // The communicator keeps them through a pointer that shares this state's ownership.
   struct WaitTimes {
     std::atomic<int64_t> returned_ns{0};
     std::atomic<int64_t> first_wait_ns{0};
   };
-  std::shared_ptr<WaitTimes> wait_times;
+  mutable WaitTimes wait_times;
+  bool timed = false;  // wait_times is kept (set before the Work is handed out)
   void note_returned() const;
   void note_wait() const;
 
