@@ -1,22 +1,21 @@
 #!/usr/bin/env bash
-# User-space instructions per small operation on the caller's side of braid-perf, counted by
-# callgrind: rank 0 of a 2-rank braid-perf run under valgrind, the difference between a run of
-# 3N and one of N timed iterations, divided by 2N, so start-up and connection setup cancel out.
-# Each timed iteration of braid-perf -z 1 is a barrier, then the operation; the barrier's own
-# row (--op barrier) lets the two be told apart. Rank 0 also counts its polls while it waits for
-# rank 1, which varies by a few thousand per iteration from run to run: the lowest of REPEAT
-# measurements is printed. Exact and repeatable where timings on these
-# machines are not; what the instructions cost depends on the machine (under the emulated guest
-# of scripts/rdma_guest.sh they are most of a small operation's time).
+# User-space instructions per small operation on the caller's side, counted by callgrind: rank 0
+# of a 2-rank braid-perf run under valgrind, only inside braid-perf's timed call (its *_async call
+# and Work::wait(), or the group of them: --toggle-collect on run_blocking), the difference
+# between a run of 3N and one of N timed iterations, divided by 2N, so warm-up cancels out.
+# Exact and repeatable where timings on these machines are not; what the instructions cost
+# depends on the machine (under the emulated guest of scripts/rdma_guest.sh they are a large
+# part of a small operation's time: docs/ib.md). Rank 0 also counts its polls while it waits for
+# rank 1, which vary from run to run: the lowest of REPEAT measurements is printed.
 #
-#   bench/op_instructions.sh                                   # shm: barrier, sendrecv, all_reduce
+#   bench/op_instructions.sh                                   # shm: sendrecv, all_reduce, 8 B
 #   BUILD_DIR=build TRANSPORT=tcp OPS="sendrecv" N=1000 bench/op_instructions.sh
 # Needs valgrind (Debian package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 TRANSPORT=${TRANSPORT:-shm}
-OPS=${OPS:-barrier sendrecv all_reduce}
+OPS=${OPS:-sendrecv all_reduce}
 N=${N:-500}
 REPEAT=${REPEAT:-3}
 BYTES=${BYTES:-8}
@@ -29,12 +28,12 @@ trap 'rm -rf "$tmp"' EXIT
 
 count() { # op iterations -> instructions rank 0 executed
   local op=$1 iters=$2
-  BRAID_TRANSPORT=$TRANSPORT timeout 600 "$braidrun" --standalone --nproc-per-node 2 -- sh -c \
-    'if [ "$LOCAL_RANK" = 0 ]; then exec valgrind --tool=callgrind --callgrind-out-file="'"$tmp"'/out" "$0" "$@"; else exec "$0" "$@"; fi' \
+  BENCH_TOGGLE='*run_blocking*' BRAID_TRANSPORT=$TRANSPORT timeout 600 "$braidrun" --standalone --nproc-per-node 2 -- sh -c \
+    'if [ "$LOCAL_RANK" = 0 ]; then exec valgrind --tool=callgrind --toggle-collect="$BENCH_TOGGLE" --callgrind-out-file="'"$tmp"'/out" "$0" "$@"; else exec "$0" "$@"; fi' \
     "$perf" --op "$op" -b "$BYTES" -e "$BYTES" -n "$iters" -w 10 -c 0 2>&1 | sed -n 's/.*Collected : //p'
 }
 
-printf '%-12s %10s %14s\n' op bytes "instr/iter"
+printf '%-12s %10s %14s\n' op bytes "instr/op"
 for op in $OPS; do
   best=""
   for _ in $(seq "$REPEAT"); do

@@ -280,10 +280,11 @@ std::optional<CommunicatorImpl::RunShape> CommunicatorImpl::shape_of(const Pendi
 }
 
 std::unique_ptr<OpRun> CommunicatorImpl::take_cached_run(const RunShape& shape) {
-  for (auto it = run_cache_.begin(); it != run_cache_.end(); ++it) {
+  // Newest first: a loop of one shape finds its run at the back.
+  for (auto it = run_cache_.rbegin(); it != run_cache_.rend(); ++it) {
     if (it->first == shape) {
       std::unique_ptr<OpRun> run = std::move(it->second);
-      run_cache_.erase(it);
+      run_cache_.erase(std::next(it).base());
       return run;
     }
   }
@@ -500,7 +501,8 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
     if (abort_requested_.load(std::memory_order_relaxed)) {
       return Status(ErrorCode::aborted, what.str() + me() + ": aborted on this rank");
     }
-    if (deadline.expired()) {
+    const auto now = Clock::now();
+    if (now >= deadline.at()) {
       std::string name = runs.front()->name();
       for (size_t i = 0; i < runs.size(); ++i) {
         if (started[i] && !runs[i]->done()) {
@@ -512,7 +514,7 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
                            std::to_string(static_cast<int>(cfg_.env.timeout_s)) + " s (BRAID_TIMEOUT_S); waiting for " +
                            waiting_for());
     }
-    if (Clock::now() >= next_board_check) {
+    if (now >= next_board_check) {
       if ((*adopted = board_.read())) return Status((*adopted)->code, (*adopted)->message);
       next_board_check = Clock::now() + kBoardInterval;
     }
