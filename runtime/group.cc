@@ -173,6 +173,7 @@ void CommunicatorImpl::run_group(Pending& g) {
       const Pending& o = *built[j].member;
       if (o.args.peer == m.args.peer && o.args.kind == m.args.kind) previous = static_cast<int>(j);
     }
+    last_algo_.store(static_cast<int>(run->algo()), std::memory_order_relaxed);
     runs.push_back(run.get());
     after.push_back(previous);
     built.push_back(GroupRun{std::move(run), shape, &m});

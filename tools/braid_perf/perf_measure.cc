@@ -145,7 +145,7 @@ Timing time_form(Case& c, bool in_place, std::string* algo) {
   if (opt.blocking) {
     for (int it = 0; it < opt.iters; ++it) {
       fill(c, l);
-      c.comm.barrier();
+      if (opt.barrier_each) c.comm.barrier();
       auto t0 = Clock::now();
       run_blocking(c, l, opt.agg);
       times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / opt.agg);

@@ -39,6 +39,9 @@ const char* perf_usage() {
          "      --calls async|blocking  how -z 1 issues each operation: *_async then Work::wait()\n"
          "                          (default, the path a training program takes), or the blocking\n"
          "                          call (sendrecv: send() and recv(), even ranks sending first)\n"
+         "      --barrier 1|0       with -z 1: a barrier before each timed operation (1, default), or none\n"
+         "                          (0: a latency loop, each operation issued as the last one completed on\n"
+         "                          this rank, like perftest's ping-pong; no barrier's exit skew in the time)\n"
          "      --json PATH         rank 0 writes the run (settings, hosts, every row) as JSON\n"
          "      --label TEXT        the run's name in that JSON (braid-plot's legend)\n"
          "      --result-rows       also print tab-separated RESULT rows (../shared/bench's format)\n"
@@ -217,6 +220,9 @@ bool apply(const std::string& flag, const std::string& value, PerfOptions* o, st
   } else if (flag == "--calls") {
     ok = value == "async" || value == "blocking";
     o->blocking_calls = value == "blocking";
+  } else if (flag == "--barrier") {
+    ok = value == "0" || value == "1";
+    o->barrier_each = value == "1";
   } else if (flag == "--label") {
     o->label = value;
   } else {

@@ -28,6 +28,7 @@ struct PerfOptions {
   int check_iters = 1;                  // -c: checked iterations after the timed ones; 0 = none
   bool blocking = true;                 // -z: time each operation alone (1) or back to back (0)
   bool blocking_calls = false;          // --calls: the blocking calls (true) or *_async + wait() (false)
+  bool barrier_each = true;             // --barrier: with -z 1, a barrier before each timed operation
   Average average = Average::max;       // -a
   int cycles = 1;                       // -N: sweeps; 0 = until killed
   std::vector<DType> dtypes{DType::f32};  // -d (all: every dtype)

@@ -99,8 +99,10 @@ std::string format_header(const PerfOptions& opt, const RunInfo& info) {
   std::string h = "# " + info.version + "\n";
   h += printf_string("# %s, %d ranks, %d iterations (+%d warm-up), %d operation%s per iteration (-m)\n", opt.op.c_str(),
                      info.ranks, opt.iters, opt.warmup, opt.agg, opt.agg == 1 ? "" : "s");
-  h += opt.blocking ? "# time: median over iterations, each timed alone after a barrier (-z 1)"
-                    : "# time: mean over iterations issued back to back (-z 0)";
+  h += !opt.blocking     ? "# time: mean over iterations issued back to back (-z 0)"
+       : opt.barrier_each ? "# time: median over iterations, each timed alone after a barrier (-z 1)"
+                          : "# time: median over iterations, each timed alone, one after another without a barrier "
+                            "(-z 1 --barrier 0)";
   if (opt.blocking && opt.agg == 1) {
     h += opt.blocking_calls ? "; blocking calls (--calls blocking)" : "; *_async calls and Work::wait() (--calls async)";
   }
@@ -189,9 +191,9 @@ std::string format_json(const PerfOptions& opt, const RunInfo& info, const std::
        ", \"note\": \"each row's algo is what ran\"},\n";
   j += printf_string(
       "  \"settings\": {\"iters\": %d, \"warmup_iters\": %d, \"agg_iters\": %d, \"check_iters\": %d, \"blocking\": %d, "
-      "\"calls\": \"%s\", \"average\": %s, \"run_cycles\": %d, \"minbytes\": %zu, \"maxbytes\": %zu, \"stepbytes\": %zu, "
+      "\"barrier\": %d, \"calls\": \"%s\", \"average\": %s, \"run_cycles\": %d, \"minbytes\": %zu, \"maxbytes\": %zu, \"stepbytes\": %zu, "
       "\"stepfactor\": %zu},\n",
-      opt.iters, opt.warmup, opt.agg, opt.check_iters, opt.blocking ? 1 : 0, opt.blocking_calls ? "blocking" : "async",
+      opt.iters, opt.warmup, opt.agg, opt.check_iters, opt.blocking ? 1 : 0, opt.barrier_each ? 1 : 0, opt.blocking_calls ? "blocking" : "async",
       json_string(to_string(opt.average)).c_str(),
       opt.cycles, opt.min_bytes, opt.max_bytes, opt.step_bytes, opt.step_factor);
   j += "  \"env\": " + json_strings(info.env) + ",\n";

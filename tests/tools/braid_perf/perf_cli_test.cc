@@ -157,6 +157,32 @@ TEST(PerfCli, AsyncOperationsRunOnTheCallersThread) {
   EXPECT_EQ(ranks, 2) << "no closing line per rank at TRACE";
 }
 
+// --barrier 0 times a loop of operations with no barrier between them: each rank runs about
+// half the operations of the default run (which has a barrier before each), and the results
+// are still checked right.
+TEST(PerfCli, BarrierZeroRunsNoBarrierBetweenIterations) {
+  Subprocess p(perf_under_braidrun(2, {"--op", "sendrecv", "-b", "8", "-e", "8", "-n", "200", "-w", "5", "--barrier", "0"}),
+               {{"BRAID_DEBUG", "TRACE"}});
+  ASSERT_EQ(p.wait(std::chrono::seconds(120)), 0) << p.output().substr(0, 4000);
+  EXPECT_NE(p.output().find("without a barrier (-z 1 --barrier 0)"), std::string::npos) << p.output().substr(0, 4000);
+  EXPECT_NE(p.output().find("Out of bounds values : 0 OK"), std::string::npos) << p.output().substr(0, 4000);
+  std::istringstream lines(p.output());
+  int ranks = 0;
+  for (std::string line; std::getline(lines, line);) {
+    unsigned long here = 0, there = 0;
+    const size_t at = line.find(" closing: ");
+    if (at == std::string::npos ||
+        std::sscanf(line.c_str() + at, " closing: %lu operations ran on callers' threads, %lu", &here, &there) != 2) {
+      continue;
+    }
+    ++ranks;
+    // 205 send/recv groups and the few collectives around them; with a barrier each, 410 and more.
+    EXPECT_GE(here + there, 205u) << line;
+    EXPECT_LE(here + there, 260u) << line;
+  }
+  EXPECT_EQ(ranks, 2) << "no closing line per rank at TRACE";
+}
+
 // Several sockets per peer (BRAID_NSOCKS, or a fast NIC's default) leave receives armed between
 // operations, and operations move between the caller's thread and the progress thread: the
 // io_uring engine must follow them (it failed "has I/O in flight" within a few hundred

@@ -317,6 +317,22 @@ TEST(PerfOptions, CallsChoosesTheBlockingOrTheAsyncPath) {
   EXPECT_NE(format_json(o, RunInfo{}, {}).find("\"calls\": \"blocking\""), std::string::npos);
 }
 
+// --barrier: with -z 1, a barrier before each timed operation unless told 0 (a latency loop).
+TEST(PerfOptions, BarrierZeroTimesALoopWithoutBarriers) {
+  PerfOptions o;
+  std::string err;
+  ASSERT_TRUE(parse({}, &o, &err)) << err;
+  EXPECT_TRUE(o.barrier_each);
+  EXPECT_NE(format_header(o, RunInfo{}).find("each timed alone after a barrier (-z 1)"), std::string::npos);
+  ASSERT_TRUE(parse({"--barrier", "0"}, &o, &err)) << err;
+  EXPECT_FALSE(o.barrier_each);
+  EXPECT_NE(format_header(o, RunInfo{}).find("without a barrier (-z 1 --barrier 0)"), std::string::npos);
+  EXPECT_NE(format_json(o, RunInfo{}, {}).find("\"barrier\": 0"), std::string::npos);
+  PerfOptions b;
+  EXPECT_FALSE(parse({"--barrier", "2"}, &b, &err));
+  EXPECT_NE(err.find("--barrier"), std::string::npos) << err;
+}
+
 // Communicator::peer_transports() lists grouped for the header and the JSON summary.
 TEST(PerfReport, TransportsAreGroupedPerRank) {
   EXPECT_EQ(group_transports({"self", "tcp (io_uring)", "tcp (io_uring)", "tcp (io_uring)"}), "tcp (io_uring) x3");
