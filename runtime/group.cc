@@ -143,9 +143,12 @@ void CommunicatorImpl::run_group(Pending& g) {
       after.clear();
     }
   } clear_at_exit{built, runs, after};
+  // A group larger than half the cache is built anew each time: keeping its runs would push out
+  // every kept collective (an all_to_all written as sends and receives to many peers).
+  const bool keep = members.size() <= kRunCacheSize / 2;
   for (auto& m : members) {
     options.op_id = m.seq & 0x7fffffffu;
-    const std::optional<RunShape> shape = shape_of(m, options.algo);
+    const std::optional<RunShape> shape = keep ? shape_of(m, options.algo) : std::nullopt;
     std::unique_ptr<OpRun> run = shape ? take_cached_run(*shape) : nullptr;
     const bool reused_run = run != nullptr;
     if (reused_run) {

@@ -12,6 +12,8 @@
 //                             different count while rank 0 repeats (runs again) the first
 //   comm_rank repeat_p2p    - send/recv groups of two shapes to the next rank, again and again, on
 //                             buffers and tags that change between calls (kept runs run again)
+//   comm_rank big_groups    - 2 ranks: an all_reduce, then a group of 5 sends and 5 receives, ten
+//                             times (the group's runs are not kept: the all_reduce's stays)
 //   comm_rank repeat_p2p_mismatch - 2 ranks: five tagged send/recv groups, then rank 1 receives
 //                             with another tag (its receive runs again) while rank 0 repeats the first
 //   comm_rank url URL       - like join, but through Communicator::from_url(URL) (tcp://, file://)
@@ -187,6 +189,27 @@ int main(int argc, char** argv) {
         wrong += in[0] != 1000 * prev + i || in[count - 1] != 1000 * prev + i || (count < 100 && in[count] != -1);
       }
       std::printf("rank %d: repeat_p2p done, %d wrong\n", r, wrong);
+      return wrong == 0 ? 0 : 1;
+    }
+    if (mode == "big_groups") {
+      int wrong = 0;
+      const int peer = 1 - r;
+      std::vector<int32_t> v(100);
+      std::vector<std::vector<int32_t>> out(5, std::vector<int32_t>(10)), in(5, std::vector<int32_t>(10));
+      for (int i = 0; i < 10; ++i) {
+        std::fill(v.begin(), v.end(), r + i);
+        comm.all_reduce(v.data(), v.size(), braid::DType::i32, braid::Op::sum);
+        wrong += v[0] != 1 + 2 * i || v[99] != 1 + 2 * i;
+        comm.group_start();
+        for (int k = 0; k < 5; ++k) {
+          std::fill(out[k].begin(), out[k].end(), 100 * r + 10 * i + k);
+          comm.send_async(out[k].data(), out[k].size(), braid::DType::i32, peer);
+          comm.recv_async(in[k].data(), in[k].size(), braid::DType::i32, peer);
+        }
+        comm.group_end().wait();
+        for (int k = 0; k < 5; ++k) wrong += in[k][0] != 100 * peer + 10 * i + k || in[k][9] != 100 * peer + 10 * i + k;
+      }
+      std::printf("rank %d: big_groups done, %d wrong\n", r, wrong);
       return wrong == 0 ? 0 : 1;
     }
     if (mode == "repeat_p2p_mismatch") {

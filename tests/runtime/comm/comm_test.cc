@@ -278,6 +278,29 @@ TEST(Comm, RepeatedSendRecvGroupsRunAgainOnNewBuffers) {
   }
 }
 
+// A group with more sends and receives than half the cache holds is built anew each time, so
+// that the collectives around it keep their runs (ten messages per group here, eight runs kept).
+TEST(Comm, ALargeSendRecvGroupDoesNotPushOutKeptCollectives) {
+  int port = testing::free_port();
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    auto env = rank_env(port, r, 2);
+    env["BRAID_DEBUG"] = "TRACE";
+    ranks.push_back(
+        std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "big_groups"}, env));
+  }
+  for (auto& p : ranks) {
+    ASSERT_EQ(p->wait(kBound), 0) << p->output();
+    EXPECT_NE(p->output().find("big_groups done, 0 wrong"), std::string::npos) << p->output();
+    EXPECT_EQ(count_of(p->output(), "count 10 i32 peer " + std::to_string(p == ranks[0] ? 1 : 0) + ", built"), 100)
+        << p->output();
+    EXPECT_GE(count_of(p->output(), "count 100 i32 starts on the caller's thread, run again") +
+                  count_of(p->output(), "count 100 i32 starts on the progress thread, run again"),
+              9)
+        << p->output();
+  }
+}
+
 // A send/recv group run again still checks the operation's header: a receive with another tag
 // than its message's fails on the receiving rank, naming both tags (the sender's own send and
 // receive did match, so it finishes).
