@@ -31,12 +31,16 @@ std::map<std::string, std::string> rank_env(int port, int rank, int size) {
           {"WORLD_SIZE", std::to_string(size)}, {"BRAID_RENDEZVOUS_TIMEOUT_S", "10"}};
 }
 
-std::vector<std::unique_ptr<Subprocess>> start_ranks(int size, const std::string& mode = "join") {
+// `extra`: more environment for every rank (e.g. BRAID_DEBUG=TRACE, whose lines tests count).
+std::vector<std::unique_ptr<Subprocess>> start_ranks(int size, const std::string& mode = "join",
+                                                     const std::map<std::string, std::string>& extra = {}) {
   int port = testing::free_port();
   std::vector<std::unique_ptr<Subprocess>> ranks;
   for (int r = 0; r < size; ++r) {
-    ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), mode},
-                                                 rank_env(port, r, size)));
+    auto env = rank_env(port, r, size);
+    env.insert(extra.begin(), extra.end());
+    ranks.push_back(
+        std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), mode}, env));
   }
   return ranks;
 }
@@ -234,13 +238,7 @@ TEST(Comm, UnderTorchrunStyleAgentStore) {
 // between calls, in-place and out-of-place forms of one count, roots that move, and several
 // runs of one shape in flight at once.
 TEST(Comm, RepeatedCollectivesRunAgainOnNewBuffers) {
-  int port = testing::free_port();
-  std::vector<std::unique_ptr<Subprocess>> ranks;
-  for (int r = 0; r < 3; ++r) {
-    auto env = rank_env(port, r, 3);
-    env["BRAID_DEBUG"] = "TRACE";
-    ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "repeat"}, env));
-  }
+  auto ranks = start_ranks(3, "repeat", {{"BRAID_DEBUG", "TRACE"}});
   for (auto& p : ranks) {
     ASSERT_EQ(p->wait(kBound), 0) << p->output();
     EXPECT_NE(p->output().find("repeat done, 0 wrong"), std::string::npos) << p->output();
@@ -261,14 +259,7 @@ TEST(Comm, RepeatedCollectivesRunAgainOnNewBuffers) {
 // Send/recv groups are kept and run again like collectives, per peer and count: results stay
 // right with buffers, tags and counts that change between calls.
 TEST(Comm, RepeatedSendRecvGroupsRunAgainOnNewBuffers) {
-  int port = testing::free_port();
-  std::vector<std::unique_ptr<Subprocess>> ranks;
-  for (int r = 0; r < 3; ++r) {
-    auto env = rank_env(port, r, 3);
-    env["BRAID_DEBUG"] = "TRACE";
-    ranks.push_back(
-        std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "repeat_p2p"}, env));
-  }
+  auto ranks = start_ranks(3, "repeat_p2p", {{"BRAID_DEBUG", "TRACE"}});
   for (auto& p : ranks) {
     ASSERT_EQ(p->wait(kBound), 0) << p->output();
     EXPECT_NE(p->output().find("repeat_p2p done, 0 wrong"), std::string::npos) << p->output();
@@ -281,14 +272,7 @@ TEST(Comm, RepeatedSendRecvGroupsRunAgainOnNewBuffers) {
 // A group with more sends and receives than half the cache holds is built anew each time, so
 // that the collectives around it keep their runs (ten messages per group here, eight runs kept).
 TEST(Comm, ALargeSendRecvGroupDoesNotPushOutKeptCollectives) {
-  int port = testing::free_port();
-  std::vector<std::unique_ptr<Subprocess>> ranks;
-  for (int r = 0; r < 2; ++r) {
-    auto env = rank_env(port, r, 2);
-    env["BRAID_DEBUG"] = "TRACE";
-    ranks.push_back(
-        std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "big_groups"}, env));
-  }
+  auto ranks = start_ranks(2, "big_groups", {{"BRAID_DEBUG", "TRACE"}});
   for (auto& p : ranks) {
     ASSERT_EQ(p->wait(kBound), 0) << p->output();
     EXPECT_NE(p->output().find("big_groups done, 0 wrong"), std::string::npos) << p->output();
