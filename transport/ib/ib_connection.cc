@@ -20,7 +20,7 @@ namespace {
 constexpr auto kGoodbyeDrain = std::chrono::seconds(2);
 
 // wr_id: the kind in the top byte, then the message's seq (sends) or the QP index (receives).
-enum class WrKind : uint64_t { send = 1, cts = 2, recv = 3 };
+enum class WrKind : uint64_t { send = 1, cts = 2, recv = 3, rts = 4 };
 constexpr uint64_t wr_id(WrKind k, uint64_t v) { return (static_cast<uint64_t>(k) << 56) | (v & ((1ull << 56) - 1)); }
 WrKind wr_kind(uint64_t id) { return static_cast<WrKind>(id >> 56); }
 uint64_t wr_value(uint64_t id) { return id & ((1ull << 56) - 1); }
@@ -58,6 +58,10 @@ Status IbConnection::post_write(uint32_t qp, uint64_t id, const void* local, uin
   const int rc = ibv_post_send(qps_[qp].get(), &wr, &bad);
   if (rc != 0) return system_error(op_prefix(true) + "posting a write", rc);
   ++sq_used_[qp];
+  if (shared_.stats != nullptr) {
+    ++shared_.stats->doorbells;
+    ++shared_.stats->work_requests;
+  }
   return Status::ok();
 }
 
@@ -129,13 +133,34 @@ Status IbConnection::advertise(RecvLedger::Receive& r) {
                              peer_.cts_addr + slot * kCtsEntryBytes, peer_.cts_rkey,
                              encode_imm(ImmKind::cts, 0, r.seq), true));
   recv_.advertised(r);
+  if (shared_.stats != nullptr) {
+    ++shared_.stats->cts_written;
+    shared_.stats->cts_overdue += hold_.overdue();
+  }
+  return Status::ok();
+}
+
+Status IbConnection::ask_for_cts(const Send& s) {
+  const uint32_t qp = static_cast<uint32_t>(s.seq % qps_.size());
+  if (s.seq < asked_upto_ || sq_used_[qp] >= kSendDepth) return Status::ok();
+  RETURN_IF_ERROR(post_write(qp, wr_id(WrKind::rts, s.seq), nullptr, 0, 0, 0, 0,
+                             encode_imm(ImmKind::cts, kImmAuxRts, s.seq), false));
+  asked_upto_ = s.seq + 1;
+  if (shared_.stats != nullptr) ++shared_.stats->cts_requests;
   return Status::ok();
 }
 
 Status IbConnection::start_send(Send& s) {
   const SendLedger::Decision d = send_ledger_.decide(s.bytes, true);
   const uint32_t nqps = static_cast<uint32_t>(qps_.size());
-  if (d.way == SendLedger::Way::wait) return Status::ok();
+  if (d.way == SendLedger::Way::wait) {
+    // Ask for the CTS where the receiver may be holding it back (cts_hold.h): it does so when
+    // it expects an eager message, as after eager ones; a rendezvous message after rendezvous
+    // ones finds its CTS on the way, and asks only if it must sleep for it (ask_before_sleep).
+    const bool ask = d.needs_cts && (s.bytes <= kEagerSlotBytes || last_send_eager_ || asking_);
+    return ask ? ask_for_cts(s) : Status::ok();
+  }
+  last_send_eager_ = d.way == SendLedger::Way::eager;
   if (d.way == SendLedger::Way::eager || d.way == SendLedger::Way::too_large) {
     const uint32_t qp = static_cast<uint32_t>(s.seq % nqps);
     if (sq_used_[qp] >= kSendDepth) return Status::ok();
@@ -160,6 +185,7 @@ Status IbConnection::start_send(Send& s) {
     s.wrs_left = 1;
     s.started = true;
     ++sends_started_;
+    if (shared_.stats != nullptr) ++shared_.stats->messages;
     send_ledger_.sent(d);
     return Status::ok();
   }
@@ -188,6 +214,7 @@ Status IbConnection::start_send(Send& s) {
   s.wrs_left = static_cast<uint32_t>(plan.pieces.size());
   s.started = true;
   ++sends_started_;
+  if (shared_.stats != nullptr) ++shared_.stats->messages;
   send_ledger_.sent(d);
   return Status::ok();
 }
@@ -203,12 +230,12 @@ void IbConnection::progress() {
     if (!st.is_ok()) return fail(st.code(), st.message());
     if (!s.started) break;  // in order: the next waits for this one
   }
-  cts_held_ = false;
+  hold_.pass_begins();
+  const auto now = Clock::now();
   while (RecvLedger::Receive* r = recv_.next_to_advertise()) {
-    if (hold_cts(*r)) {
-      cts_held_ = true;
-      break;
-    }
+    const CtsHold::Receive ask{r->seq, r->capacity, recv_.posted().back().seq == r->seq,
+                               recv_.eager_consumed() - cts_consumed_reported_};
+    if (hold_.hold(ask, now)) break;  // cts_hold.h says when it goes after all
     Status st = advertise(*r);
     if (!st.is_ok()) return fail(st.code(), st.message());
     if (!r->advertised) break;  // the send queue is full: later
@@ -216,31 +243,15 @@ void IbConnection::progress() {
   deliver();
 }
 
-// A small receive's CTS is usually not needed: its message comes eagerly, and once it has
-// arrived the receive needs no CTS at all. Writing one anyway costs a work request, a doorbell
-// (a system call on Soft-RoCE) and a completion on each side, per message. So the newest
-// receive, when small, is advertised only when the sender may need it: when a later receive is
-// posted (advertisements stay in order), when the sender's eager credits run low (the count of
-// eager messages copied out has moved half the eager ring past the count the last CTS carried;
-// credits travel only in CTS entries), or when it has waited kHoldCts (a sender short of
-// credits in some other pattern, or one whose message is too large for this receive, waits for
-// a CTS: it is delayed by that much, never stuck).
-constexpr auto kHoldCts = std::chrono::milliseconds(1);
-
-bool IbConnection::hold_cts(const RecvLedger::Receive& r) {
-  if (r.capacity > kEagerSlotBytes || recv_.posted().back().seq != r.seq) return false;
-  if (recv_.eager_consumed() - cts_consumed_reported_ >= kEagerSlots / 2) return false;
-  const auto now = Clock::now();
-  if (held_seq_ != r.seq) {
-    held_seq_ = r.seq;
-    held_since_ = now;
-  }
-  return now - held_since_ < kHoldCts;
+void IbConnection::ask_before_sleep() {
+  asking_ = true;
+  progress();
+  asking_ = false;
 }
 
 std::optional<Clock::time_point> IbConnection::cts_due() const {
-  if (!cts_held_ || !failure_.is_ok()) return std::nullopt;
-  return held_since_ + kHoldCts;
+  if (!failure_.is_ok()) return std::nullopt;
+  return hold_.due();
 }
 
 int IbConnection::poll_cq() {
@@ -277,7 +288,9 @@ void IbConnection::on_wc(const ibv_wc& wc) {
   if (kind == WrKind::recv) {
     Status st = post_recv_wr(qp);
     const Imm imm = decode_imm(ntohl(wc.imm_data));
-    if (st.is_ok() && imm.kind == ImmKind::cts) {
+    if (st.is_ok() && imm.kind == ImmKind::cts && imm.aux == kImmAuxRts) {
+      hold_.requested(widen_seq(imm.seq, recv_.completed()));  // progress() advertises it
+    } else if (st.is_ok() && imm.kind == ImmKind::cts) {
       send_ledger_.on_cts(decode_cts(cts_ring_.data() + (imm.seq % kCtsEntries) * kCtsEntryBytes), imm.seq);
     } else if (st.is_ok()) {
       st = recv_.on_imm(imm, wc.byte_len);
@@ -316,6 +329,7 @@ void IbConnection::deliver() {
         std::memcpy(r->data, eager_ring_.data() + size_t(r->eager_slot) * kEagerSlotBytes, r->bytes);
       }
     }
+    if (!r->too_large) hold_.landed(r->capacity, r->eager_slot >= 0);
     auto mr = recv_mrs_.find(r->seq);
     if (shared_.flush != nullptr && c.status.is_ok() && mr != recv_mrs_.end()) {  // gdr_flush.h
       Status st = shared_.flush->before_delivery(mr->second, r->data, r->bytes, r->eager_slot < 0);
