@@ -121,6 +121,7 @@ Stats minus(Stats a, const Stats& b) {
   a.posts.messages -= b.posts.messages;
   a.posts.cts_written -= b.posts.cts_written;
   a.posts.cts_requests -= b.posts.cts_requests;
+  a.posts.cts_overdue -= b.posts.cts_overdue;
   return a;
 }
 
@@ -183,13 +184,14 @@ int main(int argc, char** argv) {
   const double wrs = sum([](const Stats& s) { return s.posts.work_requests; }) / messages;
   const double cts = sum([](const Stats& s) { return s.posts.cts_written; }) / messages;
   const double rts = sum([](const Stats& s) { return s.posts.cts_requests; }) / messages;
+  const double overdue = sum([](const Stats& s) { return s.posts.cts_overdue; }) / messages;
   const double arms = sum([](const Stats& s) { return s.waits.arms; }) / messages;
   std::printf("ib ping-pong %zu B (receives of %zu B), %d round trips: half round trip median %.2f us (p10 %.2f, "
               "p90 %.2f); per round trip, both ends: %.2f polls, %.1f spin passes, %.3f sleeps, %.3f channel "
               "events\n",
               bytes, std::max(bytes, capacity), iters, at(0.5), at(0.1), at(0.9), polls, spins, sleeps, events);
-  std::printf("per message: %.3f doorbells, %.3f work requests, %.3f CTS written, %.3f CTS requested, %.3f CQ "
-              "arms\n", doorbells, wrs, cts, rts, arms);
+  std::printf("per message: %.3f doorbells, %.3f work requests, %.3f CTS written (%.3f at the hold's bound), "
+              "%.3f CTS requested, %.3f CQ arms\n", doorbells, wrs, cts, overdue, rts, arms);
   std::printf("RESULT\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\n", at(0.5), at(0.1),
               at(0.9), polls, spins, sleeps, events, doorbells, cts, rts, arms);
   return 0;
