@@ -44,7 +44,6 @@ Status IbConnection::post_write(uint32_t qp, uint64_t id, const void* local, uin
   sge.length = static_cast<uint32_t>(bytes);
   sge.lkey = lkey;
   ibv_send_wr wr{};
-  ibv_send_wr* bad = nullptr;
   wr.wr_id = id;
   wr.sg_list = bytes > 0 ? &sge : nullptr;
   wr.num_sge = bytes > 0 ? 1 : 0;
@@ -55,13 +54,8 @@ Status IbConnection::post_write(uint32_t qp, uint64_t id, const void* local, uin
   // A zero-byte write still names a region: the eager ring is one the peer surely registered.
   wr.wr.rdma.remote_addr = bytes > 0 ? remote : peer_.eager_addr;
   wr.wr.rdma.rkey = bytes > 0 ? rkey : peer_.eager_rkey;
-  const int rc = ibv_post_send(qps_[qp].get(), &wr, &bad);
-  if (rc != 0) return system_error(op_prefix(true) + "posting a write", rc);
+  batch_.add(qp, wr);  // posted at the end of this pass
   ++sq_used_[qp];
-  if (shared_.stats != nullptr) {
-    ++shared_.stats->doorbells;
-    ++shared_.stats->work_requests;
-  }
   return Status::ok();
 }
 
@@ -221,6 +215,15 @@ Status IbConnection::start_send(Send& s) {
 
 void IbConnection::progress() {
   if (!started_ || !failure_.is_ok()) return;
+  advance();
+  if (!failure_.is_ok()) return batch_.clear();  // the QPs are in the error state
+  IbPostStats* stats = shared_.stats;
+  Status st = batch_.flush(qps_, stats != nullptr ? &stats->doorbells : nullptr,
+                           stats != nullptr ? &stats->work_requests : nullptr);
+  if (!st.is_ok()) fail(st.code(), op_prefix(true) + st.message());
+}
+
+void IbConnection::advance() {
   deliver();
   // Sends first: their data is what a peer waits for; a CTS is needed only by a rendezvous
   // message or a sender short of eager credits.

@@ -5,7 +5,8 @@
 // the peer writes into, and the local staging copies they are written from), and the bootstrap
 // TCP socket, kept open only to learn of the peer's death (EOF).
 //
-// Every work request is signaled: a send completes when all its writes have, a receive when the
+// A pass (progress()) queues its writes and rings each QP's doorbell once at its end
+// (write_batch.h). Every work request is signaled: a send completes when all its writes have, a receive when the
 // immediates of its message have all arrived (and, for an eager message, it was copied out).
 // Completions are reported in posting order per direction. A failure of any work request, or
 // the peer's death, fails every outstanding operation with a message naming the operation, the
@@ -28,6 +29,7 @@
 #include "transport/ib/gdr_flusher.h"
 #include "transport/ib/memory_registry.h"
 #include "transport/ib/verbs.h"
+#include "transport/ib/write_batch.h"
 #include "transport/tcp/socket_setup.h"
 #include "transport/transport.h"
 
@@ -109,7 +111,8 @@ class IbConnection final : public Connection {
   };
 
   IbConnection(const IbShared& shared, int self_rank, int peer_rank);
-  Status start_send(Send& s);  // posts its writes if credits and queue room allow
+  void advance();              // progress() without ringing the doorbells
+  Status start_send(Send& s);  // queues its writes if credits and queue room allow
   Status advertise(RecvLedger::Receive& r);
   Status ask_for_cts(const Send& s);  // the request to send (RTS) for a message waiting on a CTS
   Status post_write(uint32_t qp, uint64_t wr_id, const void* local, uint64_t bytes, uint32_t lkey,
@@ -134,6 +137,7 @@ class IbConnection final : public Connection {
   std::vector<QpPtr> qps_;
   std::vector<QpAddress> self_qps_;
   std::vector<uint32_t> sq_used_;
+  WriteBatch batch_;  // this pass's writes, posted at its end
   uint32_t max_inline_ = 0;
   RegisteredBuffer cts_ring_, cts_staging_, eager_ring_, eager_staging_;
   ConnectionCard peer_;
