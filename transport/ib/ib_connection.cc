@@ -121,7 +121,7 @@ Status IbConnection::advertise(RecvLedger::Receive& r) {
   encode(e, at);
   RETURN_IF_ERROR(post_write(qp, wr_id(WrKind::cts, r.seq), at, kCtsEntryBytes, cts_staging_.lkey(),
                              peer_.cts_addr + slot * kCtsEntryBytes, peer_.cts_rkey,
-                             encode_imm(ImmKind::cts, 0, r.seq), true));
+                             encode_imm(ImmKind::cts, kImmAuxCts, r.seq), true));
   recv_.advertised(r);
   if (shared_.stats != nullptr) {
     ++shared_.stats->cts_written;
