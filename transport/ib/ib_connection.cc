@@ -230,11 +230,11 @@ void IbConnection::advance() {
     if (!s.started) break;  // in order: the next waits for this one
   }
   hold_.pass_begins();
-  const auto now = Clock::now();
   while (RecvLedger::Receive* r = recv_.next_to_advertise()) {
     const CtsHold::Receive ask{r->seq, r->capacity, recv_.posted().back().seq == r->seq,
                                recv_.eager_consumed() - cts_consumed_reported_};
-    if (hold_.hold(ask, now)) break;  // cts_hold.h says when it goes after all
+    // Only the newest receive can be held: the clock is read for it alone (passes are frequent).
+    if (hold_.hold(ask, ask.newest ? Clock::now() : Clock::time_point{})) break;  // cts_hold.h
     Status st = advertise(*r);
     if (!st.is_ok()) return fail(st.code(), st.message());
     if (!r->advertised) break;  // the send queue is full: later
