@@ -3,7 +3,9 @@
 # one boot of the emulated guest (scripts/rdma_guest.sh), in interleaved rounds: each round runs
 #   ib_write_bw 4 MiB (rxe0 -> rxe1)   then braid-perf broadcast 4 MiB, 2 ranks (one-way bandwidth)
 #   ib_write_lat 8 B                   then braid-perf sendrecv 8 B and all_reduce 8 B (latency)
-#   ib_pingpong_bench 8 B: the ib transport alone, below the runtime (half round trip)
+#   ib_pingpong_bench 8 B: the ib transport alone, below the runtime (half round trip), into
+#     8-byte receives and into receives with room for 64 KiB (as the runtime posts its first
+#     receive of an operation; the row is n/a with a bench that predates --capacity)
 #   braid-perf all_reduce 4 MiB, 2 ranks (busbw)
 # Each braid-perf rank is one "host": rank 0 on rxe0/veth0 (10.99.0.1), rank 1 on rxe1/veth1
 # (10.99.0.2), started by braidrun with BRAID_IB_HCA and BRAID_SOCKET_IFNAME set per local rank.
@@ -69,6 +71,19 @@ perftest() {
   fi
 }
 
+# One ib_pingpong_bench run; appends its median half round trip to file $1.
+pingpong_run() {
+  local file=$1 out
+  shift
+  if out=$(timeout -k 5 120 env -u BRAID_PERF_TRANSPORT "$pingpong" --iters 1000 "$@" 2>&1); then
+    awk -F'\t' '$1 == "RESULT" { print $2 }' <<< "$out" >> "$results/$file"
+    grep -v '^RESULT' <<< "$out" | sed 's/^/ib_guest:   /' >&2
+  else
+    echo "ib_guest: ib_pingpong_bench $* failed:" >&2
+    echo "$out" | tail -n 5 | sed 's/^/  /' >&2
+  fi
+}
+
 for round in $(seq "$ROUNDS"); do
   echo "ib_guest: round $round of $ROUNDS" >&2
   # ib_write_bw: column 4 is "BW average[Gb/sec]"; ib_write_lat: column 5 is t_typical (median).
@@ -80,16 +95,11 @@ for round in $(seq "$ROUNDS"); do
   [ -n "$braid_missing" ] || braid sendrecv 7 1 29611 --op sendrecv -b 8 -e 8 -n 200 -w 20
   # The same for an 8 B all_reduce on 2 ranks (one exchange each way).
   [ -n "$braid_missing" ] || braid all_reduce_8 7 1 29613 --op all_reduce -b 8 -e 8 -n 200 -w 20
-  # The transport alone: field 2 is the median half round trip in us (and how it waited, on
-  # stderr's copy of its first line).
+  # The transport alone: field 2 is the median half round trip in us (how it waited and what
+  # it posted per message on stderr's copy of its readable lines).
   if [ -z "$braid_missing" ] && [ "$TRANSPORT" = ib ] && [ -x "$pingpong" ]; then
-    if out=$(timeout -k 5 120 env -u BRAID_PERF_TRANSPORT "$pingpong" --iters 1000 2>&1); then
-      awk -F'\t' '$1 == "RESULT" { print $2 }' <<< "$out" >> "$results/pingpong"
-      sed -n 1p <<< "$out" | sed 's/^/ib_guest:   /' >&2
-    else
-      echo "ib_guest: ib_pingpong_bench failed:" >&2
-      echo "$out" | tail -n 5 | sed 's/^/  /' >&2
-    fi
+    pingpong_run pingpong
+    if grep -q -- --capacity "$pingpong"; then pingpong_run pingpong_roomy --capacity 65600; fi
   fi
   # All-reduce: field 11 is busbw in GB/s.
   [ -n "$braid_missing" ] || braid all_reduce 11 8 29612 --op all_reduce -b 4M -e 4M -n 10 -w 2
@@ -134,5 +144,7 @@ row "braid-perf all_reduce 8 B (median time)" all_reduce_8 "" us "$na"
 ratio "  braid / ib_write_lat" all_reduce_8 write_lat ""
 row "ib transport ping-pong 8 B (half round trip)" pingpong "" us "${na:-n/a (ib_pingpong_bench not built, or not over ib)}"
 ratio "  transport / ib_write_lat" pingpong write_lat ""
+row "the same into 64 KiB receives" pingpong_roomy "" us "${na:-n/a (ib_pingpong_bench without --capacity)}"
+ratio "  transport / ib_write_lat" pingpong_roomy write_lat ""
 row "braid-perf all_reduce 4 MiB (busbw)" all_reduce -r Gbit/s "$na"
 ratio "  braid busbw / ib_write_bw" all_reduce write_bw -r

@@ -5,11 +5,16 @@
 // with ib_write_lat's t_typical, and how each end waited (IbTransport::wait_stats): passes spun
 // over the CQs, sleeps on the completion channel, CQ events read. Run inside the Soft-RoCE guest
 // (bench/ib_guest.sh does); BRAID_SPIN_US and the other BRAID_* variables apply as usual.
+// --capacity posts each receive with room for that many bytes (the runtime posts the first
+// receive of an operation with room for a header and 64 KiB: --capacity 65600 does the same).
 //
-//   ib_pingpong_bench [--iters 2000] [--warmup 100] [--bytes 8] [--hosts 10.99.0.1,10.99.0.2]
+//   ib_pingpong_bench [--iters 2000] [--warmup 100] [--bytes 8] [--capacity BYTES]
+//                     [--hosts 10.99.0.1,10.99.0.2]
 //
 // Output: one line "RESULT<TAB>half_rtt_us<TAB>p10<TAB>p90<TAB>polls<TAB>spin_passes<TAB>sleeps
-// <TAB>channel_events" (the last four summed over both ends, per round trip), after a readable one.
+// <TAB>channel_events<TAB>doorbells<TAB>cts<TAB>rts<TAB>arms" (polls to channel events summed
+// over both ends per round trip; doorbells to arms per message, IbTransport::post_stats and
+// wait_stats), after two readable ones.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,6 +40,11 @@ constexpr uint64_t kComm = 0x9109;
   std::exit(1);
 }
 
+struct Stats {
+  ib::IbTransport::WaitStats waits;
+  ib::IbPostStats posts;
+};
+
 class End {
  public:
   explicit End(const std::string& host) {
@@ -56,21 +66,22 @@ class End {
   void connect(const std::string& to) { set(transport_->connect(to, {kComm, 0, 1}, Deadline::after_seconds(60))); }
 
   void round_trip(size_t bytes) {
-    check(conn_->post_recv(in_.data(), bytes, 0), "post_recv");
+    check(conn_->post_recv(in_.data(), in_.size(), 0), "post_recv");
     check(conn_->post_send(out_.data(), bytes, 1), "post_send");
     await(2);
   }
   void echo(size_t bytes) {
-    check(conn_->post_recv(in_.data(), bytes, 0), "post_recv");
+    check(conn_->post_recv(in_.data(), in_.size(), 0), "post_recv");
     await(1);
     check(conn_->post_send(in_.data(), bytes, 1), "post_send");
     await(1);
   }
-  ib::IbTransport::WaitStats stats() const {
-    return dynamic_cast<const ib::IbTransport&>(*transport_).wait_stats();
+  Stats stats() const {
+    const auto& ib = dynamic_cast<const ib::IbTransport&>(*transport_);
+    return Stats{ib.wait_stats(), ib.post_stats()};
   }
-  void resize(size_t bytes) {
-    in_.assign(bytes, 0);
+  void resize(size_t bytes, size_t capacity) {
+    in_.assign(std::max(bytes, capacity), 0);
     out_.assign(bytes, 1);
   }
 
@@ -99,11 +110,18 @@ class End {
   std::vector<unsigned char> in_, out_;
 };
 
-ib::IbTransport::WaitStats minus(ib::IbTransport::WaitStats a, const ib::IbTransport::WaitStats& b) {
-  a.polls -= b.polls;
-  a.spin_passes -= b.spin_passes;
-  a.sleeps -= b.sleeps;
-  a.channel_events -= b.channel_events;
+Stats minus(Stats a, const Stats& b) {
+  a.waits.polls -= b.waits.polls;
+  a.waits.spin_passes -= b.waits.spin_passes;
+  a.waits.sleeps -= b.waits.sleeps;
+  a.waits.channel_events -= b.waits.channel_events;
+  a.waits.arms -= b.waits.arms;
+  a.posts.doorbells -= b.posts.doorbells;
+  a.posts.work_requests -= b.posts.work_requests;
+  a.posts.messages -= b.posts.messages;
+  a.posts.cts_written -= b.posts.cts_written;
+  a.posts.cts_requests -= b.posts.cts_requests;
+  a.posts.cts_overdue -= b.posts.cts_overdue;
   return a;
 }
 
@@ -111,26 +129,27 @@ ib::IbTransport::WaitStats minus(ib::IbTransport::WaitStats a, const ib::IbTrans
 
 int main(int argc, char** argv) {
   int iters = 2000, warmup = 100;
-  size_t bytes = 8;
+  size_t bytes = 8, capacity = 0;
   std::string host0 = "10.99.0.1", host1 = "10.99.0.2";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--iters") iters = std::atoi(v.c_str());
     else if (k == "--warmup") warmup = std::atoi(v.c_str());
     else if (k == "--bytes") bytes = static_cast<size_t>(std::atoll(v.c_str()));
+    else if (k == "--capacity") capacity = static_cast<size_t>(std::atoll(v.c_str()));
     else if (k == "--hosts" && v.find(',') != std::string::npos) {
       host0 = v.substr(0, v.find(','));
       host1 = v.substr(v.find(',') + 1);
-    } else die("unknown option " + k + " (options: --iters --warmup --bytes --hosts)");
+    } else die("unknown option " + k + " (options: --iters --warmup --bytes --capacity --hosts)");
   }
   if (iters < 1 || warmup < 0) die("--iters must be at least 1, --warmup at least 0");
 
   std::promise<std::string> address;
   auto address_ready = address.get_future();
-  ib::IbTransport::WaitStats echo_stats;
+  Stats echo_stats;
   std::thread echo([&] {
     End end(host1);
-    end.resize(bytes);
+    end.resize(bytes, capacity);
     address.set_value(end.listen());
     end.accept();
     for (int i = 0; i < warmup; ++i) end.echo(bytes);
@@ -139,7 +158,7 @@ int main(int argc, char** argv) {
     echo_stats = minus(end.stats(), before);
   });
   End end(host0);
-  end.resize(bytes);
+  end.resize(bytes, capacity);
   end.connect(address_ready.get());
   for (int i = 0; i < warmup; ++i) end.round_trip(bytes);
   const auto before = end.stats();
@@ -155,13 +174,25 @@ int main(int argc, char** argv) {
   std::sort(half_us.begin(), half_us.end());
   const auto at = [&](double q) { return half_us[static_cast<size_t>(q * static_cast<double>(half_us.size() - 1))]; };
   const double n = iters;
-  std::printf("ib ping-pong %zu B, %d round trips: half round trip median %.2f us (p10 %.2f, p90 %.2f); per round "
-              "trip, both ends: %.2f polls, %.1f spin passes, %.3f sleeps, %.3f channel events\n",
-              bytes, iters, at(0.5), at(0.1), at(0.9), (pinger.polls + echo_stats.polls) / n,
-              (pinger.spin_passes + echo_stats.spin_passes) / n, (pinger.sleeps + echo_stats.sleeps) / n,
-              (pinger.channel_events + echo_stats.channel_events) / n);
-  std::printf("RESULT\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.3f\t%.3f\n", at(0.5), at(0.1), at(0.9),
-              (pinger.polls + echo_stats.polls) / n, (pinger.spin_passes + echo_stats.spin_passes) / n,
-              (pinger.sleeps + echo_stats.sleeps) / n, (pinger.channel_events + echo_stats.channel_events) / n);
+  const double messages = 2.0 * iters;
+  const auto sum = [&](auto field) { return static_cast<double>(field(pinger) + field(echo_stats)); };
+  const double polls = sum([](const Stats& s) { return s.waits.polls; }) / n;
+  const double spins = sum([](const Stats& s) { return s.waits.spin_passes; }) / n;
+  const double sleeps = sum([](const Stats& s) { return s.waits.sleeps; }) / n;
+  const double events = sum([](const Stats& s) { return s.waits.channel_events; }) / n;
+  const double doorbells = sum([](const Stats& s) { return s.posts.doorbells; }) / messages;
+  const double wrs = sum([](const Stats& s) { return s.posts.work_requests; }) / messages;
+  const double cts = sum([](const Stats& s) { return s.posts.cts_written; }) / messages;
+  const double rts = sum([](const Stats& s) { return s.posts.cts_requests; }) / messages;
+  const double overdue = sum([](const Stats& s) { return s.posts.cts_overdue; }) / messages;
+  const double arms = sum([](const Stats& s) { return s.waits.arms; }) / messages;
+  std::printf("ib ping-pong %zu B (receives of %zu B), %d round trips: half round trip median %.2f us (p10 %.2f, "
+              "p90 %.2f); per round trip, both ends: %.2f polls, %.1f spin passes, %.3f sleeps, %.3f channel "
+              "events\n",
+              bytes, std::max(bytes, capacity), iters, at(0.5), at(0.1), at(0.9), polls, spins, sleeps, events);
+  std::printf("per message: %.3f doorbells, %.3f work requests, %.3f CTS written (%.3f at the hold's bound), "
+              "%.3f CTS requested, %.3f CQ arms\n", doorbells, wrs, cts, overdue, rts, arms);
+  std::printf("RESULT\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\n", at(0.5), at(0.1),
+              at(0.9), polls, spins, sleeps, events, doorbells, cts, rts, arms);
   return 0;
 }

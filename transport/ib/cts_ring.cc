@@ -110,14 +110,17 @@ void SendLedger::on_cts(const CtsEntry& entry, uint32_t imm_seq) {
 SendLedger::Decision SendLedger::decide(uint64_t bytes, bool use_eager) const {
   Decision d;
   const uint32_t slot = static_cast<uint32_t>(eager_used_ % kEagerSlots);
-  if (use_eager && bytes <= kEagerSlotBytes && eager_used_ < eager_consumed_known_ + kEagerSlots &&
-      !staging_busy_[slot]) {
+  const bool eager_credit = use_eager && bytes <= kEagerSlotBytes && eager_used_ < eager_consumed_known_ + kEagerSlots;
+  if (eager_credit && !staging_busy_[slot]) {
     d.way = Way::eager;
     d.eager_slot = slot;
     return d;
   }
   auto it = cts_.find(next_seq_);
-  if (it == cts_.end()) return d;
+  if (it == cts_.end()) {
+    d.needs_cts = !eager_credit;  // else the staging copy's own completion frees the way
+    return d;
+  }
   d.cts = it->second;
   d.way = bytes > it->second.size ? Way::too_large : Way::rendezvous;
   return d;

@@ -95,6 +95,9 @@ class SendLedger {
   enum class Way : uint8_t { wait, eager, rendezvous, too_large };
   struct Decision {
     Way way = Way::wait;
+    // With wait: only the receive's CTS can move this message (it needs rendezvous, or the
+    // eager credits are used up), not a local completion; the sender says so (cts_hold.h).
+    bool needs_cts = false;
     uint32_t eager_slot = 0;
     CtsEntry cts;
   };

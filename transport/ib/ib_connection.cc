@@ -1,7 +1,6 @@
 #include "transport/ib/ib_connection.h"
 
 #include <arpa/inet.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,11 +15,8 @@ namespace braid::transport::ib {
 
 namespace {
 
-// How long a goodbye may wait for the messages its sender posted to land (ib_wire.h).
-constexpr auto kGoodbyeDrain = std::chrono::seconds(2);
-
 // wr_id: the kind in the top byte, then the message's seq (sends) or the QP index (receives).
-enum class WrKind : uint64_t { send = 1, cts = 2, recv = 3 };
+enum class WrKind : uint64_t { send = 1, cts = 2, recv = 3, rts = 4 };
 constexpr uint64_t wr_id(WrKind k, uint64_t v) { return (static_cast<uint64_t>(k) << 56) | (v & ((1ull << 56) - 1)); }
 WrKind wr_kind(uint64_t id) { return static_cast<WrKind>(id >> 56); }
 uint64_t wr_value(uint64_t id) { return id & ((1ull << 56) - 1); }
@@ -44,7 +40,6 @@ Status IbConnection::post_write(uint32_t qp, uint64_t id, const void* local, uin
   sge.length = static_cast<uint32_t>(bytes);
   sge.lkey = lkey;
   ibv_send_wr wr{};
-  ibv_send_wr* bad = nullptr;
   wr.wr_id = id;
   wr.sg_list = bytes > 0 ? &sge : nullptr;
   wr.num_sge = bytes > 0 ? 1 : 0;
@@ -55,8 +50,7 @@ Status IbConnection::post_write(uint32_t qp, uint64_t id, const void* local, uin
   // A zero-byte write still names a region: the eager ring is one the peer surely registered.
   wr.wr.rdma.remote_addr = bytes > 0 ? remote : peer_.eager_addr;
   wr.wr.rdma.rkey = bytes > 0 ? rkey : peer_.eager_rkey;
-  const int rc = ibv_post_send(qps_[qp].get(), &wr, &bad);
-  if (rc != 0) return system_error(op_prefix(true) + "posting a write", rc);
+  batch_.add(qp, wr);  // posted at the end of this pass
   ++sq_used_[qp];
   return Status::ok();
 }
@@ -127,15 +121,36 @@ Status IbConnection::advertise(RecvLedger::Receive& r) {
   encode(e, at);
   RETURN_IF_ERROR(post_write(qp, wr_id(WrKind::cts, r.seq), at, kCtsEntryBytes, cts_staging_.lkey(),
                              peer_.cts_addr + slot * kCtsEntryBytes, peer_.cts_rkey,
-                             encode_imm(ImmKind::cts, 0, r.seq), true));
+                             encode_imm(ImmKind::cts, kImmAuxCts, r.seq), true));
   recv_.advertised(r);
+  if (shared_.stats != nullptr) {
+    ++shared_.stats->cts_written;
+    shared_.stats->cts_overdue += hold_.overdue();
+  }
+  return Status::ok();
+}
+
+Status IbConnection::ask_for_cts(const Send& s) {
+  const uint32_t qp = static_cast<uint32_t>(s.seq % qps_.size());
+  if (s.seq < asked_upto_ || sq_used_[qp] >= kSendDepth) return Status::ok();
+  RETURN_IF_ERROR(post_write(qp, wr_id(WrKind::rts, s.seq), nullptr, 0, 0, 0, 0,
+                             encode_imm(ImmKind::cts, kImmAuxRts, s.seq), false));
+  asked_upto_ = s.seq + 1;
+  if (shared_.stats != nullptr) ++shared_.stats->cts_requests;
   return Status::ok();
 }
 
 Status IbConnection::start_send(Send& s) {
   const SendLedger::Decision d = send_ledger_.decide(s.bytes, true);
   const uint32_t nqps = static_cast<uint32_t>(qps_.size());
-  if (d.way == SendLedger::Way::wait) return Status::ok();
+  if (d.way == SendLedger::Way::wait) {
+    // Ask for the CTS where the receiver may be holding it back (cts_hold.h): it does so when
+    // it expects an eager message, as after eager ones; a rendezvous message after rendezvous
+    // ones finds its CTS on the way, and asks only if it must sleep for it (ask_before_sleep).
+    const bool ask = d.needs_cts && (s.bytes <= kEagerSlotBytes || last_send_eager_ || asking_);
+    return ask ? ask_for_cts(s) : Status::ok();
+  }
+  last_send_eager_ = d.way == SendLedger::Way::eager;
   if (d.way == SendLedger::Way::eager || d.way == SendLedger::Way::too_large) {
     const uint32_t qp = static_cast<uint32_t>(s.seq % nqps);
     if (sq_used_[qp] >= kSendDepth) return Status::ok();
@@ -160,6 +175,7 @@ Status IbConnection::start_send(Send& s) {
     s.wrs_left = 1;
     s.started = true;
     ++sends_started_;
+    if (shared_.stats != nullptr) ++shared_.stats->messages;
     send_ledger_.sent(d);
     return Status::ok();
   }
@@ -188,12 +204,22 @@ Status IbConnection::start_send(Send& s) {
   s.wrs_left = static_cast<uint32_t>(plan.pieces.size());
   s.started = true;
   ++sends_started_;
+  if (shared_.stats != nullptr) ++shared_.stats->messages;
   send_ledger_.sent(d);
   return Status::ok();
 }
 
 void IbConnection::progress() {
   if (!started_ || !failure_.is_ok()) return;
+  advance();
+  if (!failure_.is_ok()) return batch_.clear();  // the QPs are in the error state
+  IbPostStats* stats = shared_.stats;
+  Status st = batch_.flush(qps_, stats != nullptr ? &stats->doorbells : nullptr,
+                           stats != nullptr ? &stats->work_requests : nullptr);
+  if (!st.is_ok()) fail(st.code(), op_prefix(true) + st.message());
+}
+
+void IbConnection::advance() {
   deliver();
   // Sends first: their data is what a peer waits for; a CTS is needed only by a rendezvous
   // message or a sender short of eager credits.
@@ -203,12 +229,12 @@ void IbConnection::progress() {
     if (!st.is_ok()) return fail(st.code(), st.message());
     if (!s.started) break;  // in order: the next waits for this one
   }
-  cts_held_ = false;
+  hold_.pass_begins();
   while (RecvLedger::Receive* r = recv_.next_to_advertise()) {
-    if (hold_cts(*r)) {
-      cts_held_ = true;
-      break;
-    }
+    const CtsHold::Receive ask{r->seq, r->capacity, recv_.posted().back().seq == r->seq,
+                               recv_.eager_consumed() - cts_consumed_reported_};
+    // Only the newest receive can be held: the clock is read for it alone (passes are frequent).
+    if (hold_.hold(ask, ask.newest ? Clock::now() : Clock::time_point{})) break;  // cts_hold.h
     Status st = advertise(*r);
     if (!st.is_ok()) return fail(st.code(), st.message());
     if (!r->advertised) break;  // the send queue is full: later
@@ -216,31 +242,15 @@ void IbConnection::progress() {
   deliver();
 }
 
-// A small receive's CTS is usually not needed: its message comes eagerly, and once it has
-// arrived the receive needs no CTS at all. Writing one anyway costs a work request, a doorbell
-// (a system call on Soft-RoCE) and a completion on each side, per message. So the newest
-// receive, when small, is advertised only when the sender may need it: when a later receive is
-// posted (advertisements stay in order), when the sender's eager credits run low (the count of
-// eager messages copied out has moved half the eager ring past the count the last CTS carried;
-// credits travel only in CTS entries), or when it has waited kHoldCts (a sender short of
-// credits in some other pattern, or one whose message is too large for this receive, waits for
-// a CTS: it is delayed by that much, never stuck).
-constexpr auto kHoldCts = std::chrono::milliseconds(1);
-
-bool IbConnection::hold_cts(const RecvLedger::Receive& r) {
-  if (r.capacity > kEagerSlotBytes || recv_.posted().back().seq != r.seq) return false;
-  if (recv_.eager_consumed() - cts_consumed_reported_ >= kEagerSlots / 2) return false;
-  const auto now = Clock::now();
-  if (held_seq_ != r.seq) {
-    held_seq_ = r.seq;
-    held_since_ = now;
-  }
-  return now - held_since_ < kHoldCts;
+void IbConnection::ask_before_sleep() {
+  asking_ = true;
+  progress();
+  asking_ = false;
 }
 
 std::optional<Clock::time_point> IbConnection::cts_due() const {
-  if (!cts_held_ || !failure_.is_ok()) return std::nullopt;
-  return held_since_ + kHoldCts;
+  if (!failure_.is_ok()) return std::nullopt;
+  return hold_.due();
 }
 
 int IbConnection::poll_cq() {
@@ -277,7 +287,9 @@ void IbConnection::on_wc(const ibv_wc& wc) {
   if (kind == WrKind::recv) {
     Status st = post_recv_wr(qp);
     const Imm imm = decode_imm(ntohl(wc.imm_data));
-    if (st.is_ok() && imm.kind == ImmKind::cts) {
+    if (st.is_ok() && imm.kind == ImmKind::cts && imm.aux == kImmAuxRts) {
+      hold_.requested(widen_seq(imm.seq, recv_.completed()));  // progress() advertises it
+    } else if (st.is_ok() && imm.kind == ImmKind::cts) {
       send_ledger_.on_cts(decode_cts(cts_ring_.data() + (imm.seq % kCtsEntries) * kCtsEntryBytes), imm.seq);
     } else if (st.is_ok()) {
       st = recv_.on_imm(imm, wc.byte_len);
@@ -316,6 +328,7 @@ void IbConnection::deliver() {
         std::memcpy(r->data, eager_ring_.data() + size_t(r->eager_slot) * kEagerSlotBytes, r->bytes);
       }
     }
+    if (!r->too_large) hold_.landed(r->capacity, r->eager_slot >= 0);
     auto mr = recv_mrs_.find(r->seq);
     if (shared_.flush != nullptr && c.status.is_ok() && mr != recv_mrs_.end()) {  // gdr_flush.h
       Status st = shared_.flush->before_delivery(mr->second, r->data, r->bytes, r->eager_slot < 0);
@@ -340,66 +353,6 @@ Status IbConnection::arm() {
   if (!cq_) return Status::ok();
   if (ibv_req_notify_cq(cq_.get(), 0) != 0) return system_error(op_prefix(false) + "ibv_req_notify_cq", errno);
   return Status::ok();
-}
-
-void IbConnection::check_socket() {
-  if (socket_.get() < 0 || !failure_.is_ok()) return;
-  ssize_t n = 0;
-  while (bye_got_ < kByeBytes) {
-    n = ::recv(socket_.get(), bye_ + bye_got_, kByeBytes - bye_got_, MSG_DONTWAIT);
-    if (n <= 0) break;
-    bye_got_ += static_cast<size_t>(n);
-  }
-  const int err = errno;
-  if (bye_got_ < kByeBytes && n < 0 && (err == EAGAIN || err == EWOULDBLOCK || err == EINTR)) {
-    if (bye_got_ == 0 || bye_[0] == kByeByte) return;  // the rest of a goodbye is on its way
-  }
-  // What the peer finished before it went may still be on its way into the CQ: take it first.
-  // After a goodbye, until every message it posted has arrived for the receives waiting here
-  // (bounded: on a loaded or emulated host their completions can trail the EOF by
-  // milliseconds); without one, briefly.
-  const bool said_bye = bye_got_ == kByeBytes && bye_[0] == kByeByte;
-  uint64_t peer_sent = 0;
-  if (said_bye) std::memcpy(&peer_sent, bye_ + 9, sizeof peer_sent);
-  const auto until = Clock::now() + (said_bye ? kGoodbyeDrain : std::chrono::milliseconds(2));
-  do {
-    poll_cq();
-    progress();
-  } while (failure_.is_ok() && Clock::now() < until &&
-           (!said_bye || (recv_.outstanding() > 0 && recv_.completed() < peer_sent)));
-  if (!failure_.is_ok()) return;
-  if (bye_got_ > 0 && bye_[0] != kByeByte) {
-    fail(ErrorCode::protocol, "unexpected bytes on its bootstrap connection (not a braid ib peer?)");
-  } else if (bye_got_ == kByeBytes) {
-    uint64_t received = 0;
-    std::memcpy(&received, bye_ + 1, sizeof received);
-    peer_closed(received, peer_sent);
-  } else if (n == 0 || err == ECONNRESET || err == EPIPE) {
-    fail(ErrorCode::peer_lost, "the peer's bootstrap connection ended without a goodbye: rank " +
-                                   std::to_string(peer_rank_) + " exited or was killed (its log says why)");
-  } else {
-    fail(ErrorCode::peer_lost, "its bootstrap connection failed: " + std::string(std::strerror(err)));
-  }
-}
-
-void IbConnection::peer_closed(uint64_t received, uint64_t peer_sent) {
-  peer_said_bye_ = true;
-  while (!sends_.empty() && sends_.front().started && sends_.front().seq < received) {
-    Send& s = sends_.front();
-    release(s.mr, s.has_mr);
-    report(Completion{this, s.cookie, true, s.bytes, Status::ok()});
-    sends_.pop_front();
-  }
-  // With nothing outstanding this is an ordinary shutdown (the peer's communicator went first):
-  // a later operation still fails with this message, but nothing is worth a warning now.
-  const bool idle = sends_.empty() && recv_.posted().empty();
-  fail(ErrorCode::peer_lost,
-       "rank " + std::to_string(peer_rank_) +
-           " closed this connection normally (its communicator was destroyed, or it exited) "
-           "with this operation outstanding (it had sent " + std::to_string(peer_sent) + " messages here, " +
-           std::to_string(recv_.completed()) + " of them received when it closed; it had received " +
-           std::to_string(received) + " of the " + std::to_string(sends_started_) + " sent from here)",
-       !idle);
 }
 
 std::string IbConnection::op_prefix(bool is_send) const {
@@ -441,23 +394,6 @@ void IbConnection::fail(ErrorCode code, const std::string& cause, bool warn) {
   for (auto& [seq, mr] : recv_mrs_) shared_.memory->release(mr);
   recv_mrs_.clear();
   // The peer learns of it at once (its liveness socket reads EOF) rather than at its timeout.
-  if (socket_.get() >= 0 && shared_.unwatch) shared_.unwatch(socket_.get());
-  socket_.reset();
-}
-
-void IbConnection::close() {
-  if (socket_.get() >= 0 && failure_.is_ok() && started_) {
-    unsigned char bye[kByeBytes];
-    bye[0] = kByeByte;
-    const uint64_t received = recv_.completed();
-    std::memcpy(bye + 1, &received, sizeof received);
-    std::memcpy(bye + 9, &sends_started_, sizeof sends_started_);
-    // Nothing else was ever written to this socket after setup: its buffer takes the goodbye at once.
-    (void)::send(socket_.get(), bye, sizeof bye, MSG_DONTWAIT | MSG_NOSIGNAL);
-  }
-  if (failure_.is_ok() && (started_ || !qps_.empty())) {
-    fail(ErrorCode::aborted, "the connection was closed with this operation outstanding");
-  }
   if (socket_.get() >= 0 && shared_.unwatch) shared_.unwatch(socket_.get());
   socket_.reset();
 }

@@ -5,7 +5,8 @@
 // the peer writes into, and the local staging copies they are written from), and the bootstrap
 // TCP socket, kept open only to learn of the peer's death (EOF).
 //
-// Every work request is signaled: a send completes when all its writes have, a receive when the
+// A pass (progress()) queues its writes and rings each QP's doorbell once at its end
+// (write_batch.h). Every work request is signaled: a send completes when all its writes have, a receive when the
 // immediates of its message have all arrived (and, for an eager message, it was copied out).
 // Completions are reported in posting order per direction. A failure of any work request, or
 // the peer's death, fails every outstanding operation with a message naming the operation, the
@@ -23,14 +24,27 @@
 #include <string>
 #include <vector>
 
+#include "transport/ib/cts_hold.h"
 #include "transport/ib/cts_ring.h"
 #include "transport/ib/gdr_flusher.h"
 #include "transport/ib/memory_registry.h"
 #include "transport/ib/verbs.h"
+#include "transport/ib/write_batch.h"
 #include "transport/tcp/socket_setup.h"
 #include "transport/transport.h"
 
 namespace braid::transport::ib {
+
+// What the connections of a transport posted (tests and benchmarks: work per message). On
+// Soft-RoCE every doorbell (ibv_post_send call) is a system call that runs the packet path.
+struct IbPostStats {
+  uint64_t doorbells = 0;      // ibv_post_send calls
+  uint64_t work_requests = 0;  // the work requests they carried
+  uint64_t messages = 0;       // messages whose writes were posted
+  uint64_t cts_written = 0;    // clear-to-send entries
+  uint64_t cts_overdue = 0;    // of those, written because a held-back one waited cts_hold.h's bound
+  uint64_t cts_requests = 0;   // requests to send (RTS) written by a sender waiting for a CTS
+};
 
 // What a connection borrows from its transport, which outlives it.
 struct IbShared {
@@ -42,6 +56,7 @@ struct IbShared {
   std::function<void(class IbConnection*)> forget;  // called by the destructor
   std::function<void(int fd)> unwatch;              // before the liveness socket closes
   GdrFlusher* flush = nullptr;  // GPUDirect flush before a receive is reported (null: never due)
+  IbPostStats* stats = nullptr;
 };
 
 class IbConnection final : public Connection {
@@ -71,6 +86,8 @@ class IbConnection final : public Connection {
   int poll_cq();
   void progress();
   Status arm();
+  // Before the transport sleeps: a message that waits for a CTS asks for it (cts_hold.h).
+  void ask_before_sleep();
   // When a clear-to-send held back by progress() must go at the latest (the transport bounds
   // its sleep by it); nullopt when none is held back.
   std::optional<Clock::time_point> cts_due() const;
@@ -94,9 +111,10 @@ class IbConnection final : public Connection {
   };
 
   IbConnection(const IbShared& shared, int self_rank, int peer_rank);
-  Status start_send(Send& s);  // posts its writes if credits and queue room allow
+  void advance();              // progress() without ringing the doorbells
+  Status start_send(Send& s);  // queues its writes if credits and queue room allow
   Status advertise(RecvLedger::Receive& r);
-  bool hold_cts(const RecvLedger::Receive& r);  // whether r's CTS may wait (progress() says why)
+  Status ask_for_cts(const Send& s);  // the request to send (RTS) for a message waiting on a CTS
   Status post_write(uint32_t qp, uint64_t wr_id, const void* local, uint64_t bytes, uint32_t lkey,
                     uint64_t remote, uint32_t rkey, uint32_t imm, bool inline_ok);
   Status post_recv_wr(uint32_t qp);
@@ -119,6 +137,7 @@ class IbConnection final : public Connection {
   std::vector<QpPtr> qps_;
   std::vector<QpAddress> self_qps_;
   std::vector<uint32_t> sq_used_;
+  WriteBatch batch_;  // this pass's writes, posted at its end
   uint32_t max_inline_ = 0;
   RegisteredBuffer cts_ring_, cts_staging_, eager_ring_, eager_staging_;
   ConnectionCard peer_;
@@ -132,9 +151,10 @@ class IbConnection final : public Connection {
   bool reporting_ = true;
   uint64_t sends_started_ = 0;  // messages whose writes are posted (the goodbye says how many)
   uint64_t cts_consumed_reported_ = 0;  // the eager count the latest CTS carried to the peer
-  uint64_t held_seq_ = ~uint64_t{0};    // the receive whose CTS is held back, since held_since_
-  Clock::time_point held_since_{};
-  bool cts_held_ = false;
+  uint64_t asked_upto_ = 0;             // messages below this had their RTS written
+  bool last_send_eager_ = false;        // the latest message started went eagerly
+  bool asking_ = false;                 // within ask_before_sleep()
+  CtsHold hold_;
   bool peer_said_bye_ = false;  // the failure is the peer's goodbye: what it sent still completes
   unsigned char bye_[kByeBytes] = {};  // the peer's goodbye, as it arrives
   size_t bye_got_ = 0;

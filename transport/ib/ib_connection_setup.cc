@@ -18,7 +18,7 @@ uint32_t random_psn() {
 }  // namespace
 
 IbConnection::IbConnection(const IbShared& shared, int self_rank, int peer_rank)
-    : shared_(shared), self_rank_(self_rank), peer_rank_(peer_rank) {}
+    : shared_(shared), self_rank_(self_rank), peer_rank_(peer_rank), batch_(shared.nqps) {}
 
 IbConnection::~IbConnection() {
   if (shared_.forget) shared_.forget(this);

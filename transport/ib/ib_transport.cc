@@ -150,6 +150,7 @@ Result<std::unique_ptr<Connection>> IbTransport::establish(const PeerIdentity& w
   shared.memory = memory_.get();
   shared.ready = &ready_;
   shared.flush = flush_.get();
+  shared.stats = &posts_;
   shared.qp = qp_settings_;
   shared.nqps = static_cast<uint32_t>(env_.ib_qps_per_connection);
   shared.forget = [this](IbConnection* c) { forget(c); };
@@ -219,11 +220,15 @@ void IbTransport::check_sockets() {
 }
 
 Status IbTransport::sleep(std::chrono::microseconds timeout) {
-  for (IbConnection* c : connections_) RETURN_IF_ERROR(c->arm());
+  for (IbConnection* c : connections_) c->ask_before_sleep();
+  for (IbConnection* c : connections_) {
+    RETURN_IF_ERROR(c->arm());
+    ++waits_.arms;
+  }
   // A completion that came between the last pass and arming raised no event: look once more.
   pass();
   if (!ready_.empty()) return Status::ok();
-  // A clear-to-send a connection holds back must go in time (ib_connection.cc, hold_cts).
+  // A clear-to-send a connection holds back must go in time (cts_hold.h).
   for (IbConnection* c : connections_) {
     if (auto due = c->cts_due()) {
       timeout = std::min(timeout, std::chrono::duration_cast<std::chrono::microseconds>(*due - Clock::now()));

@@ -63,8 +63,11 @@ class IbTransport final : public Transport {
     uint64_t spin_passes = 0;   // passes over the CQs while spinning for a completion
     uint64_t sleeps = 0;        // epoll_wait calls that could block (CQs armed first)
     uint64_t channel_events = 0;  // CQ events read from the completion channel
+    uint64_t arms = 0;            // ibv_req_notify_cq calls (one per connection per sleep)
   };
   WaitStats wait_stats() const { return waits_; }
+  // What the connections posted so far (ib_connection.h): doorbells and CTS per message.
+  IbPostStats post_stats() const { return posts_; }
 
  private:
   explicit IbTransport(const TransportOptions& options);
@@ -93,6 +96,7 @@ class IbTransport final : public Transport {
   tcp::UniqueFd epoll_fd_, wake_fd_;
   Clock::time_point sockets_checked_{};
   WaitStats waits_;
+  IbPostStats posts_;
   SpinBudget spin_;
 };
 

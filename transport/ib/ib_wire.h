@@ -49,6 +49,8 @@
 //   data      aux = pieces - 1: one write of a rendezvous message into the receive's buffer
 //   eager     aux = eager slot
 //   cts       aux = 0: a clear-to-send entry was written for receive `seq`
+//             aux = 1: a request to send (RTS), zero bytes: message `seq` waits for its receive's
+//             clear-to-send, which the receiver may be holding back (cts_hold.h)
 //   too_large aux = 0: message `seq` is larger than the buffer its receive advertised
 #pragma once
 
@@ -113,6 +115,8 @@ enum class ImmKind : uint8_t { data = 0, eager = 1, cts = 2, too_large = 3 };
 constexpr uint32_t kImmSeqBits = 24;
 constexpr uint32_t kImmSeqMask = (1u << kImmSeqBits) - 1;
 constexpr uint32_t kImmAuxMax = 63;
+constexpr uint32_t kImmAuxCts = 0;  // with ImmKind::cts: an entry was written
+constexpr uint32_t kImmAuxRts = 1;  // with ImmKind::cts: the sender asks for one
 
 struct Imm {
   ImmKind kind = ImmKind::data;

@@ -4,7 +4,10 @@
 // processed at a random later time (so a CTS slot may be overwritten before its immediate is
 // read, as on a NIC). Each receive must get exactly its message, in order; a message larger
 // than its receive must be flagged, not written; an eager slot must never be overwritten before
-// it is copied out (the copied bytes would differ).
+// it is copied out (the copied bytes would differ). With `hold`, the receiver holds back the CTS
+// of its newest receive as cts_hold.h says, on a clock that never moves (so the bound never
+// releases one), and the sender asks (RTS) whenever its next message needs a CTS: no message
+// may wait forever on a held CTS.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -12,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "transport/ib/cts_hold.h"
 #include "transport/ib/cts_ring.h"
 #include "transport/ib/stripe_plan.h"
 
@@ -35,14 +39,17 @@ struct Cqe {
 
 class Pair {
  public:
-  Pair(uint32_t nqps, uint64_t seed) : nqps_(nqps), rng_(seed), fwd_(nqps), back_(nqps) {}
+  // `one_at_a_time`: a receive is posted only when the previous one completed, so every
+  // receive is the newest one (a ping-pong's pattern): the one whose CTS may be held back.
+  Pair(uint32_t nqps, uint64_t seed, bool hold = false, bool one_at_a_time = false)
+      : nqps_(nqps), rng_(seed), fwd_(nqps), back_(nqps), hold_cts_(hold), one_at_a_time_(one_at_a_time) {}
 
   // Runs until `total` messages have been received (or a step limit, which fails the test).
   void run(size_t total) {
     for (size_t step = 0; step < 50'000'000 && received_ < total; ++step) {
       switch (rng_() % 8) {
         case 0:
-          if (posted_recvs_ < total && recv_.outstanding() < kCtsEntries) post_recv();
+          if (posted_recvs_ < total && recv_.outstanding() < (one_at_a_time_ ? 1 : kCtsEntries)) post_recv();
           break;
         case 1:
           if (messages_.size() < total && sent_unfinished() < 300) post_send();
@@ -62,6 +69,8 @@ class Pair {
 
   size_t eager_count() const { return eager_; }
   size_t too_large_count() const { return too_large_; }
+  size_t cts_count() const { return cts_; }
+  size_t rts_count() const { return rts_; }
 
  private:
   struct Message {
@@ -95,6 +104,8 @@ class Pair {
       Message m;
       m.data = random_bytes(random_size());
       m.capacity = m.data.size() + (rng_() % 3 == 0 ? rng_() % 100 : 0);
+      // As the runtime's first receive of an operation: room for far more than most messages.
+      if (m.data.size() <= kRoomy && rng_() % 3 == 0) m.capacity = kRoomy;
       if (!m.data.empty() && rng_() % 20 == 0) m.capacity = m.data.size() - 1 - rng_() % m.data.size();
       messages_.push_back(std::move(m));
     }
@@ -127,10 +138,16 @@ class Pair {
       }
       ASSERT_EQ(buf[m.capacity], 0xee) << "receive " << r->seq << " was overrun";
       too_large_ += too_large;
+      if (!r->too_large) hold_.landed(r->capacity, r->eager_slot >= 0);
       ++received_;
       recv_.pop_front();
     }
     while (RecvLedger::Receive* r = recv_.next_to_advertise()) {
+      const CtsHold::Receive ask{r->seq, r->capacity, recv_.posted().back().seq == r->seq,
+                                 recv_.eager_consumed() - consumed_reported_};
+      if (hold_cts_ && hold_.hold(ask, CtsHold::Clock::time_point{})) break;
+      consumed_reported_ = recv_.eager_consumed();
+      ++cts_;
       CtsEntry e{reinterpret_cast<uint64_t>(r->data), r->capacity, 0, static_cast<uint32_t>(r->seq),
                  recv_.eager_consumed()};
       Write w;
@@ -148,7 +165,18 @@ class Pair {
     for (size_t seq = send_.next_seq(); seq < messages_.size(); seq = send_.next_seq()) {
       Message& m = messages_[seq];
       const SendLedger::Decision d = send_.decide(m.data.size(), true);
-      if (d.way == SendLedger::Way::wait) return;
+      if (d.way == SendLedger::Way::wait) {
+        if (hold_cts_ && d.needs_cts && seq >= asked_upto_) {  // the request to send
+          Write w;
+          w.has_imm = true;
+          w.imm = encode_imm(ImmKind::cts, kImmAuxRts, seq);
+          w.send_seq = kNoMessage;
+          fwd_[seq % nqps_].push_back(std::move(w));
+          asked_upto_ = seq + 1;
+          ++rts_;
+        }
+        return;
+      }
       m.started = true;
       if (d.way == SendLedger::Way::eager) {
         Write w;
@@ -195,7 +223,7 @@ class Pair {
     Write w = std::move(lane.front());
     lane.pop_front();
     if (!w.payload.empty()) std::memcpy(w.target, w.payload.data(), w.payload.size());
-    if (&lanes == &fwd_) {
+    if (&lanes == &fwd_ && w.send_seq != kNoMessage) {
       Message& m = messages_[w.send_seq];
       if (--m.writes_left == 0) {
         ++sends_done_;
@@ -209,6 +237,12 @@ class Pair {
     if (receiver_cq_.empty()) return;
     const Cqe c = receiver_cq_.front();
     receiver_cq_.pop_front();
+    const Imm imm = decode_imm(c.imm);
+    if (imm.kind == ImmKind::cts) {
+      ASSERT_EQ(imm.aux, kImmAuxRts);
+      hold_.requested(widen_seq(imm.seq, recv_.completed()));
+      return;
+    }
     Status st = recv_.on_imm(decode_imm(c.imm), c.bytes);
     ASSERT_TRUE(st.is_ok()) << st.message();
   }
@@ -222,6 +256,9 @@ class Pair {
     send_.on_cts(decode_cts(cts_ring_.data() + (imm.seq % kCtsEntries) * kCtsEntryBytes), imm.seq);
   }
 
+  static constexpr size_t kRoomy = 65600;
+  static constexpr uint64_t kNoMessage = ~uint64_t{0};
+
   uint32_t nqps_;
   std::mt19937_64 rng_;
   std::vector<std::deque<Write>> fwd_, back_;
@@ -233,6 +270,10 @@ class Pair {
   std::deque<Message> messages_;
   std::deque<Bytes> buffers_;
   size_t posted_recvs_ = 0, received_ = 0, sends_done_ = 0, eager_ = 0, too_large_ = 0;
+  bool hold_cts_, one_at_a_time_;
+  CtsHold hold_;
+  uint64_t consumed_reported_ = 0, asked_upto_ = 0;
+  size_t cts_ = 0, rts_ = 0;
 };
 
 TEST(IbCredits, EveryMessageLandsInItsReceiveInOrder) {
@@ -246,6 +287,46 @@ TEST(IbCredits, EveryMessageLandsInItsReceiveInOrder) {
       EXPECT_GT(p.too_large_count(), 0u);
     }
   }
+}
+
+// The receiver holds CTS entries back and no time passes: only the sender's requests release
+// them. Every message must still land, and most small ones must have gone without a CTS.
+TEST(IbCredits, HeldBackCtsIsReleasedByTheSendersRequest) {
+  for (uint32_t nqps : {1u, 4u}) {
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+      SCOPED_TRACE(::testing::Message() << "nqps " << nqps << " seed " << seed);
+      const bool one_at_a_time = seed % 2 == 0;
+      Pair held(nqps, seed, true, one_at_a_time), plain(nqps, seed, false, one_at_a_time);
+      held.run(1500);
+      if (HasFatalFailure()) return;
+      plain.run(1500);
+      if (HasFatalFailure()) return;
+      EXPECT_GT(held.rts_count(), 0u);
+      EXPECT_GT(held.too_large_count(), 0u);
+      if (one_at_a_time) {
+        EXPECT_LT(held.cts_count(), plain.cts_count());  // some eager messages took none
+      } else {
+        EXPECT_LE(held.cts_count(), plain.cts_count());
+      }
+    }
+  }
+}
+
+// A message waits either on the peer (no CTS for a rendezvous message, or no eager credit: it
+// must ask, cts_hold.h) or on itself (its eager staging copy is still being written).
+TEST(IbCredits, AWaitSaysWhetherOnlyTheReceiversCtsCanEndIt) {
+  SendLedger s;
+  const auto d = s.decide(kEagerSlotBytes + 1, true);
+  EXPECT_EQ(d.way, SendLedger::Way::wait);
+  EXPECT_TRUE(d.needs_cts);
+  for (uint32_t i = 0; i < kEagerSlots; ++i) s.sent(s.decide(10, true));  // staging copies busy
+  EXPECT_EQ(s.decide(10, true).way, SendLedger::Way::wait);
+  s.on_cts(CtsEntry{0x1000, 10, 1, kEagerSlots + 5, 1}, kEagerSlots + 5);  // a later receive's CTS: 1 consumed
+  const auto local = s.decide(10, true);
+  EXPECT_EQ(local.way, SendLedger::Way::wait);
+  EXPECT_FALSE(local.needs_cts);  // slot 0's staging copy is still in flight: its completion frees it
+  s.staging_free(0);
+  EXPECT_EQ(s.decide(10, true).way, SendLedger::Way::eager);
 }
 
 TEST(IbCredits, ReceiverRefusesImmediatesOutsideItsWindow) {
@@ -296,6 +377,7 @@ TEST(IbCredits, EagerCreditsRunOutUntilTheReceiverReportsConsumption) {
     s.staging_free(d.eager_slot);
   }
   EXPECT_EQ(s.decide(10, true).way, SendLedger::Way::wait);
+  EXPECT_TRUE(s.decide(10, true).needs_cts);  // only a CTS can bring credits: the sender asks
   // The CTS of the next receive reports 3 eager messages copied out.
   s.on_cts(CtsEntry{0x1000, 10, 1, kEagerSlots, 3}, kEagerSlots);
   EXPECT_EQ(s.decide(10, true).way, SendLedger::Way::eager);
