@@ -2,7 +2,8 @@
 # bench/ib_guest.sh - braid-perf over ib against perftest on the same two Soft-RoCE devices, from
 # one boot of the emulated guest (scripts/rdma_guest.sh), in interleaved rounds: each round runs
 #   ib_write_bw 4 MiB (rxe0 -> rxe1)   then braid-perf broadcast 4 MiB, 2 ranks (one-way bandwidth)
-#   ib_write_lat 8 B                   then braid-perf sendrecv 8 B and all_reduce 8 B (latency)
+#   ib_write_lat 8 B                   then braid-perf sendrecv 8 B and all_reduce 8 B (latency),
+#                                      and sendrecv 8 B in a loop without barriers (--barrier 0)
 #   ib_pingpong_bench 8 B: the ib transport alone, below the runtime (half round trip), into
 #     8-byte receives and into receives with room for 64 KiB (as the runtime posts its first
 #     receive of an operation; the row is n/a with a bench that predates --capacity)
@@ -95,6 +96,11 @@ for round in $(seq "$ROUNDS"); do
   [ -n "$braid_missing" ] || braid sendrecv 7 1 29611 --op sendrecv -b 8 -e 8 -n 200 -w 20
   # The same for an 8 B all_reduce on 2 ranks (one exchange each way).
   [ -n "$braid_missing" ] || braid all_reduce_8 7 1 29613 --op all_reduce -b 8 -e 8 -n 200 -w 20
+  # The same sendrecv as a loop with no barrier between operations (--barrier 0), as perftest's
+  # ping-pong runs (a braid-perf without the option leaves the row empty).
+  if [ -z "$braid_missing" ] && "$perf" --help | grep -q -- --barrier; then
+    braid sendrecv_loop 7 1 29614 --op sendrecv -b 8 -e 8 -n 200 -w 20 --barrier 0
+  fi
   # The transport alone: field 2 is the median half round trip in us (how it waited and what
   # it posted per message on stderr's copy of its readable lines).
   if [ -z "$braid_missing" ] && [ "$TRANSPORT" = ib ] && [ -x "$pingpong" ]; then
@@ -142,6 +148,8 @@ row "braid-perf sendrecv 8 B (median time)" sendrecv "" us "$na"
 ratio "  braid / ib_write_lat" sendrecv write_lat ""
 row "braid-perf all_reduce 8 B (median time)" all_reduce_8 "" us "$na"
 ratio "  braid / ib_write_lat" all_reduce_8 write_lat ""
+row "braid-perf sendrecv 8 B, loop (--barrier 0)" sendrecv_loop "" us "${na:-n/a (braid-perf without --barrier)}"
+ratio "  braid / ib_write_lat" sendrecv_loop write_lat ""
 row "ib transport ping-pong 8 B (half round trip)" pingpong "" us "${na:-n/a (ib_pingpong_bench not built, or not over ib)}"
 ratio "  transport / ib_write_lat" pingpong write_lat ""
 row "the same into 64 KiB receives" pingpong_roomy "" us "${na:-n/a (ib_pingpong_bench without --capacity)}"
