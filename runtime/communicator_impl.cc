@@ -150,8 +150,8 @@ void CommunicatorImpl::progress_main() {
   uint64_t taken = 0;  // operations pushed to the queue that had left it after the last pass
   bool worked = false;  // the last pass ran an operation
   for (;;) {
-    // A wake-up through the condition variable costs tens of microseconds; back-to-back operations
-    // (the common case in a training step or a benchmark) arrive within a short spin instead.
+    // A wake-up through the condition variable costs far more than a short spin, and back-to-back
+    // operations (the common case in a training step or a benchmark) arrive within one.
     if (worked) {
       auto spin_end = Clock::now() + std::chrono::microseconds(cfg_.env.spin_us);
       SpinScope spin;
@@ -296,6 +296,37 @@ void CommunicatorImpl::keep_run(const RunShape& shape, std::unique_ptr<OpRun> ru
   run_cache_.emplace_back(shape, std::move(run));
 }
 
+Result<CommunicatorImpl::MadeRun> CommunicatorImpl::make_run(const Pending& op, const collectives::RunOptions& options,
+                                                             const std::optional<RunShape>& shape) {
+  if (std::unique_ptr<OpRun> run = shape ? take_cached_run(*shape) : nullptr) {
+    RETURN_IF_ERROR(run->reuse(op.args, cfg_.comm_id, op.seq, op.match_seq, options.op_id));
+    MadeRun m{nullptr, true, run->name(), run->algo()};
+    m.run = std::move(run);
+    return m;
+  }
+  ASSIGN_OR_RETURN(collectives::PreparedCollective prepared,
+                   collectives::prepare_collective(op.args, cfg_.rank, cfg_.size, links_->capabilities(),
+                                                   links_->peers(), options));
+  // INFO says which algorithm each collective uses, once per (collective, algorithm, size
+  // class) rather than per call, so a training loop's log stays readable.
+  if (log_enabled(LogLevel::info) && prepared.executor != nullptr) {
+    size_t bytes = op.args.count * dtype_size(op.args.dtype);
+    int size_class = 0;
+    while (bytes > 1 && size_class < 63) bytes >>= 1, ++size_class;
+    if (algo_logged_.insert((static_cast<int>(op.args.kind) << 16) | (static_cast<int>(prepared.algo) << 8) | size_class).second) {
+      BRAID_LOG(info) << OpLabel::one(op.args.kind, op.seq).str() << ": " << prepared.name << " for " << op.args.count
+                      << " x " << to_string(op.args.dtype) << " (" << op.args.count * dtype_size(op.args.dtype)
+                      << " bytes)";
+    }
+  }
+  MadeRun m{nullptr, false, prepared.name, prepared.algo};
+  if (prepared.executor != nullptr) {
+    m.run = std::make_unique<OpRun>(std::move(prepared), op.args, cfg_.rank, cfg_.comm_id, op.seq, op.match_seq,
+                                    links_->peers());
+  }
+  return m;
+}
+
 // One operation, plus (on the progress thread) the ones queued behind it, overlapped: the next
 // starts as soon as the newest has posted every send and receive, so its messages queue behind
 // those on each connection, which is all the in-order matching of connections needs. The tail
@@ -341,50 +372,23 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
     }
     // A finished run of the same shape is run again; otherwise one is prepared (OpRun::reuse).
     const std::optional<RunShape> shape = shape_of(op, options.algo);
-    std::unique_ptr<OpRun> run = shape ? take_cached_run(*shape) : nullptr;
-    std::optional<collectives::PreparedCollective> prepared;
-    if (run != nullptr) {
-      Status reused = run->reuse(op.args, cfg_.comm_id, op.seq, op.match_seq, options.op_id);
-      if (!reused.is_ok()) {
-        op.work->complete(reused.with_context(what.str() + ": "));
-        return;
-      }
-    } else {
-      auto made = collectives::prepare_collective(op.args, cfg_.rank, cfg_.size, links_->capabilities(),
-                                                  links_->peers(), options);
-      if (!made.is_ok()) {
-        op.work->complete(made.status().with_context(what.str() + ": "));
-        return;
-      }
-      prepared = std::move(made).value();
-      // INFO says which algorithm each collective uses, once per (collective, algorithm, size
-      // class) rather than per call, so a training loop's log stays readable.
-      if (log_enabled(LogLevel::info) && prepared->executor != nullptr) {
-        size_t bytes = op.args.count * dtype_size(op.args.dtype);
-        int size_class = 0;
-        while (bytes > 1 && size_class < 63) bytes >>= 1, ++size_class;
-        if (algo_logged_.insert((static_cast<int>(op.args.kind) << 16) | (static_cast<int>(prepared->algo) << 8) | size_class).second) {
-          BRAID_LOG(info) << what.str() << ": " << prepared->name << " for " << op.args.count << " x "
-                          << to_string(op.args.dtype) << " (" << op.args.count * dtype_size(op.args.dtype) << " bytes)";
-        }
-      }
+    auto made = make_run(op, options, shape);
+    if (!made.is_ok()) {
+      op.work->complete(made.status().with_context(what.str() + ": "));
+      return;
     }
-    const collectives::Algo algo = run != nullptr ? run->algo() : prepared->algo;
-    last_algo_.store(static_cast<int>(algo), std::memory_order_relaxed);
-    BRAID_LOG(trace) << what.str() << " (" << (run != nullptr ? run->name() : prepared->name) << ") count " << op.args.count
-                     << " " << to_string(op.args.dtype) << " starts"
+    std::unique_ptr<OpRun> run = std::move(made.value().run);
+    last_algo_.store(static_cast<int>(made.value().algo), std::memory_order_relaxed);
+    BRAID_LOG(trace) << what.str() << " (" << made.value().name << ") count " << op.args.count << " "
+                     << to_string(op.args.dtype) << " starts"
                      << (t_progress_thread ? " on the progress thread" : " on the caller's thread")
-                     << (run != nullptr ? ", run again" : "")
+                     << (made.value().reused ? ", run again" : "")
                      << (active.empty() ? "" : " (overlapping " + active.back().what.str() + ")");
     if (run == nullptr) {
-      if (prepared->executor == nullptr) {
-        done_seq_ = op.seq;
-        done_what_ = what;
-        op.work->complete(finish_device(op, options.deadline, what));
-        return;
-      }
-      run = std::make_unique<OpRun>(std::move(*prepared), op.args, cfg_.rank, cfg_.comm_id, op.seq, op.match_seq,
-                                    links_->peers());
+      done_seq_ = op.seq;
+      done_what_ = what;
+      op.work->complete(finish_device(op, options.deadline, what));
+      return;
     }
     runs.push_back(run.get());
     after.push_back(-1);

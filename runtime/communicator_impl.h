@@ -4,10 +4,10 @@
 // in issue order. Callers enqueue and get a Work. A blocking call (or Work::wait()) whose
 // communicator has nothing else queued or running runs the operation on the caller's own thread
 // instead (BRAID_CALLER_PROGRESS): waking the progress thread and then the caller again costs
-// two scheduler wake-ups (tens of microseconds each) per operation. Exactly one thread at a time
-// runs operations and touches the transport: the one that set busy_. The transport follows it
-// (an io_uring ring changes owner only while no I/O is in flight, which holds between
-// operations: a send completes only after its zero-copy notification).
+// two scheduler wake-ups per operation (docs/performance.md has what they cost). Exactly one
+// thread at a time runs operations and touches the transport: the one that set busy_. The
+// transport follows it (an io_uring ring changes owner only while no I/O is in flight, which
+// holds between operations: a send completes only after its zero-copy notification).
 //
 // The hand-off of an *_async operation queued on an idle communicator. A program either waits
 // for it at once (`_async(...).wait()`, a benchmark, a latency-bound loop), and it should run on
@@ -323,6 +323,16 @@ class CommunicatorImpl {
     bool operator==(const RunShape&) const = default;
   };
   static std::optional<RunShape> shape_of(const Pending& op, collectives::Algo algo);
+  // The run of `op`: a kept one of its shape (when `shape` is set) run again, else one prepared.
+  // `run` is null when the operation has nothing to move; name and algo say what it is either way.
+  struct MadeRun {
+    std::unique_ptr<OpRun> run;
+    bool reused = false;
+    std::string name;
+    collectives::Algo algo = collectives::Algo::automatic;
+  };
+  Result<MadeRun> make_run(const Pending& op, const collectives::RunOptions& options,
+                           const std::optional<RunShape>& shape);
   std::unique_ptr<OpRun> take_cached_run(const RunShape& shape);
   void keep_run(const RunShape& shape, std::unique_ptr<OpRun> run);
   static constexpr size_t kRunCacheSize = 8;

@@ -149,28 +149,16 @@ void CommunicatorImpl::run_group(Pending& g) {
   for (auto& m : members) {
     options.op_id = m.seq & 0x7fffffffu;
     const std::optional<RunShape> shape = keep ? shape_of(m, options.algo) : std::nullopt;
-    std::unique_ptr<OpRun> run = shape ? take_cached_run(*shape) : nullptr;
-    const bool reused_run = run != nullptr;
-    if (reused_run) {
-      Status reused = run->reuse(m.args, cfg_.comm_id, m.seq, m.match_seq, options.op_id);
-      if (!reused.is_ok()) {  // nothing was posted yet: the communicator stays usable
-        finish(reused.with_context(what.str() + ": "));
-        return;
-      }
-    } else {
-      auto prepared = collectives::prepare_collective(m.args, cfg_.rank, cfg_.size, links_->capabilities(),
-                                                      links_->peers(), options);
-      if (!prepared.is_ok()) {
-        finish(prepared.status().with_context(what.str() + ": "));
-        return;
-      }
-      if (prepared->executor == nullptr) continue;
-      run = std::make_unique<OpRun>(std::move(prepared).value(), m.args, cfg_.rank, cfg_.comm_id, m.seq, m.match_seq,
-                                    links_->peers());
+    auto made = make_run(m, options, shape);
+    if (!made.is_ok()) {  // nothing was posted yet: the communicator stays usable
+      finish(made.status().with_context(what.str() + ": "));
+      return;
     }
+    std::unique_ptr<OpRun> run = std::move(made.value().run);
+    if (run == nullptr) continue;
     BRAID_LOG(trace) << what.str() << ": " << collectives::to_string(m.args.kind) << " #" << m.seq << " count "
                      << m.args.count << " " << to_string(m.args.dtype) << " peer " << m.args.peer
-                     << (reused_run ? ", run again" : ", built");
+                     << (made.value().reused ? ", run again" : ", built");
     int previous = -1;
     for (size_t j = 0; j < built.size(); ++j) {
       const Pending& o = *built[j].member;

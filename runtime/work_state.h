@@ -1,8 +1,8 @@
 // runtime/work_state.h - the shared state behind a braid::Work.
 //
-// Completion is an event: the progress thread calls complete() once; waiters spin briefly
-// (a blocking wake-up costs tens of microseconds) and then sleep on a condition variable until it
-// completes or their deadline passes.
+// Completion is an event: the progress thread calls complete() once; waiters spin briefly (a
+// blocking wake-up costs far more than a short spin) and then sleep on a condition variable
+// until it completes or their deadline passes.
 #pragma once
 
 #include <atomic>

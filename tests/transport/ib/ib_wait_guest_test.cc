@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tests/transport/ib/soft_roce_guest.h"
+#include "tests/transport/ib/guest_pair.h"
 #include "transport/ib/ib_transport.h"
 #include "transport/registry.h"
 
@@ -31,49 +32,17 @@ struct End {
 
   IbTransport& ib() { return dynamic_cast<IbTransport&>(*transport); }
   // Waits in poll (as the runtime does: spinning, then sleeping) until n operations finished.
-  ::testing::AssertionResult await(int n) {
-    const Deadline deadline = Deadline::after(kBound);
-    std::vector<Completion> got;
-    while (n > 0 && !deadline.expired()) {
-      got.clear();
-      const Status st = transport->poll(got, std::chrono::seconds(1));
-      if (!st.is_ok()) return ::testing::AssertionFailure() << st.message();
-      for (const Completion& c : got) {
-        if (!c.status.is_ok()) return ::testing::AssertionFailure() << c.status.message();
-        --n;
-      }
-    }
-    if (n > 0) return ::testing::AssertionFailure() << n << " operations did not finish within the bound";
-    return ::testing::AssertionSuccess();
-  }
+  ::testing::AssertionResult await(int n) { return guest::await_completions(*transport, n, kBound); }
 };
-
-std::unique_ptr<Transport> make(const char* host, int spin_us) {
-  TransportOptions o;
-  o.listen_host = host;
-  o.env.spin_us = spin_us;
-  auto t = create_transport("ib", o);
-  EXPECT_TRUE(t.is_ok()) << t.status().message();
-  return t.is_ok() ? std::move(t).value() : nullptr;
-}
 
 // Two connected ends, rank 0 on rxe0 and rank 1 on rxe1.
 bool connect(End& e0, End& e1, int spin_us) {
-  e0.transport = make("10.99.0.1", spin_us);
-  e1.transport = make("10.99.0.2", spin_us);
-  if (!e0.transport || !e1.transport) return false;
-  auto address = e1.transport->listen();
-  EXPECT_TRUE(address.is_ok() && e0.transport->listen().is_ok());
-  if (!address.is_ok()) return false;
-  Result<std::unique_ptr<Connection>> accepted = Status(ErrorCode::internal, "not run");
-  std::thread acceptor([&] { accepted = e1.transport->accept(PeerIdentity{kComm, 1, 0}, Deadline::after(kBound)); });
-  auto connected = e0.transport->connect(address.value(), PeerIdentity{kComm, 0, 1}, Deadline::after(kBound));
-  acceptor.join();
-  EXPECT_TRUE(connected.is_ok()) << connected.status().message();
-  EXPECT_TRUE(accepted.is_ok()) << accepted.status().message();
-  if (!connected.is_ok() || !accepted.is_ok()) return false;
-  e0.conn = std::move(connected).value();
-  e1.conn = std::move(accepted).value();
+  guest::Pair p;
+  if (!guest::connect_pair(&p, kComm, kBound, spin_us)) return false;
+  e0.transport = std::move(p.t0);
+  e1.transport = std::move(p.t1);
+  e0.conn = std::move(p.c0);
+  e1.conn = std::move(p.c1);
   return true;
 }
 
