@@ -1,9 +1,11 @@
 // The CUDA DeviceApi (runtime/device_api.h), built with the `cuda` feature.
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include <link.h>
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -11,6 +13,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "runtime/device_api.h"
 
@@ -81,10 +84,68 @@ class DeviceScope {
   bool switched_ = false;
 };
 
-void run_host_function(void* p) {
-  auto* fn = static_cast<std::function<void()>*>(p);
-  (*fn)();
-  delete fn;
+// The fallback hold where the driver offers no stream memory operations: a host function that
+// waits for the gate's word (device_api.h says what that costs other streams).
+struct HostWait {
+  DeviceApi::Gate gate;
+  double bound_s;
+};
+
+void run_host_wait(void* p) {
+  auto* w = static_cast<HostWait*>(p);
+  const Deadline deadline = Deadline::after_seconds(w->bound_s);
+  while (static_cast<int32_t>(__atomic_load_n(w->gate.word, __ATOMIC_ACQUIRE) - w->gate.value) < 0 &&
+         !deadline.expired()) {
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  delete w;
+}
+
+// Words of mapped pinned memory that streams wait on. A word's value only grows: a gate takes
+// the word's value + 1 and release() stores it, so the word may serve the next gate at once (a
+// wait still queued for an older value stays satisfied).
+class GateWords {
+ public:
+  Result<uint32_t*> take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.empty()) {
+      void* slab = nullptr;
+      cudaError_t e = cudaHostAlloc(&slab, kSlabWords * sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable);
+      if (e != cudaSuccess) return cuda_error("cudaHostAlloc of the words braid's stream holds wait on", e);
+      std::memset(slab, 0, kSlabWords * sizeof(uint32_t));
+      for (size_t i = 0; i < kSlabWords; ++i) free_.push_back(static_cast<uint32_t*>(slab) + i);
+    }
+    uint32_t* w = free_.back();
+    free_.pop_back();
+    return w;
+  }
+  void give(uint32_t* w) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(w);
+  }
+
+ private:
+  static constexpr size_t kSlabWords = 1024;
+  std::mutex mu_;
+  std::vector<uint32_t*> free_;
+};
+
+using WaitValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+// cuStreamWaitValue32 through the runtime (braid links cudart, not the driver library); null
+// where the driver does not offer it.
+WaitValue32 wait_value32() {
+  static WaitValue32 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return static_cast<WaitValue32>(nullptr);
+    }
+    return reinterpret_cast<WaitValue32>(p);
+  }();
+  return fn;
 }
 
 class CudaDeviceApi final : public DeviceApi {
@@ -225,15 +286,34 @@ class CudaDeviceApi final : public DeviceApi {
     return e == cudaSuccess ? Status::ok() : cuda_error("cudaStreamWaitEvent on GPU " + std::to_string(device), e);
   }
 
-  Status enqueue_host_function(int device, void* stream, std::function<void()> fn) override {
+  Result<Gate> hold(int device, void* stream, double bound_s) override {
     DeviceScope scope(device);
-    auto* boxed = new std::function<void()>(std::move(fn));
-    cudaError_t e = cudaLaunchHostFunc(static_cast<cudaStream_t>(stream), run_host_function, boxed);
+    ASSIGN_OR_RETURN(uint32_t* word, words_.take());
+    const Gate gate{word, __atomic_load_n(word, __ATOMIC_ACQUIRE) + 1};
+    auto* s = static_cast<cudaStream_t>(stream);
+    if (WaitValue32 wait = wait_value32()) {
+      void* on_device = nullptr;
+      cudaError_t e = cudaHostGetDevicePointer(&on_device, word, 0);
+      if (e == cudaSuccess) {
+        const CUresult r = wait(s, reinterpret_cast<CUdeviceptr>(on_device), gate.value, CU_STREAM_WAIT_VALUE_GEQ);
+        if (r == CUDA_SUCCESS) return gate;
+      }
+      (void)cudaGetLastError();
+    }
+    // No stream memory operations on this GPU or driver: hold the stream in a host function.
+    auto* boxed = new HostWait{gate, bound_s};
+    cudaError_t e = cudaLaunchHostFunc(s, run_host_wait, boxed);
     if (e != cudaSuccess) {
       delete boxed;
+      words_.give(word);
       return cuda_error("cudaLaunchHostFunc on the communicator's stream", e);
     }
-    return Status::ok();
+    return gate;
+  }
+
+  void release(const Gate& gate) override {
+    __atomic_store_n(gate.word, gate.value, __ATOMIC_RELEASE);
+    words_.give(gate.word);
   }
 
   Status load_kernels(int device) override {
@@ -256,7 +336,7 @@ class CudaDeviceApi final : public DeviceApi {
 
  private:
   // Streams of our own per GPU and lane (device_api.h): they must not wait for the legacy
-  // default stream, which the caller's stream may be (and which our host function holds).
+  // default stream, which the caller's stream may be (and which a hold of ours may hold).
   Result<cudaStream_t> stream_of(int device, int lane) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = streams_.find({device, lane});
@@ -270,6 +350,7 @@ class CudaDeviceApi final : public DeviceApi {
 
   std::mutex mu_;
   std::map<std::pair<int, int>, cudaStream_t> streams_;
+  GateWords words_;
   std::mutex loaded_mu_;
   std::set<int> loaded_;  // GPUs whose context holds braid's kernels
   std::mutex pinned_mu_;

@@ -2,7 +2,7 @@
 //
 // A collective on device memory is staged through pinned host buffers (device_staging.h). What
 // that needs from CUDA is small: tell a device pointer from a host one, pinned host memory,
-// copies in both directions, events, a host function queued on a stream, and a reduction launched
+// copies in both directions, events, a stream held until an operation ends, and a reduction launched
 // on a stream. This interface
 // names exactly that, so the staging logic runs in CI against a fake (tests/runtime/device)
 // and on a GPU against CUDA (cuda_device_api.cc, built with the `cuda` feature).
@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 
 #include "braid/types.h"
@@ -41,11 +42,11 @@ class DeviceApi {
   enum class Copy { to_host, to_device, on_device };
   virtual Status copy_async(void* dst, const void* src, size_t bytes, Copy kind, int device, void* stream) = 0;
   // Copies host -> device on a stream of braid's own that waits for no other stream (the
-  // caller's stream may be held back by a host wait for this very operation), and returns when
+  // caller's stream may be held back until this very operation ends), and returns when
   // the copy is done or `deadline` passed.
   virtual Status copy_to_device(void* dst, const void* src, size_t bytes, int device, const Deadline& deadline) = 0;
   // Streams of braid's own on `device` (lane 0: towards the host, 1: towards the device), created
-  // once and kept. They wait for no other stream, so a host function holding the caller's stream
+  // once and kept. They wait for no other stream, so a hold on the caller's stream
   // never holds them back.
   virtual Result<void*> own_stream(int device, int lane) = 0;
 
@@ -77,12 +78,22 @@ class DeviceApi {
   };
   virtual PinnedUse pinned_use() { return {}; }
 
-  // Queues `fn` on `stream`: the stream's later work starts only after fn returned. fn runs on a
-  // thread of the driver's and must not call CUDA.
-  virtual Status enqueue_host_function(int device, void* stream, std::function<void()> fn) = 0;
+  // Holds `stream`'s later work until release(gate). The stream waits on a word of memory (on
+  // CUDA a stream memory operation, cuStreamWaitValue32), not in a host function: CUDA may run
+  // the host functions of all streams on one thread of its own, so a host function that blocks
+  // until an operation ends also stops every other stream's host functions, other ranks' and
+  // other communicators' among them, which that operation may be waiting for. `bound_s` limits
+  // the hold only where the word cannot be waited on and a host function is the fallback.
+  struct Gate {
+    uint32_t* word = nullptr;
+    uint32_t value = 0;  // the stream goes on once *word reaches it
+  };
+  virtual Result<Gate> hold(int device, void* stream, double bound_s) = 0;
+  // Lets the held stream go on; once per gate, from any thread.
+  virtual void release(const Gate& gate) = 0;
 
   // Loads what braid runs on `device` (its reduction kernels) into the GPU's context, once per
-  // device; the staging calls it before it holds any stream (before enqueue_host_function). CUDA
+  // device; the staging calls it before it holds any stream (before hold()). CUDA
   // loads kernels lazily, and loading one may wait for every stream of the GPU, the held one
   // included: a first reduction queued while an operation holds its caller's stream would wait
   // for that operation, which waits for the reduction.

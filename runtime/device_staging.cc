@@ -211,10 +211,12 @@ DeviceStaging::~DeviceStaging() {
   for (char* p : buffers) pool().give(p);
 }
 
-Status DeviceStaging::hold_stream(std::shared_ptr<detail::WorkState> work, double bound_s) {
-  return api_->enqueue_host_function(device_, stream_, [work = std::move(work), bound_s] {
-    work->wait_until(Deadline::after_seconds(bound_s), 50);
-  });
+Status DeviceStaging::hold_stream(const std::shared_ptr<detail::WorkState>& work, double bound_s) {
+  ASSIGN_OR_RETURN(DeviceApi::Gate gate, api_->hold(device_, stream_, bound_s));
+  // Released when the Work completes, or when its state goes away without completing (a
+  // communicator destroyed mid-operation): a held stream is never left behind.
+  work->on_done = [api = api_, gate] { api->release(gate); };
+  return Status::ok();
 }
 
 bool DeviceStaging::input_ready() {

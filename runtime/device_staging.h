@@ -4,8 +4,8 @@
 // the communicator's CUDA stream (Communicator::set_stream):
 //   at the call    the device input is copied into a pinned buffer on that stream and an event is
 //                  recorded after it (recorded even when nothing is copied: it marks the GPU
-//                  work queued before the call); then a host function is queued on the stream
-//                  that holds the stream's later work until the operation's Work completes;
+//                  work queued before the call); then the stream's later work is held
+//                  (DeviceApi::hold) until the operation's Work completes;
 //   when it runs   the operation waits (bounded by its timeout) for the event, runs on the pinned
 //                  buffers like any host operation, and on success copies the result into the
 //                  device buffer before its Work completes.
@@ -51,8 +51,9 @@ class DeviceStaging {
   DeviceStaging(const DeviceStaging&) = delete;
   DeviceStaging& operator=(const DeviceStaging&) = delete;
 
-  // Queues the host function that holds the stream until `work` completes (at most `bound_s`).
-  Status hold_stream(std::shared_ptr<detail::WorkState> work, double bound_s);
+  // Holds the stream's later work until `work` completes (DeviceApi::hold; `bound_s` bounds the
+  // fallback where the stream cannot wait on memory). Call before `work` is handed out.
+  Status hold_stream(const std::shared_ptr<detail::WorkState>& work, double bound_s);
   // Whether the GPU has passed the event (an error counts as ready: waiting reports it).
   bool input_ready();
   // Waits until the GPU has passed the event, `deadline` passes or `stop()` says so.

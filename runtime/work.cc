@@ -1,5 +1,6 @@
 #include <chrono>
 #include <thread>
+#include <utility>
 
 #include "braid/work.h"
 #include "common/env.h"
@@ -18,6 +19,11 @@ void WorkState::complete(Status s) {
     done_.store(1, std::memory_order_release);  // under mu_: a waiter checks it under mu_ too
   }
   done_cv_.notify_all();
+  if (on_done) std::exchange(on_done, nullptr)();
+}
+
+WorkState::~WorkState() {
+  if (on_done) on_done();
 }
 
 namespace {

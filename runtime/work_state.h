@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <condition_variable>
 #include <mutex>
@@ -49,6 +50,10 @@ struct WorkState {
   bool timed = false;  // wait_times is kept (set before the Work is handed out)
   void note_returned() const;
   void note_wait() const;
+  // Runs once, after complete(), or at destruction if complete() never ran; set before the Work
+  // is handed out. Releases the caller's CUDA stream held for a device-buffer operation.
+  std::function<void()> on_done;
+  ~WorkState();
 
  private:
   std::atomic<int> done_{0};  // set under mu_; read without it by done()

@@ -74,8 +74,9 @@ TEST_F(CudaComm, DeviceBuffersAreClassifiedAndHostOnesAreNot) {
   cudaFreeHost(pinned);
 }
 
-// What staging relies on: while one stream is held by a host function (an operation waiting
-// for its peers), the calls braid makes for another rank's operation must not wait for it.
+// What staging relies on: while one stream is held (an operation waiting for its peers), the calls
+// braid makes for another rank's operation must not wait for it. Held here by a host function
+// that waits, the fallback hold where a stream cannot wait on memory (device_api.h).
 void calls_made_while_a_stream_is_held(bool legacy) {
   cudaStream_t held = nullptr;  // the legacy default stream when `legacy`
   if (!legacy) CUDA_OK(cudaStreamCreateWithFlags(&held, cudaStreamNonBlocking));
@@ -176,6 +177,52 @@ TEST_F(CudaComm, AllReduceOnTheCallersStream) {
     cudaFree(buf);
     cudaFree(in);
     cudaFree(out);
+    cudaStreamDestroy(stream);
+  });
+}
+
+// An operation holds its caller's stream until it ends. CUDA may run the host functions of all
+// streams on one thread of its own, so a hold made of a host function that waits for the
+// operation would stop other streams' host functions too (device_api.h): here rank 1's operation
+// holds its stream while rank 0's stream must first run a host function of the program's own
+// before rank 0's input is ready. Held that way, both ranks time out; held on a word of memory,
+// both finish.
+TEST_F(CudaComm, AHeldStreamDoesNotStopAnotherStreamsHostFunctions) {
+  constexpr size_t kCount = 1024;
+  std::atomic<bool> issued{false};
+  on_every_rank([&](int r) {
+    Communicator comm = make(r);
+    cudaStream_t stream = nullptr;
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    comm.set_stream(stream);
+    float* buf = nullptr;
+    float* host = nullptr;
+    CUDA_OK(cudaMalloc(&buf, kCount * sizeof(float)));
+    CUDA_OK(cudaMallocHost(&host, kCount * sizeof(float)));
+    for (size_t i = 0; i < kCount; ++i) host[i] = static_cast<float>(r + 1);
+    CUDA_OK(cudaMemcpy(buf, host, kCount * sizeof(float), cudaMemcpyHostToDevice));
+    comm.barrier();
+    std::atomic<int> ran{0};
+    if (r == 1) {
+      Work w = comm.all_reduce_async(buf, kCount, DType::f32, Op::sum);
+      issued = true;
+      w.wait();
+    } else {
+      const auto until = std::chrono::steady_clock::now() + 10s;
+      while (!issued.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+      std::this_thread::sleep_for(200ms);  // rank 1's hold has reached the GPU
+      CUDA_OK(cudaLaunchHostFunc(stream, [](void* p) { static_cast<std::atomic<int>*>(p)->store(1); }, &ran));
+      comm.all_reduce(buf, kCount, DType::f32, Op::sum);
+      EXPECT_EQ(ran.load(), 1) << "the operation ran before the host function queued ahead of it";
+    }
+    CUDA_OK(cudaMemcpyAsync(host, buf, kCount * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    CUDA_OK(cudaStreamSynchronize(stream));
+    size_t wrong = 0;
+    for (size_t i = 0; i < kCount; ++i) wrong += host[i] != 3.0f;
+    EXPECT_EQ(wrong, 0u) << "rank " << r << ": elements wrong";
+    comm.barrier();  // frees (which wait for the whole GPU) only once no operation holds a stream
+    cudaFreeHost(host);
+    cudaFree(buf);
     cudaStreamDestroy(stream);
   });
 }

@@ -18,6 +18,7 @@
 
 #include "braid/communicator.h"
 #include "runtime/device_staging.h"
+#include "runtime/work_state.h"
 #include "tests/runtime/device/device_test_support.h"
 
 namespace braid {
@@ -145,6 +146,55 @@ TEST_F(DeviceStagingTest, AFailedOperationLeavesTheDeviceBufferAsItWasAndRelease
     for (int i = 0; i < 64; ++i) ASSERT_EQ(buf[i], 42.0f) << "rank " << r << " element " << i;
   });
   EXPECT_EQ(fake().copies_back.load(), copies_before) << "a failed operation copied a result back";
+}
+
+// The hold on the caller's stream ends with the operation's Work, however that ends: here rank 0's
+// operation never finds its peer and the rank aborts; each hold is released exactly once.
+TEST_F(DeviceStagingTest, EveryHeldStreamIsReleasedOnceAlsoWhenTheOperationIsAborted) {
+  constexpr int kRanks = 2;
+  Job job(kRanks);
+  const int holds_before = fake().holds.load();
+  const int releases_before = fake().releases.load();
+  std::atomic<bool> rank0_done{false};
+  job.on_every_rank_with_stream([&](int r, Communicator& comm, FakeStream& stream) {
+    float* buf = device_floats(64);
+    if (r == 1) {  // never joins, and keeps its connections open until rank 0 is done
+      const auto until = std::chrono::steady_clock::now() + kBound;
+      while (!rank0_done.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+      return;
+    }
+    Work w = comm.all_reduce_async(buf, 64, DType::f32, Op::sum);
+    std::atomic<bool> released{false};
+    stream.push([&] { released = true; });
+    std::this_thread::sleep_for(50ms);
+    EXPECT_FALSE(released) << "the stream went on while the operation was still running";
+    comm.abort("the test gives up on rank 1");
+    EXPECT_EQ(outcome(w), ErrorCode::aborted) << w.error_message();
+    const bool went_on = stream.synchronize(kBound);
+    rank0_done = true;
+    ASSERT_TRUE(went_on) << "the stream stayed held after the operation was aborted";
+    EXPECT_TRUE(released);
+  });
+  EXPECT_EQ(fake().holds.load() - holds_before, 1);
+  EXPECT_EQ(fake().releases.load() - releases_before, 1);
+}
+
+// The release runs once: at completion, or when the state goes away without completing.
+TEST(WorkStateOnDone, RunsOnceAtCompletionOrAtDestruction) {
+  int completed_runs = 0;
+  {
+    detail::WorkState w;
+    w.on_done = [&] { ++completed_runs; };
+    w.complete(Status::ok());
+    EXPECT_EQ(completed_runs, 1);
+  }
+  EXPECT_EQ(completed_runs, 1) << "ran again at destruction";
+  int dropped_runs = 0;
+  {
+    detail::WorkState w;
+    w.on_done = [&] { ++dropped_runs; };
+  }
+  EXPECT_EQ(dropped_runs, 1) << "a state destroyed without completing left its stream held";
 }
 
 TEST_F(DeviceStagingTest, AStuckGpuIsABoundedErrorThatNamesIt) {

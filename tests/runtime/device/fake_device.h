@@ -242,10 +242,28 @@ class FakeDevice final : public DeviceApi {
     return Status::ok();
   }
 
-  Status enqueue_host_function(int device, void* stream, std::function<void()> fn) override {
+  // The held stream waits on the gate's word, as a CUDA stream does on a stream memory operation:
+  // only that stream stops.
+  Result<Gate> hold(int device, void* stream, double bound_s) override {
     if (!loaded(device)) held_before_load.fetch_add(1);
-    on(stream).push(std::move(fn));
-    return Status::ok();
+    auto word = std::make_shared<uint32_t>(0);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      words_.push_back(word);
+    }
+    holds.fetch_add(1);
+    const Gate gate{word.get(), 1};
+    on(stream).push([gate, word, bound_s] {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(bound_s);
+      while (__atomic_load_n(gate.word, __ATOMIC_ACQUIRE) < gate.value && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    });
+    return gate;
+  }
+  void release(const Gate& gate) override {
+    releases.fetch_add(1);
+    __atomic_store_n(gate.word, gate.value, __ATOMIC_RELEASE);
   }
 
   // CUDA's lazy loading, as a rule: the kernels of a GPU must be loaded before any stream is held
@@ -264,6 +282,8 @@ class FakeDevice final : public DeviceApi {
   // Waits until braid's own streams ran what was queued so far.
   bool sync_own(std::chrono::milliseconds bound) { return own_[0].synchronize(bound) && own_[1].synchronize(bound); }
 
+  std::atomic<int> holds{0};     // streams held (hold())
+  std::atomic<int> releases{0};  // and released
   std::atomic<int> pinned_allocs{0};
   std::atomic<int> pinned_live{0};
   std::atomic<int> copies_back{0};
@@ -316,6 +336,7 @@ class FakeDevice final : public DeviceApi {
   std::mutex mu_;
   std::map<char*, Block> blocks_;
   std::map<void*, size_t> pinned_sizes_;
+  std::vector<std::shared_ptr<uint32_t>> words_;  // every gate's word, alive as long as the device
   std::set<int> loaded_;
   FakeStream default_stream_;
   FakeStream own_[2];
