@@ -2,6 +2,10 @@
 # bench/ib_latency_parts.sh - where the time of braid's 8 B sendrecv over ib goes, in one boot of
 # the emulated Soft-RoCE guest (scripts/rdma_guest.sh). Each round runs, in this order:
 #   ib_write_lat 8 B                      perftest's one-way latency (t_typical), the yardstick
+#   ib_raw_exchange_bench --pingpong      plain verbs as perftest uses them (inline RDMA WRITE,
+#                                         the receiver polling its buffer): half a round trip
+#   ib_raw_exchange_bench                 the same with both ends writing at once: the floor
+#                                         for an exchange on this machine, whatever the library
 #   ib_pingpong_bench                     the transport alone, ping-pong (half round trip)
 #   ib_pingpong_bench --exchange          the transport alone, both ends sending at once as the
 #                                         two ranks of a sendrecv do (one iteration)
@@ -31,7 +35,8 @@ pair=scripts/rdma_guest/perftest_pair.sh
 perf=$BUILD_DIR/tools/braid_perf/braid-perf
 braidrun=$BUILD_DIR/tools/braidrun/braidrun
 pingpong=$BUILD_DIR/bench/transport/ib_pingpong_bench
-for f in "$perf" "$braidrun" "$pingpong"; do [ -x "$f" ] || { echo "ib_latency_parts: $f is not built" >&2; exit 1; }; done
+raw=$BUILD_DIR/bench/transport/ib_raw_exchange_bench
+for f in "$perf" "$braidrun" "$pingpong" "$raw"; do [ -x "$f" ] || { echo "ib_latency_parts: $f is not built" >&2; exit 1; }; done
 results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
 port=29700
@@ -55,6 +60,8 @@ add() { [ -n "$2" ] && echo "$2" >> "$results/$1" || echo "ib_latency_parts: rou
 for round in $(seq "$ROUNDS"); do
   echo "ib_latency_parts: round $round of $ROUNDS" >&2
   add write_lat "$("$pair" ib_write_lat 18601 -s 8 -n 1000 -F | awk '$1 == 8 && $2 ~ /^[0-9]+$/ { print $5; exit }')"
+  add raw_pingpong "$(timeout -k 5 120 "$raw" --pingpong | awk -F'\t' '$1 == "RESULT" { print $2 }')"
+  add raw_exchange "$(timeout -k 5 120 "$raw" | awk -F'\t' '$1 == "RESULT" { print $2 }')"
   add pingpong "$(transport)"
   add exchange "$(transport --exchange)"
   add exchange_rt "$(transport --exchange --bytes 72 --capacity 65600)"
@@ -72,7 +79,8 @@ ratio() {  # median over rounds of row / write_lat, rounds paired by line
 echo
 echo "8 B latency in parts, Soft-RoCE in the emulated guest, $ROUNDS rounds (medians; ratio: median of per-round ratios)"
 printf '%-58s %8s %9s\n' "" us "/ib_write_lat"
-for row in "write_lat:ib_write_lat 8 B (t_typical)" "pingpong:transport ping-pong 8 B (half round trip)" \
+for row in "write_lat:ib_write_lat 8 B (t_typical)" "raw_pingpong:raw verbs ping-pong 8 B (half round trip)" \
+           "raw_exchange:raw verbs exchange 8 B (both write at once)" "pingpong:transport ping-pong 8 B (half round trip)" \
            "exchange:transport exchange 8 B (both send at once)" \
            "exchange_rt:transport exchange 72 B into 64 KiB receives" \
            "loop_ib:braid-perf sendrecv 8 B loop over ib" "loop_spin:  the same, BRAID_SPIN_US=100000" \
