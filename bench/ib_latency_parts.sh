@@ -119,3 +119,24 @@ if command -v perf > /dev/null; then
   done
   profile "transport exchange 72 B into 64 KiB receives, per end (${t} us per iteration while profiled)" 2
 fi
+
+# The transport's own code per round trip of the ping-pong (both ends: two messages sent, two
+# received): user-space instructions counted by callgrind, the difference between 600 and 200
+# round trips divided by 400. Exact where timings are not; under emulation every instruction
+# costs time. The provider's (librxe) and libc's share are in the total.
+if command -v valgrind > /dev/null; then
+  for n in 200 600; do
+    BRAID_SPIN_US=0 timeout -k 5 300 valgrind --tool=callgrind --callgrind-out-file="$results/cg$n" "$pingpong" \
+      --iters "$n" --warmup 20 > /dev/null 2>&1 || echo "ib_latency_parts: callgrind run of $n failed" >&2
+  done
+  echo
+  echo "transport ping-pong: user-space instructions per round trip (callgrind; both ends, 2 messages)"
+  for n in 200 600; do
+    callgrind_annotate "$results/cg$n" 2>/dev/null |
+      sed -nE 's/^ *([0-9,]+) +\( *[0-9.]+%\) +(.*)$/\1\t\2/p' | sed -E 's/ \[[^]]*\]$//' | tr -d , > "$results/cg$n.txt"
+  done
+  awk -F'\t' 'NR == FNR { s[$2] += $1; next } { l[$2] += $1 }
+       END { for (k in l) { d = (l[k] - s[k]) / 400; if (k == "PROGRAM TOTALS") printf "  %7.0f  all\n", d
+                            else if (d >= 100) printf "  %7.0f    %s\n", d, substr(k, 1, 90) | "sort -gr" } }' \
+    "$results/cg200.txt" "$results/cg600.txt"
+fi
