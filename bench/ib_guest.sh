@@ -6,7 +6,8 @@
 #                                      and sendrecv 8 B in a loop without barriers (--barrier 0)
 #   ib_pingpong_bench 8 B: the ib transport alone, below the runtime (half round trip), into
 #     8-byte receives and into receives with room for 64 KiB (as the runtime posts its first
-#     receive of an operation; the row is n/a with a bench that predates --capacity)
+#     receive of an operation; the row is n/a with a bench that predates --capacity), and the
+#     exchange of a 2-rank sendrecv (--exchange: both ends send at once; one iteration)
 #   braid-perf all_reduce 4 MiB, 2 ranks (busbw)
 # Each braid-perf rank is one "host": rank 0 on rxe0/veth0 (10.99.0.1), rank 1 on rxe1/veth1
 # (10.99.0.2), started by braidrun with BRAID_IB_HCA and BRAID_SOCKET_IFNAME set per local rank.
@@ -106,6 +107,7 @@ for round in $(seq "$ROUNDS"); do
   if [ -z "$braid_missing" ] && [ "$TRANSPORT" = ib ] && [ -x "$pingpong" ]; then
     pingpong_run pingpong
     if grep -q -- --capacity "$pingpong"; then pingpong_run pingpong_roomy --capacity 65600; fi
+    if grep -q -- --exchange "$pingpong"; then pingpong_run exchange --exchange; fi
   fi
   # All-reduce: field 11 is busbw in GB/s.
   [ -n "$braid_missing" ] || braid all_reduce 11 8 29612 --op all_reduce -b 4M -e 4M -n 10 -w 2
@@ -154,5 +156,7 @@ row "ib transport ping-pong 8 B (half round trip)" pingpong "" us "${na:-n/a (ib
 ratio "  transport / ib_write_lat" pingpong write_lat ""
 row "the same into 64 KiB receives" pingpong_roomy "" us "${na:-n/a (ib_pingpong_bench without --capacity)}"
 ratio "  transport / ib_write_lat" pingpong_roomy write_lat ""
+row "ib transport exchange 8 B (one iteration)" exchange "" us "${na:-n/a (ib_pingpong_bench without --exchange)}"
+ratio "  transport / ib_write_lat" exchange write_lat ""
 row "braid-perf all_reduce 4 MiB (busbw)" all_reduce -r Gbit/s "$na"
 ratio "  braid busbw / ib_write_bw" all_reduce write_bw -r

@@ -7,11 +7,14 @@
 // (bench/ib_guest.sh does); BRAID_SPIN_US and the other BRAID_* variables apply as usual.
 // --capacity posts each receive with room for that many bytes (the runtime posts the first
 // receive of an operation with room for a header and 64 KiB: --capacity 65600 does the same).
+// --exchange makes both ends send at once, as a 2-rank sendrecv or all_reduce does: each
+// iteration both post a receive and a send and wait for both; the time printed is then one
+// whole iteration (comparable with ib_write_lat's one-way figure: both directions overlap).
 //
-//   ib_pingpong_bench [--iters 2000] [--warmup 100] [--bytes 8] [--capacity BYTES]
+//   ib_pingpong_bench [--iters 2000] [--warmup 100] [--bytes 8] [--capacity BYTES] [--exchange]
 //                     [--hosts 10.99.0.1,10.99.0.2]
 //
-// Output: one line "RESULT<TAB>half_rtt_us<TAB>p10<TAB>p90<TAB>polls<TAB>spin_passes<TAB>sleeps
+// Output: one line "RESULT<TAB>half_rtt_us (with --exchange: iteration_us)<TAB>p10<TAB>p90<TAB>polls<TAB>spin_passes<TAB>sleeps
 // <TAB>channel_events<TAB>doorbells<TAB>cts<TAB>rts<TAB>arms" (polls to channel events summed
 // over both ends per round trip; doorbells to arms per message, IbTransport::post_stats and
 // wait_stats), after two readable ones.
@@ -69,7 +72,15 @@ class End {
     check(conn_->post_recv(in_.data(), in_.size(), 0), "post_recv");
     check(conn_->post_send(out_.data(), bytes, 1), "post_send");
     await(2);
+    // Which completion came last: with both directions at once, a send whose completion (the
+    // peer's acknowledgement) comes after the peer's message makes the iteration wait for it.
+    if (send_at_ > recv_at_) {
+      ++send_last_;
+      send_lag_us_.push_back(std::chrono::duration<double, std::micro>(send_at_ - recv_at_).count());
+    }
   }
+  // Both directions at once: what each rank of a 2-rank sendrecv does.
+  void exchange(size_t bytes) { round_trip(bytes); }
   void echo(size_t bytes) {
     check(conn_->post_recv(in_.data(), in_.size(), 0), "post_recv");
     await(1);
@@ -97,8 +108,10 @@ class End {
     while (n > 0) {
       done_.clear();
       check(transport_->poll(done_, std::chrono::seconds(5)), "poll");
+      const auto now = Clock::now();
       for (const Completion& c : done_) {
         if (!c.status.is_ok()) die("transfer failed: " + c.status.message());
+        (c.cookie == 1 ? send_at_ : recv_at_) = now;
         --n;
       }
     }
@@ -106,6 +119,13 @@ class End {
 
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<Connection> conn_;
+  Clock::time_point send_at_{}, recv_at_{};
+
+ public:
+  int send_last_ = 0;               // round trips whose send completed after their receive
+  std::vector<double> send_lag_us_;  // by how much
+
+ private:
   std::vector<Completion> done_;
   std::vector<unsigned char> in_, out_;
 };
@@ -130,9 +150,17 @@ Stats minus(Stats a, const Stats& b) {
 int main(int argc, char** argv) {
   int iters = 2000, warmup = 100;
   size_t bytes = 8, capacity = 0;
+  bool exchange = false;
   std::string host0 = "10.99.0.1", host1 = "10.99.0.2";
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
+  for (int i = 1; i < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--exchange") {
+      exchange = true;
+      --i;  // a flag without a value
+      continue;
+    }
+    if (i + 1 >= argc) die("option " + k + " needs a value");
+    const std::string v = argv[i + 1];
     if (k == "--iters") iters = std::atoi(v.c_str());
     else if (k == "--warmup") warmup = std::atoi(v.c_str());
     else if (k == "--bytes") bytes = static_cast<size_t>(std::atoll(v.c_str()));
@@ -140,7 +168,7 @@ int main(int argc, char** argv) {
     else if (k == "--hosts" && v.find(',') != std::string::npos) {
       host0 = v.substr(0, v.find(','));
       host1 = v.substr(v.find(',') + 1);
-    } else die("unknown option " + k + " (options: --iters --warmup --bytes --capacity --hosts)");
+    } else die("unknown option " + k + " (options: --iters --warmup --bytes --capacity --exchange --hosts)");
   }
   if (iters < 1 || warmup < 0) die("--iters must be at least 1, --warmup at least 0");
 
@@ -152,22 +180,26 @@ int main(int argc, char** argv) {
     end.resize(bytes, capacity);
     address.set_value(end.listen());
     end.accept();
-    for (int i = 0; i < warmup; ++i) end.echo(bytes);
+    const auto step = [&] { exchange ? end.exchange(bytes) : end.echo(bytes); };
+    for (int i = 0; i < warmup; ++i) step();
     const auto before = end.stats();
-    for (int i = 0; i < iters; ++i) end.echo(bytes);
+    for (int i = 0; i < iters; ++i) step();
     echo_stats = minus(end.stats(), before);
   });
   End end(host0);
   end.resize(bytes, capacity);
   end.connect(address_ready.get());
   for (int i = 0; i < warmup; ++i) end.round_trip(bytes);
+  end.send_last_ = 0;
+  end.send_lag_us_.clear();
   const auto before = end.stats();
   std::vector<double> half_us;
   half_us.reserve(static_cast<size_t>(iters));
   for (int i = 0; i < iters; ++i) {
     const auto t0 = Clock::now();
     end.round_trip(bytes);
-    half_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2);
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    half_us.push_back(exchange ? us : us / 2);
   }
   const auto pinger = minus(end.stats(), before);
   echo.join();
@@ -186,12 +218,20 @@ int main(int argc, char** argv) {
   const double rts = sum([](const Stats& s) { return s.posts.cts_requests; }) / messages;
   const double overdue = sum([](const Stats& s) { return s.posts.cts_overdue; }) / messages;
   const double arms = sum([](const Stats& s) { return s.waits.arms; }) / messages;
-  std::printf("ib ping-pong %zu B (receives of %zu B), %d round trips: half round trip median %.2f us (p10 %.2f, "
-              "p90 %.2f); per round trip, both ends: %.2f polls, %.1f spin passes, %.3f sleeps, %.3f channel "
+  std::printf("ib %s %zu B (receives of %zu B), %d %s: %s median %.2f us (p10 %.2f, "
+              "p90 %.2f); per %s, both ends: %.2f polls, %.1f spin passes, %.3f sleeps, %.3f channel "
               "events\n",
-              bytes, std::max(bytes, capacity), iters, at(0.5), at(0.1), at(0.9), polls, spins, sleeps, events);
+              exchange ? "exchange" : "ping-pong", bytes, std::max(bytes, capacity), iters,
+              exchange ? "iterations" : "round trips", exchange ? "iteration" : "half round trip", at(0.5), at(0.1),
+              at(0.9), exchange ? "iteration" : "round trip", polls, spins, sleeps, events);
   std::printf("per message: %.3f doorbells, %.3f work requests, %.3f CTS written (%.3f at the hold's bound), "
               "%.3f CTS requested, %.3f CQ arms\n", doorbells, wrs, cts, overdue, rts, arms);
+  if (exchange) {
+    std::sort(end.send_lag_us_.begin(), end.send_lag_us_.end());
+    const double lag = end.send_lag_us_.empty() ? 0 : end.send_lag_us_[end.send_lag_us_.size() / 2];
+    std::printf("on %s's end the send completed after the receive in %.1f%% of the iterations (median lag %.2f "
+                "us)\n", host0.c_str(), 100.0 * end.send_last_ / n, lag);
+  }
   std::printf("RESULT\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\n", at(0.5), at(0.1),
               at(0.9), polls, spins, sleeps, events, doorbells, cts, rts, arms);
   return 0;

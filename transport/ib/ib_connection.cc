@@ -82,17 +82,9 @@ Status IbConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
     report(Completion{this, cookie, false, 0, Status(failure_.code(), op_prefix(false) + failure_.message())});
     return Status::ok();
   }
-  RecvLedger::Receive& r = recv_.post(data, capacity, cookie);
-  if (capacity > 0 && r.eager_slot < 0) {
-    Result<Mr> mr = shared_.memory->acquire(data, capacity);
-    if (!mr.is_ok()) {
-      // The receive stays posted (its message still takes it) and fails when it completes.
-      fail(mr.status().code(), "registering the " + std::to_string(capacity) + "-byte receive buffer: " +
-                                   mr.status().message());
-      return Status::ok();
-    }
-    recv_mrs_[r.seq] = mr.value();
-  }
+  // The buffer is registered when its CTS is written (advertise()), not here: a receive whose
+  // message comes eagerly never hands its address to the peer and needs no registration.
+  recv_.post(data, capacity, cookie);
   // A receive whose message can come eagerly is advertised in the transport's next pass (its
   // poll), not now: whatever CTS it needs then leaves after a send posted just after this
   // receive, as the executor posts them, instead of ahead of it. Its message may already be
@@ -111,6 +103,14 @@ Status IbConnection::advertise(RecvLedger::Receive& r) {
   const size_t slot = r.seq % kCtsEntries;
   CtsEntry e;
   auto mr = recv_mrs_.find(r.seq);
+  if (r.capacity > 0 && mr == recv_mrs_.end()) {
+    // The peer may write into the buffer once it reads this entry: registered before it goes.
+    Result<Mr> got = shared_.memory->acquire(r.data, r.capacity);
+    if (!got.is_ok()) {
+      return got.status().with_context("registering the " + std::to_string(r.capacity) + "-byte receive buffer: ");
+    }
+    mr = recv_mrs_.emplace(r.seq, got.value()).first;
+  }
   e.addr = reinterpret_cast<uint64_t>(r.data);
   e.size = r.capacity;
   e.rkey = mr == recv_mrs_.end() ? 0 : mr->second.rkey;
