@@ -500,12 +500,11 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
     }
     return w;
   };
-  auto next_board_check = Clock::now() + kBoardInterval;
-  auto check = [&]() -> Status {
+  Clock::time_point next_board_check{};  // set at the first check, from its clock read
+  auto check = [&](Clock::time_point now) -> Status {
     if (abort_requested_.load(std::memory_order_relaxed)) {
       return Status(ErrorCode::aborted, what.str() + me() + ": aborted on this rank");
     }
-    const auto now = Clock::now();
     if (now >= deadline.at()) {
       std::string name = runs.front()->name();
       for (size_t i = 0; i < runs.size(); ++i) {
@@ -518,9 +517,11 @@ Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vecto
                            std::to_string(static_cast<int>(cfg_.env.timeout_s)) + " s (BRAID_TIMEOUT_S); waiting for " +
                            waiting_for());
     }
-    if (now >= next_board_check) {
+    if (next_board_check == Clock::time_point{}) {
+      next_board_check = now + kBoardInterval;
+    } else if (now >= next_board_check) {
       if ((*adopted = board_.read())) return Status((*adopted)->code, (*adopted)->message);
-      next_board_check = Clock::now() + kBoardInterval;
+      next_board_check = now + kBoardInterval;
     }
     return Status::ok();
   };
@@ -652,7 +653,7 @@ void CommunicatorImpl::run(collectives::CollectiveArgs args) {
   Work(work).wait();  // done already when it ran here; raises its error
 }
 
-void CommunicatorImpl::help(const detail::WorkState& work) {
+void CommunicatorImpl::help(const detail::WorkState& work, int64_t waited_ns) {
   Pending op;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -660,7 +661,8 @@ void CommunicatorImpl::help(const detail::WorkState& work) {
     // it: the prediction for the next one (queued_locked).
     if (&work == idle_work_) {
       const int64_t returned = idle_times_->returned_ns.load(std::memory_order_relaxed);
-      const auto since = Clock::now().time_since_epoch() - std::chrono::nanoseconds(returned);
+      const auto at = waited_ns != 0 ? std::chrono::nanoseconds(waited_ns) : Clock::now().time_since_epoch();
+      const auto since = at - std::chrono::nanoseconds(returned);
       callers_wait_ = returned == 0 || since < cfg_.waits_at_once;
       idle_work_ = nullptr;
       idle_times_ = nullptr;

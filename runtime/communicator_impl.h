@@ -135,8 +135,9 @@ class CommunicatorImpl {
   // runs right here. Throws the operation's error.
   void run(collectives::CollectiveArgs args);
   // Work::wait(): when `work` is the only operation queued and none is running, runs it on the
-  // calling thread. Returns at once otherwise (the progress thread has it).
-  void help(const detail::WorkState& work);
+  // calling thread. Returns at once otherwise (the progress thread has it). `waited_ns`: when the
+  // wait began (WorkState::note_wait), 0 if it did not read the clock.
+  void help(const detail::WorkState& work, int64_t waited_ns = 0);
 
   // For tests and TRACE: operations (a group counts once) run so far on a caller's thread
   // (blocking calls, wait()) and on the progress thread.

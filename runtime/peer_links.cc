@@ -273,9 +273,11 @@ Status PeerLinks::drive(LinkWork& work, const Deadline& deadline, std::chrono::m
   RETURN_IF_ERROR(work.advance());
   std::vector<transport::Completion>& done = polled_;
   while (!work.done()) {
-    RETURN_IF_ERROR(work.check());
+    const auto now = Clock::now();  // once per pass: a clock read is a fair share of a small operation
+    RETURN_IF_ERROR(work.check(now));
     done.clear();
-    const auto wait = std::min<std::chrono::nanoseconds>(deadline.remaining(), slice);
+    const auto left = deadline.at() > now ? deadline.at() - now : Clock::duration::zero();
+    const auto wait = std::min<std::chrono::nanoseconds>(left, slice);
     Status polled = poll(done, std::chrono::duration_cast<std::chrono::microseconds>(wait));
     if (!polled.is_ok()) return work.poll_failed(std::move(polled));
     Status first;

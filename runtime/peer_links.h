@@ -45,8 +45,9 @@ class LinkWork {
   // One completion from any connection; *ours: it belonged to this work. Every completion of a
   // poll is handed over, even after one failed, so counts of outstanding operations stay true.
   virtual Status on_completion(const transport::Completion& c, bool* ours) = 0;
-  // Before each poll: the deadline, an abort, the failure board. Non-OK ends drive() with it.
-  virtual Status check() = 0;
+  // Before each poll, with the time read once for the pass: the deadline, an abort, the failure
+  // board. Non-OK ends drive() with it.
+  virtual Status check(Clock::time_point now) = 0;
   // A completion no operation of this work claimed (a finished operation's): for TRACE lines.
   virtual void dropped(const transport::Completion& c) { (void)c; }
   // What drive() returns when polling failed: the status with the work's context.
@@ -58,13 +59,13 @@ class LinkWork {
 class LinkWorkFns final : public LinkWork {
  public:
   LinkWorkFns(FunctionRef<bool()> done, FunctionRef<Status()> advance,
-              FunctionRef<Status(const transport::Completion&, bool*)> take, FunctionRef<Status()> check,
+              FunctionRef<Status(const transport::Completion&, bool*)> take, FunctionRef<Status(Clock::time_point)> check,
               FunctionRef<void(const transport::Completion&)> dropped = {}, FunctionRef<Status(Status)> poll_failed = {})
       : done_(done), advance_(advance), take_(take), check_(check), dropped_(dropped), poll_failed_(poll_failed) {}
   bool done() const override { return done_(); }
   Status advance() override { return advance_(); }
   Status on_completion(const transport::Completion& c, bool* ours) override { return take_(c, ours); }
-  Status check() override { return check_(); }
+  Status check(Clock::time_point now) override { return check_(now); }
   void dropped(const transport::Completion& c) override {
     if (dropped_) dropped_(c);
   }
@@ -74,7 +75,7 @@ class LinkWorkFns final : public LinkWork {
   FunctionRef<bool()> done_;
   FunctionRef<Status()> advance_;
   FunctionRef<Status(const transport::Completion&, bool*)> take_;
-  FunctionRef<Status()> check_;
+  FunctionRef<Status(Clock::time_point)> check_;
   FunctionRef<void(const transport::Completion&)> dropped_;
   FunctionRef<Status(Status)> poll_failed_;
 };

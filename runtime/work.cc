@@ -34,10 +34,12 @@ void WorkState::note_returned() const {
   if (timed) wait_times.returned_ns.store(now_ns(), std::memory_order_relaxed);
 }
 
-void WorkState::note_wait() const {
-  if (!timed) return;
+int64_t WorkState::note_wait() const {
+  if (!timed) return 0;
   int64_t none = 0;
-  wait_times.first_wait_ns.compare_exchange_strong(none, now_ns(), std::memory_order_relaxed);
+  const int64_t now = now_ns();
+  wait_times.first_wait_ns.compare_exchange_strong(none, now, std::memory_order_relaxed);
+  return now;
 }
 
 Status WorkState::status() const {
@@ -46,7 +48,8 @@ Status WorkState::status() const {
 }
 
 bool WorkState::wait_until(Deadline deadline, int spin_us) const {
-  WaitScope waiting;  // lets the progress thread spin for us (common/spin.h)
+  if (done()) return true;  // often so (the caller ran it): no clock read
+  WaitScope waiting;        // lets the progress thread spin for us (common/spin.h)
   auto spin_end = Clock::now() + std::chrono::microseconds(spin_us);
   {
     SpinScope spin;
@@ -86,8 +89,8 @@ void check_not_in_open_group(const detail::WorkState& state) {
 void Work::wait() {
   if (!state_) return;
   check_not_in_open_group(*state_);
-  state_->note_wait();
-  if (state_->comm != nullptr && !state_->done()) state_->comm->help(*state_);
+  const int64_t waited_ns = state_->note_wait();
+  if (state_->comm != nullptr && !state_->done()) state_->comm->help(*state_, waited_ns);
   state_->wait_until(Deadline::never(), detail::spin_us_setting());
   raise_if_error(state_->status());
 }

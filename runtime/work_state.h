@@ -49,7 +49,8 @@ struct WorkState {
   mutable WaitTimes wait_times;
   bool timed = false;  // wait_times is kept (set before the Work is handed out)
   void note_returned() const;
-  void note_wait() const;
+  // Returns the time it read (steady-clock nanoseconds), 0 when not timed.
+  int64_t note_wait() const;
   // Runs once, after complete(), or at destruction if complete() never ran; set before the Work
   // is handed out. Releases the caller's CUDA stream held for a device-buffer operation.
   std::function<void()> on_done;

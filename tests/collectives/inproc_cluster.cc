@@ -79,8 +79,8 @@ Status run_collective(const CollectiveArgs& args, int rank, int size, PeerLinks&
   auto done = [&] { return ex.done(); };
   auto advance = [&] { return ex.progress(); };
   auto take = [&](const transport::Completion& c, bool* ours) { return ex.on_completion(c, ours); };
-  auto check = [&]() -> Status {
-    if (!options.deadline.expired()) return Status::ok();
+  auto check = [&](Clock::time_point now) -> Status {
+    if (now < options.deadline.at()) return Status::ok();
     return timeout_error(where + "did not finish before its deadline (op id " + std::to_string(options.op_id) +
                          "); still waiting for " + ex.waiting_for() +
                          ". A peer may be stuck, dead or calling a different collective; BRAID_TIMEOUT_S sets the bound.");
