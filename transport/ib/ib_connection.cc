@@ -402,6 +402,13 @@ std::string IbConnection::stall_hint() const {
   if (!failure_.is_ok()) {
     return "ib connection to rank " + std::to_string(peer_rank_) + " at " + peer_address_ + " failed: " + failure_.message();
   }
+  // A port that went down may leave a message neither delivered nor failed: the NIC reports
+  // nothing until its retries run out, and Soft-RoCE has been seen not to report at all.
+  if (shared_.device != nullptr) {
+    if (std::string port = port_not_active_note(*shared_.device); !port.empty()) {
+      return "ib connection to rank " + std::to_string(peer_rank_) + " at " + peer_address_ + ": " + port;
+    }
+  }
   for (const Send& s : sends_) {
     if (!s.started) {
       return "ib: message " + std::to_string(s.seq) + " to rank " + std::to_string(peer_rank_) +

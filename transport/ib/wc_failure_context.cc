@@ -32,7 +32,7 @@ bool peer_socket_ended(int fd, std::chrono::milliseconds grace) {
 std::string port_not_active_note(const Device& dev) {
   ibv_port_attr pa{};
   if (ibv_query_port(dev.context(), static_cast<uint8_t>(dev.port().port), &pa) != 0) {
-    return " (" + dev.where() + " cannot be queried now: the device is gone?)";
+    return dev.where() + " cannot be queried now: the device is gone?";
   }
   if (pa.state == IBV_PORT_ACTIVE) return "";
   // The names ibv_devinfo and the port list of port_choice.h use.
@@ -40,14 +40,14 @@ std::string port_not_active_note(const Device& dev) {
                       : pa.state == IBV_PORT_INIT ? "INIT"
                       : pa.state == IBV_PORT_ARMED ? "ARMED"
                                                     : "not ACTIVE";
-  return " (" + dev.where() + " is " + state +
-         " now: its link went down; check its cable or network interface with ibv_devinfo or ip link)";
+  return dev.where() + " is " + state +
+         " now: its link went down; check its cable or network interface with ibv_devinfo or ip link";
 }
 
 void explain_wc_failure(int socket_fd, const Device& dev, int peer_rank, ErrorCode& code, std::string& cause) {
   const std::string port = port_not_active_note(dev);
   if (!port.empty()) {
-    cause += port;
+    cause += " (" + port + ")";
     return;
   }
   if (code != ErrorCode::peer_lost && peer_socket_ended(socket_fd, kGrace)) {

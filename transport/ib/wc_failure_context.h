@@ -24,7 +24,7 @@ namespace braid::transport::ib {
 // data waiting on the socket (a goodbye) counts as not ended. Nothing is consumed.
 bool peer_socket_ended(int fd, std::chrono::milliseconds grace);
 
-// "" while `dev`'s port is ACTIVE; else " (rxe1 port 1 is DOWN now: ...)".
+// "" while `dev`'s port is ACTIVE; else "rxe1 port 1 is DOWN now: ..." (what to check included).
 std::string port_not_active_note(const Device& dev);
 
 // Refines a work completion's failure: with the peer's socket ended, `code` becomes peer_lost
