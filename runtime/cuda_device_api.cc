@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/log.h"
 #include "runtime/device_api.h"
 
 #if BRAID_DEVICE_KERNELS
@@ -301,6 +302,13 @@ class CudaDeviceApi final : public DeviceApi {
       (void)cudaGetLastError();
     }
     // No stream memory operations on this GPU or driver: hold the stream in a host function.
+    static std::once_flag said;
+    std::call_once(said, [device] {
+      BRAID_LOG(warn) << "CUDA: GPU " << device << " or its driver does not take stream memory operations "
+                      << "(cuStreamWaitValue32), so braid holds the caller's stream in a host function instead; "
+                      << "with several communicators or ranks in one process their operations may then wait for "
+                      << "each other (docs/cuda.md, \"Ordering with the caller's stream\")";
+    });
     auto* boxed = new HostWait{gate, bound_s};
     cudaError_t e = cudaLaunchHostFunc(s, run_host_wait, boxed);
     if (e != cudaSuccess) {
