@@ -406,7 +406,7 @@ std::string IbConnection::stall_hint() const {
   // nothing until its retries run out, and Soft-RoCE has been seen not to report at all.
   if (shared_.device != nullptr) {
     if (std::string port = port_not_active_note(*shared_.device); !port.empty()) {
-      return "ib connection to rank " + std::to_string(peer_rank_) + " at " + peer_address_ + ": " + port;
+      return "ib: " + port;  // the report names the peer and its address already
     }
   }
   for (const Send& s : sends_) {

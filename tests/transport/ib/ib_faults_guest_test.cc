@@ -289,9 +289,10 @@ TEST(IbFaultsGuest, PortGoingDownMidLoopFailsEveryRankNamingTheDevice) {
   const auto lines = failures(ranks, -1, down_at + seconds(kTimeoutS) + kMargin);
   std::printf("ranks done %.1f s after the port went down\n",
               std::chrono::duration<double>(Clock::now() - down_at).count());
-  // veth0 loses its carrier with veth1, so either device may be the first to fail a write. In
-  // about 1 run of 30 Soft-RoCE never completes the write in flight, neither delivered nor
-  // failed: the ranks then end at BRAID_TIMEOUT_S, and the timeout report must name the port.
+  // veth0 loses its carrier with veth1, so either device may be the first to fail a write. At
+  // times Soft-RoCE never completes the write in flight, neither delivered nor failed (how often:
+  // docs/ib.md, Faults): the ranks then end at BRAID_TIMEOUT_S, and the timeout report must name
+  // the port.
   bool named = false;
   for (const std::string& l : lines) {
     for (const std::string dev : {"rxe0", "rxe1"}) {
