@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  g++ meson ninja-build pkg-config          # build
+  g++ meson ninja-build pkg-config ccache   # build (ccache: the second build of scripts/test.sh reuses the first)
   libsodium-dev                             # the job secret's MAC (required)
   liburing-dev libibverbs-dev               # optional features (io_uring engine, verbs)
   libgtest-dev libgmock-dev libbenchmark-dev  # tests and benchmarks

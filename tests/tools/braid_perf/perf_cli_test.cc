@@ -187,10 +187,15 @@ TEST(PerfCli, BarrierZeroRunsNoBarrierBetweenIterations) {
 // operations, and operations move between the caller's thread and the progress thread: the
 // io_uring engine must follow them (it failed "has I/O in flight" within a few hundred
 // operations), and closing must not leak sockets ("did not quiesce").
+// The smallest run that shows it: ring segments of 512 KiB and 1 MiB (each rank's share of a 1 and
+// a 2 MiB all_reduce, under BRAID_CHUNK_BYTES=1M), above TcpConnection::kStripeMinBytes (256 KiB)
+// so that both sockets carry each one, and ~800 operations (2 sizes x 204 iterations x 2
+// columns, each after a barrier) moving between the threads. A few seconds of work; the 120 s
+// bound only ends a hang.
 TEST(PerfCli, SeveralSocketsPerPeerFollowTheOperationsAcrossThreads) {
   if (!BRAID_HAVE_LIBURING) GTEST_SKIP() << "built without liburing: the io_uring engine this guards is not here";
-  Subprocess p(perf_under_braidrun(2, {"-b", "1M", "-e", "64M", "-n", "20", "-w", "2"}),
-               {{"BRAID_NSOCKS", "2"}, {"BRAID_TRANSPORT", "tcp"}});
+  Subprocess p(perf_under_braidrun(2, {"-b", "1M", "-e", "2M", "-n", "200", "-w", "4"}),
+               {{"BRAID_NSOCKS", "2"}, {"BRAID_TRANSPORT", "tcp"}, {"BRAID_CHUNK_BYTES", "1M"}});
   ASSERT_EQ(p.wait(std::chrono::seconds(120)), 0) << p.output().substr(0, 4000);
   for (const char* bad : {"in flight", "did not quiesce", "failed"}) {
     EXPECT_EQ(p.output().find(bad), std::string::npos) << bad << " in:\n" << p.output().substr(0, 4000);
