@@ -271,6 +271,7 @@ JobOutcome Supervisor::run(const TickFn& on_tick) {
   if (outcome.cause == JobOutcome::Cause::rank_failed) {
     Rank& failed = *ranks_[static_cast<size_t>(outcome.failed_rank)];
     outcome.failed_rank = failed.rank;
+    outcome.failed_local_rank = failed.local_rank;
     outcome.tail = failed.output->tail();
   }
   return outcome;

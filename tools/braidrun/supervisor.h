@@ -46,6 +46,7 @@ struct JobOutcome {
   int exit_code = 0;
   enum class Cause { all_succeeded, rank_failed, signaled, external } cause = Cause::all_succeeded;
   int failed_rank = -1;           // rank_failed
+  int failed_local_rank = -1;     // rank_failed
   std::string failure;            // "exit code 3", "killed by SIGKILL (signal 9)", or the external reason
   std::vector<std::string> tail;  // the failed rank's last lines
 };
