@@ -128,6 +128,7 @@ int run(int argc, char** argv) {
     Status met = rdzv.meet_round(round);
     if (!met.is_ok()) {
       fail(met);
+      rdzv.leave();
       int code = stop_signal ? 128 + stop_signal : 1;
       if (round > 0) report_rounds(o, round, code, rdzv.failure_summary());
       return code;
@@ -136,7 +137,9 @@ int run(int argc, char** argv) {
       say("node " + std::to_string(rdzv.node_rank()) + " of " + std::to_string(o.nnodes) + ": starting ranks " +
           std::to_string(first_rank) + ".." + std::to_string(first_rank + o.nproc_per_node - 1) + " of " +
           std::to_string(world) + " (store at " + rdzv.master_addr() + ":" + std::to_string(rdzv.master_port()) +
-          (rdzv.serving() ? ", served here)" : ")"));
+          (rdzv.serving() ? ", served here" : "") +
+          (o.max_restarts > 0 ? "; the ranks' store of round 0 is on port " + std::to_string(rdzv.ranks_port()) : "") +
+          ")");
     }
     std::vector<RankSpec> specs;
     for (int local = 0; local < o.nproc_per_node; ++local) {

@@ -87,6 +87,9 @@ class NodeRendezvous {
   // heartbeats and by SIGINT/SIGTERM), and the exit code is this node's, or the first non-zero
   // one reported by another node. Every wait is bounded.
   RoundEnd end_round(const JobOutcome& outcome);
+  // Records that this node's braidrun ends the job (best effort): the serving node waits for
+  // every other node's, and a node waiting to start the next round stops waiting for this one.
+  void leave();
   // Every failure of every round so far, one line each ("round 0: rank 3 (local rank 1 on node
   // 1, host h): exit code 5"), read from the store, or what this node saw when it is gone.
   std::vector<std::string> failure_summary();

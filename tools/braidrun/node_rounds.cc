@@ -103,16 +103,35 @@ Status NodeRendezvous::meet_round(int round) {
                               return true;
                             })
                       .status());
-  std::vector<std::string> keys = {round_key("store")};
-  for (int n = 0; n < nnodes_; ++n) keys.push_back(round_key("node/" + std::to_string(n)));
+  std::vector<std::string> keys = {round_key("store")}, left;
+  for (int n = 0; n < nnodes_; ++n) {
+    keys.push_back(round_key("node/" + std::to_string(n)));
+    left.push_back(key("left/" + std::to_string(n)));
+  }
   Deadline deadline = Deadline::after_seconds(rdzv_timeout_s_);
   ProgressLine progress;
   for (;;) {
     if (auto sig = take_stop_signal(signal_fd_)) return aborted_by(*sig);
     progress.tick(waiting_for);
-    ASSIGN_OR_RETURN(bool all, ask<bool>("waiting for round " + r, waiting_for,
-                                         [keys](TcpStore& s) { return s.check(keys); }));
-    if (all) break;
+    const bool beat_now = Clock::now() - last_beat_ >= kBeatEvery;
+    if (beat_now) last_beat_ = Clock::now();
+    // -1: every node is here; a node rank: that node left the job (it ended it, e.g. on SIGTERM,
+    // while this one saw a failure that allows a restart), so it will not come; else -2.
+    ASSIGN_OR_RETURN(int look, ask<int>("waiting for round " + r, waiting_for,
+                                        [keys, left, beat_now, mine = key("heartbeat/" + std::to_string(node_rank_))](
+                                            TcpStore& s) {
+                                          if (beat_now) s.add(mine, 1);
+                                          if (s.check(keys)) return -1;
+                                          for (size_t n = 0; n < left.size(); ++n) {
+                                            if (s.check({left[n]})) return static_cast<int>(n);
+                                          }
+                                          return -2;
+                                        }));
+    if (look == -1) break;
+    if (look >= 0) {
+      return Status(ErrorCode::aborted, "round " + r + " of job '" + run_id_ + "' cannot start: node " +
+                                            std::to_string(look) + " ended the job (see its output)");
+    }
     if (deadline.expired()) {
       ASSIGN_OR_RETURN(std::string missing, ask<std::string>("waiting for round " + r, waiting_for, [keys](TcpStore& s) {
                          std::string m;
@@ -224,18 +243,21 @@ NodeRendezvous::RoundEnd NodeRendezvous::end_round(const JobOutcome& outcome) {
     }
     code = e.exit_code;
   }
-  if (!serving()) {
-    Status left = ask<bool>("leaving the job", "the job's store at " + store_->address() + " to record that " + me +
-                                                   " leaves",
-                            [k = key("left/" + std::to_string(node_rank_))](TcpStore& s) {
-                              s.set(k, "1");
-                              return true;
-                            })
-                      .status();
-    if (!left.is_ok()) say(left.message());
-    return {.restart = false, .exit_code = code};
-  }
+  leave();
+  if (!serving()) return {.restart = false, .exit_code = code};
   return {.restart = false, .exit_code = wait_for_others_to_leave(code)};
+}
+
+void NodeRendezvous::leave() {
+  if (nnodes_ == 1) return;
+  Status left = ask<bool>("leaving the job", "the job's store at " + store_->address() + " to record that node " +
+                                                 std::to_string(node_rank_) + " leaves",
+                          [k = key("left/" + std::to_string(node_rank_))](TcpStore& s) {
+                            s.set(k, "1");
+                            return true;
+                          })
+                    .status();
+  if (!left.is_ok() && !serving()) say(left.message());
 }
 
 NodeRendezvous::RoundEnd NodeRendezvous::wait_round_outcome(int code) {

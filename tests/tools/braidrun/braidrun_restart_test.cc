@@ -178,7 +178,7 @@ TwoNodes run_two_nodes(const std::string& max_restarts, const std::vector<std::s
     t.b = b.wait(60);
     if (!(contains(t.a.err, "could not serve it either") && contains(t.b.err, "could not serve it either"))) break;
   }
-  if (contains(t.b.err, "served here)")) std::swap(t.a, t.b);
+  if (contains(t.b.err, ", served here")) std::swap(t.a, t.b);
   return t;
 }
 
@@ -226,6 +226,28 @@ TEST(BraidrunRestart, TwoNodesRunOutOfRestarts) {
       "braidrun:   round 1: rank 3 \\(local rank 1 on node 1, host [^)]+\\): exit code 5\n");
   EXPECT_TRUE(std::regex_search(t.a.err, summary)) << t.a.err;
   EXPECT_TRUE(contains(t.b.err, "job failed after 1 restart(s)")) << t.b.err;
+}
+
+// SIGTERM to one node's braidrun ends the job on both nodes, without a restart.
+TEST(BraidrunRestart, SigtermToOneNodeEndsTheJobOnBoth) {
+  TempDir pids;
+  const int port = free_port();
+  auto flags = node_flags(port, "3");
+  flags.insert(flags.end(), {"--node-rank", "0", "--grace-s", "1"});
+  BraidrunProcess a(with_rank(flags, {"pidfile", pids.path(), "sleep", "30"}));
+  flags = node_flags(port, "3");
+  flags.insert(flags.end(), {"--node-rank", "1", "--grace-s", "1"});
+  BraidrunProcess b(with_rank(flags, {"pidfile", pids.path(), "sleep", "30"}));
+  auto started = read_pidfiles(pids.path(), 4, 20);
+  ASSERT_EQ(started.size(), 4u);
+  ASSERT_EQ(kill(b.pid(), SIGTERM), 0);
+  RunResult rb = b.wait(30), ra = a.wait(30);
+  ASSERT_FALSE(ra.timed_out || rb.timed_out) << ra.err << rb.err;
+  EXPECT_EQ(rb.exit_code, 128 + SIGTERM) << rb.err;
+  EXPECT_EQ(ra.exit_code, 128 + SIGTERM) << ra.err;
+  EXPECT_FALSE(contains(ra.err + rb.err, "starting every rank again")) << ra.err << rb.err;
+  EXPECT_TRUE(contains(ra.err, "node 1: braidrun received SIGTERM")) << ra.err;
+  EXPECT_TRUE(wait_pids_gone(started, 5).empty());
 }
 
 }  // namespace
