@@ -4,6 +4,7 @@
 // its ranks again in a new round. See launch_options.cc for the flags.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -169,8 +170,9 @@ int run(int argc, char** argv) {
                                               .prefix_output = o.prefix_output,
                                               .log_dir = o.log_dir,
                                               .node_rank = rdzv.node_rank(),
-                                              .tick = std::chrono::milliseconds(
-                                                  static_cast<int64_t>(o.monitor_interval_s * 1000 + 0.5))},
+                                              // At least 10 ms: a tick of 0 would spin.
+                                              .tick = std::chrono::milliseconds(std::max<int64_t>(
+                                                  10, static_cast<int64_t>(o.monitor_interval_s * 1000 + 0.5)))},
                             *signal_fd);
       Status started = supervisor.start(std::move(specs));
       if (!started.is_ok()) {
