@@ -55,7 +55,9 @@ std::map<int, EnvLine> round_env(const std::vector<EnvLine>& lines, int round) {
 TEST(BraidrunRestart, AFailedRankRestartsEveryRankWithTorchrunsVariables) {
   RunResult r = run_braidrun(with_rank({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2", "--rdzv-id",
                                         "job7"},
-                                       {"env", "exit@1#0", "3", "sleep#0", "30"}),
+                                       // Rank 1 fails in round 0 once rank 0 printed.
+                                       {"env", "store-set@0#0", "printed", "1", "store-get@1#0", "printed", "exit@1#0",
+                                        "3", "sleep#0", "30"}),
                              40);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -110,8 +112,8 @@ TEST(BraidrunRestart, RestartsRunningOutListEveryFailureAndExitNonZero) {
 TEST(BraidrunRestart, ARankIgnoringSigtermIsKilledAfterTheGraceBeforeTheRestart) {
   TempDir pids;
   RunResult r = run_braidrun(with_rank({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--grace-s", "1"},
-                                       {"ignore-term@1#0", "pidfile#0", pids.path(), "sleep@0#0", "0.3", "exit@0#0", "4",
-                                        "sleep#0", "30", "print", "ran"}),
+                                       {"ignore-term@1#0", "pidfile#0", pids.path(), "store-set@1#0", "ready", "1",
+                                        "store-get@0#0", "ready", "exit@0#0", "4", "sleep#0", "30", "print", "ran"}),
                              40);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -132,7 +134,9 @@ TEST(BraidrunRestart, ARankIgnoringSigtermIsKilledAfterTheGraceBeforeTheRestart)
 TEST(BraidrunRestart, AProcessOfAnEarlierRoundCannotJoinTheNewOne) {
   TempDir dir;
   RunResult r = run_braidrun(with_rank({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1"},
-                                       {"stale-check", dir.path(), "exit@0#0", "3", "sleep#0", "30"}),
+                                       // Rank 0 fails once rank 1 kept what it knows of round 0.
+                                       {"stale-check", dir.path(), "store-set@1#0", "kept", "1", "store-get@0#0", "kept",
+                                        "exit@0#0", "3", "sleep#0", "30"}),
                              40);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit_code, 0) << r.err;
@@ -184,7 +188,10 @@ TwoNodes run_two_nodes(const std::string& max_restarts, const std::vector<std::s
 
 // Node 0's ranks end well at once; a rank of node 1 fails later: node 0 runs its ranks again too.
 TEST(BraidrunRestart, TwoNodesRestartTogether) {
-  TwoNodes t = run_two_nodes("1", {"env", "sleep@3#0", "0.5", "exit@3#0", "5"});
+  // Rank 3 fails once every other rank printed (and they end at once).
+  TwoNodes t = run_two_nodes("1", {"env", "store-set@0#0", "e0", "1", "store-set@1#0", "e1", "1", "store-set@2#0", "e2",
+                                   "1", "store-get@3#0", "e0", "store-get@3#0", "e1", "store-get@3#0", "e2",
+                                   "sleep@3#0", "0.5", "exit@3#0", "5"});
   ASSERT_FALSE(t.a.timed_out || t.b.timed_out) << t.a.err << t.b.err;
   EXPECT_EQ(t.a.exit_code, 0) << t.a.err;
   EXPECT_EQ(t.b.exit_code, 0) << t.b.err;
