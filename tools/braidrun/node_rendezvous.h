@@ -81,11 +81,11 @@ class NodeRendezvous {
     bool restart = false;
     int exit_code = 0;
   };
-  // Records how this node's ranks ended in this round. With restarts left and a failure that
-  // allows one (a rank failed, anywhere), returns restart once the round's outcome is known.
-  // Otherwise the job ends: the serving node waits for the others to leave (bounded by their
-  // heartbeats and by SIGINT/SIGTERM), and the exit code is this node's, or the first non-zero
-  // one reported by another node. Every wait is bounded.
+  // Records how this node's ranks ended in this round. With --max-restarts, waits for the
+  // round's outcome on every node, and returns restart when restarts are left and the failure
+  // allows one (a rank failed, anywhere). Otherwise the job ends: the serving node waits for
+  // the others to leave (bounded by their heartbeats and by SIGINT/SIGTERM), and the exit code
+  // is this node's, or that of a failure on another node. Every wait is bounded.
   RoundEnd end_round(const JobOutcome& outcome);
   // Records that this node's braidrun ends the job (best effort): the serving node waits for
   // every other node's, and a node waiting to start the next round stops waiting for this one.
@@ -98,8 +98,9 @@ class NodeRendezvous {
   NodeRendezvous() = default;
   std::string round_key(const std::string& k) const { return key("round/" + std::to_string(round_) + "/" + k); }
   Status start_round_store();
-  // After this node's report: waits until the round failed somewhere (restart, or the job
-  // stops) or every node's ranks ended well (the job succeeded).
+  // After this node's report: waits until the round failed somewhere (`restart` when that
+  // failure allows one; the exit code is this node's, else the failure's) or every node's ranks
+  // ended well (the round succeeded).
   RoundEnd wait_round_outcome(int code);
   // The serving node: waits for the other nodes to leave; returns the job's exit code.
   int wait_for_others_to_leave(int code);

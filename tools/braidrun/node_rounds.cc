@@ -235,9 +235,11 @@ NodeRendezvous::RoundEnd NodeRendezvous::end_round(const JobOutcome& outcome) {
   }
   const bool restarts_left = round_ < max_restarts_;
   if (nnodes_ == 1) return {.restart = rank_failed && restarts_left, .exit_code = code};
-  if (restarts_left && !stopped && reported.is_ok()) {
+  // With restarts, every node learns how the round ended, even in the last round: a node whose
+  // ranks all succeeded then exits with the code of a failure elsewhere, as the serving node does.
+  if (max_restarts_ > 0 && !stopped && reported.is_ok()) {
     RoundEnd e = wait_round_outcome(code);
-    if (e.restart) {
+    if (e.restart && restarts_left) {
       round_server_.reset();  // the round's ranks are gone or going: their store goes now
       return e;
     }
@@ -311,8 +313,7 @@ NodeRendezvous::RoundEnd NodeRendezvous::wait_round_outcome(int code) {
     if (look->failed) {
       FailedValue f = parse_failed(*look->failed);
       seen_failures_[round_].push_back(f.what);
-      if (f.restart) return {.restart = true, .exit_code = 0};
-      return {.restart = false, .exit_code = code != 0 ? code : f.exit_code};
+      return {.restart = f.restart, .exit_code = code != 0 ? code : f.exit_code};
     }
     if (look->beats.empty()) return {.restart = false, .exit_code = code};  // every node ended well
     for (const auto& [n, beats] : look->beats) {

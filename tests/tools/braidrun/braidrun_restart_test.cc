@@ -235,6 +235,29 @@ TEST(BraidrunRestart, TwoNodesRunOutOfRestarts) {
   EXPECT_TRUE(contains(t.b.err, "job failed after 1 restart(s)")) << t.b.err;
 }
 
+// In the last round too, a node whose ranks all succeeded learns that a rank of the other node
+// failed, and exits with its code and the summary.
+TEST(BraidrunRestart, ANodeWhoseRanksSucceededExitsWithTheJobsFailure) {
+  const int port = free_port();
+  // Ranks 2 and 3 (node 1) end well at once; rank 0 fails once they have started.
+  const std::vector<std::string> actions = {"store-set@2", "e2", "1", "store-set@3", "e3", "1", "store-get@0", "e2",
+                                            "store-get@0", "e3", "sleep@0", "0.3", "exit@0", "6", "sleep@1", "30"};
+  auto flags = node_flags(port, "1");
+  flags.insert(flags.end(), {"--node-rank", "0"});
+  BraidrunProcess a(with_rank(flags, actions));
+  flags = node_flags(port, "1");
+  flags.insert(flags.end(), {"--node-rank", "1"});
+  BraidrunProcess b(with_rank(flags, actions));
+  RunResult rb = b.wait(60), ra = a.wait(60);
+  ASSERT_FALSE(ra.timed_out || rb.timed_out) << ra.err << rb.err;
+  EXPECT_EQ(ra.exit_code, 6) << ra.err;
+  EXPECT_EQ(rb.exit_code, 6) << rb.err;
+  for (const RunResult* r : {&ra, &rb}) {
+    EXPECT_TRUE(contains(r->err, "job failed after 1 restart(s)")) << r->err;
+    EXPECT_TRUE(contains(r->err, "round 1: rank 0 (local rank 0 on node 0, host ")) << r->err;
+  }
+}
+
 // SIGTERM to one node's braidrun ends the job on both nodes, without a restart.
 TEST(BraidrunRestart, SigtermToOneNodeEndsTheJobOnBoth) {
   TempDir pids;
