@@ -6,8 +6,9 @@
 // (the first failure wins the compare_set); it succeeded when every node wrote done/<n> and no
 // failure is recorded. A node reads done/* before failed, and a failing node writes failed
 // before its done, so a node that finds every done set also finds any failure. With restarts
-// left and a failure that allows one, every node meets again in round R+1; otherwise each node
-// other than the serving one says it leaves and exits, and the serving one waits for them.
+// left and a failure that allows one, every node meets again in round R+1; otherwise every node
+// says it leaves (left/<n>) and exits, the serving one once the others have left. A node
+// waiting to meet in the next round gives up at once when another node left.
 #include <unistd.h>
 
 #include <set>
