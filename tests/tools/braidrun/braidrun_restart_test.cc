@@ -3,9 +3,11 @@
 // later one, and once restarts run out braidrun exits non-zero with every failure listed.
 // Real braidrun processes on 127.0.0.1 (two of them for two nodes), the rank helper as ranks.
 #include <signal.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <regex>
 #include <set>
@@ -233,6 +235,24 @@ TEST(BraidrunRestart, TwoNodesRunOutOfRestarts) {
       "braidrun:   round 1: rank 3 \\(local rank 1 on node 1, host [^)]+\\): exit code 5\n");
   EXPECT_TRUE(std::regex_search(t.a.err, summary)) << t.a.err;
   EXPECT_TRUE(contains(t.b.err, "job failed after 1 restart(s)")) << t.b.err;
+}
+
+// Ranks that built a braid communicator in round 0 build one again in round 1: the new round's
+// store knows nothing of round 0's ranks (a shared store would refuse a second claim of each
+// rank, "two processes claim RANK=1").
+TEST(BraidrunRestart, RestartedRanksBuildCommunicatorsAgain) {
+  const char* perf = std::getenv("BRAID_PERF");
+  if (perf == nullptr || access(perf, X_OK) != 0) GTEST_SKIP() << "braid-perf is not built (BRAID_PERF)";
+  const std::string script = std::string("\"") + perf + "\" --op all_reduce -b 1K -e 1K -n 3 -w 1 || exit $?; " +
+                             "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ]; then exit 3; fi";
+  RunResult r = run_braidrun({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1", "--", "sh", "-c", script},
+                             60);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  size_t runs = 0;
+  for (size_t at = 0; (at = r.out.find("[rank 0] # Out of bounds values : 0 OK", at)) != std::string::npos; ++at) ++runs;
+  EXPECT_EQ(runs, 2u) << "one all_reduce run per round: " << r.out << r.err;
+  EXPECT_TRUE(contains(r.err, "round 0: rank 1 (local rank 1 on node 0, host ")) << r.err;
 }
 
 // In the last round too, a node whose ranks all succeeded learns that a rank of the other node
