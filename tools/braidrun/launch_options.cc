@@ -265,7 +265,8 @@ torchrun flags (--a-b and --a_b, "--flag value" and "--flag=value"):
 
 braidrun flags:
   --no-prefix            do not put "[rank N] " in front of each output line
-  --log-dir DIR          also write each rank's output to DIR/rank<N>.log
+  --log-dir DIR          also write each rank's output to DIR/rank<N>.log (after a restart:
+                         DIR/rank<N>.round<R>.log)
   --grace-s S            seconds between SIGTERM and SIGKILL when stopping ranks. Default 5
   --cpu-bind auto|none   auto: when there is at least one CPU per local rank, bind each rank to
                          its own share of the CPUs (stable timings on small machines). Default auto

@@ -169,6 +169,7 @@ int run(int argc, char** argv) {
       Supervisor supervisor(SupervisorOptions{.grace_s = o.grace_s,
                                               .prefix_output = o.prefix_output,
                                               .log_dir = o.log_dir,
+                                              .log_suffix = round == 0 ? "" : ".round" + std::to_string(round),
                                               .node_rank = rdzv.node_rank(),
                                               // At least 10 ms: a tick of 0 would spin.
                                               .tick = std::chrono::milliseconds(std::max<int64_t>(

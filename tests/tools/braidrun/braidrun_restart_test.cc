@@ -55,8 +55,9 @@ std::map<int, EnvLine> round_env(const std::vector<EnvLine>& lines, int round) {
 }
 
 TEST(BraidrunRestart, AFailedRankRestartsEveryRankWithTorchrunsVariables) {
+  TempDir logs;
   RunResult r = run_braidrun(with_rank({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2", "--rdzv-id",
-                                        "job7"},
+                                        "job7", "--log-dir", logs.path()},
                                        // Rank 1 fails in round 0 once rank 0 printed.
                                        {"env", "store-set@0#0", "printed", "1", "store-get@1#0", "printed", "exit@1#0",
                                         "3", "sleep#0", "30"}),
@@ -91,6 +92,14 @@ TEST(BraidrunRestart, AFailedRankRestartsEveryRankWithTorchrunsVariables) {
   EXPECT_TRUE(contains(r.err, "every rank succeeded in round 1, after 1 restart(s) (--max-restarts 2)")) << r.err;
   EXPECT_TRUE(contains(r.err, "braidrun:   round 0: rank 1 (local rank 1 on node 0, host ")) << r.err;
   EXPECT_TRUE(contains(r.err, "): exit code 3\n")) << r.err;
+  // Each round's output in its own log files.
+  for (int rank : {0, 1}) {
+    const std::string log0 = read_file(logs.path() + "/rank" + std::to_string(rank) + ".log");
+    const std::string log1 = read_file(logs.path() + "/rank" + std::to_string(rank) + ".round1.log");
+    EXPECT_TRUE(contains(log0, "TORCHELASTIC_RESTART_COUNT=0 ")) << log0;
+    EXPECT_FALSE(contains(log0, "TORCHELASTIC_RESTART_COUNT=1 ")) << log0;
+    EXPECT_TRUE(contains(log1, "TORCHELASTIC_RESTART_COUNT=1 ")) << log1;
+  }
 }
 
 TEST(BraidrunRestart, RestartsRunningOutListEveryFailureAndExitNonZero) {
