@@ -24,6 +24,7 @@
 // another job id, so it can neither join a later round nor write into its keys (the store it
 // knew is closed when its round ends). The serving braidrun keeps the store up until every node
 // left (or stopped beating), so ranks finishing late can still use it.
+// node_rendezvous.cc joins the job; node_rounds.cc runs the rounds.
 #pragma once
 
 #include <atomic>
