@@ -12,6 +12,7 @@ namespace {
 constexpr uint16_t kDefaultRdzvPort = 29400;
 constexpr int64_t kMaxProcsPerNode = 4096;
 constexpr int64_t kMaxNodes = 1 << 20;
+constexpr int64_t kMaxRestarts = 1 << 20;
 
 Status bad(const std::string& message) { return invalid_argument(message + " (see braidrun --help)"); }
 
@@ -38,8 +39,8 @@ Result<double> parse_seconds(const std::string& flag, const std::string& v, bool
 }
 
 Status elastic_refused(const std::string& what) {
-  return invalid_argument(what + ": elastic training (changing node counts, restarts) is not supported yet; " +
-                          "give a fixed --nnodes N and --max-restarts 0");
+  return invalid_argument(what + ": elastic node counts (MIN:MAX with MIN < MAX) are not supported yet; give a " +
+                          "fixed --nnodes N (restarts of a fixed set of nodes work: --max-restarts N)");
 }
 
 Result<int> parse_nnodes(const std::string& v) {
@@ -149,8 +150,10 @@ Status apply(const std::string& flag, const std::string& v, LaunchOptions& o, Se
       return bad("--rdzv-backend '" + v + "' is not supported: braidrun serves its own c10d-style store; use c10d");
     }
   } else if (flag == "max-restarts") {
-    ASSIGN_OR_RETURN(int64_t n, parse_int(flag, v, 0, 1 << 20));
-    if (n > 0) return elastic_refused("--max-restarts " + v);
+    ASSIGN_OR_RETURN(int64_t n, parse_int(flag, v, 0, kMaxRestarts));
+    o.max_restarts = static_cast<int>(n);
+  } else if (flag == "monitor-interval") {
+    ASSIGN_OR_RETURN(o.monitor_interval_s, parse_seconds(flag, v, /*zero_ok=*/false));
   } else if (flag == "module" || flag == "run-path") {
     return bad("--" + flag + " is Python-specific: braidrun runs any program, e.g. `braidrun ... python -m pkg.mod`");
   } else if (flag == "no-prefix") {
@@ -170,8 +173,8 @@ Status apply(const std::string& flag, const std::string& v, LaunchOptions& o, Se
   } else if (flag == "version") {
     o.version = true;
   }
-  // rdzv-conf, monitor-interval, role, no-python: accepted so pasted torchrun lines work;
-  // they change nothing here (braidrun never implies Python, has one role and no monitor).
+  // rdzv-conf, role, no-python: accepted so pasted torchrun lines work; they change nothing
+  // here (braidrun never implies Python and has one role).
   return Status::ok();
 }
 
@@ -238,13 +241,14 @@ std::string launch_usage() {
   return R"(usage: braidrun [flags] [--] PROGRAM [ARGS...]
 
 Starts PROGRAM once per local rank with torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,
-LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT, TORCHELASTIC_RUN_ID) and serves the job's store at MASTER_ADDR:MASTER_PORT
+LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT,
+TORCHELASTIC_MAX_RESTARTS) and serves the job's store at MASTER_ADDR:MASTER_PORT
 (BRAID_AGENT_STORE=1 tells ranks so). Any program: no Python is implied.
 
 torchrun flags (--a-b and --a_b, "--flag value" and "--flag=value"):
   --nproc-per-node N     ranks on this node (also auto|cpu = number of CPUs). Default 1
-  --nnodes N             nodes in the job ("N:N" accepted; an elastic range is refused). Default 1
+  --nnodes N             nodes in the job ("N:N" accepted; a range MIN:MAX is refused). Default 1
   --node-rank R          this node's rank; omitted: the node that can bind the endpoint is 0,
                          the others are numbered in arrival order
   --master-addr HOST     store host when no --rdzv-endpoint. Default 127.0.0.1
@@ -253,12 +257,16 @@ torchrun flags (--a-b and --a_b, "--flag value" and "--flag=value"):
   --rdzv-id ID           job id, exported as TORCHELASTIC_RUN_ID. Default none
   --rdzv-backend c10d    the only backend
   --standalone           one node, store on a free port of 127.0.0.1
-  --max-restarts 0       restarts are not supported yet
-  --rdzv-conf, --monitor-interval, --role, --no-python   accepted and ignored
+  --max-restarts N       when a rank fails, stop every rank of every node and start them all
+                         again, up to N times (see below). Default 0
+  --monitor-interval S   how often braidrun asks the job's store whether another node failed
+                         (its own ranks' exits it sees at once). Default 0.25
+  --rdzv-conf, --role, --no-python   accepted and ignored
 
 braidrun flags:
   --no-prefix            do not put "[rank N] " in front of each output line
-  --log-dir DIR          also write each rank's output to DIR/rank<N>.log
+  --log-dir DIR          also write each rank's output to DIR/rank<N>.log (after a restart:
+                         DIR/rank<N>.round<R>.log)
   --grace-s S            seconds between SIGTERM and SIGKILL when stopping ranks. Default 5
   --cpu-bind auto|none   auto: when there is at least one CPU per local rank, bind each rank to
                          its own share of the CPUs (stable timings on small machines). Default auto
@@ -275,6 +283,14 @@ Environment braidrun reads (every other variable reaches the ranks unchanged):
 
 When a rank fails, braidrun stops the others, names the rank and how it failed, prints its last
 lines and exits with its exit code (128+signal when it was killed).
+
+Restarts (--max-restarts N): a failed rank on any node ends the round on every node (SIGTERM,
+SIGKILL after --grace-s); the nodes meet again through the job's store and start every rank
+again with TORCHELASTIC_RESTART_COUNT one higher. Each round's ranks get a store of their own
+(a free port on the store's host, as MASTER_PORT, and BRAID_JOB_ID "<job>/round<R>"), so no
+process of an earlier round can join or disturb a later one. Once N restarts are spent, braidrun
+exits with the last failed rank's code and lists every failure: round, rank, node, exit code or
+signal. SIGINT/SIGTERM to braidrun end the job without a restart.
 )";
 }
 

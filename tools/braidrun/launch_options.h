@@ -27,6 +27,11 @@ struct LaunchOptions {
   bool prefix_output = true;
   std::string log_dir;  // empty: no per-rank log files
   double grace_s = 5;
+  // --max-restarts: how many times the job may start every rank again after a failure.
+  int max_restarts = 0;
+  // --monitor-interval: how often, while ranks run, braidrun asks the job's store whether
+  // another node failed (its own ranks' exits it sees at once).
+  double monitor_interval_s = 0.25;
   // --cpu-bind auto|none: with auto, when the node has at least one CPU per local rank, each
   // rank gets its own share of the CPUs braidrun may use (as Open MPI binds by default).
   bool cpu_bind = true;

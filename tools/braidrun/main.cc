@@ -1,8 +1,11 @@
 // braidrun: torchrun's job for any program. Starts --nproc-per-node ranks on this node with
 // torchrun's environment, serves (or joins) the job's store, relays the ranks' output line by
-// line, and stops every rank as soon as one fails. See launch_options.cc for the flags.
+// line, and stops every rank as soon as one fails; with --max-restarts, every node then starts
+// its ranks again in a new round. See launch_options.cc for the flags.
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -26,15 +29,33 @@ int fail(const Status& s) {
   return 1;
 }
 
-void report_failure(const JobOutcome& outcome) {
+// The failed rank's last lines; `ends_job`: also the line saying the job failed because of it.
+void report_failure(const JobOutcome& outcome, bool ends_job) {
   if (outcome.cause != JobOutcome::Cause::rank_failed) return;
   std::string r = std::to_string(outcome.failed_rank);
   std::string text = outcome.tail.empty()
                          ? "braidrun: rank " + r + " printed nothing\n"
                          : "braidrun: last " + std::to_string(outcome.tail.size()) + " line(s) of rank " + r + ":\n";
   for (const std::string& line : outcome.tail) text += "braidrun:   | " + line + "\n";
-  text += "braidrun: job failed: rank " + r + " " +
-          (outcome.failure.rfind("exit", 0) == 0 ? "ended with " : "was ") + outcome.failure + "\n";
+  if (ends_job) {
+    text += "braidrun: job failed: rank " + r + " " +
+            (outcome.failure.rfind("exit", 0) == 0 ? "ended with " : "was ") + outcome.failure + "\n";
+  }
+  write_all(STDERR_FILENO, text);
+}
+
+// With --max-restarts, how the job went: every failure of every round, one line each.
+void report_rounds(const LaunchOptions& o, int round, int exit_code, const std::vector<std::string>& failures) {
+  const std::string restarts = std::to_string(round) + " restart(s) (--max-restarts " + std::to_string(o.max_restarts) + ")";
+  std::string text;
+  if (exit_code == 0) {
+    if (round == 0) return;
+    text = "braidrun: every rank succeeded in round " + std::to_string(round) + ", after " + restarts + "; earlier failures:\n";
+  } else {
+    text = "braidrun: job failed after " + restarts + "; every failure:\n";
+  }
+  for (const std::string& line : failures) text += "braidrun:   " + line + "\n";
+  if (failures.empty()) text += "braidrun:   (none recorded)\n";
   write_all(STDERR_FILENO, text);
 }
 
@@ -101,54 +122,79 @@ int run(int argc, char** argv) {
   NodeRendezvous& rdzv = **joined;
   const int first_rank = rdzv.node_rank() * o.nproc_per_node;
   const int world = o.nnodes * o.nproc_per_node;
-  if (o.nnodes > 1) {
-    say("node " + std::to_string(rdzv.node_rank()) + " of " + std::to_string(o.nnodes) + ": starting ranks " +
-        std::to_string(first_rank) + ".." + std::to_string(first_rank + o.nproc_per_node - 1) + " of " +
-        std::to_string(world) + " (store at " + rdzv.master_addr() + ":" + std::to_string(rdzv.master_port()) +
-        (rdzv.serving() ? ", served here)" : ")"));
-  }
-
   std::vector<std::string> base_env = current_environ();
-  std::vector<RankSpec> specs;
   const std::vector<int> cpus = o.cpu_bind ? allowed_cpus() : std::vector<int>{};
-  for (int local = 0; local < o.nproc_per_node; ++local) {
-    RankIdentity id{.rank = first_rank + local,
-                    .local_rank = local,
-                    .world_size = world,
-                    .local_world_size = o.nproc_per_node,
-                    .node_rank = rdzv.node_rank(),
-                    .nnodes = o.nnodes,
-                    .master_addr = rdzv.master_addr(),
-                    .master_port = rdzv.master_port(),
-                    .run_id = o.run_id,
-                    .job_id = trust->auth.job_id,
-                    .secret_file = trust->file ? trust->file->path() : ""};
-    SpawnRequest req{.path = *program,
-                     .argv = o.program,
-                     .env = build_rank_env(base_env, id),
-                     .cpus = cpu_share(cpus, local, o.nproc_per_node)};
-    specs.push_back(RankSpec{.rank = id.rank, .local_rank = local, .request = std::move(req)});
-  }
 
-  JobOutcome outcome;
-  {
-    Supervisor supervisor(SupervisorOptions{.grace_s = o.grace_s,
-                                            .prefix_output = o.prefix_output,
-                                            .log_dir = o.log_dir,
-                                            .node_rank = rdzv.node_rank()},
-                          *signal_fd);
-    Status started = supervisor.start(std::move(specs));
-    if (!started.is_ok()) {
-      outcome.cause = JobOutcome::Cause::signaled;  // tells the other nodes to stop
-      outcome.exit_code = 1;
-      outcome.failure = "cannot start ranks: " + started.message();
-      say("error: " + started.message());
-    } else {
-      outcome = supervisor.run([&] { return rdzv.poll_job(); });
+  for (int round = 0;; ++round) {
+    Status met = rdzv.meet_round(round);
+    if (!met.is_ok()) {
+      fail(met);
+      rdzv.leave();
+      int code = stop_signal ? 128 + stop_signal : 1;
+      if (round > 0) report_rounds(o, round, code, rdzv.failure_summary());
+      return code;
     }
+    if (o.nnodes > 1 && round == 0) {
+      say("node " + std::to_string(rdzv.node_rank()) + " of " + std::to_string(o.nnodes) + ": starting ranks " +
+          std::to_string(first_rank) + ".." + std::to_string(first_rank + o.nproc_per_node - 1) + " of " +
+          std::to_string(world) + " (store at " + rdzv.master_addr() + ":" + std::to_string(rdzv.master_port()) +
+          (rdzv.serving() ? ", served here" : "") +
+          (o.max_restarts > 0 ? "; the ranks' store of round 0 is on port " + std::to_string(rdzv.ranks_port()) : "") +
+          ")");
+    }
+    std::vector<RankSpec> specs;
+    for (int local = 0; local < o.nproc_per_node; ++local) {
+      RankIdentity id{.rank = first_rank + local,
+                      .local_rank = local,
+                      .world_size = world,
+                      .local_world_size = o.nproc_per_node,
+                      .node_rank = rdzv.node_rank(),
+                      .nnodes = o.nnodes,
+                      .master_addr = rdzv.master_addr(),
+                      .master_port = rdzv.ranks_port(),
+                      .run_id = o.run_id,
+                      .restart_count = round,
+                      .max_restarts = o.max_restarts,
+                      .job_id = rdzv.ranks_job_id(),
+                      .secret_file = trust->file ? trust->file->path() : ""};
+      SpawnRequest req{.path = *program,
+                       .argv = o.program,
+                       .env = build_rank_env(base_env, id),
+                       .cpus = cpu_share(cpus, local, o.nproc_per_node)};
+      specs.push_back(RankSpec{.rank = id.rank, .local_rank = local, .request = std::move(req)});
+    }
+
+    JobOutcome outcome;
+    {
+      Supervisor supervisor(SupervisorOptions{.grace_s = o.grace_s,
+                                              .prefix_output = o.prefix_output,
+                                              .log_dir = o.log_dir,
+                                              .log_suffix = round == 0 ? "" : ".round" + std::to_string(round),
+                                              .node_rank = rdzv.node_rank(),
+                                              // At least 10 ms: a tick of 0 would spin.
+                                              .tick = std::chrono::milliseconds(std::max<int64_t>(
+                                                  10, static_cast<int64_t>(o.monitor_interval_s * 1000 + 0.5)))},
+                            *signal_fd);
+      Status started = supervisor.start(std::move(specs));
+      if (!started.is_ok()) {
+        outcome.cause = JobOutcome::Cause::signaled;  // tells the other nodes to stop, without a restart
+        outcome.exit_code = 1;
+        outcome.failure = "cannot start ranks: " + started.message();
+        say("error: " + started.message());
+      } else {
+        outcome = supervisor.run([&] { return rdzv.poll_job(); });
+      }
+    }
+    report_failure(outcome, /*ends_job=*/o.max_restarts == 0);
+    NodeRendezvous::RoundEnd end = rdzv.end_round(outcome);
+    if (end.restart) {
+      say("round " + std::to_string(round) + " failed; starting every rank again (restart " + std::to_string(round + 1) +
+          " of " + std::to_string(o.max_restarts) + ")");
+      continue;
+    }
+    if (o.max_restarts > 0) report_rounds(o, round, end.exit_code, rdzv.failure_summary());
+    return end.exit_code;
   }
-  report_failure(outcome);
-  return rdzv.finish(outcome, *signal_fd);
 }
 
 }  // namespace

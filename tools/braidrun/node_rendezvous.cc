@@ -22,8 +22,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-void say(const std::string& line) { write_all(STDERR_FILENO, "braidrun: " + line + "\n"); }
-
 std::string endpoint(const std::string& host, uint16_t port) {
   return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
@@ -55,33 +53,27 @@ struct NodeInfo {
   std::string host;
   std::string pid;
   int nproc = 0;
+  int max_restarts = 0;
 };
 
 NodeInfo parse_node_info(const std::string& v) {
   NodeInfo n;
-  size_t a = v.find('\n'), b = a == std::string::npos ? a : v.find('\n', a + 1);
-  n.host = v.substr(0, a);
-  if (b != std::string::npos) {
-    n.pid = v.substr(a + 1, b - a - 1);
-    n.nproc = std::atoi(v.c_str() + b + 1);
+  std::vector<std::string> fields;
+  for (size_t from = 0;;) {
+    size_t nl = v.find('\n', from);
+    fields.push_back(v.substr(from, nl == std::string::npos ? std::string::npos : nl - from));
+    if (nl == std::string::npos) break;
+    from = nl + 1;
   }
+  n.host = fields[0];
+  if (fields.size() > 1) n.pid = fields[1];
+  if (fields.size() > 2) n.nproc = std::atoi(fields[2].c_str());
+  if (fields.size() > 3) n.max_restarts = std::atoi(fields[3].c_str());
   return n;
 }
 
 std::string describe_node(int r, const NodeInfo& n) {
   return "node " + std::to_string(r) + " (host " + n.host + ", braidrun pid " + n.pid + ")";
-}
-
-template <typename F>
-Status store_call(const std::string& what, F&& f) {
-  try {
-    f();
-    return Status::ok();
-  } catch (const Error& e) {
-    return Status(e.code(), what + ": " + e.what());
-  } catch (const std::exception& e) {
-    return internal_error(what + ": " + e.what());
-  }
 }
 
 // " (connect: Connection refused)" from TcpStore's long message, for progress lines.
@@ -107,17 +99,6 @@ std::optional<int> take_stop_signal(int signal_fd) {
 
 NodeRendezvous::~NodeRendezvous() = default;
 
-template <typename T>
-Result<T> NodeRendezvous::ask(const std::string& what, const std::string& waiting_for, std::function<T(TcpStore&)> f) {
-  auto out = std::make_shared<T>();
-  Status s = wait_for_store(
-      StoreWaitOptions{.signal_fd = signal_fd_}, waiting_for,
-      [store = store_, out, f = std::move(f), what] { return store_call(what, [&] { *out = f(*store); }); },
-      stop_signal_);
-  if (!s.is_ok()) return s;
-  return *out;
-}
-
 Status NodeRendezvous::aborted_by(int sig) {
   if (stop_signal_) *stop_signal_ = sig;
   return Status(ErrorCode::aborted, "interrupted by " + signal_name(sig) + " during rendezvous");
@@ -131,6 +112,11 @@ Result<std::unique_ptr<NodeRendezvous>> NodeRendezvous::join(const LaunchOptions
   r->prefix_ = "braidrun/" + o.run_id + "/";
   r->nnodes_ = o.nnodes;
   r->grace_s_ = o.grace_s;
+  r->monitor_interval_s_ = o.monitor_interval_s;
+  r->rdzv_timeout_s_ = o.rdzv_timeout_s;
+  r->max_restarts_ = o.max_restarts;
+  r->run_id_ = o.run_id;
+  r->auth_ = auth;
   RETURN_IF_ERROR(r->serve_or_connect(o, auth, signal_fd));
   RETURN_IF_ERROR(r->take_node_rank(o));
   RETURN_IF_ERROR(r->wait_for_nodes(o, signal_fd));
@@ -154,6 +140,7 @@ Status NodeRendezvous::serve_or_connect(const LaunchOptions& o, const StoreAuth&
       try {
         server_ = TcpStoreServer::start(h, o.endpoint_port, {.secret = auth.secret, .job_id = auth.job_id});
         master_port_ = server_->port();
+        serve_host_ = h;
         connect_host = h == "0.0.0.0" ? "127.0.0.1" : h;
         break;
       } catch (const std::exception& e) {
@@ -214,7 +201,8 @@ Status NodeRendezvous::take_node_rank(const LaunchOptions& o) {
     }
     node_rank_ = static_cast<int>(n);
   }
-  std::string info = hostname() + "\n" + std::to_string(getpid()) + "\n" + std::to_string(o.nproc_per_node);
+  std::string info = hostname() + "\n" + std::to_string(getpid()) + "\n" + std::to_string(o.nproc_per_node) + "\n" +
+                     std::to_string(o.max_restarts);
   ASSIGN_OR_RETURN(std::string now,
                    ask<std::string>("registering this node",
                                     "the job's store at " + store_->address() + " to register node " +
@@ -275,110 +263,13 @@ Status NodeRendezvous::wait_for_nodes(const LaunchOptions& o, int signal_fd) {
                               std::to_string(n.nproc) + " but node " + std::to_string(node_rank_) + " (this one) has " +
                               std::to_string(o.nproc_per_node) + "; every node must start the same number of ranks");
     }
+    if (n.max_restarts != o.max_restarts) {
+      return invalid_argument("nodes disagree on --max-restarts: " + describe_node(r, n) + " has " +
+                              std::to_string(n.max_restarts) + " but node " + std::to_string(node_rank_) +
+                              " (this one) has " + std::to_string(o.max_restarts) + "; give every node the same");
+    }
   }
   return Status::ok();
-}
-
-// The store is asked on a helper thread, one question at a time: a store that stopped
-// answering must not stop braidrun from relaying its ranks' output and obeying SIGINT/SIGTERM
-// (the call itself ends with the store's timeout, which then stops the job).
-std::optional<ExternalStop> NodeRendezvous::poll_job() {
-  if (nnodes_ == 1) return std::nullopt;
-  if (poll_ && !poll_->done.load(std::memory_order_acquire)) return std::nullopt;
-  if (poll_) {
-    std::shared_ptr<PendingPoll> p = std::move(poll_);
-    if (!p->status.is_ok()) return ExternalStop{"lost the job's store (" + p->status.message() + ")", 1};
-    if (p->stop) return p->stop;
-  }
-  auto p = std::make_shared<PendingPoll>();
-  poll_ = p;
-  const bool beat = ++ticks_ % 4 == 0;
-  std::thread([p, store = store_, beat, heartbeat = key("heartbeat/" + std::to_string(node_rank_)),
-               failed = key("failed")] {
-    p->status = store_call("checking the job", [&] {
-      if (beat) store->add(heartbeat, 1);
-      if (!store->check({failed})) return;
-      std::string v = store->get(failed);
-      size_t nl = v.find('\n');
-      p->stop = ExternalStop{v.substr(nl == std::string::npos ? 0 : nl + 1), std::atoi(v.c_str())};
-    });
-    p->done.store(true, std::memory_order_release);
-  }).detach();
-  return std::nullopt;
-}
-
-int NodeRendezvous::finish(const JobOutcome& outcome, int signal_fd) {
-  int code = outcome.exit_code;
-  if (nnodes_ == 1) return code;
-  std::string me = "node " + std::to_string(node_rank_);
-  std::string failed;
-  if (outcome.cause == JobOutcome::Cause::rank_failed || outcome.cause == JobOutcome::Cause::signaled) {
-    failed = std::to_string(code) + "\n" +
-             (outcome.cause == JobOutcome::Cause::rank_failed
-                  ? me + ": rank " + std::to_string(outcome.failed_rank) + " failed: " + outcome.failure
-                  : me + ": " + outcome.failure);
-  }
-  auto reported = ask<bool>("reporting the end of " + me, "the job's store at " + store_->address() + " to record the end of " + me,
-                            [failed, failed_key = key("failed"), done_key = key("done/" + std::to_string(node_rank_)),
-                             code](TcpStore& s) {
-                              if (!failed.empty()) s.compare_set(failed_key, "", failed);
-                              s.set(done_key, std::to_string(code));
-                              return true;
-                            });
-  if (!reported.is_ok()) say(reported.status().message());
-  if (!reported.is_ok() && reported.status().code() == ErrorCode::aborted && !serving()) {
-    return code == 0 && stop_signal_ && *stop_signal_ ? 128 + *stop_signal_ : code;
-  }
-  if (!serving()) return code;
-
-  // Wait for the others while they show signs of life; a node that stopped beating (its
-  // braidrun was killed) is given up on after grace + 30 s.
-  const auto stale_after = std::chrono::duration_cast<milliseconds>(std::chrono::duration<double>(grace_s_ + 30));
-  struct Peer {
-    int64_t beats = -1;
-    Clock::time_point changed = Clock::now();
-    bool done = false;
-  };
-  std::map<int, Peer> peers;
-  for (int r = 0; r < nnodes_; ++r) {
-    if (r != node_rank_) peers[r] = Peer{};
-  }
-  bool announced = false;
-  auto started = Clock::now();
-  for (;;) {
-    bool pending = false;
-    for (auto& [r, p] : peers) {
-      if (p.done) continue;
-      std::string done_key = key("done/" + std::to_string(r));
-      Status st = store_call("waiting for node " + std::to_string(r), [&] {
-        if (store_->check({done_key})) {
-          p.done = true;
-          int c = std::atoi(store_->get(done_key).c_str());
-          if (code == 0 && c != 0) code = c;
-          return;
-        }
-        int64_t beats = store_->add(key("heartbeat/" + std::to_string(r)), 0);
-        if (beats != p.beats) p.beats = beats, p.changed = Clock::now();
-      });
-      if (!st.is_ok()) return code == 0 ? 1 : code;
-      if (!p.done && Clock::now() - p.changed > stale_after) {
-        say("node " + std::to_string(r) + " stopped reporting; not waiting for it any longer");
-        p.done = true;
-        if (code == 0) code = 1;
-      }
-      pending = pending || !p.done;
-    }
-    if (!pending) return code;
-    if (auto sig = take_stop_signal(signal_fd)) {
-      say("received " + signal_name(*sig) + " while waiting for the other nodes; closing the store");
-      return code == 0 ? 128 + *sig : code;
-    }
-    if (!announced && Clock::now() - started > std::chrono::seconds(2)) {
-      say("this node's ranks are done; keeping the job's store up until the other nodes finish");
-      announced = true;
-    }
-    std::this_thread::sleep_for(milliseconds(100));
-  }
 }
 
 }  // namespace braid::braidrun

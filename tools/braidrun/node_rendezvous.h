@@ -1,17 +1,30 @@
-// tools/braidrun/node_rendezvous.h - braidruns on several nodes forming one job.
+// tools/braidrun/node_rendezvous.h - braidruns on several nodes forming one job, round by round.
 //
 // One braidrun serves the job's store (TcpStoreServer) on the endpoint: node rank 0, or with
 // --node-rank omitted, the one that can bind the endpoint's port on a local address. Every
 // braidrun (the serving one included) is a client of it. Its keys live under
 // "braidrun/<run id>/", apart from the ranks' keys:
-//   node/<r>       "<hostname>\n<pid>\n<nproc-per-node>": node r arrived (compare_set, so a node
-//                  rank is taken once)
+//   node/<r>       "<hostname>\n<pid>\n<nproc-per-node>\n<max restarts>": node r arrived
+//                  (compare_set, so a node rank is taken once)
 //   next_node      counter handing out node ranks 1.. in arrival order (ranks omitted)
-//   failed         "<exit code>\n<what failed>": the first failure; every node stops its ranks
-//   heartbeat/<r>  counter node r bumps while its ranks run
-//   done/<r>       node r's exit code, set once its ranks ended
-// The serving braidrun keeps the store up until every node is done (or stopped beating), so
-// ranks finishing late can still use it.
+//   heartbeat/<r>  counter node r bumps while its ranks run and while it waits for the others
+//   left/<r>       node r's braidrun is about to exit
+// and, for each round R (0 for the first start of the ranks, one more per restart):
+//   round/<R>/node/<r>     node r reached round R                         (with --max-restarts)
+//   round/<R>/store        the port of round R's own store for the ranks  (with --max-restarts)
+//   round/<R>/failed       "<exit code>\n<restart|stop>\n<what failed>": the round's first
+//                          failure; every node stops its ranks when it appears
+//   round/<R>/failure/<r>  node r's failed rank, for the summary: "rank 3 (local rank 1 on node
+//                          1, host h): exit code 5"
+//   round/<R>/done/<r>     node r's exit code, set once its ranks of round R ended
+// Without --max-restarts the ranks use this store (MASTER_PORT is the endpoint's port). With
+// it, each round's ranks get a store of their own, served by the serving braidrun on a free
+// port of the same address under the job id "<job id>/round<R>": a process left over from an
+// earlier round knows neither the new port nor the new job id, and a store refuses a client of
+// another job id, so it can neither join a later round nor write into its keys (the store it
+// knew is closed when its round ends). The serving braidrun keeps the store up until every node
+// left (or stopped beating), so ranks finishing late can still use it.
+// node_rendezvous.cc joins the job; node_rounds.cc runs the rounds.
 #pragma once
 
 #include <atomic>
@@ -21,10 +34,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "braid/store.h"
+#include "common/deadline.h"
 #include "common/status.h"
 #include "tools/braidrun/launch_options.h"
+#include "tools/braidrun/store_wait.h"
 #include "tools/braidrun/supervisor.h"
 
 namespace braid::braidrun {
@@ -49,16 +65,49 @@ class NodeRendezvous {
   const std::string& master_addr() const { return master_addr_; }
   uint16_t master_port() const { return master_port_; }
 
+  // Every node meets for round `round` (0, then one more per restart), bounded by
+  // --rdzv-timeout-s and SIGINT/SIGTERM; with --max-restarts the serving node first opens the
+  // round's store for the ranks (and closes the previous round's).
+  Status meet_round(int round);
+  // What this round's ranks get as MASTER_PORT and BRAID_JOB_ID ("" for BRAID_JOB_ID: leave it).
+  uint16_t ranks_port() const { return ranks_port_; }
+  const std::string& ranks_job_id() const { return ranks_job_id_; }
+
   // Called every supervisor tick: bumps this node's heartbeat and returns a stop request once
-  // any node reported a failure (or the store is gone).
+  // any node reported a failure in this round (or the store is gone).
   std::optional<ExternalStop> poll_job();
-  // Records how this node ended; on the serving node, then waits for the others to be done
-  // (bounded by their heartbeats and by SIGINT/SIGTERM). Returns the exit code braidrun should
-  // end with: this node's, or the first non-zero one reported by another node.
-  int finish(const JobOutcome& outcome, int signal_fd);
+
+  // How the round ended for this node: start every rank again, or exit with `exit_code`.
+  struct RoundEnd {
+    bool restart = false;
+    int exit_code = 0;
+  };
+  // Records how this node's ranks ended in this round. With --max-restarts, waits for the
+  // round's outcome on every node, and returns restart when restarts are left and the failure
+  // allows one (a rank failed, anywhere). Otherwise the job ends: the serving node waits for
+  // the others to leave (bounded by their heartbeats and by SIGINT/SIGTERM), and the exit code
+  // is this node's, or that of a failure on another node. Every wait is bounded.
+  RoundEnd end_round(const JobOutcome& outcome);
+  // Records that this node's braidrun ends the job (best effort): the serving node waits for
+  // every other node's, and a node waiting to start the next round stops waiting for this one.
+  void leave();
+  // Every failure of every round so far, one line each ("round 0: rank 3 (local rank 1 on node
+  // 1, host h): exit code 5"), read from the store, or what this node saw when it is gone.
+  std::vector<std::string> failure_summary();
 
  private:
   NodeRendezvous() = default;
+  std::string round_key(const std::string& k) const { return key("round/" + std::to_string(round_) + "/" + k); }
+  Status start_round_store();
+  // After this node's report: waits until the round failed somewhere (`restart` when that
+  // failure allows one; the exit code is this node's, else the failure's) or every node's ranks
+  // ended well (the round succeeded).
+  RoundEnd wait_round_outcome(int code);
+  // The serving node: waits for the other nodes to leave; returns the job's exit code.
+  int wait_for_others_to_leave(int code);
+  // Bumps this node's heartbeat when a second has passed since the last time.
+  void beat(TcpStore& store);
+  Status report_stop(int code, const std::string& why);
   Status aborted_by(int sig);
   Status serve_or_connect(const LaunchOptions& o, const StoreAuth& auth, int signal_fd);
   Status take_node_rank(const LaunchOptions& o);
@@ -70,6 +119,7 @@ class NodeRendezvous {
   Result<T> ask(const std::string& what, const std::string& waiting_for, std::function<T(TcpStore&)> f);
 
   std::unique_ptr<TcpStoreServer> server_;
+  std::unique_ptr<TcpStoreServer> round_server_;  // this round's store for the ranks (--max-restarts)
   std::shared_ptr<TcpStore> store_;  // shared: a call left behind on a signal keeps it alive
   int signal_fd_ = -1;
   std::string prefix_;
@@ -78,7 +128,18 @@ class NodeRendezvous {
   int node_rank_ = 0;
   int nnodes_ = 1;
   double grace_s_ = 5;
-  unsigned ticks_ = 0;
+  double monitor_interval_s_ = 0.25;
+  double rdzv_timeout_s_ = 300;
+  int max_restarts_ = 0;
+  int round_ = 0;
+  std::string run_id_;
+  StoreAuth auth_;
+  std::string serve_host_;  // where the serving node's store listens
+  uint16_t ranks_port_ = 0;
+  std::string ranks_job_id_;
+  Clock::time_point last_beat_{};
+  // Failures this node reported or saw, per round: the summary when the store is gone.
+  std::map<int, std::vector<std::string>> seen_failures_;
   struct PendingPoll {  // poll_job()'s question in flight
     std::atomic<bool> done{false};
     Status status;
@@ -87,6 +148,17 @@ class NodeRendezvous {
   std::shared_ptr<PendingPoll> poll_;
   int* stop_signal_ = nullptr;
 };
+
+template <typename T>
+Result<T> NodeRendezvous::ask(const std::string& what, const std::string& waiting_for, std::function<T(TcpStore&)> f) {
+  auto out = std::make_shared<T>();
+  Status s = wait_for_store(
+      StoreWaitOptions{.signal_fd = signal_fd_}, waiting_for,
+      [store = store_, out, f = std::move(f), what] { return store_call(what, [&] { *out = f(*store); }); },
+      stop_signal_);
+  if (!s.is_ok()) return s;
+  return *out;
+}
 
 // Reads pending signals from `signal_fd`; returns SIGINT or SIGTERM if one came (SIGCHLD is
 // dropped: no rank runs while this is used).

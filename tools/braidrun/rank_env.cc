@@ -27,8 +27,8 @@ std::vector<std::string> build_rank_env(const std::vector<std::string>& base, co
       {"MASTER_ADDR", id.master_addr},
       {"MASTER_PORT", std::to_string(id.master_port)},
       {"TORCHELASTIC_RUN_ID", id.run_id},
-      {"TORCHELASTIC_RESTART_COUNT", "0"},
-      {"TORCHELASTIC_MAX_RESTARTS", "0"},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(id.restart_count)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(id.max_restarts)},
       {"BRAID_AGENT_STORE", "1"},
   };
   std::vector<std::pair<std::string, std::string>> set;

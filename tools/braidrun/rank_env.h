@@ -20,6 +20,8 @@ struct RankIdentity {
   std::string master_addr;
   uint16_t master_port = 0;
   std::string run_id;
+  int restart_count = 0;  // the round: 0 for the first start, then one more per restart
+  int max_restarts = 0;
   // BRAID_JOB_ID for the rank; empty: left as braidrun found it.
   std::string job_id{};
   // BRAID_SECRET_FILE for the rank (any BRAID_SECRET of `base` is dropped); empty: left as

@@ -9,9 +9,11 @@
 #pragma once
 
 #include <chrono>
+#include <exception>
 #include <functional>
 #include <string>
 
+#include "braid/error.h"
 #include "common/status.h"
 
 namespace braid::braidrun {
@@ -27,6 +29,19 @@ struct StoreWaitOptions {
 // what it uses (copies, shared pointers): it may outlive this function.
 Status wait_for_store(const StoreWaitOptions& options, const std::string& what, std::function<Status()> call,
                       int* stop_signal);
+
+// Runs `f` (calls on a Store), turning what it throws into a Status that starts with `what`.
+template <typename F>
+Status store_call(const std::string& what, F&& f) {
+  try {
+    f();
+    return Status::ok();
+  } catch (const Error& e) {
+    return Status(e.code(), what + ": " + e.what());
+  } catch (const std::exception& e) {
+    return internal_error(what + ": " + e.what());
+  }
+}
 
 // Says "braidrun: still waiting for <what> (N s so far; ...)" when `every` has passed since the
 // last time; call it from waiting loops that check signals themselves.

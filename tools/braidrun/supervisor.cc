@@ -89,7 +89,7 @@ Status Supervisor::start(std::vector<RankSpec> specs) {
   for (RankSpec& spec : specs) {
     int log_fd = -1;
     if (!options_.log_dir.empty()) {
-      std::string path = options_.log_dir + "/rank" + std::to_string(spec.rank) + ".log";
+      std::string path = options_.log_dir + "/rank" + std::to_string(spec.rank) + options_.log_suffix + ".log";
       log_fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       if (log_fd < 0) return system_error("--log-dir: cannot open " + path, errno);
     }
@@ -271,6 +271,7 @@ JobOutcome Supervisor::run(const TickFn& on_tick) {
   if (outcome.cause == JobOutcome::Cause::rank_failed) {
     Rank& failed = *ranks_[static_cast<size_t>(outcome.failed_rank)];
     outcome.failed_rank = failed.rank;
+    outcome.failed_local_rank = failed.local_rank;
     outcome.tail = failed.output->tail();
   }
   return outcome;

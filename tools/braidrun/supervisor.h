@@ -31,7 +31,8 @@ struct RankSpec {
 struct SupervisorOptions {
   double grace_s = 5;
   bool prefix_output = true;
-  std::string log_dir;  // non-empty: rank<N>.log files there
+  std::string log_dir;  // non-empty: rank<N><log_suffix>.log files there
+  std::string log_suffix;  // ".round<R>" after a restart, so no round overwrites another's logs
   int node_rank = 0;
   // How long ranks get to die after SIGKILL, and how long their pipes are drained after the
   // last rank exited (a grandchild may hold them open).
@@ -46,6 +47,7 @@ struct JobOutcome {
   int exit_code = 0;
   enum class Cause { all_succeeded, rank_failed, signaled, external } cause = Cause::all_succeeded;
   int failed_rank = -1;           // rank_failed
+  int failed_local_rank = -1;     // rank_failed
   std::string failure;            // "exit code 3", "killed by SIGKILL (signal 9)", or the external reason
   std::vector<std::string> tail;  // the failed rank's last lines
 };

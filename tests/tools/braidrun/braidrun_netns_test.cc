@@ -120,5 +120,32 @@ TEST(BraidrunNetns, ANodeWithAnotherSecretIsRefusedAtOnce) {
   EXPECT_EQ(ra.out.find("ran"), std::string::npos) << ra.out;
 }
 
+// --max-restarts across two hosts: the store of round 1 (a free port on the serving host's
+// address) is reached from the other host, with the user's secret.
+TEST(BraidrunNetns, TwoNodesInTwoNamespacesRestart) {
+  TwoHosts hosts("brt", "10.77.0");
+  if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
+  TempDir dir;
+  std::string file = write_secret(dir, "secret", "netns-restart-secret-0123456789ab");
+  std::vector<std::string> args = {"--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint", "10.77.0.1:29503",
+                                   "--rdzv-timeout-s", "30", "--max-restarts", "1", "--rdzv-id", "netns-restart",
+                                   rank_helper_path(), "exit@3#0", "5", "sleep#0", "30", "store-set@3#1", "k",
+                                   "round-1", "store-get#1", "k"};
+  RunResult ra, rb;
+  {
+    BraidrunProcess a(args, with_env(hosts.exec_in(0), "BRAID_SECRET_FILE=" + file));
+    BraidrunProcess b(args, with_env(hosts.exec_in(1), "BRAID_SECRET_FILE=" + file));
+    ra = a.wait(60);
+    rb = b.wait(60);
+  }
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE((ra.out + rb.out).find("[rank " + std::to_string(rank) + "] got k=round-1"), std::string::npos)
+        << ra.out << rb.out << ra.err << rb.err;
+  }
+  EXPECT_NE(ra.err.find("round 0: rank 3 (local rank 1 on node 1, host "), std::string::npos) << ra.err;
+}
+
 }  // namespace
 }  // namespace braid::braidrun::testing

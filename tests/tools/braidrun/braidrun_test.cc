@@ -51,9 +51,10 @@ TEST(Braidrun, BadFlagsFailClearly) {
   RunResult r = run_braidrun({"--nnodes", "1:4", rank_helper_path()});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(contains(r.err, "elastic")) << r.err;
-  r = run_braidrun({"--max_restarts=2", rank_helper_path()});
-  EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(contains(r.err, "not supported yet")) << r.err;
+  r = run_braidrun({"--max_restarts=-1", rank_helper_path()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.err, "--max-restarts '-1'")) << r.err;
   r = run_braidrun({"--standalone", "./no/such/program"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(contains(r.err, "./no/such/program")) << r.err;
@@ -69,7 +70,8 @@ TEST(Braidrun, SetsEnvForEachRank) {
   std::set<std::string> ports;
   std::regex re(R"(^\[rank (\d+)\] RANK=(\d+) LOCAL_RANK=(\d+) WORLD_SIZE=8 LOCAL_WORLD_SIZE=8 GROUP_RANK=0 )"
                 R"(GROUP_WORLD_SIZE=1 ROLE_RANK=(\d+) ROLE_WORLD_SIZE=8 MASTER_ADDR=127\.0\.0\.1 MASTER_PORT=(\d+) )"
-                R"(TORCHELASTIC_RUN_ID=job42 BRAID_AGENT_STORE=1$)");
+                R"(TORCHELASTIC_RUN_ID=job42 BRAID_AGENT_STORE=1 TORCHELASTIC_RESTART_COUNT=0 )"
+                R"(TORCHELASTIC_MAX_RESTARTS=0 ROLE_NAME=default BRAID_JOB_ID=job42$)");
   for (const std::string& line : lines_of(r.out)) {
     std::smatch m;
     ASSERT_TRUE(std::regex_match(line, m, re)) << line;

@@ -1,5 +1,6 @@
 // braidrun_test_rank: the program braidrun's tests launch as ranks. Runs its arguments as a
-// script of actions, in order; "action@R" runs only on RANK R:
+// script of actions, in order; "action@R" runs only on RANK R, "action#N" only in round N
+// (TORCHELASTIC_RESTART_COUNT=N), "action@R#N" only on rank R in round N:
 //   env                print the torchrun variables braidrun set, on one line
 //   print TEXT         print TEXT on stdout        eprint TEXT   the same on stderr
 //   halves TEXT        print TEXT as two writes 50 ms apart, then '\n'
@@ -8,6 +9,9 @@
 //   pidfile DIR        write this pid to DIR/rank<RANK>.pid
 //   store-set KEY VAL  set KEY in the store at MASTER_ADDR:MASTER_PORT
 //   store-get KEY      get KEY (waits) and print "got KEY=VALUE"
+//   stale-check DIR    in round 0, keep this rank's store address and job id in DIR; in a later
+//                      round, try them as a process left over from round 0 would, and print
+//                      "stale old-store=gone|reached new-store=refused|joined|error"
 //   secret             print where the job's secret came from: "secret_file=PATH file_mode=600
 //                      dir_mode=700 secret_env=unset job_id=ID cmdline_has_secret=no"
 #include <signal.h>
@@ -23,6 +27,7 @@
 #include <string>
 #include <thread>
 
+#include "braid/error.h"
 #include "braid/store.h"
 
 namespace {
@@ -65,6 +70,34 @@ void print_secret() {
               env_or("BRAID_JOB_ID", ""), secret.size(), on_cmdline ? "yes" : "no");
 }
 
+// A process of round 0 that outlived it: its store (MASTER_PORT of round 0) and its job id,
+// against the store of this round.
+void stale_check(const std::string& dir, int rank, const std::string& round) {
+  const std::string path = dir + "/round0.rank" + std::to_string(rank);
+  if (round == "0") {
+    std::ofstream(path) << env_or("MASTER_PORT", "0") << "\n" << env_or("BRAID_JOB_ID", "") << "\n";
+    return;
+  }
+  std::ifstream in(path);
+  std::string old_port, old_job;
+  std::getline(in, old_port);
+  std::getline(in, old_job);
+  const std::string host = env_or("MASTER_ADDR", "127.0.0.1");
+  auto try_store = [&](const std::string& port) -> std::string {
+    try {
+      braid::TcpStore::connect(host, static_cast<uint16_t>(std::atoi(port.c_str())),
+                               braid::TcpStoreOptions{.timeout = std::chrono::seconds(1), .job_id = old_job})
+          ->set("stale-was-here", "1");
+      return "joined";
+    } catch (const braid::Error& e) {
+      return e.code() == braid::ErrorCode::invalid_argument ? "refused" : "error";
+    }
+  };
+  std::string old_store = try_store(old_port) == "joined" ? "reached" : "gone";
+  std::printf("stale old-port-differs=%s old-store=%s new-store=%s\n", old_port != env_or("MASTER_PORT", "") ? "yes" : "no",
+              old_store.c_str(), try_store(env_or("MASTER_PORT", "0")).c_str());
+}
+
 int arity(const std::string& action) {
   if (action == "env" || action == "ignore-term" || action == "secret") return 0;
   if (action == "store-set") return 2;
@@ -75,9 +108,15 @@ int arity(const std::string& action) {
 
 int main(int argc, char** argv) {
   const int rank = std::atoi(env_or("RANK", "-1"));
+  const std::string round = env_or("TORCHELASTIC_RESTART_COUNT", "0");
   for (int i = 1; i < argc; ++i) {
     std::string action = argv[i];
     int only = -1;
+    std::string only_round;
+    if (auto hash = action.find('#'); hash != std::string::npos) {
+      only_round = action.substr(hash + 1);
+      action.resize(hash);
+    }
     if (auto at = action.find('@'); at != std::string::npos) {
       only = std::atoi(action.c_str() + at + 1);
       action.resize(at);
@@ -91,14 +130,18 @@ int main(int argc, char** argv) {
     const char* a2 = n >= 2 ? argv[i + 2] : "";
     i += n;
     if (only >= 0 && only != rank) continue;
+    if (!only_round.empty() && only_round != round) continue;
     if (action == "env") {
       std::printf("RANK=%s LOCAL_RANK=%s WORLD_SIZE=%s LOCAL_WORLD_SIZE=%s GROUP_RANK=%s GROUP_WORLD_SIZE=%s "
                   "ROLE_RANK=%s ROLE_WORLD_SIZE=%s MASTER_ADDR=%s MASTER_PORT=%s TORCHELASTIC_RUN_ID=%s "
-                  "BRAID_AGENT_STORE=%s\n",
+                  "BRAID_AGENT_STORE=%s TORCHELASTIC_RESTART_COUNT=%s TORCHELASTIC_MAX_RESTARTS=%s ROLE_NAME=%s "
+                  "BRAID_JOB_ID=%s\n",
                   env_or("RANK", "?"), env_or("LOCAL_RANK", "?"), env_or("WORLD_SIZE", "?"),
                   env_or("LOCAL_WORLD_SIZE", "?"), env_or("GROUP_RANK", "?"), env_or("GROUP_WORLD_SIZE", "?"),
                   env_or("ROLE_RANK", "?"), env_or("ROLE_WORLD_SIZE", "?"), env_or("MASTER_ADDR", "?"),
-                  env_or("MASTER_PORT", "?"), env_or("TORCHELASTIC_RUN_ID", "?"), env_or("BRAID_AGENT_STORE", "?"));
+                  env_or("MASTER_PORT", "?"), env_or("TORCHELASTIC_RUN_ID", "?"), env_or("BRAID_AGENT_STORE", "?"),
+                  env_or("TORCHELASTIC_RESTART_COUNT", "?"), env_or("TORCHELASTIC_MAX_RESTARTS", "?"),
+                  env_or("ROLE_NAME", "?"), env_or("BRAID_JOB_ID", ""));
     } else if (action == "print") {
       std::printf("%s\n", a1);
     } else if (action == "eprint") {
@@ -125,6 +168,8 @@ int main(int argc, char** argv) {
       std::ofstream(std::string(a1) + "/rank" + std::to_string(rank) + ".pid") << getpid() << "\n";
     } else if (action == "store-set") {
       store()->set(a1, a2);
+    } else if (action == "stale-check") {
+      stale_check(a1, rank, round);
     } else if (action == "secret") {
       print_secret();
     } else if (action == "store-get") {

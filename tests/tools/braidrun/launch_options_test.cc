@@ -97,16 +97,60 @@ TEST(LaunchOptions, OwnFlags) {
 }
 
 TEST(LaunchOptions, AcceptedTorchrunFlags) {
-  LaunchOptions o = parse_ok({"--max-restarts", "0", "--monitor-interval", "5", "--role", "trainer",
-                              "--rdzv-conf", "timeout=9", "--no-python", "p"});
+  LaunchOptions o = parse_ok({"--role", "trainer", "--rdzv-conf", "timeout=9", "--no-python", "p"});
   EXPECT_EQ(o.program, std::vector<std::string>{"p"});
 }
 
-TEST(LaunchOptions, ElasticRefused) {
-  EXPECT_NE(parse_error({"--nnodes", "1:4", "p"}).find("elastic"), std::string::npos);
-  EXPECT_NE(parse_error({"--nnodes=1:4", "p"}).find("not supported yet"), std::string::npos);
-  EXPECT_NE(parse_error({"--max-restarts", "3", "p"}).find("elastic"), std::string::npos);
-  EXPECT_NE(parse_error({"--max_restarts=1", "p"}).find("not supported yet"), std::string::npos);
+TEST(LaunchOptions, RestartsAndMonitorInterval) {
+  LaunchOptions o = parse_ok({"p"});
+  EXPECT_EQ(o.max_restarts, 0);
+  EXPECT_EQ(o.monitor_interval_s, 0.25);
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"--max-restarts", "3", "--monitor-interval", "5", "p"},
+           {"--max_restarts=3", "--monitor_interval=5", "p"},
+           {"--max-restarts=3", "--monitor-interval", "5.0", "p"}}) {
+    o = parse_ok(args);
+    EXPECT_EQ(o.max_restarts, 3);
+    EXPECT_EQ(o.monitor_interval_s, 5);
+    EXPECT_EQ(o.program, std::vector<std::string>{"p"});
+  }
+  o = parse_ok({"--nnodes", "2:2", "--max-restarts", "1", "--monitor-interval", "0.1", "p"});
+  EXPECT_EQ(o.nnodes, 2);
+  EXPECT_EQ(o.max_restarts, 1);
+  EXPECT_EQ(o.monitor_interval_s, 0.1);
+  EXPECT_EQ(parse_ok({"--max-restarts", "0", "p"}).max_restarts, 0);
+  // Restarts go with --standalone and with several nodes alike.
+  EXPECT_EQ(parse_ok({"--standalone", "--max-restarts", "2", "p"}).max_restarts, 2);
+}
+
+TEST(LaunchOptions, BadRestartsAndMonitorInterval) {
+  EXPECT_NE(parse_error({"--max-restarts", "-1", "p"}).find("--max-restarts '-1' must be an integer in [0, "),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--max-restarts", "two", "p"}).find("--max-restarts 'two'"), std::string::npos);
+  EXPECT_NE(parse_error({"--max-restarts", "99999999", "p"}).find("--max-restarts"), std::string::npos);
+  EXPECT_NE(parse_error({"--max-restarts"}).find("needs a value"), std::string::npos);
+  EXPECT_NE(parse_error({"--monitor-interval", "0", "p"}).find("--monitor-interval '0' must be a positive number"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--monitor-interval", "-2", "p"}).find("positive"), std::string::npos);
+  EXPECT_NE(parse_error({"--monitor-interval", "inf", "p"}).find("positive"), std::string::npos);
+  EXPECT_NE(parse_error({"--monitor-interval", "5s", "p"}).find("'5s'"), std::string::npos);
+}
+
+// An elastic range of node counts is still refused; the message says restarts work.
+TEST(LaunchOptions, ElasticNodeCountsRefused) {
+  std::string e = parse_error({"--nnodes", "1:4", "p"});
+  EXPECT_NE(e.find("--nnodes 1:4: elastic node counts"), std::string::npos) << e;
+  EXPECT_NE(e.find("not supported yet"), std::string::npos) << e;
+  EXPECT_NE(e.find("--max-restarts N"), std::string::npos) << e;
+  EXPECT_NE(parse_error({"--nnodes=2:3", "--max-restarts", "1", "p"}).find("elastic"), std::string::npos);
+}
+
+TEST(LaunchOptions, HelpDocumentsRestarts) {
+  const std::string help = launch_usage();
+  EXPECT_NE(help.find("--max-restarts N"), std::string::npos);
+  EXPECT_NE(help.find("--monitor-interval S"), std::string::npos);
+  EXPECT_NE(help.find("TORCHELASTIC_RESTART_COUNT"), std::string::npos);
+  EXPECT_EQ(help.find("not supported yet"), std::string::npos);
 }
 
 TEST(LaunchOptions, Errors) {

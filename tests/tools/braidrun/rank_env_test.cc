@@ -59,5 +59,21 @@ TEST(RankEnv, SecretFileIsPrivateAndRemoved) {
   EXPECT_NE(::stat(dir.c_str(), &st), 0);
 }
 
+// torchrun's variables of a restarted rank (torch/distributed/elastic/agent/server/
+// local_elastic_agent.py: _start_workers).
+TEST(RankEnv, RestartedRanksGetTorchrunsVariables) {
+  RankIdentity id{.rank = 5, .local_rank = 1, .world_size = 8, .local_world_size = 4, .node_rank = 1, .nnodes = 2,
+                  .master_addr = "10.0.0.1", .master_port = 4242, .run_id = "job", .restart_count = 2,
+                  .max_restarts = 3, .job_id = "job/round2"};
+  auto env = build_rank_env({"TORCHELASTIC_RESTART_COUNT=9", "PATH=/bin"}, id);
+  for (const char* kv : {"RANK=5", "LOCAL_RANK=1", "WORLD_SIZE=8", "LOCAL_WORLD_SIZE=4", "GROUP_RANK=1",
+                         "GROUP_WORLD_SIZE=2", "ROLE_NAME=default", "ROLE_RANK=5", "ROLE_WORLD_SIZE=8",
+                         "MASTER_ADDR=10.0.0.1", "MASTER_PORT=4242", "TORCHELASTIC_RUN_ID=job",
+                         "TORCHELASTIC_RESTART_COUNT=2", "TORCHELASTIC_MAX_RESTARTS=3", "BRAID_JOB_ID=job/round2"}) {
+    EXPECT_TRUE(has(env, kv)) << kv;
+  }
+  EXPECT_FALSE(has(env, "TORCHELASTIC_RESTART_COUNT=9"));
+}
+
 }  // namespace
 }  // namespace braid::braidrun
