@@ -1,7 +1,7 @@
 #include "tools/braid_perf/perf_options.h"
 
-#include <cstdlib>
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <map>
 
@@ -25,7 +25,8 @@ const char* perf_usage() {
          "                          (default); 0: issue all iterations back to back, report the mean\n"
          "  -a, --average 0|1|2|3   combine ranks' times by rank 0, mean, min or max; default 3 (max;\n"
          "                          nccl-tests defaults to 1)\n"
-         "  -d, --datatype TYPE     f32 f64 f16 bf16 i8 u8 i32 i64 (or float, half, int32, ...), or all\n"
+         "  -d, --datatype TYPE     f32 f64 f16 bf16 i8 u8 i32 i64 (or float, half, int32, ...), a list\n"
+         "                          of them (f32,bf16), or all\n"
          "  -o, --op OP             reduction: sum prod min max avg band bor bxor, or all (sum..avg);\n"
          "      --redop OP          the same\n"
          "  -r, --root R            root of rooted collectives, default 0, or all\n"
@@ -153,14 +154,23 @@ bool parse_redops(const std::string& v, std::vector<Op>* out) {
   return true;
 }
 
+// One dtype, a comma-separated list of them ("f32,bf16,i32": one job checks several), or all.
 bool parse_dtypes(const std::string& v, std::vector<DType>* out) {
   if (v == "all") {
     *out = {DType::i8, DType::u8, DType::i32, DType::i64, DType::f16, DType::f32, DType::f64, DType::bf16};
     return true;
   }
-  DType t;
-  if (!parse_dtype(v.c_str(), &t)) return false;
-  *out = {t};
+  std::vector<DType> list;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = v.find(',', start);
+    DType t;
+    if (!parse_dtype(v.substr(start, comma - start).c_str(), &t)) return false;
+    if (std::find(list.begin(), list.end(), t) == list.end()) list.push_back(t);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  *out = std::move(list);
   return true;
 }
 

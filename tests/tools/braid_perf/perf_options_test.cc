@@ -58,6 +58,8 @@ TEST(PerfOptions, EveryNcclTestsFlagParses) {
       {{"-d", "bf16"}, [](auto& o) { return o.dtypes == std::vector<DType>{DType::bf16}; }},
       {{"--datatype", "half"}, [](auto& o) { return o.dtypes == std::vector<DType>{DType::f16}; }},
       {{"-d", "all"}, [&](auto& o) { return o.dtypes == every_dtype; }},
+      {{"-d", "f32,bf16,int32,f32"},
+       [](auto& o) { return o.dtypes == std::vector<DType>{DType::f32, DType::bf16, DType::i32}; }},
       {{"-o", "max"}, [](auto& o) { return o.redops == std::vector<Op>{Op::max}; }},
       {{"--op", "prod"}, [](auto& o) { return o.redops == std::vector<Op>{Op::prod} && o.op == "all_reduce"; }},
       {{"--op", "all_gather"}, [](auto& o) { return o.op == "all_gather"; }},
@@ -121,7 +123,8 @@ TEST(PerfOptions, BadInputIsAClearError) {
                         Case{{"-d", "f32", "--redop", "bxor"}, "needs an integer type"},
                         Case{{"-n"}, "needs a value"}, Case{{"--frobnicate", "1"}, "unknown option --frobnicate"},
                         Case{{"-z", "2"}, "bad value '2' for -z"}, Case{{"-a", "4"}, "bad value '4' for -a"},
-                        Case{{"-d", "uint64"}, "bad value 'uint64' for -d"}, Case{{"-F", "x.csv"}, "--json PATH"},
+                        Case{{"-d", "uint64"}, "bad value 'uint64' for -d"},
+                        Case{{"-d", "f32,"}, "bad value 'f32,' for -d"}, Case{{"-d", "f32,u64"}, "bad value 'f32,u64' for -d"}, Case{{"-F", "x.csv"}, "--json PATH"},
                         Case{{"-g", "many"}, "bad value 'many' for -g"}, Case{{"-i", "0"}, "bad value '0' for -i"}}) {
     PerfOptions o;
     std::string err;
