@@ -22,10 +22,12 @@ def load(path):
             if not line:
                 continue
             t = json.loads(line)
-            suites = t.get("suite") or ["(none)"]
-            # meson writes "project:suite"; the project's name says nothing here.
+            # meson names a test "project:suite / name" (newer versions also give "suite": a
+            # list of "project:suite"); the project's name says nothing here.
+            qualified, _, name = t["name"].rpartition(" / ")
+            suites = t.get("suite") or [qualified or "(none)"]
             suite = suites[0].split(":", 1)[-1]
-            tests.append((suite, t["name"], float(t.get("duration", 0.0)), t.get("result", "?")))
+            tests.append((suite, name, float(t.get("duration", 0.0)), t.get("result", "?")))
     return tests
 
 
