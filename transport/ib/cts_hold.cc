@@ -18,14 +18,14 @@ bool CtsHold::hold(const Receive& r, Clock::time_point now) {
     held_seq_ = r.seq;
     held_since_ = now;
   }
-  holding_ = now - held_since_ < kTimeout;
+  holding_ = now - held_since_ < timeout_;
   overdue_ = !holding_;
   return holding_;
 }
 
 std::optional<CtsHold::Clock::time_point> CtsHold::due() const {
   if (!holding_) return std::nullopt;
-  return held_since_ + kTimeout;
+  return held_since_ + timeout_;
 }
 
 void CtsHold::requested(uint64_t seq) { requested_upto_ = std::max(requested_upto_, seq + 1); }

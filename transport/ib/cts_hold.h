@@ -18,7 +18,8 @@
 // - the eager count to report has moved kEagerSlots / 2 past the one the last CTS carried
 //   (credits travel only in CTS entries: the sender should not run short in the first place);
 // - it has been held for kTimeout (a bound for the case nothing above covers; the transport's
-//   sleep is bounded by due()).
+//   sleep is bounded by due()). Tests that must tell this bound apart from the cases above
+//   lengthen it (set_timeout), since a stalled machine reaches 1 ms often.
 #pragma once
 
 #include <chrono>
@@ -40,9 +41,12 @@ class CtsHold {
     uint64_t credits_unreported = 0;     // eager messages copied out since the last CTS
   };
 
+  // The bound a CTS is held for at most: kTimeout unless a test set another.
+  void set_timeout(Clock::duration timeout) { timeout_ = timeout; }
+
   // Whether r's CTS may wait now. Remembers since when r has waited.
   bool hold(const Receive& r, Clock::time_point now);
-  // Whether the last hold() said no only because its receive had waited kTimeout.
+  // Whether the last hold() said no only because its receive had waited the bound.
   bool overdue() const { return overdue_; }
   // The CTS held back, when it is due at the latest (nullopt when none is).
   std::optional<Clock::time_point> due() const;
@@ -58,6 +62,7 @@ class CtsHold {
  private:
   bool expect_eager(size_t capacity) const;
 
+  Clock::duration timeout_ = kTimeout;
   uint64_t requested_upto_ = 0;  // receives below this were asked for
   size_t eager_capacity_ = 0;    // a capacity above the eager size whose last message came eagerly
   uint64_t held_seq_ = ~uint64_t{0};

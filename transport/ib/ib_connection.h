@@ -93,6 +93,9 @@ class IbConnection final : public Connection {
   std::optional<Clock::time_point> cts_due() const;
   // Reads the bootstrap socket after epoll said it is readable: EOF fails the connection.
   void check_socket();
+  // For tests: how long a clear-to-send may be held back at most (CtsHold::kTimeout unless set).
+  // Call before the first post.
+  void set_cts_hold_bound(Clock::duration bound) { hold_.set_timeout(bound); }
   ibv_cq* cq() const { return cq_.get(); }
   int socket_fd() const { return socket_.get(); }
   bool failed() const { return !failure_.is_ok(); }
