@@ -2,6 +2,8 @@
 
 #include "transport/ib/reg_cache_verbs.h"
 
+#include <algorithm>
+
 namespace braid::transport::ib {
 
 namespace {
@@ -15,25 +17,42 @@ constexpr size_t kCudaMaxEntries = 1024;
 }  // namespace
 
 MemoryRegistry::MemoryRegistry(ibv_pd* pd, const std::string& device, bool dmabuf)
-    : host_(verbs_registrar(pd, device, false), kCacheMaxBytes, kCacheMaxEntries) {
+    : registrar_(verbs_registrar(pd, device, false)),
+      host_(verbs_registrar(pd, device, false), kCacheMaxBytes, kCacheMaxEntries) {
   if (dmabuf) cuda_ = std::make_unique<RegCache>(verbs_registrar(pd, device, true), ~size_t{0}, kCudaMaxEntries);
 }
 
+const Mr* MemoryRegistry::pinned_covering(void* base, size_t bytes) const {
+  if (pinned_.empty()) return nullptr;
+  const auto at = reinterpret_cast<uintptr_t>(base);
+  auto it = pinned_.upper_bound(at);
+  if (it == pinned_.begin()) return nullptr;
+  --it;
+  const Mr& mr = it->second;
+  const auto region = reinterpret_cast<uintptr_t>(mr.base);
+  return at >= region && at + bytes <= region + mr.bytes ? &mr : nullptr;
+}
+
 Result<Mr> MemoryRegistry::acquire(void* base, size_t bytes) {
-  if (!pinned_.empty()) {
-    const auto at = reinterpret_cast<uintptr_t>(base);
-    auto it = pinned_.upper_bound(at);
-    if (it != pinned_.begin()) {
-      --it;
-      const Mr& mr = it->second;
-      if (mr.kind == MemoryKind::cuda && at + bytes <= it->first + mr.bytes) return mr;
-    }
+  if (const Mr* pinned = pinned_covering(base, bytes)) {
+    if (pinned->kind == MemoryKind::cuda) return *pinned;
+    return host_.acquire(base, bytes, MemoryKind::host);  // the pinned region: a hit
   }
-  return host_.acquire(base, bytes, MemoryKind::host);
+  ASSIGN_OR_RETURN(Mr mr, registrar_.reg(base, std::max<size_t>(bytes, 1), MemoryKind::host));
+  once_.insert(mr.handle);
+  ++once_count_;
+  return mr;
 }
 
 void MemoryRegistry::release(const Mr& mr) {
+  if (once_.erase(mr.handle) != 0) return registrar_.dereg(mr);
   if (mr.kind == MemoryKind::host) host_.release(mr);  // a pinned CUDA range stays until unpin
+}
+
+RegCache::Stats MemoryRegistry::host_stats() const {
+  RegCache::Stats s = host_.stats();
+  s.misses += once_count_;
+  return s;
 }
 
 Result<Mr> MemoryRegistry::pin(void* base, size_t bytes, MemoryKind kind) {

@@ -14,8 +14,9 @@
 // registration is tried once more (the locked-memory limit may be what refused it).
 //
 // The cache cannot see free/munmap: memory released to the system and mapped again at the same
-// address would hit a stale region. Owners of memory call invalidate() (the seam's
-// deregister_memory) before giving memory back.
+// address would hit a stale region. So it holds only ranges their owner pinned (the seam's
+// register_memory), who calls invalidate() (deregister_memory) before giving memory back;
+// memory_registry.h registers other memory per operation.
 //
 // No verbs here: registration goes through a Registrar, so tests count calls with fakes.
 // Thread-safe (one mutex); the transport's owner thread is the usual caller.
