@@ -102,8 +102,10 @@ done
 if [ $# -eq 0 ]; then
   dir=build-ci-asan
   begin_phase
+  # -O1 -g1 (after the build type's -O2 -g): what AddressSanitizer recommends for speed, and line
+  # tables are all its reports need; a third less compile time than -O2 -g.
   configure "$dir" -Dwerror=true -Db_sanitize=address -Db_lundef=false -Dbuildtype=debugoptimized \
-    -Dliburing=enabled -Dibverbs=disabled -Dcuda=disabled -Dtorch=disabled -Dbenchmarks=false
+    "-Dcpp_args=['-O1','-g1']" -Dliburing=enabled -Dibverbs=disabled -Dcuda=disabled -Dtorch=disabled -Dbenchmarks=false
   echo "== asan build: lifetime tests (io_uring, epoll, inproc), device-buffer staging (fake device), shared-CPU path"
   build_with_progress "asan build" -C "$dir" tests/runtime/async/lifetime_test \
     tests/runtime/async/async_lifetime_asan_test tests/runtime/async/async_rank \
