@@ -12,9 +12,9 @@
 
 #include "common/log.h"
 #include "runtime/communicator_impl.h"
-#include "runtime/rendezvous.h"
+#include "runtime/bootstrap/rendezvous.h"
 #include "runtime/store/socket_util.h"
-#include "runtime/store_join.h"
+#include "runtime/bootstrap/store_join.h"
 
 namespace braid {
 namespace {

@@ -13,10 +13,10 @@
 #include "common/job_secret.h"
 #include "common/log.h"
 #include "common/spin.h"
-#include "runtime/agreed_settings.h"
-#include "runtime/op_run.h"
-#include "runtime/spin_policy.h"
-#include "runtime/store_join.h"
+#include "runtime/bootstrap/agreed_settings.h"
+#include "runtime/engine/op_run.h"
+#include "runtime/links/spin_policy.h"
+#include "runtime/bootstrap/store_join.h"
 #include "transport/registry.h"
 
 namespace braid {

@@ -51,9 +51,9 @@
 #include "collectives/collective.h"
 #include "common/env.h"
 #include "common/function_ref.h"
-#include "runtime/device_staging.h"
-#include "runtime/failure_board.h"
-#include "runtime/peer_links.h"
+#include "runtime/device/device_staging.h"
+#include "runtime/failure/failure_board.h"
+#include "runtime/links/peer_links.h"
 #include "runtime/work_state.h"
 #include "transport/transport.h"
 

@@ -46,7 +46,7 @@ class ShmTransport final : public Transport {
   Result<std::unique_ptr<Connection>> accept(const PeerIdentity& who, Deadline deadline) override;
   Status poll(std::vector<Completion>& out, std::chrono::microseconds timeout) override;
   void wake() override;
-  // The eventfd peers and wake() write; armed by arm_wait() (runtime/peer_links.h sleeps on
+  // The eventfd peers and wake() write; armed by arm_wait() (runtime/links/peer_links.h sleeps on
   // several transports at once).
   int wait_fd() const override { return eventfd_.get(); }
   bool arm_wait() override;

@@ -93,7 +93,7 @@ TEST(AsyncMismatch, DifferentOp) { expect_mismatch_everywhere("op", {"f32 max", 
 // Ranks that cut a ring into segments differently would pair messages wrongly: every rank
 // compares these settings with the others' as it creates the communicator (agreed_settings.h)
 // and fails there, naming the knob, each value and the ranks. (The operation headers carry
-// them too: tests/runtime/comm/op_header_test.cc.)
+// them too: tests/runtime/engine/op_header_test.cc.)
 void expect_pipeline_mismatch(const std::string& var, const std::string& odd_value, const std::string& message) {
   auto ranks = start_ranks(3, "pipeline", {}, {{1, {{var, odd_value}}}});
   for (int r = 0; r < 3; ++r) {
