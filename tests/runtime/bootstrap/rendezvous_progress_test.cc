@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/rank_job.h"
 #include "tests/support/subprocess.h"
 
 namespace braid {
@@ -20,11 +21,6 @@ using testing::Subprocess;
 
 constexpr auto kBound = 60s;  // no test here may take anywhere near this long
 
-std::map<std::string, std::string> rank_env(int port, int rank, int size, const char* timeout_s) {
-  return {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(rank)},
-          {"WORLD_SIZE", std::to_string(size)}, {"BRAID_RENDEZVOUS_TIMEOUT_S", timeout_s}};
-}
-
 std::unique_ptr<Subprocess> start_rank(const std::map<std::string, std::string>& env) {
   return std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "join"}, env);
 }
@@ -33,8 +29,8 @@ TEST(RendezvousProgress, AWaitingRankNamesTheMissingRanksTheStoreAndTheCounts) {
   const int port = testing::free_port();
   const std::string where = "127.0.0.1:" + std::to_string(port);
   // Ranks 2 and 3 of 4 are never started.
-  auto r0 = start_rank(rank_env(port, 0, 4, "4"));
-  auto r1 = start_rank(rank_env(port, 1, 4, "4"));
+  auto r0 = start_rank(testing::rank_env(port, 0, 4, {{"BRAID_RENDEZVOUS_TIMEOUT_S", "4"}}));
+  auto r1 = start_rank(testing::rank_env(port, 1, 4, {{"BRAID_RENDEZVOUS_TIMEOUT_S", "4"}}));
   for (auto* p : {r0.get(), r1.get()}) {
     EXPECT_NE(p->wait(kBound), 0) << p->output();
     const std::string out = p->output();
@@ -51,7 +47,7 @@ TEST(RendezvousProgress, AWaitingRankNamesTheMissingRanksTheStoreAndTheCounts) {
 
 TEST(RendezvousProgress, ARankThatComesAfterTheProgressLinesStillJoins) {
   const int port = testing::free_port();
-  auto r0 = start_rank(rank_env(port, 0, 2, "20"));
+  auto r0 = start_rank(testing::rank_env(port, 0, 2, {{"BRAID_RENDEZVOUS_TIMEOUT_S", "20"}}));
   // Rank 0 says it waits for rank 1 (20 s timeout: a line every 5 s)...
   const auto until = std::chrono::steady_clock::now() + kBound;
   while (r0->output().find("waiting for rank 1 at 127.0.0.1:" + std::to_string(port) + " - 1/2 joined") ==
@@ -60,7 +56,7 @@ TEST(RendezvousProgress, ARankThatComesAfterTheProgressLinesStillJoins) {
     std::this_thread::sleep_for(50ms);
   }
   // ...and rank 1, started only now, joins it: waiting in slices loses nothing.
-  auto r1 = start_rank(rank_env(port, 1, 2, "20"));
+  auto r1 = start_rank(testing::rank_env(port, 1, 2, {{"BRAID_RENDEZVOUS_TIMEOUT_S", "20"}}));
   for (auto* p : {r0.get(), r1.get()}) {
     EXPECT_EQ(p->wait(kBound), 0) << p->output();
     EXPECT_NE(p->output().find("all_reduce sum = 3"), std::string::npos) << p->output();

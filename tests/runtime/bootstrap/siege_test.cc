@@ -23,6 +23,7 @@
 #include "runtime/store/store_protocol.h"
 #include "runtime/links/transport_choice.h"
 #include "tests/runtime/store/store_test_util.h"
+#include "tests/support/rank_job.h"
 #include "tests/support/subprocess.h"
 #include "transport/tcp/handshake.h"
 #include "transport/tcp/socket_address.h"
@@ -38,10 +39,7 @@ constexpr int kRanks = 4;
 constexpr auto kBound = 90s;  // no part of the test may take anywhere near this long
 const std::string kSecret = "siege-test-secret-0123456789abcdef";
 
-std::map<std::string, std::string> rank_env(int port, int rank) {
-  return {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(rank)},
-          {"WORLD_SIZE", std::to_string(kRanks)}, {"BRAID_RENDEZVOUS_TIMEOUT_S", "60"}, {"BRAID_SECRET", kSecret}};
-}
+const testing::EnvMap kJobEnv = {{"BRAID_RENDEZVOUS_TIMEOUT_S", "60"}, {"BRAID_SECRET", kSecret}};
 
 // A stranger's raw requests, sent without a handshake: read a key, post a forged failure, claim
 // a rank. True when the store answered nothing but its hello and an error, then closed.
@@ -106,7 +104,8 @@ TEST(Siege, AFourRankJobSurvivesEveryAttackWithCorrectResults) {
   const int port = testing::free_port();
   std::vector<std::unique_ptr<Subprocess>> ranks;
   ranks.push_back(std::make_unique<Subprocess>(
-      std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "join"}, rank_env(port, 0)));
+      std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "join"},
+      testing::rank_env(port, 0, kRanks, kJobEnv)));
   for (int i = 0; i < 1000 && !connect_raw(static_cast<uint16_t>(port)).valid(); ++i) std::this_thread::sleep_for(10ms);
 
   std::vector<UniqueFd> idle;
@@ -124,7 +123,8 @@ TEST(Siege, AFourRankJobSurvivesEveryAttackWithCorrectResults) {
 
   for (int r = 1; r < kRanks; ++r) {
     ranks.push_back(std::make_unique<Subprocess>(
-        std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "join"}, rank_env(port, r)));
+        std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "join"},
+        testing::rank_env(port, r, kRanks, kJobEnv)));
   }
   const std::string sum = "all_reduce sum = " + std::to_string(kRanks * (kRanks + 1) / 2);
   for (auto& p : ranks) {

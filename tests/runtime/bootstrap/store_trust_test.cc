@@ -15,6 +15,7 @@
 #include "braid/store.h"
 #include "runtime/store/store_protocol.h"
 #include "tests/runtime/store/store_test_util.h"
+#include "tests/support/rank_job.h"
 #include "tests/support/subprocess.h"
 
 namespace braid {
@@ -27,10 +28,7 @@ using testing::Subprocess;
 constexpr auto kBound = 60s;  // no test here may take anywhere near this long
 const std::string kSecret = "store-trust-test-secret-0123456789";
 
-std::map<std::string, std::string> rank_env(int port, int rank, int size) {
-  return {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(rank)},
-          {"WORLD_SIZE", std::to_string(size)}, {"BRAID_RENDEZVOUS_TIMEOUT_S", "20"}};
-}
+const testing::EnvMap kJobEnv = {{"BRAID_RENDEZVOUS_TIMEOUT_S", "20"}};
 
 std::unique_ptr<Subprocess> start_rank(const std::map<std::string, std::string>& env) {
   return std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "join"}, env);
@@ -53,18 +51,18 @@ void expect_job_done(Subprocess& p, int size) {
 
 TEST(StoreTrust, RankZerosStoreListensOnlyWhereMasterAddrPoints) {
   int port = testing::free_port();
-  auto r0 = start_rank(rank_env(port, 0, 2));
+  auto r0 = start_rank(testing::rank_env(port, 0, 2, kJobEnv));
   wait_for_store(port);
   // 127.0.0.2 is this host too, but not MASTER_ADDR: a store bound to 0.0.0.0 would answer.
   EXPECT_FALSE(connect_raw(static_cast<uint16_t>(port), "127.0.0.2").valid());
-  auto r1 = start_rank(rank_env(port, 1, 2));
+  auto r1 = start_rank(testing::rank_env(port, 1, 2, kJobEnv));
   expect_job_done(*r0, 2);
   expect_job_done(*r1, 2);
 }
 
 TEST(StoreTrust, AStrangerWithoutTheSecretCannotReadForgeOrClaimARank) {
   int port = testing::free_port();
-  auto env0 = rank_env(port, 0, 2), env1 = rank_env(port, 1, 2);
+  auto env0 = testing::rank_env(port, 0, 2, kJobEnv), env1 = testing::rank_env(port, 1, 2, kJobEnv);
   env0["BRAID_SECRET"] = env1["BRAID_SECRET"] = kSecret;
   auto r0 = start_rank(env0);
   wait_for_store(port);
@@ -111,11 +109,11 @@ TEST(StoreTrust, AStrangerWithoutTheSecretCannotReadForgeOrClaimARank) {
 // transport's listener, which reads each new connection's handshake in turn.)
 TEST(StoreTrust, SilentConnectionsDuringSetupCostTheJobNothing) {
   int port = testing::free_port();
-  auto r0 = start_rank(rank_env(port, 0, 2));
+  auto r0 = start_rank(testing::rank_env(port, 0, 2, kJobEnv));
   wait_for_store(port);
   std::vector<UniqueFd> silent;
   for (int i = 0; i < 20; ++i) silent.push_back(connect_raw(static_cast<uint16_t>(port)));
-  auto r1 = start_rank(rank_env(port, 1, 2));
+  auto r1 = start_rank(testing::rank_env(port, 1, 2, kJobEnv));
   expect_job_done(*r0, 2);
   expect_job_done(*r1, 2);
   for (UniqueFd& fd : silent) {
@@ -127,8 +125,8 @@ TEST(StoreTrust, SilentConnectionsDuringSetupCostTheJobNothing) {
 
 TEST(StoreTrust, ASecondJobOnTheSamePortIsRefusedNamingThePortAndTheFirstJob) {
   int port = testing::free_port();
-  auto a0env = rank_env(port, 0, 2), a1env = rank_env(port, 1, 2);
-  auto b0env = rank_env(port, 0, 2), b1env = rank_env(port, 1, 2);
+  auto a0env = testing::rank_env(port, 0, 2, kJobEnv), a1env = testing::rank_env(port, 1, 2, kJobEnv);
+  auto b0env = testing::rank_env(port, 0, 2, kJobEnv), b1env = testing::rank_env(port, 1, 2, kJobEnv);
   a0env["BRAID_JOB_ID"] = a1env["BRAID_JOB_ID"] = "job-A";
   b0env["BRAID_JOB_ID"] = b1env["BRAID_JOB_ID"] = "job-B";
   auto a0 = start_rank(a0env);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/rank_job.h"
 #include "tests/support/subprocess.h"
 
 namespace braid {
@@ -22,23 +23,21 @@ constexpr auto kBound = std::chrono::seconds(60);  // each job takes well under 
 const char* kTaskset = "/usr/bin/taskset";
 const std::string kUnset = "\x01";  // Subprocess: remove the variable
 
-std::map<std::string, std::string> rank_env(int port, int rank, int size, const std::string& spin = kUnset) {
-  return {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(rank)},
-          {"WORLD_SIZE", std::to_string(size)}, {"BRAID_RENDEZVOUS_TIMEOUT_S", "20"},
-          {"BRAID_DEBUG", "INFO"}, {"BRAID_SPIN_US", spin}};
+// What every rank of these jobs sets besides the rendezvous: INFO lines (which say the spin
+// budget) and BRAID_SPIN_US = `spin` (kUnset: not set).
+testing::EnvMap spin_env(const std::string& spin) {
+  return {{"BRAID_RENDEZVOUS_TIMEOUT_S", "20"}, {"BRAID_DEBUG", "INFO"}, {"BRAID_SPIN_US", spin}};
 }
 
 // Starts `cpus.size()` ranks, rank r under `taskset -c cpus[r]` ("" runs it unconfined), each
 // doing one all_reduce; returns every rank's output after checking that each succeeded.
 std::vector<std::string> run_ranks(const std::vector<std::string>& cpus, const std::string& spin = kUnset) {
-  const int port = testing::free_port();
   const int size = static_cast<int>(cpus.size());
-  std::vector<std::unique_ptr<Subprocess>> ranks;
-  for (int r = 0; r < size; ++r) {
-    std::vector<std::string> argv = {testing::binary_from_env("COMM_RANK"), "sum", "1024"};
+  testing::RankJob job{.argv = {testing::binary_from_env("COMM_RANK"), "sum", "1024"}, .env = spin_env(spin)};
+  job.per_rank = [&cpus](int r, testing::EnvMap&, std::vector<std::string>& argv) {
     if (!cpus[r].empty()) argv.insert(argv.begin(), {kTaskset, "-c", cpus[r]});
-    ranks.push_back(std::make_unique<Subprocess>(argv, rank_env(port, r, size, spin)));
-  }
+  };
+  auto ranks = testing::start_ranks(size, job);
   std::vector<std::string> out;
   for (int r = 0; r < size; ++r) {
     EXPECT_EQ(ranks[r]->wait(kBound), 0) << "rank " << r << ":\n" << ranks[r]->output();
@@ -106,8 +105,10 @@ TEST_F(SpinJob, AnExplicitSettingIsKept) {
 TEST_F(SpinJob, OneRankSetsItAndTheOtherDecides) {
   // Each rank chooses for itself; the one that set nothing still counts the other.
   const int port = testing::free_port();
-  Subprocess set({kTaskset, "-c", cpu0_, testing::binary_from_env("COMM_RANK"), "sum", "1024"}, rank_env(port, 0, 2, "20"));
-  Subprocess unset({kTaskset, "-c", cpu0_, testing::binary_from_env("COMM_RANK"), "sum", "1024"}, rank_env(port, 1, 2));
+  Subprocess set({kTaskset, "-c", cpu0_, testing::binary_from_env("COMM_RANK"), "sum", "1024"},
+                 testing::rank_env(port, 0, 2, spin_env("20")));
+  Subprocess unset({kTaskset, "-c", cpu0_, testing::binary_from_env("COMM_RANK"), "sum", "1024"},
+                   testing::rank_env(port, 1, 2, spin_env(kUnset)));
   ASSERT_EQ(set.wait(kBound), 0) << set.output();
   ASSERT_EQ(unset.wait(kBound), 0) << unset.output();
   EXPECT_NE(set.output().find("spin 20 us: BRAID_SPIN_US is set"), std::string::npos) << set.output();
