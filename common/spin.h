@@ -61,7 +61,7 @@ class WaitScope {
 void set_ranks_on_node(int ranks);
 
 // Held while a peer process is confined to the same single CPU as this one (the tcp transport
-// decides it per connection, transport/host_identity.h, and holds one for as long as the
+// decides it per connection, transport/common/host_identity.h, and holds one for as long as the
 // connection lives). While any is held, spin_allowed() is false and pause() yields. Which
 // connection a wait is for is not known down here, so the rule is process-wide: a wait for
 // another peer then sleeps at once too, which costs a wake-up, never a stolen CPU.

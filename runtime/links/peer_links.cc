@@ -11,7 +11,7 @@
 #include "common/log.h"
 #include "runtime/bootstrap/store_join.h"
 #include "runtime/links/transport_choice.h"
-#include "transport/host_identity.h"
+#include "transport/common/host_identity.h"
 #include "transport/registry.h"
 
 namespace braid {
@@ -141,7 +141,7 @@ Result<std::unique_ptr<PeerLinks>> PeerLinks::connect(const LinkSetup& s, Store&
 
   // Lower ranks connect to higher ones and accept from lower ones, in rank order, whatever
   // the transport: each rank takes its pairs in increasing (lower, higher) order, so the
-  // smallest pair not yet connected always has both ends at it (see wire_format.h for tcp).
+  // smallest pair not yet connected always has both ends at it (see transport/common/handshake_format.h).
   std::vector<bool> used(up.size(), false);
   for (int r = 0; r < s.size; ++r) {
     if (r == s.rank) continue;

@@ -10,7 +10,7 @@
 // where ranks share CPUs", has the figures that chose the rule below).
 //
 // Words: a rank's CPUs are its affinity mask (sched_getaffinity: taskset, cpusets, braidrun's
-// binding). Two ranks share CPUs when they run on the same host (transport/host_identity.h's
+// binding). Two ranks share CPUs when they run on the same host (transport/common/host_identity.h's
 // host label, the one the shm transport and the ring order use) and their masks intersect:
 // the scheduler may then place them on one CPU. Counting ranks against CPUs is not enough:
 // two ranks free on two CPUs share them (each may land on the other's CPU, and does), while
@@ -39,7 +39,7 @@
 #include <vector>
 
 #include "common/env.h"
-#include "transport/host_identity.h"
+#include "transport/common/host_identity.h"
 
 namespace braid {
 

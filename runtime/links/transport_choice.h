@@ -3,7 +3,7 @@
 //
 // Each rank brings up every transport of its preference list (BRAID_TRANSPORT: auto = shm, ib,
 // tcp; or a list such as "shm,tcp"; BRAID_SHM_DISABLE=1 drops shm) and publishes a card: its
-// host (transport/host_identity.h's label), the CPUs it may run on (for the spin rule,
+// host (transport/common/host_identity.h's label), the CPUs it may run on (for the spin rule,
 // runtime/links/spin_policy.h) and one address per transport that came up, in its order. A pair of ranks takes the first family in the lower rank's card that the higher rank
 // published too and that reaches across the pair: shm and inproc only between ranks of one
 // host, the others always. Both ranks compute that from the same two cards.
@@ -24,7 +24,7 @@
 
 #include "common/env.h"
 #include "common/status.h"
-#include "transport/host_identity.h"
+#include "transport/common/host_identity.h"
 
 namespace braid {
 

@@ -20,13 +20,13 @@
 #include "braid/error.h"
 #include "braid/store.h"
 #include "common/job_secret.h"
-#include "runtime/store/store_protocol.h"
 #include "runtime/links/transport_choice.h"
+#include "runtime/store/store_protocol.h"
 #include "tests/runtime/store/store_test_util.h"
 #include "tests/support/rank_job.h"
 #include "tests/support/subprocess.h"
-#include "transport/tcp/handshake.h"
-#include "transport/tcp/socket_address.h"
+#include "transport/common/handshake.h"
+#include "transport/common/socket_address.h"
 
 namespace braid {
 namespace {
@@ -80,17 +80,17 @@ void claim_every_rank(uint16_t port, std::atomic<int>* admitted, std::atomic<int
     for (const auto& a : card.value().addresses) {
       if (a.family == "tcp") address = a.address;
     }
-    auto where = transport::tcp::SocketAddress::parse(address);
+    auto where = transport::SocketAddress::parse(address);
     ASSERT_TRUE(where.is_ok()) << address;
     for (int claimed = 0; claimed < target; ++claimed) {
       claims.emplace_back([&, addr = where.value(), target, claimed] {
         UniqueFd fd(socket(addr.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
         if (::connect(fd.get(), addr.get(), addr.length) != 0) return;
-        transport::tcp::Handshake hello;
+        transport::Handshake hello;
         hello.comm_id = comm_id;
         hello.from_rank = claimed;
         hello.to_rank = target;
-        auto r = transport::tcp::connector_handshake(fd.get(), hello, wrong.value(), Deadline::after(10s));
+        auto r = transport::connector_handshake(fd.get(), hello, wrong.value(), Deadline::after(10s));
         if (r.is_ok()) *admitted += 1;
         if (r.status().code() == ErrorCode::unauthenticated) *answered += 1;
       });

@@ -1,10 +1,10 @@
-#include "transport/tcp/socket_address.h"
+#include "transport/common/socket_address.h"
 
 #include <arpa/inet.h>
 
 #include <cstring>
 
-namespace braid::transport::tcp {
+namespace braid::transport {
 
 uint16_t SocketAddress::port() const {
   if (family() == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
@@ -97,4 +97,4 @@ std::string peer_name(int fd) {
   return a.to_string();
 }
 
-}  // namespace braid::transport::tcp
+}  // namespace braid::transport

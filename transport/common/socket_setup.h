@@ -1,4 +1,4 @@
-// transport/tcp/socket_setup.h - connection setup: listening, connecting with retries, the
+// transport/common/socket_setup.h - connection setup: listening, connecting with retries, the
 // handshake, and the options every data socket gets.
 //
 // Setup uses blocking-with-poll I/O on non-blocking sockets so every step has a deadline;
@@ -12,36 +12,11 @@
 #include "common/deadline.h"
 #include "common/env.h"
 #include "common/status.h"
-#include "transport/tcp/socket_address.h"
-#include "transport/tcp/wire_format.h"
+#include "common/unique_fd.h"
+#include "transport/common/handshake_format.h"
+#include "transport/common/socket_address.h"
 
-namespace braid::transport::tcp {
-
-// Owns a file descriptor.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { reset(); }
-  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = o.release();
-    }
-    return *this;
-  }
-  int get() const { return fd_; }
-  int release() {
-    int f = fd_;
-    fd_ = -1;
-    return f;
-  }
-  void reset();
-
- private:
-  int fd_ = -1;
-};
+namespace braid::transport {
 
 // A listening socket on `bind_to` with a port from [port_lo, port_hi] (0/0: any port).
 Result<UniqueFd> listen_on(const SocketAddress& bind_to, uint16_t port_lo, uint16_t port_hi);
@@ -77,4 +52,4 @@ Status tune_data_socket(int fd, const Env& env);
 // allows.
 Status set_congestion_control(int fd, const Env& env);
 
-}  // namespace braid::transport::tcp
+}  // namespace braid::transport

@@ -1,4 +1,4 @@
-// transport/tcp/interface_select.h - which local address the tcp transport listens on.
+// transport/common/interface_select.h - which local address the tcp transport listens on.
 //
 // BRAID_SOCKET_IFNAME works like NCCL_SOCKET_IFNAME: a comma-separated list of interface name
 // prefixes ("eth,ib"); a leading '^' turns it into a list of exclusions ("^docker,lo"); a '='
@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "common/status.h"
-#include "transport/tcp/socket_address.h"
+#include "transport/common/socket_address.h"
 
-namespace braid::transport::tcp {
+namespace braid::transport {
 
 // Pure: does interface `ifname` pass the filter `spec`? An empty spec passes every name.
 bool ifname_matches(const std::string& spec, const std::string& ifname);
@@ -31,4 +31,4 @@ std::vector<LocalInterface> list_interfaces();
 Result<LocalInterface> choose_interface(const std::string& spec, const std::string& master_addr,
                                         const std::vector<LocalInterface>& interfaces);
 
-}  // namespace braid::transport::tcp
+}  // namespace braid::transport

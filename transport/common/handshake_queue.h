@@ -1,4 +1,4 @@
-// transport/tcp/handshake_queue.h - the acceptor side of handshake v3 for a whole listener.
+// transport/common/handshake_queue.h - the acceptor side of handshake v3 for a whole listener.
 //
 // Every transport that accepts authenticated connections (tcp, and ib's and shm's bootstrap
 // sockets) runs the same loop: accept what waits, advance every unfinished handshake without
@@ -15,9 +15,9 @@
 #include "common/function_ref.h"
 #include "common/job_secret.h"
 #include "common/status.h"
-#include "transport/tcp/handshake.h"
+#include "transport/common/handshake.h"
 
-namespace braid::transport::tcp {
+namespace braid::transport {
 
 class HandshakeQueue {
  public:
@@ -34,4 +34,4 @@ class HandshakeQueue {
   std::vector<AcceptorHandshake> handshaking_;  // accepted sockets not yet authenticated
 };
 
-}  // namespace braid::transport::tcp
+}  // namespace braid::transport

@@ -1,4 +1,4 @@
-#include "transport/tcp/interface_select.h"
+#include "transport/common/interface_select.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -8,7 +8,7 @@
 
 #include <sstream>
 
-namespace braid::transport::tcp {
+namespace braid::transport {
 
 bool ifname_matches(const std::string& spec_in, const std::string& ifname) {
   std::string spec = spec_in;
@@ -105,4 +105,4 @@ Result<LocalInterface> choose_interface(const std::string& spec, const std::stri
   return invalid_argument("no network interface is up; set BRAID_SOCKET_IFNAME");
 }
 
-}  // namespace braid::transport::tcp
+}  // namespace braid::transport

@@ -1,4 +1,4 @@
-#include "transport/host_identity.h"
+#include "transport/common/host_identity.h"
 
 #include <sched.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "transport/tcp/handshake_queue.h"
+#include "transport/common/handshake_queue.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -7,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-namespace braid::transport::tcp {
+namespace braid::transport {
 
 Status HandshakeQueue::serve(int listen_fd, const std::string& address, const AcceptorExpect& expect,
                              const auth::JobSecret& secret, Deadline deadline,
@@ -74,4 +74,4 @@ Status HandshakeQueue::serve(int listen_fd, const std::string& address, const Ac
   return Status::ok();
 }
 
-}  // namespace braid::transport::tcp
+}  // namespace braid::transport

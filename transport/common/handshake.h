@@ -1,4 +1,4 @@
-// transport/tcp/handshake.h - the authenticated connection handshake (wire_format.h), both ends.
+// transport/common/handshake.h - the authenticated connection handshake (handshake_format.h), both ends.
 //
 // The connector runs its side blocking-with-deadline on its fresh socket, inside connect(). The
 // acceptor runs one AcceptorHandshake per accepted socket and advances each whenever its socket
@@ -13,11 +13,11 @@
 #include "common/deadline.h"
 #include "common/job_secret.h"
 #include "common/status.h"
-#include "transport/host_identity.h"
-#include "transport/tcp/socket_setup.h"
-#include "transport/tcp/wire_format.h"
+#include "transport/common/handshake_format.h"
+#include "transport/common/host_identity.h"
+#include "transport/common/socket_setup.h"
 
-namespace braid::transport::tcp {
+namespace braid::transport {
 
 // The connector's side on a connected socket: sends `hello` (its nonce filled in here), reads
 // and checks the answer, verifies the acceptor's proof and sends ours. Returns the acceptor's
@@ -78,4 +78,4 @@ class AcceptorHandshake {
   Status why_;
 };
 
-}  // namespace braid::transport::tcp
+}  // namespace braid::transport

@@ -1,4 +1,4 @@
-// transport/host_identity.h - which host a process runs on (for the runtime's choice of a
+// transport/common/host_identity.h - which host a process runs on (for the runtime's choice of a
 // transport per peer), which kernel and which CPUs (so two ends of a tcp connection can tell
 // whether they compete for one CPU).
 //
@@ -14,7 +14,7 @@
 // for blocking sockets. common/spin.h yields when this process's spinners outnumber its CPUs;
 // this is the same test across processes, two spinners (us and the peer) on fewer than two
 // CPUs; what follows from it (transport waits do not spin at all) is in common/spin.h. The connection handshake and its answer
-// carry a HostIdentity each way (wire_format.h).
+// carry a HostIdentity each way (transport/common/handshake_format.h).
 //
 // Same host: the kernel's boot id (/proc/sys/kernel/random/boot_id) is random per boot and
 // shared by every process of that kernel, network namespaces and containers included; two

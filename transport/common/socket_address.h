@@ -1,4 +1,4 @@
-// transport/tcp/socket_address.h - IPv4/IPv6 socket addresses as the strings braid publishes.
+// transport/common/socket_address.h - IPv4/IPv6 socket addresses as the strings braid publishes.
 //
 // Published form: "10.0.0.2:41234" or "[fd00::2]:41234" (brackets around IPv6, as in URLs).
 #pragma once
@@ -11,7 +11,7 @@
 
 #include "common/status.h"
 
-namespace braid::transport::tcp {
+namespace braid::transport {
 
 struct SocketAddress {
   sockaddr_storage storage{};
@@ -37,4 +37,4 @@ struct SocketAddress {
 // The local and remote addresses of a connected socket, for messages.
 std::string peer_name(int fd);
 
-}  // namespace braid::transport::tcp
+}  // namespace braid::transport

@@ -1,4 +1,4 @@
-#include "transport/tcp/socket_setup.h"
+#include "transport/common/socket_setup.h"
 
 #include <fcntl.h>
 #include <netinet/tcp.h>
@@ -11,12 +11,7 @@
 #include <fstream>
 #include <thread>
 
-namespace braid::transport::tcp {
-
-void UniqueFd::reset() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-}
+namespace braid::transport {
 
 namespace {
 
@@ -228,4 +223,4 @@ Status tune_data_socket(int fd, const Env& env) {
   return Status::ok();
 }
 
-}  // namespace braid::transport::tcp
+}  // namespace braid::transport

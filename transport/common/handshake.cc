@@ -1,11 +1,11 @@
-#include "transport/tcp/handshake.h"
+#include "transport/common/handshake.h"
 
 #include <sys/socket.h>
 
 #include <cerrno>
 #include <cstring>
 
-namespace braid::transport::tcp {
+namespace braid::transport {
 
 namespace {
 
@@ -141,4 +141,4 @@ AcceptorHandshake::Step AcceptorHandshake::advance(const AcceptorExpect& expect,
   }
 }
 
-}  // namespace braid::transport::tcp
+}  // namespace braid::transport
