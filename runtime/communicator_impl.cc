@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/spin.h"
 #include "runtime/bootstrap/agreed_settings.h"
+#include "runtime/bootstrap/split.h"
 #include "runtime/engine/op_run.h"
 #include "runtime/links/spin_policy.h"
 #include "runtime/bootstrap/store_join.h"
@@ -263,42 +264,9 @@ void CommunicatorImpl::run_one(Pending& op, bool may_stream) {
   run_stream(op, may_stream);
 }
 
-std::optional<CommunicatorImpl::RunShape> CommunicatorImpl::shape_of(const Pending& op, collectives::Algo algo) {
-  const collectives::CollectiveArgs& a = op.args;
-  // Uneven and split forms (count vectors) and staged GPU buffers are built anew each time.
-  // A send or receive is kept per peer (its tag is in the header, which reuse rewrites).
-  if (!a.counts.empty() || !a.send_counts.empty() || !a.recv_counts.empty() || op.device != nullptr) {
-    return std::nullopt;
-  }
-  // Above this, building costs little beside moving the bytes, and a kept run would hold its
-  // scratch and landing memory (and, as below it, a header buffer per peer it hears from).
-  if (a.count > kRunCacheMaxBytes || a.count * dtype_size(a.dtype) > kRunCacheMaxBytes) return std::nullopt;
-  const uint8_t buffers = static_cast<uint8_t>((a.send == nullptr ? 1 : 0) | (a.recv == nullptr ? 2 : 0) |
-                                               (a.send != nullptr && a.send == a.recv ? 4 : 0));
-  const bool p2p = a.kind == collectives::Kind::send || a.kind == collectives::Kind::recv;
-  return RunShape{a.kind, a.count, a.dtype, a.op, a.root, algo, buffers, p2p ? a.peer : -1};
-}
-
-std::unique_ptr<OpRun> CommunicatorImpl::take_cached_run(const RunShape& shape) {
-  // Newest first: a loop of one shape finds its run at the back.
-  for (auto it = run_cache_.rbegin(); it != run_cache_.rend(); ++it) {
-    if (it->first == shape) {
-      std::unique_ptr<OpRun> run = std::move(it->second);
-      run_cache_.erase(std::next(it).base());
-      return run;
-    }
-  }
-  return nullptr;
-}
-
-void CommunicatorImpl::keep_run(const RunShape& shape, std::unique_ptr<OpRun> run) {
-  if (run_cache_.size() == kRunCacheSize) run_cache_.erase(run_cache_.begin());
-  run_cache_.emplace_back(shape, std::move(run));
-}
-
 Result<CommunicatorImpl::MadeRun> CommunicatorImpl::make_run(const Pending& op, const collectives::RunOptions& options,
                                                              const std::optional<RunShape>& shape) {
-  if (std::unique_ptr<OpRun> run = shape ? take_cached_run(*shape) : nullptr) {
+  if (std::unique_ptr<OpRun> run = shape ? run_cache_.take(*shape) : nullptr) {
     RETURN_IF_ERROR(run->reuse(op.args, cfg_.comm_id, op.seq, op.match_seq, options.op_id));
     MadeRun m{nullptr, true, run->name(), run->algo()};
     m.run = std::move(run);
@@ -371,7 +339,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
       }
     }
     // A finished run of the same shape is run again; otherwise one is prepared (OpRun::reuse).
-    const std::optional<RunShape> shape = shape_of(op, options.algo);
+    const std::optional<RunShape> shape = RunCache::shape_of(op.args, op.device != nullptr, options.algo);
     auto made = make_run(op, options, shape);
     if (!made.is_ok()) {
       op.work->complete(made.status().with_context(what.str() + ": "));
@@ -452,7 +420,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
   if (s.is_ok()) {
     complete_finished(true);
     for (auto& a : active) {
-      if (a.shape && a.completed && a.run->outstanding() == 0) keep_run(*a.shape, std::move(a.run));
+      if (a.shape && a.completed && a.run->outstanding() == 0) run_cache_.keep(*a.shape, std::move(a.run));
     }
     return;
   }
@@ -764,6 +732,28 @@ void CommunicatorImpl::finish_job_store() {
       BRAID_LOG(warn) << "rank " << cfg_.rank << " leaving: the store is gone (" << e.what() << ")";
     }
   }
+}
+
+// A child communicator over some ranks of this one (bootstrap/split.h): every rank's card goes
+// round the parent, and those whose color matches make the child from the same cards.
+Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::split(int color, int key) {
+  if (color < 0 && color != Communicator::kNoColor) {
+    return invalid_argument("split: color " + std::to_string(color) + " is negative; use a color >= 0, or "
+                            "Communicator::kNoColor to stay out of every new communicator");
+  }
+  const uint64_t n = ++split_count_;
+  std::vector<int64_t> mine = split_card(color, key);
+  std::vector<int64_t> all(static_cast<size_t>(cfg_.size) * kSplitCardWords);
+  collectives::CollectiveArgs args;
+  args.kind = collectives::Kind::all_gather;
+  args.send = mine.data();
+  args.recv = all.data();
+  args.count = kSplitCardWords;
+  args.dtype = DType::i64;
+  Work gathered = enqueue(std::move(args));
+  gathered.wait();
+  if (color == Communicator::kNoColor) return std::unique_ptr<CommunicatorImpl>();
+  return create(split_config(cfg_, n, color, all));
 }
 
 }  // namespace braid

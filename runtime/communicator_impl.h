@@ -51,7 +51,9 @@
 #include "collectives/collective.h"
 #include "common/env.h"
 #include "common/function_ref.h"
+#include "runtime/communicator_config.h"
 #include "runtime/device/device_staging.h"
+#include "runtime/engine/run_cache.h"
 #include "runtime/failure/failure_board.h"
 #include "runtime/links/peer_links.h"
 #include "runtime/work_state.h"
@@ -72,41 +74,6 @@ struct OpLabel {
   static OpLabel one(collectives::Kind k, uint64_t seq) { return OpLabel{collectives::to_string(k), seq, seq, 0}; }
   static OpLabel group(uint64_t first, uint64_t last, size_t members) { return OpLabel{nullptr, first, last, members}; }
   std::string str() const;
-};
-
-struct CommunicatorConfig {
-  int rank = 0;
-  int size = 1;
-  int local_rank = 0;
-  int local_size = 1;
-  uint64_t comm_id = 0;
-  std::shared_ptr<Store> store;              // the communicator's namespace
-  std::shared_ptr<Store> board_store;        // the same namespace on a connection of its own (or null: store)
-  bool board_bounded = false;                // board_store's timeout is the failure-report bound
-  int store_rank = -1;                       // the rank whose process serves the store, or -1
-  std::unique_ptr<TcpStoreServer> server;    // when this rank serves the job's store
-  // The program handed the store in (from_store, e.g. torch's): whoever serves it may exit
-  // before the other ranks leave, which is then no trouble at all.
-  bool foreign_store = false;
-  std::string master_addr;
-  Env env;
-  // The hand-off's tick (see the top): an operation left to its caller waits this long (or up to
-  // twice) before the progress thread takes it. Tests lengthen it to make the hand-off certain.
-  std::chrono::microseconds hand_off_tick{1000};
-  // A wait() this soon after its *_async call counts as waiting at once. Less compute than two
-  // thread wake-ups in between has nothing to overlap with: the progress thread would barely
-  // have started. Tests lengthen it with the tick.
-  std::chrono::microseconds waits_at_once{100};
-  void* inproc_fabric = nullptr;             // tests: BRAID_TRANSPORT=inproc
-  // Tests: called on the progress thread after each operation it ran, before it lets go of the
-  // communicator, to make a slow release certain (complete_last).
-  std::function<void()> after_progress_op;
-  // Tests: called on the progress thread after it let go of the communicator, before it
-  // completes the operation it held (complete_held), to make a late completion certain.
-  std::function<void()> before_held_complete;
-  // Tests: called on the caller's thread after an *_async call woke the progress thread, before
-  // the call returns (a wake-up that costs the caller a while, as on an emulated CPU).
-  std::function<void()> after_wake;
 };
 
 class CommunicatorImpl {
@@ -159,7 +126,7 @@ class CommunicatorImpl {
   // group.cc: operations enqueued in between run as one unit.
   void group_start();
   Work group_end();
-  // Collective over this communicator; nullptr for color kNoColor (split.cc).
+  // Collective over this communicator; nullptr for color kNoColor (bootstrap/split.h).
   Result<std::unique_ptr<CommunicatorImpl>> split(int color, int key);
 
  private:
@@ -308,22 +275,6 @@ class CommunicatorImpl {
   std::vector<bool> drive_started_;
   std::vector<OpRun*> stream_runs_;
   std::vector<int> stream_after_;
-  // Finished runs kept for operations of the same shape (OpRun::reuse): a training loop repeats
-  // a few collectives, and building the schedule, the executor and the headers anew cost a small
-  // operation ~a third of its CPU (callgrind, docs/performance.md). Keyed by all that fixes the schedule on
-  // this communicator; several runs of one shape may be kept (operations overlap in a stream).
-  struct RunShape {
-    collectives::Kind kind;
-    size_t count;
-    DType dtype;
-    Op op;
-    int root;
-    collectives::Algo algo;  // the preference (RunOptions::algo), which selection starts from
-    uint8_t buffers;         // send null, recv null, in place: what the schedule depends on
-    int peer;                // send/recv: the other rank; -1 for collectives
-    bool operator==(const RunShape&) const = default;
-  };
-  static std::optional<RunShape> shape_of(const Pending& op, collectives::Algo algo);
   // The run of `op`: a kept one of its shape (when `shape` is set) run again, else one prepared.
   // `run` is null when the operation has nothing to move; name and algo say what it is either way.
   struct MadeRun {
@@ -334,11 +285,7 @@ class CommunicatorImpl {
   };
   Result<MadeRun> make_run(const Pending& op, const collectives::RunOptions& options,
                            const std::optional<RunShape>& shape);
-  std::unique_ptr<OpRun> take_cached_run(const RunShape& shape);
-  void keep_run(const RunShape& shape, std::unique_ptr<OpRun> run);
-  static constexpr size_t kRunCacheSize = 8;
-  static constexpr size_t kRunCacheMaxBytes = size_t{1} << 20;  // count x element size
-  std::vector<std::pair<RunShape, std::unique_ptr<OpRun>>> run_cache_;  // oldest first
+  RunCache run_cache_;  // engine/run_cache.h; touched only by the thread holding busy_
   // run_stream()'s operations, kept like the working lists above.
   struct StreamOp {  // one of run_stream()'s operations
     Pending& op;                     // run_stream's `first` (the caller's), or *taken

@@ -145,10 +145,10 @@ void CommunicatorImpl::run_group(Pending& g) {
   } clear_at_exit{built, runs, after};
   // A group larger than half the cache is built anew each time: keeping its runs would push out
   // every kept collective (an all_to_all written as sends and receives to many peers).
-  const bool keep = members.size() <= kRunCacheSize / 2;
+  const bool keep = members.size() <= RunCache::kSize / 2;
   for (auto& m : members) {
     options.op_id = m.seq & 0x7fffffffu;
-    const std::optional<RunShape> shape = keep ? shape_of(m, options.algo) : std::nullopt;
+    const std::optional<RunShape> shape = keep ? RunCache::shape_of(m.args, m.device != nullptr, options.algo) : std::nullopt;
     auto made = make_run(m, options, shape);
     if (!made.is_ok()) {  // nothing was posted yet: the communicator stays usable
       finish(made.status().with_context(what.str() + ": "));
@@ -182,7 +182,7 @@ void CommunicatorImpl::run_group(Pending& g) {
     done_seq_ = members.back().seq;
     done_what_ = what;
     for (GroupRun& b : built) {
-      if (b.shape && b.run->done() && b.run->outstanding() == 0) keep_run(*b.shape, std::move(b.run));
+      if (b.shape && b.run->done() && b.run->outstanding() == 0) run_cache_.keep(*b.shape, std::move(b.run));
     }
   }
   finish(s);
