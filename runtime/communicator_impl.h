@@ -51,6 +51,7 @@
 #include "collectives/collective.h"
 #include "common/env.h"
 #include "common/function_ref.h"
+#include "common/thread_annotations.h"
 #include "runtime/communicator_config.h"
 #include "runtime/device/device_staging.h"
 #include "runtime/engine/run_cache.h"
@@ -157,14 +158,14 @@ class CommunicatorImpl {
   void progress_main();
   // The progress thread's wait for something to do, under mu_ (`lock`). Returns once it may take
   // busy_ (an operation whose grace is over, stopping, an abort) or at `board_at` (idle_check).
-  void wait_for_work(std::unique_lock<std::mutex>& lock, Clock::time_point board_at);
+  void wait_for_work(std::unique_lock<std::mutex>& lock, Clock::time_point board_at) REQUIRES(mu_);
   // After pushing `work`'s operation to queue_, under mu_: the hand-off (see the top) when the
   // communicator was idle before. Returns whether the progress thread must be woken.
-  bool queued_locked(bool idle_before, const std::shared_ptr<detail::WorkState>& work);
+  bool queued_locked(bool idle_before, const std::shared_ptr<detail::WorkState>& work) REQUIRES(mu_);
   // Queues (or, for an open group, holds) a new operation; under mu_. Returns false (and
   // completes `work` with the reason) when the communicator can no longer run it.
   bool admit_locked(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
-                    Pending* out);
+                    Pending* out) REQUIRES(mu_);
   // Runs `op` on the calling thread, which set busy_, then clears busy_.
   void run_here(Pending& op);
   // Completes `work`, which this thread has just finished, with `s`. On the progress thread,
@@ -225,45 +226,45 @@ class CommunicatorImpl {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Pending> queue_;
-  bool busy_ = false;  // a thread runs an operation or touches the transport (see the top)
+  std::deque<Pending> queue_ GUARDED_BY(mu_);
+  bool busy_ GUARDED_BY(mu_) = false;  // a thread runs an operation or touches the transport (see the top)
   // The hand-off (the top), under mu_. idle_work_ identifies (never dereferenced) the last
   // operation queued on an idle communicator; callers_wait_ is the prediction.
-  const detail::WorkState* idle_work_ = nullptr;
-  bool callers_wait_ = true;
+  const detail::WorkState* idle_work_ GUARDED_BY(mu_) = nullptr;
+  bool callers_wait_ GUARDED_BY(mu_) = true;
   // When that operation went back to its caller and when the caller first waited for it
   // (WorkState::wait_times); null once a wait before completion (help) has settled it.
-  std::shared_ptr<detail::WorkState::WaitTimes> idle_times_;
-  Clock::time_point grace_until_{};   // the only queued operation is left to its caller until then
-  Clock::time_point linger_until_{};  // until then the idle progress thread ticks
+  std::shared_ptr<detail::WorkState::WaitTimes> idle_times_ GUARDED_BY(mu_);
+  Clock::time_point grace_until_ GUARDED_BY(mu_){};   // the only queued operation is left to its caller until then
+  Clock::time_point linger_until_ GUARDED_BY(mu_){};  // until then the idle progress thread ticks
   // When the progress thread's wait ends by itself; time_point::min() while it is not waiting
   // (it looks at the queue before it waits again).
-  Clock::time_point progress_wakes_at_ = Clock::time_point::min();
+  Clock::time_point progress_wakes_at_ GUARDED_BY(mu_) = Clock::time_point::min();
   std::vector<std::string> peer_transports_;  // by rank: what the connection to it runs on
   // complete_last(): set by the progress thread around the operation it took; what it held.
   // held_mu_ keeps completions in order: a caller that takes the communicator as soon as busy_
   // is released completes what the progress thread still holds before its own operation.
   bool hold_last_ = false;
   std::mutex held_mu_;
-  std::vector<std::pair<std::shared_ptr<detail::WorkState>, Status>> held_;
+  std::vector<std::pair<std::shared_ptr<detail::WorkState>, Status>> held_ GUARDED_BY(held_mu_);
   std::atomic<uint64_t> ran_on_caller_{0};
   std::atomic<uint64_t> ran_on_progress_{0};
-  bool stopping_ = false;
-  uint64_t next_seq_ = 0;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  uint64_t next_seq_ GUARDED_BY(mu_) = 0;
   uint64_t collective_seq_ = 0;
   std::set<int> algo_logged_;           // (kind, algo, log2 size) already shown at INFO
   std::vector<uint64_t> p2p_send_seq_;  // per peer: sends to it
   std::vector<uint64_t> p2p_recv_seq_;  // per peer: receives from it
   std::atomic<uint64_t> enqueued_{0};  // lets the progress thread spin on new work without the lock
   uint64_t split_count_ = 0;           // caller's thread: splits are collective calls
-  int group_depth_ = 0;                // under mu_: open group_start() calls
-  std::vector<Pending> group_ops_;     // under mu_: what the open group holds
+  int group_depth_ GUARDED_BY(mu_) = 0;  // open group_start() calls
+  std::vector<Pending> group_ops_ GUARDED_BY(mu_);  // what the open group holds
 
   std::atomic<CommState> state_{CommState::ok};
   std::atomic<bool> abort_requested_{false};
   mutable std::mutex state_mu_;
-  Status failure_;           // the reason state_ is not ok
-  std::string abort_reason_;
+  Status failure_ GUARDED_BY(state_mu_);  // the reason state_ is not ok
+  std::string abort_reason_ GUARDED_BY(state_mu_);
   std::condition_variable state_cv_;
 
   // The transports, one connection per peer and the poll loop (peer_links.h). Touched only by
@@ -315,8 +316,8 @@ class CommunicatorImpl {
   std::atomic<void*> stream_{nullptr};
   std::mutex setup_mu_;
   std::condition_variable setup_cv_;
-  bool setup_done_ = false;
-  Status setup_status_;
+  bool setup_done_ GUARDED_BY(setup_mu_) = false;
+  Status setup_status_ GUARDED_BY(setup_mu_);
   std::thread thread_;
 };
 
