@@ -29,7 +29,8 @@ namespace {
 // A program that never touched CUDA has no device buffers, and asking the runtime about a
 // pointer would start CUDA (a context on the GPU, hundreds of MiB) for nothing. The loaded
 // objects are scanned for the driver only when their count of loads changed since the last look
-// (~10 ns otherwise); dlopen(RTLD_NOLOAD) would say the same in ~10 us, a whole small operation.
+// (next to nothing otherwise); dlopen(RTLD_NOLOAD) would say the same at about the cost of a
+// whole small operation (docs/code_figures.md).
 struct DriverProbe {
   unsigned long long known_adds;
   unsigned long long adds = 0;

@@ -5,7 +5,7 @@
 // wait for each other forever. So operation #N puts a header in front of its first message to
 // every peer, and checks the header in front of each peer's first message before using any of
 // its data (collectives::Executor::set_headers). Small first messages carry the header inline
-// (one staging copy, no extra message: ~0.5 us on a 4 KiB all_reduce here); large ones send it
+// (one staging copy, no extra message: docs/code_figures.md has its cost); large ones send it
 // as a message of its own just before. A rank that only receives from a peer (a broadcast
 // child) sends it a header-only message, so pure senders (the root) check too.
 //

@@ -1,8 +1,7 @@
 // runtime/engine/run_cache.h - finished runs kept for operations of the same shape.
 //
 // A training loop repeats a few collectives, and building the schedule, the executor and the
-// headers anew costs a small operation about a third of its CPU (docs/performance.md has the
-// measurement). So a finished run is kept, keyed by all that fixes its schedule on this
+// headers anew is a large part of a small operation's CPU (docs/code_figures.md). So a finished run is kept, keyed by all that fixes its schedule on this
 // communicator, and the next operation of that shape runs it again (OpRun::reuse). Several runs
 // of one shape may be kept: operations of a stream overlap.
 //

@@ -8,10 +8,9 @@
 // network namespaces still cross their links, and a container with a /dev/shm of its own cannot
 // map a peer's shared memory anyway.
 //
-// Why: a waiter spins (busy-waits) briefly before it sleeps, because a wake-up costs ~40 us on
-// these VMs. When the peer it waits for is confined to the same single CPU, the peer cannot
-// answer while we spin: an 8-byte ping-pong took 55 us one way with a 50 us spin against 2.9 us
-// for blocking sockets. common/spin.h yields when this process's spinners outnumber its CPUs;
+// Why: a waiter spins (busy-waits) briefly before it sleeps, because a wake-up is costly. When
+// the peer it waits for is confined to the same single CPU, the peer cannot answer while we
+// spin, and every round trip pays the whole spin (docs/code_figures.md, "Spinning"). common/spin.h yields when this process's spinners outnumber its CPUs;
 // this is the same test across processes, two spinners (us and the peer) on fewer than two
 // CPUs; what follows from it (transport waits do not spin at all) is in common/spin.h. The connection handshake and its answer
 // carry a HostIdentity each way (transport/common/handshake_format.h).
