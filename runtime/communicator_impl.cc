@@ -16,6 +16,7 @@
 #include "runtime/bootstrap/agreed_settings.h"
 #include "runtime/bootstrap/split.h"
 #include "runtime/engine/op_run.h"
+#include "runtime/engine/run_set.h"
 #include "runtime/links/spin_policy.h"
 #include "runtime/bootstrap/store_join.h"
 #include "transport/registry.h"
@@ -24,9 +25,6 @@ namespace braid {
 namespace {
 
 constexpr auto kPollSlice = std::chrono::milliseconds(100);
-// While an operation waits longer than this, and between checks, it looks at the failure board:
-// one store round trip per second of waiting, never one per operation.
-constexpr auto kBoardInterval = std::chrono::seconds(1);
 // The hand-off (communicator_impl.h): for this long after an operation was left to its caller,
 // the idle progress thread looks at the queue every tick (CommunicatorConfig::hand_off_tick)
 // rather than sleeping until it is woken.
@@ -163,7 +161,7 @@ void CommunicatorImpl::progress_main() {
     bool stop = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wait_for_work(lock, Clock::now() + kBoardInterval);
+      wait_for_work(lock, Clock::now() + RunSet::kBoardInterval);
       // Another thread runs operations (a caller on its own thread): it watches the failure
       // board while it waits, and hands back what it leaves queued when it is done.
       if (busy_) {
@@ -434,91 +432,14 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
 Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vector<int>& after, const OpLabel& what,
                                const Deadline& deadline, std::optional<Failure>* adopted,
                                FunctionRef<void()> between) {
-  // Built only for a message: drive() runs for every operation.
-  auto me = [&] { return " on rank " + std::to_string(cfg_.rank); };
-  std::vector<bool>& started = drive_started_;
-  started.assign(runs.size(), false);
-  auto all_done = [&] {
-    for (size_t i = 0; i < runs.size(); ++i) {
-      if (!started[i] || !runs[i]->done()) return false;
-    }
-    return true;
-  };
-  // Starts what may start and lets every started run post what it can.
-  auto step = [&]() -> Status {
-    if (between) between();  // may append runs
-    started.resize(runs.size(), false);
-    for (size_t i = 0; i < runs.size(); ++i) {
-      if (!started[i]) {
-        if (after[i] >= 0 && !(started[static_cast<size_t>(after[i])] && runs[static_cast<size_t>(after[i])]->done())) {
-          continue;
-        }
-        started[i] = true;
-        RETURN_IF_ERROR(runs[i]->start());
-      } else if (!runs[i]->done()) {
-        RETURN_IF_ERROR(runs[i]->progress());
-      }
-    }
-    return Status::ok();
-  };
-  auto waiting_for = [&] {
-    std::string w;
-    for (size_t i = 0; i < runs.size(); ++i) {
-      if (started[i] && !runs[i]->done()) w += (w.empty() ? "" : ", ") + runs[i]->waiting_for();
-    }
-    return w;
-  };
-  Clock::time_point next_board_check{};  // set at the first check, from its clock read
-  auto check = [&](Clock::time_point now) -> Status {
-    if (abort_requested_.load(std::memory_order_relaxed)) {
-      return Status(ErrorCode::aborted, what.str() + me() + ": aborted on this rank");
-    }
-    if (now >= deadline.at()) {
-      std::string name = runs.front()->name();
-      for (size_t i = 0; i < runs.size(); ++i) {
-        if (started[i] && !runs[i]->done()) {
-          name = runs[i]->name();
-          break;
-        }
-      }
-      return timeout_error(what.str() + " (" + name + me() + ") did not finish within " +
-                           std::to_string(static_cast<int>(cfg_.env.timeout_s)) + " s (BRAID_TIMEOUT_S); waiting for " +
-                           waiting_for());
-    }
-    if (next_board_check == Clock::time_point{}) {
-      next_board_check = now + kBoardInterval;
-    } else if (now >= next_board_check) {
-      if ((*adopted = board_.read())) return Status((*adopted)->code, (*adopted)->message);
-      next_board_check = now + kBoardInterval;
-    }
-    return Status::ok();
-  };
-  auto take = [&](const transport::Completion& c, bool* ours) -> Status {
-    Status first;
-    for (OpRun* r : runs) {
-      Status s = r->on_completion(c, ours);
-      if (!s.is_ok() && first.is_ok()) {
-        first = s;
-        // Which peer is gone, for the failure report (our own close() completes as aborted).
-        if (!c.status.is_ok() && c.status.code() != ErrorCode::aborted && c.connection != nullptr && failed_peer_ < 0) {
-          failed_peer_ = c.connection->peer_rank();
-        }
-      }
-      if (*ours) break;
-    }
-    return first;
-  };
-  auto dropped = [&](const transport::Completion& c) {
-    BRAID_LOG(trace) << what.str() << me() << ": dropped a completion of another operation (cookie " << c.cookie << ")";
-  };
-  auto poll_failed = [&](Status s) { return s.with_context(what.str() + me() + ": "); };
-  LinkWorkFns work{all_done, step, take, check, dropped, poll_failed};
+  RunSet work(runs, after, drive_started_, what, deadline, between,
+              RunSet::Context{.rank = cfg_.rank,
+                              .timeout_s = cfg_.env.timeout_s,
+                              .abort_requested = &abort_requested_,
+                              .board = &board_,
+                              .adopted = adopted,
+                              .failed_peer = &failed_peer_});
   return links_->drive(work, deadline);
-}
-
-std::string OpLabel::str() const {
-  if (kind != nullptr) return std::string(kind) + " #" + std::to_string(first);
-  return "group of " + std::to_string(members) + " operations #" + std::to_string(first) + "-#" + std::to_string(last);
 }
 
 std::string CommunicatorImpl::last_algorithm() const {

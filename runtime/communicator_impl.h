@@ -54,6 +54,7 @@
 #include "common/thread_annotations.h"
 #include "runtime/communicator_config.h"
 #include "runtime/device/device_staging.h"
+#include "runtime/engine/op_label.h"
 #include "runtime/engine/run_cache.h"
 #include "runtime/failure/failure_board.h"
 #include "runtime/links/peer_links.h"
@@ -63,19 +64,6 @@
 namespace braid {
 
 class OpRun;
-
-// An operation's (or a group's) name in messages: "all_reduce #12", "group of 2 operations
-// #12-#13". Kept as numbers and built only when a message or log line is written: every
-// operation carries one, and formatting costs more than a small operation's own bookkeeping.
-struct OpLabel {
-  const char* kind = nullptr;  // the collective; null for a group
-  uint64_t first = 0;          // issue numbers (seq)
-  uint64_t last = 0;
-  size_t members = 0;  // a group's size
-  static OpLabel one(collectives::Kind k, uint64_t seq) { return OpLabel{collectives::to_string(k), seq, seq, 0}; }
-  static OpLabel group(uint64_t first, uint64_t last, size_t members) { return OpLabel{nullptr, first, last, members}; }
-  std::string str() const;
-};
 
 class CommunicatorImpl {
  public:
