@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The library's spin rule (runtime/spin_policy.h) against the fixed spin it replaced: braid-perf
+# The library's spin rule (runtime/links/spin_policy.h) against the fixed spin it replaced: braid-perf
 # all_reduce of one size under braidrun, for each rank count and binding, with BRAID_SPIN_US=50
 # set (the old default everywhere) and unset (the rule), interleaved over rounds; medians of
 # braid-perf's per-size time (itself the median of its iterations, in place), and old / new.

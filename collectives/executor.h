@@ -2,7 +2,7 @@
 //
 // The executor owns no thread and never blocks: progress() posts every receive, reduction and
 // send that may go now and returns; on_completion() takes what transport.poll() reported. The
-// caller (runtime/peer_links.h's loop, for the progress engine and the collectives tests)
+// caller (runtime/links/peer_links.h's loop, for the progress engine and the collectives tests)
 // alternates the two until done() or its deadline.
 //
 // Rules it enforces, so algorithms do not have to:
@@ -60,7 +60,7 @@ class Executor {
 
   // Optional, before the first progress(): a small header travels in front of the first message
   // to each peer, and the header in front of each peer's first message is handed to `check`
-  // before that message's data is used (the runtime's mismatch detection, runtime/op_header.h).
+  // before that message's data is used (the runtime's mismatch detection, runtime/engine/op_header.h).
   // A first message of at most kInlineHeaderMax bytes carries it inline, staged through a copy:
   // still one message, so a small operation pays no extra send or receive. A larger one gets it
   // as a message of its own just before it. Both sides decide alike from the message's size.

@@ -1,5 +1,5 @@
 // collectives/runner.h - preparing one collective for a caller that drives it (the runtime's
-// progress engine and the collectives tests, both through runtime/peer_links.h's loop):
+// progress engine and the collectives tests, both through runtime/links/peer_links.h's loop):
 //
 //   auto prepared = prepare_collective(args, rank, size, caps, peers, options);  // nothing sent yet
 //   prepared->executor->progress(); ... on_completion(c) for each polled completion ...

@@ -24,7 +24,7 @@ enum class LogLevel : uint8_t { warn = 0, info = 1, trace = 2 };
 struct Env {
   // BRAID_TRANSPORT: auto, or a preference list of tcp | tcp-poll | ib | shm | inproc ("shm,tcp").
   // Each peer gets the first transport of the list that both ends brought up and that reaches
-  // it (runtime/transport_choice.h). auto = shm, ib, tcp; tcp over io_uring falls back to epoll
+  // it (runtime/links/transport_choice.h). auto = shm, ib, tcp; tcp over io_uring falls back to epoll
   // under auto. Default auto.
   std::string transport = "auto";
   // BRAID_SHM_DISABLE: 1 leaves the shm transport out of BRAID_TRANSPORT's list. Default 0.
@@ -58,7 +58,7 @@ struct Env {
   // BRAID_ZCOPY_BYTES: sends at least this large use MSG_ZEROCOPY/SEND_ZC; 0 = never. Default 1 MiB.
   size_t zcopy_bytes = size_t{1} << 20;
   // BRAID_SPIN_US: how long a waiter spins before sleeping, microseconds (0..100000). Unset: 50,
-  // which the runtime lowers to 0 where ranks of one host share CPUs (runtime/spin_policy.h).
+  // which the runtime lowers to 0 where ranks of one host share CPUs (runtime/links/spin_policy.h).
   int spin_us = 50;
   // Whether BRAID_SPIN_US was set (then it is used as it is, 50 included).
   bool spin_us_set = false;
@@ -76,10 +76,10 @@ struct Env {
   // progress thread. Default 1.
   bool caller_progress = true;
   // BRAID_CUDA_STAGING_BYTES: pinned host memory a communicator stages CUDA buffers through,
-  // at least 64 KiB (runtime/staging_pipeline.h). Same on every rank. Default 64 MiB.
+  // at least 64 KiB (runtime/device/staging_pipeline.h). Same on every rank. Default 64 MiB.
   size_t cuda_staging_bytes = size_t{64} << 20;
   // BRAID_CUDA_REDUCE: auto | device | host - where reductions into CUDA buffers run
-  // (runtime/staging_pipeline.h). Same on every rank. Default auto.
+  // (runtime/device/staging_pipeline.h). Same on every rank. Default auto.
   std::string cuda_reduce = "auto";
   // BRAID_LOOPBACK_CC: TCP congestion control of data sockets whose peer is at a loopback
   // address (reno, cubic, ... as the kernel allows; "system": the kernel's default). Default reno.

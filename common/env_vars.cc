@@ -104,11 +104,11 @@ constexpr EnvVar kVars[] = {
      "Connections that have not yet proved the job's secret; past it the oldest is dropped."},
 
     {"BRAID_STORE_PORT", integer, "", "", 1, 65535,
-     "Port of braid's rendezvous store (read by runtime/rendezvous.cc). Unset: MASTER_PORT, or MASTER_PORT+1 under "
+     "Port of braid's rendezvous store (read by runtime/bootstrap/rendezvous.cc). Unset: MASTER_PORT, or MASTER_PORT+1 under "
      "torchrun."},
 
     {"BRAID_AGENT_STORE", choice, "", "1", 0, 0,
-     "Set by braidrun: the store is braidrun's own, so no rank serves it (read by runtime/rendezvous.cc).",
+     "Set by braidrun: the store is braidrun's own, so no rank serves it (read by runtime/bootstrap/rendezvous.cc).",
      EnvScope::launcher},
     {"BRAID_SETUP_ANCHORS", choice, "0", "0|1", 0, 0,
      "scripts/setup.sh also installs Gloo and Open MPI for the side-by-side benchmarks.", EnvScope::tool},

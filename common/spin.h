@@ -1,11 +1,11 @@
 // common/spin.h - bounded spinning that knows when to give the CPU away.
 //
-// A waiter spins briefly before it sleeps because a wake-up costs ~40 us on these VMs. While it
-// spins it either busy-waits (pause) or calls sched_yield(). Yielding is right only when other
-// spinners need this CPU: then the thread it waits for may be one of them. Yielding to a thread
-// that computes is wrong: the scheduler hands that thread a whole slice (~2 ms here) and the
-// waiter's message sits unread meanwhile (bench/spin_cost.sh measured 1.9 ms per round trip for
-// a waiter sharing its CPU with a compute thread, against 28 us without spinning). So a spinner
+// A waiter spins briefly before it sleeps because a wake-up costs far more than a small
+// message (docs/code_figures.md, "Spinning"). While it spins it either busy-waits (pause) or
+// calls sched_yield(). Yielding is right only when other spinners need this CPU: then the thread
+// it waits for may be one of them. Yielding to a thread that computes is wrong: the scheduler
+// hands that thread a whole slice and the waiter's message sits unread meanwhile
+// (bench/spin_cost.sh shows the cost). So a spinner
 // yields only while this process has more spinning threads than CPUs it may run on, or when
 // this node runs more ranks than it has CPUs (their spinners then share CPUs too; spinners of
 // other processes are not visible here, so the rank count stands in for them). That is for
@@ -15,10 +15,9 @@
 // One case is known exactly rather than guessed: a peer process confined to the same single CPU
 // as this one (the tcp transport learns it in its connection handshake and holds a
 // SharedCpuPeer). The peer cannot answer while we hold its CPU, so a pausing spin only delays
-// the answer by the whole spin (an 8-byte ping-pong: 55 us one way with BRAID_SPIN_US=50).
-// Yielding on each pass fixes that (3.3 us with io_uring, 3.15 us with epoll), and sleeping at
-// once does as well or slightly better (3.2 us and 3.05 us: a wake-up on the CPU we just gave
-// away is cheap, and each spin pass costs a poll and a sched_yield). Sleeping is also safe
+// the answer by the whole spin. Yielding on each pass fixes that, and sleeping at once does as
+// well or slightly better (a wake-up on the CPU we just gave away is cheap, and each spin pass
+// costs a poll and a sched_yield; docs/code_figures.md has the figures). Sleeping is also safe
 // when the peer computes instead of answering, where a yield would hand it a whole slice. So
 // transport waits then do not spin at all.
 #pragma once
@@ -61,7 +60,7 @@ class WaitScope {
 void set_ranks_on_node(int ranks);
 
 // Held while a peer process is confined to the same single CPU as this one (the tcp transport
-// decides it per connection, transport/host_identity.h, and holds one for as long as the
+// decides it per connection, transport/common/host_identity.h, and holds one for as long as the
 // connection lives). While any is held, spin_allowed() is false and pause() yields. Which
 // connection a wait is for is not known down here, so the rule is process-wide: a wait for
 // another peer then sleeps at once too, which costs a wake-up, never a stolen CPU.

@@ -11,10 +11,10 @@
 #include <thread>
 
 #include "common/log.h"
+#include "runtime/bootstrap/rendezvous.h"
+#include "runtime/bootstrap/store_join.h"
 #include "runtime/communicator_impl.h"
-#include "runtime/rendezvous.h"
 #include "runtime/store/socket_util.h"
-#include "runtime/store_join.h"
 
 namespace braid {
 namespace {
@@ -49,7 +49,7 @@ bool is_loopback(const sockaddr* a) {
 
 // Whether this host can listen on `a` (it is one of its addresses).
 bool is_local(const addrinfo* a) {
-  store::UniqueFd fd(::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  UniqueFd fd(::socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_storage ss{};
   std::memcpy(&ss, a->ai_addr, a->ai_addrlen);
   if (ss.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&ss)->sin_port = 0;

@@ -13,19 +13,18 @@
 #include "common/job_secret.h"
 #include "common/log.h"
 #include "common/spin.h"
-#include "runtime/agreed_settings.h"
-#include "runtime/op_run.h"
-#include "runtime/spin_policy.h"
-#include "runtime/store_join.h"
+#include "runtime/bootstrap/agreed_settings.h"
+#include "runtime/bootstrap/split.h"
+#include "runtime/engine/op_run.h"
+#include "runtime/engine/run_set.h"
+#include "runtime/links/spin_policy.h"
+#include "runtime/bootstrap/store_join.h"
 #include "transport/registry.h"
 
 namespace braid {
 namespace {
 
 constexpr auto kPollSlice = std::chrono::milliseconds(100);
-// While an operation waits longer than this, and between checks, it looks at the failure board:
-// one store round trip per second of waiting, never one per operation.
-constexpr auto kBoardInterval = std::chrono::seconds(1);
 // The hand-off (communicator_impl.h): for this long after an operation was left to its caller,
 // the idle progress thread looks at the queue every tick (CommunicatorConfig::hand_off_tick)
 // rather than sleeping until it is woken.
@@ -162,7 +161,7 @@ void CommunicatorImpl::progress_main() {
     bool stop = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wait_for_work(lock, Clock::now() + kBoardInterval);
+      wait_for_work(lock, Clock::now() + RunSet::kBoardInterval);
       // Another thread runs operations (a caller on its own thread): it watches the failure
       // board while it waits, and hands back what it leaves queued when it is done.
       if (busy_) {
@@ -263,42 +262,9 @@ void CommunicatorImpl::run_one(Pending& op, bool may_stream) {
   run_stream(op, may_stream);
 }
 
-std::optional<CommunicatorImpl::RunShape> CommunicatorImpl::shape_of(const Pending& op, collectives::Algo algo) {
-  const collectives::CollectiveArgs& a = op.args;
-  // Uneven and split forms (count vectors) and staged GPU buffers are built anew each time.
-  // A send or receive is kept per peer (its tag is in the header, which reuse rewrites).
-  if (!a.counts.empty() || !a.send_counts.empty() || !a.recv_counts.empty() || op.device != nullptr) {
-    return std::nullopt;
-  }
-  // Above this, building costs little beside moving the bytes, and a kept run would hold its
-  // scratch and landing memory (and, as below it, a header buffer per peer it hears from).
-  if (a.count > kRunCacheMaxBytes || a.count * dtype_size(a.dtype) > kRunCacheMaxBytes) return std::nullopt;
-  const uint8_t buffers = static_cast<uint8_t>((a.send == nullptr ? 1 : 0) | (a.recv == nullptr ? 2 : 0) |
-                                               (a.send != nullptr && a.send == a.recv ? 4 : 0));
-  const bool p2p = a.kind == collectives::Kind::send || a.kind == collectives::Kind::recv;
-  return RunShape{a.kind, a.count, a.dtype, a.op, a.root, algo, buffers, p2p ? a.peer : -1};
-}
-
-std::unique_ptr<OpRun> CommunicatorImpl::take_cached_run(const RunShape& shape) {
-  // Newest first: a loop of one shape finds its run at the back.
-  for (auto it = run_cache_.rbegin(); it != run_cache_.rend(); ++it) {
-    if (it->first == shape) {
-      std::unique_ptr<OpRun> run = std::move(it->second);
-      run_cache_.erase(std::next(it).base());
-      return run;
-    }
-  }
-  return nullptr;
-}
-
-void CommunicatorImpl::keep_run(const RunShape& shape, std::unique_ptr<OpRun> run) {
-  if (run_cache_.size() == kRunCacheSize) run_cache_.erase(run_cache_.begin());
-  run_cache_.emplace_back(shape, std::move(run));
-}
-
 Result<CommunicatorImpl::MadeRun> CommunicatorImpl::make_run(const Pending& op, const collectives::RunOptions& options,
                                                              const std::optional<RunShape>& shape) {
-  if (std::unique_ptr<OpRun> run = shape ? take_cached_run(*shape) : nullptr) {
+  if (std::unique_ptr<OpRun> run = shape ? run_cache_.take(*shape) : nullptr) {
     RETURN_IF_ERROR(run->reuse(op.args, cfg_.comm_id, op.seq, op.match_seq, options.op_id));
     MadeRun m{nullptr, true, run->name(), run->algo()};
     m.run = std::move(run);
@@ -371,7 +337,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
       }
     }
     // A finished run of the same shape is run again; otherwise one is prepared (OpRun::reuse).
-    const std::optional<RunShape> shape = shape_of(op, options.algo);
+    const std::optional<RunShape> shape = RunCache::shape_of(op.args, op.device != nullptr, options.algo);
     auto made = make_run(op, options, shape);
     if (!made.is_ok()) {
       op.work->complete(made.status().with_context(what.str() + ": "));
@@ -452,7 +418,7 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
   if (s.is_ok()) {
     complete_finished(true);
     for (auto& a : active) {
-      if (a.shape && a.completed && a.run->outstanding() == 0) keep_run(*a.shape, std::move(a.run));
+      if (a.shape && a.completed && a.run->outstanding() == 0) run_cache_.keep(*a.shape, std::move(a.run));
     }
     return;
   }
@@ -466,91 +432,14 @@ void CommunicatorImpl::run_stream(Pending& first, bool may_stream) {
 Status CommunicatorImpl::drive(const std::vector<OpRun*>& runs, const std::vector<int>& after, const OpLabel& what,
                                const Deadline& deadline, std::optional<Failure>* adopted,
                                FunctionRef<void()> between) {
-  // Built only for a message: drive() runs for every operation.
-  auto me = [&] { return " on rank " + std::to_string(cfg_.rank); };
-  std::vector<bool>& started = drive_started_;
-  started.assign(runs.size(), false);
-  auto all_done = [&] {
-    for (size_t i = 0; i < runs.size(); ++i) {
-      if (!started[i] || !runs[i]->done()) return false;
-    }
-    return true;
-  };
-  // Starts what may start and lets every started run post what it can.
-  auto step = [&]() -> Status {
-    if (between) between();  // may append runs
-    started.resize(runs.size(), false);
-    for (size_t i = 0; i < runs.size(); ++i) {
-      if (!started[i]) {
-        if (after[i] >= 0 && !(started[static_cast<size_t>(after[i])] && runs[static_cast<size_t>(after[i])]->done())) {
-          continue;
-        }
-        started[i] = true;
-        RETURN_IF_ERROR(runs[i]->start());
-      } else if (!runs[i]->done()) {
-        RETURN_IF_ERROR(runs[i]->progress());
-      }
-    }
-    return Status::ok();
-  };
-  auto waiting_for = [&] {
-    std::string w;
-    for (size_t i = 0; i < runs.size(); ++i) {
-      if (started[i] && !runs[i]->done()) w += (w.empty() ? "" : ", ") + runs[i]->waiting_for();
-    }
-    return w;
-  };
-  Clock::time_point next_board_check{};  // set at the first check, from its clock read
-  auto check = [&](Clock::time_point now) -> Status {
-    if (abort_requested_.load(std::memory_order_relaxed)) {
-      return Status(ErrorCode::aborted, what.str() + me() + ": aborted on this rank");
-    }
-    if (now >= deadline.at()) {
-      std::string name = runs.front()->name();
-      for (size_t i = 0; i < runs.size(); ++i) {
-        if (started[i] && !runs[i]->done()) {
-          name = runs[i]->name();
-          break;
-        }
-      }
-      return timeout_error(what.str() + " (" + name + me() + ") did not finish within " +
-                           std::to_string(static_cast<int>(cfg_.env.timeout_s)) + " s (BRAID_TIMEOUT_S); waiting for " +
-                           waiting_for());
-    }
-    if (next_board_check == Clock::time_point{}) {
-      next_board_check = now + kBoardInterval;
-    } else if (now >= next_board_check) {
-      if ((*adopted = board_.read())) return Status((*adopted)->code, (*adopted)->message);
-      next_board_check = now + kBoardInterval;
-    }
-    return Status::ok();
-  };
-  auto take = [&](const transport::Completion& c, bool* ours) -> Status {
-    Status first;
-    for (OpRun* r : runs) {
-      Status s = r->on_completion(c, ours);
-      if (!s.is_ok() && first.is_ok()) {
-        first = s;
-        // Which peer is gone, for the failure report (our own close() completes as aborted).
-        if (!c.status.is_ok() && c.status.code() != ErrorCode::aborted && c.connection != nullptr && failed_peer_ < 0) {
-          failed_peer_ = c.connection->peer_rank();
-        }
-      }
-      if (*ours) break;
-    }
-    return first;
-  };
-  auto dropped = [&](const transport::Completion& c) {
-    BRAID_LOG(trace) << what.str() << me() << ": dropped a completion of another operation (cookie " << c.cookie << ")";
-  };
-  auto poll_failed = [&](Status s) { return s.with_context(what.str() + me() + ": "); };
-  LinkWorkFns work{all_done, step, take, check, dropped, poll_failed};
+  RunSet work(runs, after, drive_started_, what, deadline, between,
+              RunSet::Context{.rank = cfg_.rank,
+                              .timeout_s = cfg_.env.timeout_s,
+                              .abort_requested = &abort_requested_,
+                              .board = &board_,
+                              .adopted = adopted,
+                              .failed_peer = &failed_peer_});
   return links_->drive(work, deadline);
-}
-
-std::string OpLabel::str() const {
-  if (kind != nullptr) return std::string(kind) + " #" + std::to_string(first);
-  return "group of " + std::to_string(members) + " operations #" + std::to_string(first) + "-#" + std::to_string(last);
 }
 
 std::string CommunicatorImpl::last_algorithm() const {
@@ -764,6 +653,28 @@ void CommunicatorImpl::finish_job_store() {
       BRAID_LOG(warn) << "rank " << cfg_.rank << " leaving: the store is gone (" << e.what() << ")";
     }
   }
+}
+
+// A child communicator over some ranks of this one (bootstrap/split.h): every rank's card goes
+// round the parent, and those whose color matches make the child from the same cards.
+Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::split(int color, int key) {
+  if (color < 0 && color != Communicator::kNoColor) {
+    return invalid_argument("split: color " + std::to_string(color) + " is negative; use a color >= 0, or "
+                            "Communicator::kNoColor to stay out of every new communicator");
+  }
+  const uint64_t n = ++split_count_;
+  std::vector<int64_t> mine = split_card(color, key);
+  std::vector<int64_t> all(static_cast<size_t>(cfg_.size) * kSplitCardWords);
+  collectives::CollectiveArgs args;
+  args.kind = collectives::Kind::all_gather;
+  args.send = mine.data();
+  args.recv = all.data();
+  args.count = kSplitCardWords;
+  args.dtype = DType::i64;
+  Work gathered = enqueue(std::move(args));
+  gathered.wait();
+  if (color == Communicator::kNoColor) return std::unique_ptr<CommunicatorImpl>();
+  return create(split_config(cfg_, n, color, all));
 }
 
 }  // namespace braid

@@ -51,63 +51,19 @@
 #include "collectives/collective.h"
 #include "common/env.h"
 #include "common/function_ref.h"
-#include "runtime/device_staging.h"
-#include "runtime/failure_board.h"
-#include "runtime/peer_links.h"
+#include "common/thread_annotations.h"
+#include "runtime/communicator_config.h"
+#include "runtime/device/device_staging.h"
+#include "runtime/engine/op_label.h"
+#include "runtime/engine/run_cache.h"
+#include "runtime/failure/failure_board.h"
+#include "runtime/links/peer_links.h"
 #include "runtime/work_state.h"
 #include "transport/transport.h"
 
 namespace braid {
 
 class OpRun;
-
-// An operation's (or a group's) name in messages: "all_reduce #12", "group of 2 operations
-// #12-#13". Kept as numbers and built only when a message or log line is written: every
-// operation carries one, and formatting costs more than a small operation's own bookkeeping.
-struct OpLabel {
-  const char* kind = nullptr;  // the collective; null for a group
-  uint64_t first = 0;          // issue numbers (seq)
-  uint64_t last = 0;
-  size_t members = 0;  // a group's size
-  static OpLabel one(collectives::Kind k, uint64_t seq) { return OpLabel{collectives::to_string(k), seq, seq, 0}; }
-  static OpLabel group(uint64_t first, uint64_t last, size_t members) { return OpLabel{nullptr, first, last, members}; }
-  std::string str() const;
-};
-
-struct CommunicatorConfig {
-  int rank = 0;
-  int size = 1;
-  int local_rank = 0;
-  int local_size = 1;
-  uint64_t comm_id = 0;
-  std::shared_ptr<Store> store;              // the communicator's namespace
-  std::shared_ptr<Store> board_store;        // the same namespace on a connection of its own (or null: store)
-  bool board_bounded = false;                // board_store's timeout is the failure-report bound
-  int store_rank = -1;                       // the rank whose process serves the store, or -1
-  std::unique_ptr<TcpStoreServer> server;    // when this rank serves the job's store
-  // The program handed the store in (from_store, e.g. torch's): whoever serves it may exit
-  // before the other ranks leave, which is then no trouble at all.
-  bool foreign_store = false;
-  std::string master_addr;
-  Env env;
-  // The hand-off's tick (see the top): an operation left to its caller waits this long (or up to
-  // twice) before the progress thread takes it. Tests lengthen it to make the hand-off certain.
-  std::chrono::microseconds hand_off_tick{1000};
-  // A wait() this soon after its *_async call counts as waiting at once. Less compute than two
-  // thread wake-ups in between has nothing to overlap with: the progress thread would barely
-  // have started. Tests lengthen it with the tick.
-  std::chrono::microseconds waits_at_once{100};
-  void* inproc_fabric = nullptr;             // tests: BRAID_TRANSPORT=inproc
-  // Tests: called on the progress thread after each operation it ran, before it lets go of the
-  // communicator, to make a slow release certain (complete_last).
-  std::function<void()> after_progress_op;
-  // Tests: called on the progress thread after it let go of the communicator, before it
-  // completes the operation it held (complete_held), to make a late completion certain.
-  std::function<void()> before_held_complete;
-  // Tests: called on the caller's thread after an *_async call woke the progress thread, before
-  // the call returns (a wake-up that costs the caller a while, as on an emulated CPU).
-  std::function<void()> after_wake;
-};
 
 class CommunicatorImpl {
  public:
@@ -159,7 +115,7 @@ class CommunicatorImpl {
   // group.cc: operations enqueued in between run as one unit.
   void group_start();
   Work group_end();
-  // Collective over this communicator; nullptr for color kNoColor (split.cc).
+  // Collective over this communicator; nullptr for color kNoColor (bootstrap/split.h).
   Result<std::unique_ptr<CommunicatorImpl>> split(int color, int key);
 
  private:
@@ -190,14 +146,14 @@ class CommunicatorImpl {
   void progress_main();
   // The progress thread's wait for something to do, under mu_ (`lock`). Returns once it may take
   // busy_ (an operation whose grace is over, stopping, an abort) or at `board_at` (idle_check).
-  void wait_for_work(std::unique_lock<std::mutex>& lock, Clock::time_point board_at);
+  void wait_for_work(std::unique_lock<std::mutex>& lock, Clock::time_point board_at) REQUIRES(mu_);
   // After pushing `work`'s operation to queue_, under mu_: the hand-off (see the top) when the
   // communicator was idle before. Returns whether the progress thread must be woken.
-  bool queued_locked(bool idle_before, const std::shared_ptr<detail::WorkState>& work);
+  bool queued_locked(bool idle_before, const std::shared_ptr<detail::WorkState>& work) REQUIRES(mu_);
   // Queues (or, for an open group, holds) a new operation; under mu_. Returns false (and
   // completes `work` with the reason) when the communicator can no longer run it.
   bool admit_locked(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
-                    Pending* out);
+                    Pending* out) REQUIRES(mu_);
   // Runs `op` on the calling thread, which set busy_, then clears busy_.
   void run_here(Pending& op);
   // Completes `work`, which this thread has just finished, with `s`. On the progress thread,
@@ -258,45 +214,45 @@ class CommunicatorImpl {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Pending> queue_;
-  bool busy_ = false;  // a thread runs an operation or touches the transport (see the top)
+  std::deque<Pending> queue_ GUARDED_BY(mu_);
+  bool busy_ GUARDED_BY(mu_) = false;  // a thread runs an operation or touches the transport (see the top)
   // The hand-off (the top), under mu_. idle_work_ identifies (never dereferenced) the last
   // operation queued on an idle communicator; callers_wait_ is the prediction.
-  const detail::WorkState* idle_work_ = nullptr;
-  bool callers_wait_ = true;
+  const detail::WorkState* idle_work_ GUARDED_BY(mu_) = nullptr;
+  bool callers_wait_ GUARDED_BY(mu_) = true;
   // When that operation went back to its caller and when the caller first waited for it
   // (WorkState::wait_times); null once a wait before completion (help) has settled it.
-  std::shared_ptr<detail::WorkState::WaitTimes> idle_times_;
-  Clock::time_point grace_until_{};   // the only queued operation is left to its caller until then
-  Clock::time_point linger_until_{};  // until then the idle progress thread ticks
+  std::shared_ptr<detail::WorkState::WaitTimes> idle_times_ GUARDED_BY(mu_);
+  Clock::time_point grace_until_ GUARDED_BY(mu_){};   // the only queued operation is left to its caller until then
+  Clock::time_point linger_until_ GUARDED_BY(mu_){};  // until then the idle progress thread ticks
   // When the progress thread's wait ends by itself; time_point::min() while it is not waiting
   // (it looks at the queue before it waits again).
-  Clock::time_point progress_wakes_at_ = Clock::time_point::min();
+  Clock::time_point progress_wakes_at_ GUARDED_BY(mu_) = Clock::time_point::min();
   std::vector<std::string> peer_transports_;  // by rank: what the connection to it runs on
   // complete_last(): set by the progress thread around the operation it took; what it held.
   // held_mu_ keeps completions in order: a caller that takes the communicator as soon as busy_
   // is released completes what the progress thread still holds before its own operation.
   bool hold_last_ = false;
   std::mutex held_mu_;
-  std::vector<std::pair<std::shared_ptr<detail::WorkState>, Status>> held_;
+  std::vector<std::pair<std::shared_ptr<detail::WorkState>, Status>> held_ GUARDED_BY(held_mu_);
   std::atomic<uint64_t> ran_on_caller_{0};
   std::atomic<uint64_t> ran_on_progress_{0};
-  bool stopping_ = false;
-  uint64_t next_seq_ = 0;
+  bool stopping_ GUARDED_BY(mu_) = false;
+  uint64_t next_seq_ GUARDED_BY(mu_) = 0;
   uint64_t collective_seq_ = 0;
   std::set<int> algo_logged_;           // (kind, algo, log2 size) already shown at INFO
   std::vector<uint64_t> p2p_send_seq_;  // per peer: sends to it
   std::vector<uint64_t> p2p_recv_seq_;  // per peer: receives from it
   std::atomic<uint64_t> enqueued_{0};  // lets the progress thread spin on new work without the lock
   uint64_t split_count_ = 0;           // caller's thread: splits are collective calls
-  int group_depth_ = 0;                // under mu_: open group_start() calls
-  std::vector<Pending> group_ops_;     // under mu_: what the open group holds
+  int group_depth_ GUARDED_BY(mu_) = 0;  // open group_start() calls
+  std::vector<Pending> group_ops_ GUARDED_BY(mu_);  // what the open group holds
 
   std::atomic<CommState> state_{CommState::ok};
   std::atomic<bool> abort_requested_{false};
   mutable std::mutex state_mu_;
-  Status failure_;           // the reason state_ is not ok
-  std::string abort_reason_;
+  Status failure_ GUARDED_BY(state_mu_);  // the reason state_ is not ok
+  std::string abort_reason_ GUARDED_BY(state_mu_);
   std::condition_variable state_cv_;
 
   // The transports, one connection per peer and the poll loop (peer_links.h). Touched only by
@@ -308,22 +264,6 @@ class CommunicatorImpl {
   std::vector<bool> drive_started_;
   std::vector<OpRun*> stream_runs_;
   std::vector<int> stream_after_;
-  // Finished runs kept for operations of the same shape (OpRun::reuse): a training loop repeats
-  // a few collectives, and building the schedule, the executor and the headers anew cost a small
-  // operation ~a third of its CPU (callgrind, docs/performance.md). Keyed by all that fixes the schedule on
-  // this communicator; several runs of one shape may be kept (operations overlap in a stream).
-  struct RunShape {
-    collectives::Kind kind;
-    size_t count;
-    DType dtype;
-    Op op;
-    int root;
-    collectives::Algo algo;  // the preference (RunOptions::algo), which selection starts from
-    uint8_t buffers;         // send null, recv null, in place: what the schedule depends on
-    int peer;                // send/recv: the other rank; -1 for collectives
-    bool operator==(const RunShape&) const = default;
-  };
-  static std::optional<RunShape> shape_of(const Pending& op, collectives::Algo algo);
   // The run of `op`: a kept one of its shape (when `shape` is set) run again, else one prepared.
   // `run` is null when the operation has nothing to move; name and algo say what it is either way.
   struct MadeRun {
@@ -334,11 +274,7 @@ class CommunicatorImpl {
   };
   Result<MadeRun> make_run(const Pending& op, const collectives::RunOptions& options,
                            const std::optional<RunShape>& shape);
-  std::unique_ptr<OpRun> take_cached_run(const RunShape& shape);
-  void keep_run(const RunShape& shape, std::unique_ptr<OpRun> run);
-  static constexpr size_t kRunCacheSize = 8;
-  static constexpr size_t kRunCacheMaxBytes = size_t{1} << 20;  // count x element size
-  std::vector<std::pair<RunShape, std::unique_ptr<OpRun>>> run_cache_;  // oldest first
+  RunCache run_cache_;  // engine/run_cache.h; touched only by the thread holding busy_
   // run_stream()'s operations, kept like the working lists above.
   struct StreamOp {  // one of run_stream()'s operations
     Pending& op;                     // run_stream's `first` (the caller's), or *taken
@@ -368,8 +304,8 @@ class CommunicatorImpl {
   std::atomic<void*> stream_{nullptr};
   std::mutex setup_mu_;
   std::condition_variable setup_cv_;
-  bool setup_done_ = false;
-  Status setup_status_;
+  bool setup_done_ GUARDED_BY(setup_mu_) = false;
+  Status setup_status_ GUARDED_BY(setup_mu_);
   std::thread thread_;
 };
 

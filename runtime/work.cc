@@ -6,7 +6,7 @@
 #include "common/env.h"
 #include "common/spin.h"
 #include "runtime/communicator_impl.h"
-#include "runtime/spin_policy.h"
+#include "runtime/links/spin_policy.h"
 #include "runtime/work_state.h"
 
 namespace braid {
@@ -70,7 +70,7 @@ bool WorkState::wait_until(Deadline deadline, int spin_us) const {
   return done_cv_.wait_until(lock, deadline.at(), [&] { return done(); });
 }
 
-int spin_us_setting() { return wait_spin_us(); }  // runtime/spin_policy.h
+int spin_us_setting() { return wait_spin_us(); }  // runtime/links/spin_policy.h
 
 }  // namespace detail
 

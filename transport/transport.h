@@ -18,7 +18,7 @@
 // stay valid and unmodified until their completion is reported.
 //
 // Several transports at once: a communicator may hold connections of several transports (shm
-// to peers on its host, ib or tcp to the others; runtime/peer_links.h), all driven by its one
+// to peers on its host, ib or tcp to the others; runtime/links/peer_links.h), all driven by its one
 // owner thread. It polls each with timeout 0 and then sleeps on all of them together through
 // their wait_fd()s, so no transport needs to know of another.
 #pragma once
@@ -94,7 +94,7 @@ class Connection {
   // such count). Lets a timeout report tell a lossy link from a slow rank.
   virtual uint64_t retransmissions() const { return 0; }
   // What this connection can do. A communicator's connections may come from different
-  // transports (runtime/peer_links.h), so the caller asks the connection, not a transport.
+  // transports (runtime/links/peer_links.h), so the caller asks the connection, not a transport.
   // The default says nothing beyond host memory; every transport overrides it.
   virtual Capabilities capabilities() const { return {}; }
 };
@@ -156,7 +156,7 @@ class Transport {
   // sleeping. Default: the descriptor is always armed.
   virtual bool arm_wait() { return true; }
   // How long poll() spins from now on before it sleeps, replacing TransportOptions' env.spin_us:
-  // the runtime decides it only after the addresses are exchanged (runtime/spin_policy.h).
+  // the runtime decides it only after the addresses are exchanged (runtime/links/spin_policy.h).
   // Called by the owner thread. Default: the transport does not spin.
   virtual void set_spin_us(int us) { (void)us; }
 };

@@ -43,7 +43,6 @@ using store::FileRecord;
 using store::ParseResult;
 using store::printable_key;
 using store::printable_keys;
-using store::UniqueFd;
 
 namespace {
 

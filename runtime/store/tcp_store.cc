@@ -33,7 +33,6 @@ using store::FrameReader;
 using store::FrameWriter;
 using store::Opcode;
 using store::ReplyKind;
-using store::UniqueFd;
 
 namespace {
 

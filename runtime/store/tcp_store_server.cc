@@ -25,7 +25,6 @@
 namespace braid {
 
 using store::StoreState;
-using store::UniqueFd;
 using namespace store_server;
 
 namespace {

@@ -20,7 +20,6 @@
 namespace braid {
 
 using namespace store_server;
-using store::UniqueFd;
 
 namespace {
 

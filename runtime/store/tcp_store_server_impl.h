@@ -37,7 +37,7 @@ inline constexpr size_t kMaxQueuedOutput = 16 << 20;
 inline constexpr size_t kKeepCapacity = 64 << 10;
 
 struct Connection {
-  store::UniqueFd fd;
+  UniqueFd fd;
   std::string peer;  // "host:port", for messages
   std::string in;
   size_t in_off = 0;
@@ -64,9 +64,9 @@ struct TcpStoreServer::Impl {
   std::string host;
   uint16_t port = 0;
   std::string address;
-  store::UniqueFd listen_fd;
-  store::UniqueFd epoll_fd;
-  store::UniqueFd wake_fd;
+  UniqueFd listen_fd;
+  UniqueFd epoll_fd;
+  UniqueFd wake_fd;
   std::thread thread;
   std::atomic<bool> stop{false};
   std::atomic<size_t> num_clients{0};  // authenticated ones

@@ -12,7 +12,7 @@
 
 #include "collectives/collective.h"
 #include "common/status.h"
-#include "runtime/peer_links.h"
+#include "runtime/links/peer_links.h"
 #include "transport/inproc/inproc_transport.h"
 #include "transport/transport.h"
 

@@ -130,7 +130,7 @@ TEST(Selection, CostModelGrowsWithBytesAndRanks) {
   EXPECT_LT(estimate_seconds(Kind::all_reduce, Algo::ring, 1 << 20, 2), estimate_seconds(Kind::all_reduce, Algo::ring, 1 << 20, 8));
 }
 
-// What the device staging (runtime/device_staging.h) copies in and out, and what validation
+// What the device staging (runtime/device/device_staging.h) copies in and out, and what validation
 // requires to be non-null: one table for both.
 TEST(BufferExtents, EachKindReadsAndWritesWhatItsShapeSays) {
   double src[1];

@@ -18,7 +18,7 @@ namespace braid {
 namespace {
 
 // Variables on the list that another layer reads through its own lookup.
-const std::set<std::string> kReadElsewhere = {"BRAID_STORE_PORT"};  // runtime/rendezvous.cc
+const std::set<std::string> kReadElsewhere = {"BRAID_STORE_PORT"};  // runtime/bootstrap/rendezvous.cc
 
 Result<Env> parse(const std::map<std::string, std::string>& vars, std::set<std::string>* asked = nullptr) {
   return Env::parse([&](const char* name) -> const char* {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/rank_job.h"
 #include "tests/support/subprocess.h"
 
 namespace braid::ddp::testing {
@@ -41,18 +42,15 @@ struct WorldSpec {
 inline World start_world(const WorldSpec& spec, size_t n, const std::vector<std::string>& args,
                          const std::string& out_dir) {
   World w;
-  const int port = braid::testing::free_port();
   const std::string timeout = std::to_string(spec.timeout_s);
-  for (size_t r = 0; r < n; ++r) {
-    std::vector<std::string> argv = {braid::testing::binary_from_env(spec.binary_env.c_str())};
-    argv.insert(argv.end(), args.begin(), args.end());
+  braid::testing::RankJob job{.argv = {braid::testing::binary_from_env(spec.binary_env.c_str())},
+                              .env = {{"BRAID_RENDEZVOUS_TIMEOUT_S", timeout}, {"BRAID_TIMEOUT_S", timeout}}};
+  job.argv.insert(job.argv.end(), args.begin(), args.end());
+  for (const auto& [k, v] : spec.extra_env) job.env[k] = v;
+  job.per_rank = [&out_dir](int r, braid::testing::EnvMap&, std::vector<std::string>& argv) {
     if (!out_dir.empty()) argv.insert(argv.end(), {"--out", out_dir + "/rank" + std::to_string(r) + ".bin"});
-    std::map<std::string, std::string> env = {
-        {"MASTER_ADDR", "127.0.0.1"},      {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(r)},
-        {"WORLD_SIZE", std::to_string(n)}, {"BRAID_RENDEZVOUS_TIMEOUT_S", timeout}, {"BRAID_TIMEOUT_S", timeout}};
-    for (const auto& [k, v] : spec.extra_env) env[k] = v;
-    w.ranks.push_back(std::make_unique<Subprocess>(argv, env));
-  }
+  };
+  w.ranks = braid::testing::start_ranks(static_cast<int>(n), job);
   return w;
 }
 

@@ -1,6 +1,6 @@
 // Which host a process is on (the per-peer transport choice), and the rule that decides whether
 // a tcp peer competes with us for one CPU, without sockets.
-#include "transport/host_identity.h"
+#include "transport/common/host_identity.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -1,4 +1,4 @@
-#include "transport/tcp/interface_select.h"
+#include "transport/common/interface_select.h"
 
 #include <gtest/gtest.h>
 

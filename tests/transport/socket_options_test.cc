@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "tests/transport/transport_link.h"
-#include "transport/tcp/interface_select.h"
-#include "transport/tcp/socket_setup.h"
+#include "transport/common/interface_select.h"
+#include "transport/common/socket_setup.h"
 
 namespace braid::transport::tcp {
 namespace {

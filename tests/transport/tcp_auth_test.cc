@@ -1,5 +1,5 @@
 // Whom a tcp transport admits: only ranks that prove they know the job's secret
-// (transport/tcp/wire_format.h), never a stranger in a rank's place, and never itself.
+// (transport/common/handshake_format.h), never a stranger in a rank's place, and never itself.
 #include <gtest/gtest.h>
 
 #include <sys/socket.h>
@@ -12,14 +12,14 @@
 #include "common/job_secret.h"
 #include "tests/transport/stderr_capture.h"
 #include "tests/transport/transport_link.h"
-#include "transport/tcp/socket_address.h"
+#include "transport/common/socket_address.h"
 #include "transport/tcp/wire_format.h"
 
 namespace braid::transport::testing {
 namespace {
 
 using namespace std::chrono_literals;
-using tcp::Handshake;
+using transport::Handshake;
 
 auth::JobSecret secret(const std::string& text) {
   auto s = auth::JobSecret::from_text(text, "test");
@@ -43,7 +43,7 @@ size_t count_of(const std::string& text, const std::string& what) {
 class Stranger {
  public:
   explicit Stranger(const std::string& address) {
-    auto to = tcp::SocketAddress::parse(address);
+    auto to = transport::SocketAddress::parse(address);
     EXPECT_TRUE(to.is_ok());
     fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     EXPECT_EQ(::connect(fd_, to.value().get(), to.value().length), 0);
@@ -63,11 +63,11 @@ class Stranger {
   void send_bytes(const void* p, size_t n) { EXPECT_EQ(::send(fd_, p, n, MSG_NOSIGNAL), static_cast<ssize_t>(n)); }
   // Reads the acceptor's answer and sends the proof `s` makes for it.
   bool prove_with(const auth::JobSecret& s) {
-    unsigned char answer[tcp::kAnswerBytes];
+    unsigned char answer[transport::kAnswerBytes];
     if (::recv(fd_, answer, sizeof answer, MSG_WAITALL) != static_cast<ssize_t>(sizeof answer)) return false;
-    const Handshake a = tcp::decode_handshake(answer);
+    const Handshake a = transport::decode_handshake(answer);
     const auth::Mac proof =
-        s.prove(auth::Direction::to_acceptor, a.nonce, hello_.nonce, tcp::handshake_transcript(hello_, a));
+        s.prove(auth::Direction::to_acceptor, a.nonce, hello_.nonce, transport::handshake_transcript(hello_, a));
     send_bytes(proof.data(), proof.size());
     return true;
   }
@@ -194,7 +194,7 @@ TEST_P(AuthTest, AStrangerCannotTakeTheRankItClaims) {
     for (int i = 0; i < 4; ++i) strangers.push_back(std::make_unique<Stranger>(address));
     for (auto& x : strangers) x->hello(1, 0);
     answered = strangers[0]->prove_with(auth::JobSecret()) && strangers[1]->prove_with(secret("a guessed secret"));
-    const unsigned char junk[tcp::kProofBytes] = {1, 2, 3};
+    const unsigned char junk[transport::kProofBytes] = {1, 2, 3};
     strangers[2]->send_bytes(junk, sizeof junk);  // strangers[3] says nothing more
   });
   EXPECT_TRUE(answered) << "the acceptor answers a right-looking hello with its own proof";

@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "common/job_secret.h"
+#include "transport/common/handshake.h"
+#include "transport/common/socket_address.h"
+#include "transport/common/socket_setup.h"
 #include "transport/registry.h"
-#include "transport/tcp/handshake.h"
-#include "transport/tcp/socket_address.h"
-#include "transport/tcp/socket_setup.h"
 #include "transport/tcp/wire_format.h"
 
 namespace braid::transport::testing {
@@ -102,16 +102,16 @@ std::vector<Completion> wait_for(Transport& t, size_t want, const char* fuzzer, 
 }
 
 int raw_connect(const std::string& address) {
-  auto to = tcp::SocketAddress::parse(address);
+  auto to = transport::SocketAddress::parse(address);
   if (!to.is_ok()) defect("fuzz_tcp", "bad address " + address);
-  auto fd = tcp::connect_with_retry(to.value(), Deadline::after(kBound));
+  auto fd = transport::connect_with_retry(to.value(), Deadline::after(kBound));
   if (!fd.is_ok()) defect("fuzz_tcp", "cannot connect: " + fd.status().message());
   return fd.value().release();
 }
 
 // Writes what the socket takes within a short while: the other end may stop reading.
 void send_some(int fd, const uint8_t* data, size_t size) {
-  (void)tcp::write_exact(fd, data, size, Deadline::after(200ms));
+  (void)transport::write_exact(fd, data, size, Deadline::after(200ms));
 }
 
 }  // namespace
@@ -121,7 +121,7 @@ void fuzz_tcp_handshake(const uint8_t* data, size_t size) {
   g_data = data, g_size = size;
   Ranks& r = ranks_for(size);
   {
-    tcp::UniqueFd stranger(raw_connect(r.address));
+    UniqueFd stranger(raw_connect(r.address));
     send_some(stranger.get(), data, size);
   }  // and hangs up: what it sent is all rank 0 will get from it
 
@@ -147,11 +147,11 @@ void fuzz_tcp_frames(const uint8_t* data, size_t size) {
   size = std::min<size_t>(size, 64 << 10);  // a receive per frame it could hold stays < kMaxInFlight
   g_data = data, g_size = size;
   Ranks& r = ranks_for(size);
-  tcp::UniqueFd peer(raw_connect(r.address));
+  UniqueFd peer(raw_connect(r.address));
   std::thread writer([&] {
-    tcp::Handshake hello;
+    transport::Handshake hello;
     hello.comm_id = kComm, hello.from_rank = 1, hello.to_rank = 0;
-    auto shook = tcp::connector_handshake(peer.get(), hello, job_secret(), Deadline::after(kBound));
+    auto shook = transport::connector_handshake(peer.get(), hello, job_secret(), Deadline::after(kBound));
     if (!shook.is_ok()) defect(kName, "the real handshake failed: " + shook.status().message());
     send_some(peer.get(), data, size);
     ::shutdown(peer.get(), SHUT_WR);

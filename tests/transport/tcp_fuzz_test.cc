@@ -30,8 +30,8 @@ struct Seed {
   std::vector<std::pair<size_t, size_t>> fields;
 };
 
-Bytes hello(int from, int to, uint16_t nsocks = 1, uint16_t index = 0, uint16_t version = tcp::kProtocolVersion) {
-  tcp::Handshake h;
+Bytes hello(int from, int to, uint16_t nsocks = 1, uint16_t index = 0, uint16_t version = transport::kProtocolVersion) {
+  transport::Handshake h;
   h.version = version, h.comm_id = 7, h.from_rank = from, h.to_rank = to, h.nsocks = nsocks, h.socket_index = index;
   h.nonce = auth::fresh_nonce();
   Bytes b;
@@ -44,7 +44,7 @@ std::vector<Seed> handshake_seeds() {
   std::vector<Seed> seeds;
   seeds.push_back({hello(1, 0), fields});
   Bytes forged = hello(1, 0);
-  forged.resize(forged.size() + tcp::kProofBytes, 0x5a);  // a proof without the answer's nonce
+  forged.resize(forged.size() + transport::kProofBytes, 0x5a);  // a proof without the answer's nonce
   seeds.push_back({forged, fields});
   seeds.push_back({hello(1, 0, 3, 2), fields});
   seeds.push_back({hello(0, 0), fields});

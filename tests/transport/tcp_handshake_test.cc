@@ -1,4 +1,4 @@
-// The tcp connection handshake (wire_format.h) as a connector sees it, against an acceptor played
+// The connection handshake (transport/common/handshake_format.h) as a connector sees it, against an acceptor played
 // by hand: versions, the acceptor's answer and proof, and the host identity both carry, which
 // decides whether a connection's peer shares our only CPU.
 #include <gtest/gtest.h>
@@ -18,8 +18,8 @@
 #include "common/spin.h"
 #include "tests/support/subprocess.h"
 #include "tests/transport/transport_link.h"
-#include "transport/host_identity.h"
-#include "transport/tcp/socket_setup.h"
+#include "transport/common/host_identity.h"
+#include "transport/common/socket_setup.h"
 #include "transport/tcp/tcp_connection.h"
 #include "transport/tcp/wire_format.h"
 
@@ -28,7 +28,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using braid::testing::usable_cpu;
-using tcp::Handshake;
+using transport::Handshake;
 using transport::HostIdentity;
 
 tcp::TcpConnection* as_tcp(const std::unique_ptr<Connection>& c) { return dynamic_cast<tcp::TcpConnection*>(c.get()); }
@@ -36,19 +36,19 @@ tcp::TcpConnection* as_tcp(const std::unique_ptr<Connection>& c) { return dynami
 TEST(Handshake, ChecksNameWhatIsWrong) {
   Handshake h;
   h.comm_id = 7, h.from_rank = 1, h.to_rank = 0, h.nsocks = 2, h.socket_index = 1;
-  EXPECT_TRUE(tcp::check_handshake(h, 7, 0).is_ok());
+  EXPECT_TRUE(transport::check_handshake(h, 7, 0).is_ok());
   Handshake old = h;
   old.version = 1;
-  Status s = tcp::check_handshake(old, 7, 0);
+  Status s = transport::check_handshake(old, 7, 0);
   EXPECT_EQ(s.code(), ErrorCode::protocol);
   EXPECT_NE(s.message().find("protocol version 1, this build speaks 3"), std::string::npos) << s.message();
-  s = tcp::check_handshake(h, 8, 0);
+  s = transport::check_handshake(h, 8, 0);
   EXPECT_NE(s.message().find("communicator id 7 is not ours (8)"), std::string::npos) << s.message();
-  s = tcp::check_handshake(h, 7, 3);
+  s = transport::check_handshake(h, 7, 3);
   EXPECT_NE(s.message().find("meant for rank 0, this is rank 3"), std::string::npos) << s.message();
   Handshake bad_index = h;
   bad_index.socket_index = 2;
-  EXPECT_EQ(tcp::check_handshake(bad_index, 7, 0).code(), ErrorCode::protocol);
+  EXPECT_EQ(transport::check_handshake(bad_index, 7, 0).code(), ErrorCode::protocol);
 }
 
 // A handshake of another version is refused on its first bytes: a version 1 peer sends only 32,
@@ -59,7 +59,7 @@ TEST(Handshake, AnotherVersionIsRefusedWithoutWaitingForItsBody) {
   Handshake v1;
   v1.version = 1, v1.comm_id = 7, v1.from_rank = 1;
   ASSERT_EQ(::send(fds[1], &v1, 32, 0), 32);
-  auto got = tcp::read_handshake(fds[0], Deadline::after(30s));
+  auto got = transport::read_handshake(fds[0], Deadline::after(30s));
   ASSERT_FALSE(got.is_ok());
   EXPECT_EQ(got.status().code(), ErrorCode::protocol) << got.status().message();
   EXPECT_NE(got.status().message().find("protocol version 1"), std::string::npos) << got.status().message();
@@ -72,7 +72,7 @@ TEST(Handshake, AnotherVersionIsRefusedWithoutWaitingForItsBody) {
   h.boot_id = transport::local_host_identity().boot_id;
   h.cpu_mask = transport::cpu_mask_of({3, 1000});
   ASSERT_EQ(::send(fds[1], &h, sizeof h, 0), static_cast<ssize_t>(sizeof h));
-  got = tcp::read_handshake(fds[0], Deadline::after(30s));
+  got = transport::read_handshake(fds[0], Deadline::after(30s));
   ASSERT_TRUE(got.is_ok()) << got.status().message();
   EXPECT_EQ(got.value().comm_id, 7u);
   EXPECT_EQ(got.value().boot_id, h.boot_id);
@@ -114,9 +114,9 @@ class FakeAcceptor {
   // connector's proof: whether it came, and verified.
   bool answer(Handshake answer, const auth::JobSecret& secret) {
     answer.nonce = auth::fresh_nonce();
-    const std::string transcript = tcp::handshake_transcript(hello_, answer);
+    const std::string transcript = transport::handshake_transcript(hello_, answer);
     const auth::Mac proof = secret.prove(auth::Direction::to_connector, hello_.nonce, answer.nonce, transcript);
-    unsigned char bytes[tcp::kAnswerBytes];
+    unsigned char bytes[transport::kAnswerBytes];
     std::memcpy(bytes, &answer, sizeof answer);
     std::memcpy(bytes + sizeof answer, proof.data(), proof.size());
     EXPECT_EQ(::send(fd_, bytes, sizeof bytes, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof bytes));
@@ -182,7 +182,7 @@ class AnswerTest : public TcpEngineTest {
     on_cpu(cpu, [&] {
       std::thread peer([&] {
         Handshake h = acceptor.accept_handshake();
-        EXPECT_EQ(h.version, tcp::kProtocolVersion);
+        EXPECT_EQ(h.version, transport::kProtocolVersion);
         EXPECT_EQ(h.from_rank, 1);
         EXPECT_EQ(h.boot_id, transport::local_host_identity().boot_id);
         EXPECT_EQ(h.cpu_mask, transport::cpu_mask_of({size_t(cpu)})) << "the connecting thread is pinned to CPU " << cpu;

@@ -8,9 +8,9 @@
 
 #include "common/job_secret.h"
 #include "tests/transport/transport_link.h"
+#include "transport/common/handshake.h"
+#include "transport/common/socket_address.h"
 #include "transport/tcp/engine.h"
-#include "transport/tcp/handshake.h"
-#include "transport/tcp/socket_address.h"
 #include "transport/tcp/tcp_stream.h"
 
 namespace braid::transport::testing {
@@ -98,15 +98,15 @@ TEST_P(TcpStreamTest, AFrameOutOfOrderIsAProtocolError) {
   ASSERT_TRUE(a.is_ok());
   auto addr = a.value()->listen();
   ASSERT_TRUE(addr.is_ok());
-  auto to = tcp::SocketAddress::parse(addr.value());
+  auto to = transport::SocketAddress::parse(addr.value());
   ASSERT_TRUE(to.is_ok());
-  auto fd = tcp::connect_with_retry(to.value(), Deadline::after(20s));
+  auto fd = transport::connect_with_retry(to.value(), Deadline::after(20s));
   ASSERT_TRUE(fd.is_ok());
   Result<transport::HostIdentity> shook = Status(ErrorCode::internal, "not run");
   std::thread peer([&] {
-    tcp::Handshake hello;
+    transport::Handshake hello;
     hello.comm_id = 7, hello.from_rank = 1, hello.to_rank = 0;
-    shook = tcp::connector_handshake(fd.value().get(), hello, auth::JobSecret(), Deadline::after(20s));
+    shook = transport::connector_handshake(fd.value().get(), hello, auth::JobSecret(), Deadline::after(20s));
   });
   auto c = a.value()->accept(PeerIdentity{7, 0, 1}, Deadline::after(20s));
   peer.join();
@@ -116,7 +116,7 @@ TEST_P(TcpStreamTest, AFrameOutOfOrderIsAProtocolError) {
   h.seq = 255, h.total_len = 8, h.slice_len = 8;
   unsigned char bytes[tcp::kFrameHeaderBytes + 8] = {};
   std::memcpy(bytes, &h, sizeof h);
-  ASSERT_TRUE(tcp::write_exact(fd.value().get(), bytes, sizeof bytes, Deadline::after(20s)).is_ok());
+  ASSERT_TRUE(transport::write_exact(fd.value().get(), bytes, sizeof bytes, Deadline::after(20s)).is_ok());
   uint64_t got = 0;
   ASSERT_TRUE(c.value()->post_recv(&got, sizeof got, 1).is_ok());
   std::vector<Completion> out;

@@ -71,7 +71,7 @@ inline int usable_cpu_count() {
 // Creates a and b, joins them; `fabric` only for inproc. Fails the calling test on error. With
 // CPUs given, the accepting and the connecting thread are pinned as two `taskset`-started ranks
 // would be: the handshake carries each end's CPUs, which decides whether the peer shares our
-// only CPU (transport/host_identity.h).
+// only CPU (transport/common/host_identity.h).
 inline Status make_link(const std::string& name, const TransportOptions& oa, const TransportOptions& ob, Link& link,
                         uint64_t comm_id = 7, int accept_cpu = -1, int connect_cpu = -1) {
   auto ta = create_transport(name, oa);

@@ -13,8 +13,8 @@
 
 #include "braid_config.h"
 #include "tests/transport/transport_link.h"
+#include "transport/common/socket_address.h"
 #include "transport/tcp/tcp_connection.h"
-#include "transport/tcp/socket_address.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/tcp/wire_format.h"
 
@@ -303,7 +303,7 @@ TEST_P(TransportTest, StrangersAreRefusedAndTheListenerKeepsServing) {
   ASSERT_TRUE(a.is_ok() && b.is_ok());
   auto addr = a.value()->listen();
   ASSERT_TRUE(addr.is_ok());
-  auto to = tcp::SocketAddress::parse(addr.value());
+  auto to = transport::SocketAddress::parse(addr.value());
   ASSERT_TRUE(to.is_ok());
   auto raw_connect = [&](const void* bytes, size_t n) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -314,9 +314,9 @@ TEST_P(TransportTest, StrangersAreRefusedAndTheListenerKeepsServing) {
     return fd;
   };
   const char garbage[] = "GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxx";
-  tcp::Handshake other_comm;
+  transport::Handshake other_comm;
   other_comm.comm_id = 99, other_comm.from_rank = 1, other_comm.to_rank = 0;
-  tcp::Handshake old_version;  // a version 1 peer: its handshake had 32 bytes
+  transport::Handshake old_version;  // a version 1 peer: its handshake had 32 bytes
   old_version.version = 1, old_version.comm_id = 7, old_version.from_rank = 1;
   std::vector<int> fds = {raw_connect(garbage, 32), raw_connect(nullptr, 0),
                           raw_connect(&other_comm, sizeof other_comm), raw_connect(&old_version, 32)};

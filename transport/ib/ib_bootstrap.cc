@@ -6,23 +6,23 @@
 #include <cerrno>
 
 #include "common/log.h"
-#include "transport/host_identity.h"
+#include "transport/common/host_identity.h"
 
 namespace braid::transport::ib {
 
-Result<std::string> Bootstrap::listen(const tcp::SocketAddress& bind_to, uint16_t port_lo, uint16_t port_hi) {
-  ASSIGN_OR_RETURN(listen_fd_, tcp::listen_on(bind_to, port_lo, port_hi));
-  tcp::SocketAddress bound;
+Result<std::string> Bootstrap::listen(const SocketAddress& bind_to, uint16_t port_lo, uint16_t port_hi) {
+  ASSIGN_OR_RETURN(listen_fd_, listen_on(bind_to, port_lo, port_hi));
+  SocketAddress bound;
   bound.length = sizeof bound.storage;
   if (getsockname(listen_fd_.get(), bound.get(), &bound.length) != 0) return system_error("getsockname", errno);
   address_ = bound.to_string();
   return address_;
 }
 
-Result<tcp::UniqueFd> Bootstrap::connect(const tcp::SocketAddress& to, const PeerIdentity& who, Deadline deadline) {
-  ASSIGN_OR_RETURN(tcp::UniqueFd fd, tcp::connect_with_retry(to, deadline));
+Result<UniqueFd> Bootstrap::connect(const SocketAddress& to, const PeerIdentity& who, Deadline deadline) {
+  ASSIGN_OR_RETURN(UniqueFd fd, connect_with_retry(to, deadline));
   const HostIdentity self = local_host_identity();
-  tcp::Handshake h;
+  Handshake h;
   h.nsocks = 1;
   h.comm_id = who.comm_id;
   h.from_rank = who.self_rank;
@@ -30,7 +30,7 @@ Result<tcp::UniqueFd> Bootstrap::connect(const tcp::SocketAddress& to, const Pee
   h.socket_index = 0;
   h.boot_id = self.boot_id;
   h.cpu_mask = self.cpus;
-  auto answered = tcp::connector_handshake(fd.get(), h, secret_, deadline);
+  auto answered = connector_handshake(fd.get(), h, secret_, deadline);
   if (!answered.is_ok()) {
     const Status& st = answered.status();
     if (st.code() == ErrorCode::unauthenticated) return Status(st.code(), st.message() + "; " + auth::secret_hint());
@@ -41,7 +41,7 @@ Result<tcp::UniqueFd> Bootstrap::connect(const tcp::SocketAddress& to, const Pee
 
 Result<BootstrapSocket> Bootstrap::accept(const PeerIdentity& who, Deadline deadline) {
   if (listen_fd_.get() < 0) return invalid_argument("accept() before listen()");
-  const tcp::AcceptorExpect expect{who.comm_id, who.self_rank, local_host_identity()};
+  const AcceptorExpect expect{who.comm_id, who.self_rank, local_host_identity()};
   for (;;) {
     auto it = pending_.find(who.peer_rank);
     if (it != pending_.end() && it->second.comm_id == who.comm_id) {
@@ -61,10 +61,10 @@ Result<BootstrapSocket> Bootstrap::accept(const PeerIdentity& who, Deadline dead
 
 // One pass of the shared acceptor (tcp/handshake_queue.h): a socket that sends nothing delays no
 // one, and refusals are remembered for accept()'s timeout message.
-Status Bootstrap::serve(const tcp::AcceptorExpect& expect, Deadline deadline) {
+Status Bootstrap::serve(const AcceptorExpect& expect, Deadline deadline) {
   return handshakes_.serve(
-      listen_fd_.get(), address_, expect, secret_, deadline, [](int fd) { return tcp::peer_name(fd); },
-      [&](tcp::AcceptorHandshake& h) {
+      listen_fd_.get(), address_, expect, secret_, deadline, [](int fd) { return peer_name(fd); },
+      [&](AcceptorHandshake& h) {
         if (!h.accepted()) {
           last_refusal_ = "from " + h.from() + ": " + h.why().message();
           BRAID_LOG(warn) << "ib: rank " << expect.self_rank << " on " << address_ << " refused a connection "

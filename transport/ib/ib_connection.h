@@ -24,13 +24,13 @@
 #include <string>
 #include <vector>
 
+#include "transport/common/socket_setup.h"
 #include "transport/ib/cts_hold.h"
 #include "transport/ib/cts_ring.h"
 #include "transport/ib/gdr_flusher.h"
 #include "transport/ib/memory_registry.h"
 #include "transport/ib/verbs.h"
 #include "transport/ib/write_batch.h"
-#include "transport/tcp/socket_setup.h"
 #include "transport/transport.h"
 
 namespace braid::transport::ib {
@@ -72,7 +72,7 @@ class IbConnection final : public Connection {
   ConnectionCard card() const;
   // Connects the QPs to the peer's (its card), and takes the bootstrap socket, already past
   // the ready exchange. `peer_address` is for messages.
-  Status start(const ConnectionCard& peer, tcp::UniqueFd socket, std::string peer_address);
+  Status start(const ConnectionCard& peer, UniqueFd socket, std::string peer_address);
 
   Status post_send(const void* data, size_t bytes, uint64_t cookie) override;
   Status post_recv(void* data, size_t capacity, uint64_t cookie) override;
@@ -144,7 +144,7 @@ class IbConnection final : public Connection {
   uint32_t max_inline_ = 0;
   RegisteredBuffer cts_ring_, cts_staging_, eager_ring_, eager_staging_;
   ConnectionCard peer_;
-  tcp::UniqueFd socket_;
+  UniqueFd socket_;
   RecvLedger recv_;
   SendLedger send_ledger_;
   std::deque<Send> sends_;  // posted, in order, not yet reported

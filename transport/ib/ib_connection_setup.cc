@@ -68,7 +68,7 @@ ConnectionCard IbConnection::card() const {
   return c;
 }
 
-Status IbConnection::start(const ConnectionCard& peer, tcp::UniqueFd socket, std::string peer_address) {
+Status IbConnection::start(const ConnectionCard& peer, UniqueFd socket, std::string peer_address) {
   peer_ = peer;
   peer_address_ = std::move(peer_address);
   socket_ = std::move(socket);

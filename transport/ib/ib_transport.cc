@@ -10,9 +10,9 @@
 
 #include "common/log.h"
 #include "common/spin.h"
+#include "transport/common/interface_select.h"
 #include "transport/ib/hca_spec.h"
 #include "transport/ib/ib_devices.h"
-#include "transport/tcp/interface_select.h"
 
 namespace braid::transport::ib {
 
@@ -57,8 +57,8 @@ Status IbTransport::open(const TransportOptions& options) {
   if (!listen_host_.empty()) {
     bootstrap_ip_ = listen_host_;
   } else {
-    ASSIGN_OR_RETURN(tcp::LocalInterface iface,
-                     tcp::choose_interface(env_.socket_ifname, master_addr_, tcp::list_interfaces()));
+    ASSIGN_OR_RETURN(LocalInterface iface,
+                     choose_interface(env_.socket_ifname, master_addr_, list_interfaces()));
     bootstrap_ip_ = iface.address.host();
     interface_name_ = iface.name;
   }
@@ -75,8 +75,8 @@ Status IbTransport::open(const TransportOptions& options) {
     ASSIGN_OR_RETURN(flush_, GdrFlusher::create(*device_, qp_settings_, gdr_.use_dmabuf, flush_test_mode(),
                                                 std::chrono::milliseconds(static_cast<int64_t>(env_.timeout_s * 1000))));
   }
-  epoll_fd_ = tcp::UniqueFd(epoll_create1(EPOLL_CLOEXEC));
-  wake_fd_ = tcp::UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  epoll_fd_ = UniqueFd(epoll_create1(EPOLL_CLOEXEC));
+  wake_fd_ = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (epoll_fd_.get() < 0 || wake_fd_.get() < 0) return system_error("ib: epoll/eventfd", errno);
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -112,7 +112,7 @@ std::string IbTransport::describe() const {
 
 Result<std::string> IbTransport::listen() {
   if (!address_.empty()) return address_;
-  ASSIGN_OR_RETURN(tcp::SocketAddress bind_to, tcp::SocketAddress::from_host(bootstrap_ip_, 0));
+  ASSIGN_OR_RETURN(SocketAddress bind_to, SocketAddress::from_host(bootstrap_ip_, 0));
   ASSIGN_OR_RETURN(std::string at, bootstrap_.listen(bind_to, env_.port_lo, env_.port_hi));
   address_ = at + "/" + port_.device + ":" + std::to_string(port_.port);
   BRAID_LOG(info) << "ib listening on " << address_;
@@ -124,7 +124,7 @@ Result<std::unique_ptr<Connection>> IbTransport::connect(const std::string& addr
   const std::string where = "rank " + std::to_string(who.self_rank) + " connecting to rank " +
                             std::to_string(who.peer_rank) + " at " + address + " over ib: ";
   if (who.peer_rank == who.self_rank) return invalid_argument(where + "a rank cannot connect to itself");
-  auto to = tcp::SocketAddress::parse(tcp_part(address));
+  auto to = SocketAddress::parse(tcp_part(address));
   if (!to.is_ok()) return to.status().with_context(where);
   auto fd = bootstrap_.connect(to.value(), who, deadline);
   if (!fd.is_ok()) return fd.status().with_context(where + "rank " + std::to_string(who.peer_rank) + ": ");
@@ -143,7 +143,7 @@ Result<std::unique_ptr<Connection>> IbTransport::accept(const PeerIdentity& who,
   return conn;
 }
 
-Result<std::unique_ptr<Connection>> IbTransport::establish(const PeerIdentity& who, tcp::UniqueFd socket,
+Result<std::unique_ptr<Connection>> IbTransport::establish(const PeerIdentity& who, UniqueFd socket,
                                                            const std::string& peer_address, Deadline deadline) {
   IbShared shared;
   shared.device = device_.get();
@@ -158,8 +158,8 @@ Result<std::unique_ptr<Connection>> IbTransport::establish(const PeerIdentity& w
   ASSIGN_OR_RETURN(std::unique_ptr<IbConnection> conn, IbConnection::create(shared, who.self_rank, who.peer_rank));
   unsigned char mine[kCardBytes], theirs[kCardBytes];
   encode(conn->card(), mine);
-  RETURN_IF_ERROR(tcp::write_exact(socket.get(), mine, sizeof mine, deadline));
-  Status st = tcp::read_exact(socket.get(), theirs, sizeof theirs, deadline);
+  RETURN_IF_ERROR(write_exact(socket.get(), mine, sizeof mine, deadline));
+  Status st = read_exact(socket.get(), theirs, sizeof theirs, deadline);
   if (!st.is_ok()) return st.with_context("reading its ib connection card: ");
   ASSIGN_OR_RETURN(ConnectionCard card, decode_card(theirs));
   if (card.nqps != env_.ib_qps_per_connection) {
@@ -173,8 +173,8 @@ Result<std::unique_ptr<Connection>> IbTransport::establish(const PeerIdentity& w
   RETURN_IF_ERROR(conn->start(card, std::move(socket), peer_name));
   const unsigned char ready = kReadyByte;
   unsigned char got = 0;
-  RETURN_IF_ERROR(tcp::write_exact(conn->socket_fd(), &ready, 1, deadline));
-  st = tcp::read_exact(conn->socket_fd(), &got, 1, deadline);
+  RETURN_IF_ERROR(write_exact(conn->socket_fd(), &ready, 1, deadline));
+  st = read_exact(conn->socket_fd(), &got, 1, deadline);
   if (!st.is_ok()) return st.with_context("waiting for its QPs to be ready: ");
   if (got != kReadyByte) return protocol_error("a wrong ready byte after the connection cards");
   epoll_event ev{};

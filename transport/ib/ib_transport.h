@@ -26,12 +26,12 @@
 #include "transport/ib/gdr.h"
 #include "transport/ib/ib_bootstrap.h"
 #include "transport/ib/ib_connection.h"
+#include "transport/ib/memory_registry.h"
 #include "transport/ib/port_choice.h"
 #include "transport/ib/spin_budget.h"
-#include "transport/ib/memory_registry.h"
 #include "transport/ib/verbs.h"
-#include "transport/registry.h"
 #include "transport/transport.h"
+#include "transport/transport_options.h"
 
 namespace braid::transport::ib {
 
@@ -73,7 +73,7 @@ class IbTransport final : public Transport {
   explicit IbTransport(const TransportOptions& options);
   Status open(const TransportOptions& options);
   // Cards, QPs to RTS, the ready byte: a connection on `socket` that was just authenticated.
-  Result<std::unique_ptr<Connection>> establish(const PeerIdentity& who, tcp::UniqueFd socket,
+  Result<std::unique_ptr<Connection>> establish(const PeerIdentity& who, UniqueFd socket,
                                                 const std::string& peer_address, Deadline deadline);
   int pass();  // one round over every connection: CQs drained, credits moved
   Status sleep(std::chrono::microseconds timeout);
@@ -93,7 +93,7 @@ class IbTransport final : public Transport {
   std::string address_;
   std::vector<IbConnection*> connections_;
   std::vector<Completion> ready_;
-  tcp::UniqueFd epoll_fd_, wake_fd_;
+  UniqueFd epoll_fd_, wake_fd_;
   Clock::time_point sockets_checked_{};
   WaitStats waits_;
   IbPostStats posts_;

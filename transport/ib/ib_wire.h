@@ -2,9 +2,9 @@
 // the bootstrap TCP socket, the clear-to-send entries written into the sender's memory, and the
 // 32-bit immediate that names each RDMA write.
 //
-// Every integer is little-endian (checked in transport/tcp/wire_format.h).
+// Every integer is little-endian (checked in transport/common/handshake_format.h).
 //
-// Setup, on the TCP socket that the authenticated handshake of transport/tcp/wire_format.h has
+// Setup, on the TCP socket that the authenticated handshake of transport/common/handshake_format.h has
 // admitted (nsocks 1): each end sends its card (kCardBytes), reads the peer's, brings its QPs to
 // RTS, then sends one byte kReadyByte and waits for the peer's, so no write reaches a QP that is
 // not yet ready to receive. Afterwards the socket carries one message at most, the goodbye of an

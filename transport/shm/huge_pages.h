@@ -13,7 +13,7 @@
 #include <cstddef>
 
 #include "common/status.h"
-#include "transport/tcp/socket_setup.h"
+#include "transport/common/socket_setup.h"
 
 namespace braid::transport::shm {
 
@@ -27,7 +27,7 @@ class HugePageQuery {
   bool available() const;
 
  private:
-  tcp::UniqueFd pagemap_;
+  UniqueFd pagemap_;
 };
 
 }  // namespace braid::transport::shm

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "common/job_secret.h"
-#include "transport/host_identity.h"
+#include "transport/common/host_identity.h"
 #include "transport/shm/shm_layout.h"
 
 namespace braid::transport::shm {
@@ -47,7 +47,7 @@ std::string ShmHost::to_string() const {
   return (boot_id.empty() ? "unknown" : boot_id) + "/" + std::to_string(netns) + "/" + std::to_string(shm_dev);
 }
 
-// What a host is, transport/host_identity.h decides (the runtime's per-peer choice uses the
+// What a host is, transport/common/host_identity.h decides (the runtime's per-peer choice uses the
 // same key); the address carries its parts.
 ShmHost local_shm_host() {
   const HostKey key = local_host_key();

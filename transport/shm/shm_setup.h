@@ -17,15 +17,14 @@
 
 #include "common/deadline.h"
 #include "common/status.h"
-#include "transport/tcp/socket_setup.h"
+#include "transport/common/socket_setup.h"
 
 namespace braid::transport::shm {
 
-using tcp::UniqueFd;
 
 struct ShmHost {
   std::string boot_id;  // as the kernel prints it, without the newline; empty: unknown
-  uint64_t netns = 0;   // inode of the network namespace (transport/host_identity.h)
+  uint64_t netns = 0;   // inode of the network namespace (transport/common/host_identity.h)
   uint64_t shm_dev = 0; // st_dev of /dev/shm (0 when it is missing)
   bool operator==(const ShmHost&) const = default;
   std::string to_string() const;  // "<boot id>/<netns>/<dev>"

@@ -15,7 +15,7 @@
 
 #include "common/log.h"
 #include "common/spin.h"
-#include "transport/host_identity.h"
+#include "transport/common/host_identity.h"
 
 namespace braid::transport::shm {
 
@@ -65,8 +65,8 @@ void probe_peer(Endpoint& self, const Endpoint& peer, pid_t peer_pid, bool allow
   self.cma_readable.store(result, std::memory_order_release);
 }
 
-tcp::Handshake hello_for(const PeerIdentity& who) {
-  tcp::Handshake h;
+Handshake hello_for(const PeerIdentity& who) {
+  Handshake h;
   h.comm_id = who.comm_id;
   h.from_rank = who.self_rank;
   h.to_rank = who.peer_rank;
@@ -174,7 +174,7 @@ Result<std::unique_ptr<Connection>> ShmTransport::connect(const std::string& add
   if (!secret_.present()) auth::warn_unauthenticated_once("rank " + std::to_string(who.self_rank));
   auto fd = connect_abstract(parsed.value().socket_name, deadline);
   if (!fd.is_ok()) return fd.status().with_context(where);
-  auto answered = tcp::connector_handshake(fd.value().get(), hello_for(who), secret_, deadline);
+  auto answered = connector_handshake(fd.value().get(), hello_for(who), secret_, deadline);
   if (!answered.is_ok()) {
     const Status& st = answered.status();
     std::string hint = st.code() == ErrorCode::unauthenticated ? "; " + auth::secret_hint() : "";
@@ -227,7 +227,7 @@ Result<std::unique_ptr<Connection>> ShmTransport::connect(const std::string& add
   return make_connection(std::move(setup));
 }
 
-Status ShmTransport::finish_accepted(tcp::AcceptorHandshake& h, Deadline deadline) {
+Status ShmTransport::finish_accepted(AcceptorHandshake& h, Deadline deadline) {
   const int fd = h.fd();
   ASSIGN_OR_RETURN(pid_t pid, peer_pid(fd));
   SetupMessage m;
@@ -275,7 +275,7 @@ Result<std::unique_ptr<Connection>> ShmTransport::accept(const PeerIdentity& who
   const std::string self = "rank " + std::to_string(who.self_rank);
   if (who.peer_rank == who.self_rank) return invalid_argument(self + " cannot accept a connection from itself");
   if (!secret_.present()) auth::warn_unauthenticated_once(self);
-  const tcp::AcceptorExpect expect{who.comm_id, who.self_rank, local_host_identity()};
+  const AcceptorExpect expect{who.comm_id, who.self_rank, local_host_identity()};
   for (;;) {
     auto it = pending_.find(who.peer_rank);
     if (it != pending_.end() && pending_comm_[who.peer_rank] == who.comm_id) {
@@ -292,15 +292,15 @@ Result<std::unique_ptr<Connection>> ShmTransport::accept(const PeerIdentity& who
   }
 }
 
-Status ShmTransport::serve_handshakes(const tcp::AcceptorExpect& expect, Deadline deadline) {
+Status ShmTransport::serve_handshakes(const AcceptorExpect& expect, Deadline deadline) {
   auto name_peer = [](int fd) {
     auto pid = peer_pid(fd);
     return "pid " + (pid.is_ok() ? std::to_string(pid.value()) : std::string("unknown"));
   };
   return handshakes_.serve(listen_fd_.get(), address_, expect, secret_, deadline, name_peer,
-                           [&](tcp::AcceptorHandshake& h) {
+                           [&](AcceptorHandshake& h) {
                              // The connector sends the segment right after its proof: waiting for it is brief.
-                             Status why = h.accepted() ? finish_accepted(h, Deadline::after(tcp::kHandshakeTimeout))
+                             Status why = h.accepted() ? finish_accepted(h, Deadline::after(kHandshakeTimeout))
                                                        : h.why();
                              if (why.is_ok()) return;
                              BRAID_LOG(warn) << "rank " << expect.self_rank << " on " << address_

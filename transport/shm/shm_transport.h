@@ -3,11 +3,11 @@
 //
 // Setup: listen() binds an abstract unix socket under a random name (it lives in the network
 // namespace, never in the file system, and vanishes with the process). connect() runs the tcp
-// transport's authenticated handshake on it (transport/tcp/handshake.h: the job's secret,
+// transport's authenticated handshake on it (transport/common/handshake.h: the job's secret,
 // communicator id and ranks, both ways), then creates the segment, sends it with its eventfd
 // (SCM_RIGHTS), takes the acceptor's eventfd back, probes whether it may read the acceptor's
 // memory and says it has (so both ends know which path large messages take before the first). The acceptor serves every socket that
-// reaches it while it waits in accept(), as tcp does (wire_format.h says why that order cannot
+// reaches it while it waits in accept(), as tcp does (transport/common/handshake_format.h says why that order cannot
 // deadlock); the pid of each end comes from the kernel (SO_PEERCRED), never from the peer's words.
 //
 // Waiting: poll() runs every connection's rings; with nothing done it spins for BRAID_SPIN_US
@@ -21,12 +21,12 @@
 #include <vector>
 
 #include "common/job_secret.h"
-#include "transport/registry.h"
+#include "transport/common/handshake.h"
+#include "transport/common/handshake_queue.h"
 #include "transport/shm/shm_connection.h"
 #include "transport/shm/shm_setup.h"
-#include "transport/tcp/handshake.h"
-#include "transport/tcp/handshake_queue.h"
 #include "transport/transport.h"
+#include "transport/transport_options.h"
 
 namespace braid::transport::shm {
 
@@ -46,7 +46,7 @@ class ShmTransport final : public Transport {
   Result<std::unique_ptr<Connection>> accept(const PeerIdentity& who, Deadline deadline) override;
   Status poll(std::vector<Completion>& out, std::chrono::microseconds timeout) override;
   void wake() override;
-  // The eventfd peers and wake() write; armed by arm_wait() (runtime/peer_links.h sleeps on
+  // The eventfd peers and wake() write; armed by arm_wait() (runtime/links/peer_links.h sleeps on
   // several transports at once).
   int wait_fd() const override { return eventfd_.get(); }
   bool arm_wait() override;
@@ -57,9 +57,9 @@ class ShmTransport final : public Transport {
 
  private:
   ShmTransport(const TransportOptions& options, UniqueFd eventfd);
-  Status serve_handshakes(const tcp::AcceptorExpect& expect, Deadline deadline);
+  Status serve_handshakes(const AcceptorExpect& expect, Deadline deadline);
   // The acceptor's side of the setup after an authenticated handshake; fills pending_.
-  Status finish_accepted(tcp::AcceptorHandshake& h, Deadline deadline);
+  Status finish_accepted(AcceptorHandshake& h, Deadline deadline);
   std::unique_ptr<Connection> make_connection(ShmConnectionSetup setup);
   bool progress_all();
   Status sleep(std::chrono::microseconds timeout);
@@ -73,7 +73,7 @@ class ShmTransport final : public Transport {
   CmaPolicy cma_;       // BRAID_SHM_CMA
   HugePageQuery pages_;
   size_t smallest_ring_ = 0;  // over the connections made (0: none yet)
-  tcp::HandshakeQueue handshakes_;
+  HandshakeQueue handshakes_;
   std::map<int, ShmConnectionSetup> pending_;  // by the connecting rank
   std::map<int, uint64_t> pending_comm_;
   std::vector<ShmConnection*> connections_;

@@ -110,8 +110,7 @@ bool EpollEngine::take_shared_cpu_path() {
   dirty_.clear();  // the path sends what was queued and receives what is wanted
   retry_.clear();
   // Nor does epoll watch it meanwhile: every segment that arrives would also run epoll's
-  // callback for nobody (a throwaway blocking ping-pong on one CPU with an idle epoll
-  // registration on its socket was ~0.05 us slower one way, of 2.1 us).
+  // callback for nobody (a small but measurable cost: docs/code_figures.md).
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s->fd(), nullptr);
   return true;
 }

@@ -12,8 +12,8 @@
 // way through the kernel is what a blocking socket does: send, then sleep inside recv() until
 // the answer is copied in (the scheduler runs the peer meanwhile, whose send wakes us). An
 // engine's general wait costs more per message: epoll_pwait2 then a recv, or two io_uring_enter
-// (the send completes inline, the receive needs a second). An 8-byte ping-pong on one CPU took
-// 2.9 us (epoll) and 3.0 us (io_uring) one way against 2.1 us for blocking sockets. So when an
+// (the send completes inline, the receive needs a second); docs/code_figures.md has what each
+// costs a ping-pong on one CPU. So when an
 // engine has exactly one stream and its peer shares our CPU, it hands the stream to this path:
 // sends by sendmsg(MSG_DONTWAIT), the awaited receive by a blocking recv(), poll() where a send
 // waits for buffer space. The socket is made blocking while here (the engines' own calls all

@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "common/spin.h"
+#include "transport/common/host_identity.h"
 #include "transport/tcp/engine.h"
-#include "transport/host_identity.h"
 #include "transport/tcp/tcp_stream.h"
 #include "transport/transport.h"
 

@@ -167,7 +167,8 @@ void TcpStream::process_inbox() {
 }
 
 // A large payload arrives in many small pieces on a fast link; waking the receiver for each
-// costs ~40 us on these VMs (a halted vCPU), which capped a 1 MiB message at ~0.3 GB/s. So while
+// (a halted vCPU on a virtual machine) capped a large message far below the link's rate
+// (docs/code_figures.md, "Receive low watermark"). So while
 // a big payload is expected, the socket reports readable only once a good part of the rest is
 // there (SO_RCVLOWAT, never more than the bytes the sender is bound to send: EOF and errors
 // still wake at once).

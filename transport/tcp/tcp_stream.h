@@ -21,7 +21,7 @@
 #include <memory>
 #include <span>
 
-#include "transport/tcp/socket_setup.h"
+#include "transport/common/socket_setup.h"
 #include "transport/tcp/wire_format.h"
 
 namespace braid::transport::tcp {

@@ -10,8 +10,8 @@
 
 #include "braid_config.h"
 #include "common/log.h"
+#include "transport/common/interface_select.h"
 #include "transport/tcp/epoll_engine.h"
-#include "transport/tcp/interface_select.h"
 #include "transport/tcp/tcp_connection.h"
 #if BRAID_HAVE_LIBURING
 #include "transport/tcp/uring_engine.h"

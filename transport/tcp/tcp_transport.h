@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "common/job_secret.h"
-#include "transport/registry.h"
+#include "transport/common/handshake.h"
+#include "transport/common/handshake_queue.h"
+#include "transport/common/host_identity.h"
+#include "transport/common/socket_setup.h"
 #include "transport/tcp/engine.h"
-#include "transport/tcp/handshake.h"
-#include "transport/tcp/handshake_queue.h"
-#include "transport/host_identity.h"
-#include "transport/tcp/socket_setup.h"
 #include "transport/transport.h"
+#include "transport/transport_options.h"
 
 namespace braid::transport::tcp {
 

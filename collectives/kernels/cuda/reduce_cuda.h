@@ -1,8 +1,8 @@
 // collectives/kernels/cuda/reduce_cuda.h - reductions on CUDA device memory.
 //
 // Built only with the `cuda` feature (nvcc from /usr/local/cuda, architectures from the
-// gpu_archs option). The runtime reduces staged chunks with them (runtime/staging_pipeline.h,
-// BRAID_CUDA_REDUCE) through runtime/cuda_device_api.cc.
+// gpu_archs option). The runtime reduces staged chunks with them (runtime/device/staging_pipeline.h,
+// BRAID_CUDA_REDUCE) through runtime/device/cuda_device_api.cc.
 #pragma once
 
 #include <cstddef>

@@ -66,7 +66,7 @@ def usable_cpus():
     return sorted(os.sched_getaffinity(0))
 
 
-# The rule itself lives in the library (runtime/spin_policy.h, tested there as a table and in
+# The rule itself lives in the library (runtime/links/spin_policy.h, tested there as a table and in
 # C++ jobs); these check that torch's groups get it: braid.torch sets nothing itself.
 def test_ranks_on_one_cpu_sleep_at_once():
     cpu = str(usable_cpus()[0])

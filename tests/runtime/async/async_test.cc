@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/rank_job.h"
 #include "tests/support/subprocess.h"
 
 namespace braid {
@@ -23,24 +24,18 @@ using testing::Subprocess;
 
 constexpr auto kBound = seconds(60);
 
-std::map<std::string, std::string> rank_env(int port, int rank, int size) {
-  return {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(rank)},
-          {"WORLD_SIZE", std::to_string(size)}, {"BRAID_RENDEZVOUS_TIMEOUT_S", "15"}, {"BRAID_TIMEOUT_S", "30"}};
-}
-
-// `extra` goes to every rank's environment, `only[r]` to rank r's alone.
-std::vector<std::unique_ptr<Subprocess>> start_ranks(int size, const std::string& mode,
-                                                     std::map<std::string, std::string> extra = {},
-                                                     std::map<int, std::map<std::string, std::string>> only = {}) {
-  int port = testing::free_port();
-  std::vector<std::unique_ptr<Subprocess>> ranks;
-  for (int r = 0; r < size; ++r) {
-    auto env = rank_env(port, r, size);
-    for (auto& [k, v] : extra) env[k] = v;
-    for (auto& [k, v] : only[r]) env[k] = v;
-    ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("ASYNC_RANK"), mode}, env));
-  }
-  return ranks;
+// async_rank in `mode`; `extra` goes to every rank's environment, `only[r]` to rank r's alone.
+testing::RankJob async_job(const std::string& mode, const testing::EnvMap& extra = {},
+                           const std::map<int, testing::EnvMap>& only = {}) {
+  testing::RankJob job{.argv = {testing::binary_from_env("ASYNC_RANK"), mode},
+                       .env = {{"BRAID_RENDEZVOUS_TIMEOUT_S", "15"}, {"BRAID_TIMEOUT_S", "30"}}};
+  for (const auto& [k, v] : extra) job.env[k] = v;
+  job.per_rank = [only](int rank, testing::EnvMap& env, std::vector<std::string>&) {
+    if (auto it = only.find(rank); it != only.end()) {
+      for (const auto& [k, v] : it->second) env[k] = v;
+    }
+  };
+  return job;
 }
 
 // The line of `output` that starts with `tag` and names `rank`, or "" when there is none.
@@ -65,7 +60,7 @@ long elapsed_ms(const std::string& line) {
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 void expect_mismatch_everywhere(const std::string& how, const std::vector<std::string>& parts) {
-  auto ranks = start_ranks(3, "mismatch_" + how);
+  auto ranks = testing::start_ranks(3, async_job("mismatch_" + how));
   for (int r = 0; r < 3; ++r) {
     ASSERT_EQ(ranks[r]->wait(kBound), 0) << ranks[r]->output();
     const std::string out = ranks[r]->output();
@@ -94,9 +89,9 @@ TEST(AsyncMismatch, DifferentOp) { expect_mismatch_everywhere("op", {"f32 max", 
 // Ranks that cut a ring into segments differently would pair messages wrongly: every rank
 // compares these settings with the others' as it creates the communicator (agreed_settings.h)
 // and fails there, naming the knob, each value and the ranks. (The operation headers carry
-// them too: tests/runtime/comm/op_header_test.cc.)
+// them too: tests/runtime/engine/op_header_test.cc.)
 void expect_pipeline_mismatch(const std::string& var, const std::string& odd_value, const std::string& message) {
-  auto ranks = start_ranks(3, "pipeline", {}, {{1, {{var, odd_value}}}});
+  auto ranks = testing::start_ranks(3, async_job("pipeline", {}, {{1, {{var, odd_value}}}}));
   for (int r = 0; r < 3; ++r) {
     ASSERT_EQ(ranks[r]->wait(kBound), 1) << ranks[r]->output();
     const std::string failed = line_of(ranks[r]->output(), "FAILED", -1);
@@ -125,7 +120,8 @@ void expect_timeout_report(const std::vector<std::string>& outputs, int late) {
 }
 
 TEST(AsyncTimeout, LateRankIsNamedWithItsLastOperation) {
-  auto ranks = start_ranks(3, "timeout", {{"BRAID_TIMEOUT_S", "2"}, {"LATE_RANK", "1"}, {"LATE_MS", "7000"}});
+  auto ranks =
+      testing::start_ranks(3, async_job("timeout", {{"BRAID_TIMEOUT_S", "2"}, {"LATE_RANK", "1"}, {"LATE_MS", "7000"}}));
   std::vector<std::string> outputs;
   for (auto& p : ranks) {
     EXPECT_EQ(p->wait(kBound), 0) << p->output();
@@ -145,7 +141,7 @@ TEST(AsyncTimeout, RankZeroLateUnderBraidrun) {
 }
 
 TEST(AsyncAbort, PendingOperationsEndHereAndElsewhere) {
-  auto ranks = start_ranks(3, "abort");
+  auto ranks = testing::start_ranks(3, async_job("abort"));
   for (auto& p : ranks) ASSERT_EQ(p->wait(kBound), 0) << p->output();
   const std::string r1 = ranks[1]->output();
   for (int nth : {0, 1}) EXPECT_TRUE(has(line_of(r1, "FAILED", 1, nth), "code=aborted")) << r1;
@@ -163,7 +159,7 @@ TEST(AsyncAbort, PendingOperationsEndHereAndElsewhere) {
 }
 
 TEST(AsyncLifetime, DestroyingClosesEveryDescriptor) {
-  auto ranks = start_ranks(3, "fds");
+  auto ranks = testing::start_ranks(3, async_job("fds"));
   for (auto& p : ranks) {
     EXPECT_EQ(p->wait(kBound), 0) << p->output();
     EXPECT_TRUE(has(p->output(), "FDS before=")) << p->output();
@@ -191,7 +187,7 @@ TEST(AsyncKill, EverySurvivorFailsFastNamingTheDeadRank) {
   const int trials = trials_env ? std::atoi(trials_env) : 6, size = 3;
   ASSERT_GT(trials, 0) << "ASYNC_KILL_TRIALS must be a positive number";
   for (int trial = 0; trial < trials; ++trial) {
-    auto ranks = start_ranks(size, "kill", {{"BRAID_PEER_TIMEOUT_S", "30"}});
+    auto ranks = testing::start_ranks(size, async_job("kill", {{"BRAID_PEER_TIMEOUT_S", "30"}}));
     const int victim = 1 + static_cast<int>(rng() % (size - 1));  // rank 0 serves the store here
     wait_until_ready(ranks);
     std::this_thread::sleep_for(std::chrono::milliseconds(50 + rng() % 400));
@@ -226,7 +222,7 @@ TEST(AsyncKill, EverySurvivorFailsFastNamingTheDeadRank) {
 TEST(AsyncKill, SurvivorsDestroyTheirCommunicatorAndExitCleanly) {
   const int size = 3;
   for (int victim : {1, 2}) {
-    auto ranks = start_ranks(size, "kill", {{"BRAID_PEER_TIMEOUT_S", "30"}});
+    auto ranks = testing::start_ranks(size, async_job("kill", {{"BRAID_PEER_TIMEOUT_S", "30"}}));
     wait_until_ready(ranks);
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     ranks[victim]->kill(SIGKILL);
@@ -240,7 +236,7 @@ TEST(AsyncKill, SurvivorsDestroyTheirCommunicatorAndExitCleanly) {
 }
 
 TEST(AsyncSplit, ChildAndParentRunAtOnce) {
-  auto ranks = start_ranks(4, "split");
+  auto ranks = testing::start_ranks(4, async_job("split"));
   const char* group[] = {"none", "1", "none", "0"};
   const int child_rank[] = {1, 1, 0, 0};
   for (int r = 0; r < 4; ++r) {
@@ -252,7 +248,7 @@ TEST(AsyncSplit, ChildAndParentRunAtOnce) {
 }
 
 TEST(AsyncGroup, SendRecvRingAndCoalescedAllReduce) {
-  auto ranks = start_ranks(3, "group");
+  auto ranks = testing::start_ranks(3, async_job("group"));
   for (int r = 0; r < 3; ++r) {
     ASSERT_EQ(ranks[r]->wait(kBound), 0) << ranks[r]->output();
     EXPECT_TRUE(has(line_of(ranks[r]->output(), "GROUP", r), "bad=0")) << ranks[r]->output();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "braid_config.h"
+#include "tests/support/rank_job.h"
 #include "tests/support/subprocess.h"
 
 namespace braid {
@@ -26,27 +27,19 @@ using testing::Subprocess;
 
 constexpr auto kBound = seconds(60);  // no test here may take anywhere near this long
 
-std::map<std::string, std::string> rank_env(int port, int rank, int size) {
-  return {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(rank)},
-          {"WORLD_SIZE", std::to_string(size)}, {"BRAID_RENDEZVOUS_TIMEOUT_S", "10"}};
-}
+// Every rank of these tests gives up on rendezvous after 10 s.
+const testing::EnvMap kJobEnv = {{"BRAID_RENDEZVOUS_TIMEOUT_S", "10"}};
 
-// `extra`: more environment for every rank (e.g. BRAID_DEBUG=TRACE, whose lines tests count).
-std::vector<std::unique_ptr<Subprocess>> start_ranks(int size, const std::string& mode = "join",
-                                                     const std::map<std::string, std::string>& extra = {}) {
-  int port = testing::free_port();
-  std::vector<std::unique_ptr<Subprocess>> ranks;
-  for (int r = 0; r < size; ++r) {
-    auto env = rank_env(port, r, size);
-    env.insert(extra.begin(), extra.end());
-    ranks.push_back(
-        std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), mode}, env));
-  }
-  return ranks;
+// comm_rank in `mode`; `extra`: more environment for every rank (e.g. BRAID_DEBUG=TRACE, whose
+// lines tests count).
+testing::RankJob comm_job(const std::string& mode, const testing::EnvMap& extra = {}) {
+  testing::RankJob job{.argv = {testing::binary_from_env("COMM_RANK"), mode}, .env = kJobEnv};
+  job.env.insert(extra.begin(), extra.end());
+  return job;
 }
 
 TEST(Comm, RanksJoinWithoutALauncher) {
-  auto ranks = start_ranks(4);
+  auto ranks = testing::start_ranks(4, comm_job("join"));
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(ranks[r]->wait(kBound), 0) << ranks[r]->output();
     EXPECT_NE(ranks[r]->output().find("rank " + std::to_string(r) + " of 4"), std::string::npos) << ranks[r]->output();
@@ -75,7 +68,7 @@ TEST_P(CallerProgress, BlockingCallsRunOnTheCallersThread) {
     std::vector<std::unique_ptr<Subprocess>> ranks(2);
     int port = testing::free_port();
     for (int r = 0; r < 2; ++r) {
-      auto env = rank_env(port, r, 2);
+      auto env = testing::rank_env(port, r, 2, kJobEnv);
       env["BRAID_DEBUG"] = "TRACE";
       env["BRAID_TRANSPORT"] = GetParam();
       env["BRAID_CALLER_PROGRESS"] = on;
@@ -112,7 +105,7 @@ TEST(Comm, InfoPrintsOneInitLinePerRank) {
     int port = testing::free_port();
     std::vector<std::unique_ptr<Subprocess>> ranks(2);
     for (int r = 0; r < 2; ++r) {
-      auto env = rank_env(port, r, 2);
+      auto env = testing::rank_env(port, r, 2, kJobEnv);
       env["BRAID_DEBUG"] = "INFO";
       env["BRAID_TRANSPORT"] = "tcp-poll";
       env["BRAID_ALGO"] = algo;
@@ -149,7 +142,7 @@ TEST(Comm, InprocTransportInAJobOfProcessesSaysItIsForTests) {
   int port = testing::free_port();
   std::vector<std::unique_ptr<Subprocess>> ranks(2);
   for (int r = 0; r < 2; ++r) {
-    auto env = rank_env(port, r, 2);
+    auto env = testing::rank_env(port, r, 2, kJobEnv);
     env["BRAID_TRANSPORT"] = "inproc";
     ranks[r] = std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "join"}, env);
   }
@@ -165,7 +158,7 @@ TEST(Comm, InprocTransportInAJobOfProcessesSaysItIsForTests) {
 }
 
 TEST(Comm, RankZeroMayLeaveFirst) {
-  auto ranks = start_ranks(3, "leave_early");
+  auto ranks = testing::start_ranks(3, comm_job("leave_early"));
   for (auto& p : ranks) EXPECT_EQ(p->wait(kBound), 0) << p->output();
 }
 
@@ -175,7 +168,7 @@ TEST(Comm, AProgramsStoreMayGoFirstWithoutAWarning) {
   const int port = testing::free_port();
   std::vector<std::unique_ptr<Subprocess>> ranks;
   for (int r = 0; r < 2; ++r) {
-    auto env = rank_env(port, r, 2);
+    auto env = testing::rank_env(port, r, 2, kJobEnv);
     env["BRAID_DEBUG"] = "INFO";
     env["BRAID_SECRET"] = "comm-test-foreign-store";  // else the store warns that the job has none
     ranks.push_back(std::make_unique<Subprocess>(
@@ -225,7 +218,7 @@ TEST(Comm, UnderTorchrunStyleAgentStore) {
   ASSERT_EQ(listen(agent, 4), 0);
   std::vector<std::unique_ptr<Subprocess>> ranks;
   for (int r = 0; r < 2; ++r) {
-    auto env = rank_env(port, r, 2);
+    auto env = testing::rank_env(port, r, 2, kJobEnv);
     env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
     ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "join"}, env));
   }
@@ -238,7 +231,7 @@ TEST(Comm, UnderTorchrunStyleAgentStore) {
 // between calls, in-place and out-of-place forms of one count, roots that move, and several
 // runs of one shape in flight at once.
 TEST(Comm, RepeatedCollectivesRunAgainOnNewBuffers) {
-  auto ranks = start_ranks(3, "repeat", {{"BRAID_DEBUG", "TRACE"}});
+  auto ranks = testing::start_ranks(3, comm_job("repeat", {{"BRAID_DEBUG", "TRACE"}}));
   for (auto& p : ranks) {
     ASSERT_EQ(p->wait(kBound), 0) << p->output();
     EXPECT_NE(p->output().find("repeat done, 0 wrong"), std::string::npos) << p->output();
@@ -259,7 +252,7 @@ TEST(Comm, RepeatedCollectivesRunAgainOnNewBuffers) {
 // Send/recv groups are kept and run again like collectives, per peer and count: results stay
 // right with buffers, tags and counts that change between calls.
 TEST(Comm, RepeatedSendRecvGroupsRunAgainOnNewBuffers) {
-  auto ranks = start_ranks(3, "repeat_p2p", {{"BRAID_DEBUG", "TRACE"}});
+  auto ranks = testing::start_ranks(3, comm_job("repeat_p2p", {{"BRAID_DEBUG", "TRACE"}}));
   for (auto& p : ranks) {
     ASSERT_EQ(p->wait(kBound), 0) << p->output();
     EXPECT_NE(p->output().find("repeat_p2p done, 0 wrong"), std::string::npos) << p->output();
@@ -272,7 +265,7 @@ TEST(Comm, RepeatedSendRecvGroupsRunAgainOnNewBuffers) {
 // A group with more sends and receives than half the cache holds is built anew each time, so
 // that the collectives around it keep their runs (ten messages per group here, eight runs kept).
 TEST(Comm, ALargeSendRecvGroupDoesNotPushOutKeptCollectives) {
-  auto ranks = start_ranks(2, "big_groups", {{"BRAID_DEBUG", "TRACE"}});
+  auto ranks = testing::start_ranks(2, comm_job("big_groups", {{"BRAID_DEBUG", "TRACE"}}));
   for (auto& p : ranks) {
     ASSERT_EQ(p->wait(kBound), 0) << p->output();
     EXPECT_NE(p->output().find("big_groups done, 0 wrong"), std::string::npos) << p->output();
@@ -289,7 +282,7 @@ TEST(Comm, ALargeSendRecvGroupDoesNotPushOutKeptCollectives) {
 // than its message's fails on the receiving rank, naming both tags (the sender's own send and
 // receive did match, so it finishes).
 TEST(Comm, ASendRecvRunAgainStillDetectsATagMismatch) {
-  auto ranks = start_ranks(2, "repeat_p2p_mismatch");
+  auto ranks = testing::start_ranks(2, comm_job("repeat_p2p_mismatch"));
   EXPECT_EQ(ranks[0]->wait(kBound), 0) << ranks[0]->output();
   EXPECT_NE(ranks[0]->output().find("its send and receive matched"), std::string::npos) << ranks[0]->output();
   const int rc = ranks[1]->wait(kBound);
@@ -304,7 +297,7 @@ TEST(Comm, ASendRecvRunAgainStillDetectsATagMismatch) {
 // A rank that runs a kept run again still sends and checks the operation's header: a peer that
 // calls a different count is a mismatch on both sides, as on a first call.
 TEST(Comm, ARunAgainStillDetectsAMismatch) {
-  auto ranks = start_ranks(2, "repeat_mismatch");
+  auto ranks = testing::start_ranks(2, comm_job("repeat_mismatch"));
   for (auto& p : ranks) {
     EXPECT_EQ(p->wait(kBound), 1) << p->output();
     EXPECT_NE(p->output().find("five all_reduces done"), std::string::npos) << p->output();
@@ -334,7 +327,7 @@ TEST_P(SettingsDisagree, EveryRankNamesTheSettingAndTheRanks) {
   int port = testing::free_port();
   std::vector<std::unique_ptr<Subprocess>> ranks;
   for (int r = 0; r < size; ++r) {
-    auto env = rank_env(port, r, size);
+    auto env = testing::rank_env(port, r, size, kJobEnv);
     env["BRAID_ALGO"] = d.algos[static_cast<size_t>(r)];
     ranks.push_back(std::make_unique<Subprocess>(
         std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "sum", std::to_string(d.count)}, env));
@@ -371,7 +364,7 @@ TEST(Comm, EverySettingThatDiffersIsNamed) {
   int port = testing::free_port();
   std::vector<std::unique_ptr<Subprocess>> ranks;
   for (int r = 0; r < 2; ++r) {
-    auto env = rank_env(port, r, 2);
+    auto env = testing::rank_env(port, r, 2, kJobEnv);
     env["BRAID_CHUNK_BYTES"] = r == 0 ? "65536" : "\x01";
     env["BRAID_RING_DEPTH"] = r == 0 ? "\x01" : "3";
     env["BRAID_TRANSPORT"] = r == 0 ? "tcp-poll" : "auto";  // the same wire protocol: they agree
@@ -396,7 +389,8 @@ TEST(Comm, DestroyedCommunicatorsLeaveNoKeys) {
   int port = testing::free_port();
   for (int r = 0; r < 3; ++r) {
     churn.push_back(std::make_unique<Subprocess>(
-        std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "churn", "12"}, rank_env(port, r, 3)));
+        std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "churn", "12"},
+        testing::rank_env(port, r, 3, kJobEnv)));
   }
   for (auto& p : churn) ASSERT_EQ(p->wait(kBound), 0) << p->output();
   const std::string& out = churn[0]->output();
@@ -410,7 +404,7 @@ TEST(Comm, DestroyedCommunicatorsLeaveNoKeys) {
 }
 
 TEST(Comm, TagsAreChecked) {
-  auto ranks = start_ranks(2, "tags");
+  auto ranks = testing::start_ranks(2, comm_job("tags"));
   for (auto& p : ranks) {
     int rc = p->wait(kBound);
     EXPECT_EQ(rc, 1) << p->output();
@@ -478,7 +472,7 @@ TEST(Comm, MissingVariablesAreListed) {
 }
 
 TEST(Comm, NonNumericAndNegativeValues) {
-  auto env = rank_env(testing::free_port(), 0, 2);
+  auto env = testing::rank_env(testing::free_port(), 0, 2, kJobEnv);
   env["RANK"] = "zero";
   expect_failure(env, "RANK='zero' is not an integer");
   env["RANK"] = "-2";
@@ -489,28 +483,31 @@ TEST(Comm, NonNumericAndNegativeValues) {
 }
 
 TEST(Comm, RankNotBelowWorldSize) {
-  expect_failure(rank_env(testing::free_port(), 5, 4), "RANK=5 is not below WORLD_SIZE=4");
+  expect_failure(testing::rank_env(testing::free_port(), 5, 4, kJobEnv), "RANK=5 is not below WORLD_SIZE=4");
 }
 
 TEST(Comm, BadBraidVariable) {
-  auto env = rank_env(testing::free_port(), 0, 1);
+  auto env = testing::rank_env(testing::free_port(), 0, 1, kJobEnv);
   env["BRAID_TIMEOUT_S"] = "soon";
   expect_failure(env, "BRAID_TIMEOUT_S='soon'");
 }
 
 TEST(Comm, TwoProcessesClaimTheSameRank) {
   int port = testing::free_port();
-  expect_all_fail({rank_env(port, 0, 3), rank_env(port, 1, 3), rank_env(port, 1, 3)}, "two processes claim RANK=1");
+  expect_all_fail({testing::rank_env(port, 0, 3, kJobEnv), testing::rank_env(port, 1, 3, kJobEnv),
+                   testing::rank_env(port, 1, 3, kJobEnv)},
+                  "two processes claim RANK=1");
 }
 
 TEST(Comm, RanksDisagreeOnWorldSize) {
   int port = testing::free_port();
-  expect_all_fail({rank_env(port, 0, 2), rank_env(port, 1, 3)}, "disagree on WORLD_SIZE");
+  expect_all_fail({testing::rank_env(port, 0, 2, kJobEnv), testing::rank_env(port, 1, 3, kJobEnv)},
+                  "disagree on WORLD_SIZE");
 }
 
 TEST(Comm, UnreachableMasterIsNamedAfterTheTimeout) {
   int port = testing::free_port();
-  auto env = rank_env(port, 1, 2);
+  auto env = testing::rank_env(port, 1, 2, kJobEnv);
   env["BRAID_RENDEZVOUS_TIMEOUT_S"] = "2";
   auto start = std::chrono::steady_clock::now();
   expect_failure(env, "127.0.0.1:" + std::to_string(port));
@@ -520,7 +517,7 @@ TEST(Comm, UnreachableMasterIsNamedAfterTheTimeout) {
 TEST(Comm, MissingRanksAreNamedAtTheTimeout) {
   int port = testing::free_port();
   std::string bin = testing::binary_from_env("COMM_RANK");
-  auto env = rank_env(port, 0, 3);
+  auto env = testing::rank_env(port, 0, 3, kJobEnv);
   env["BRAID_RENDEZVOUS_TIMEOUT_S"] = "2";
   Subprocess r0({bin, "join"}, env);
   int rc = r0.wait(kBound);
@@ -539,7 +536,7 @@ TEST(Comm, PortInUse) {
   ASSERT_EQ(listen(fd, 4), 0);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   int port = ntohs(addr.sin_port);
-  expect_failure(rank_env(port, 0, 2), "MASTER_PORT=" + std::to_string(port));
+  expect_failure(testing::rank_env(port, 0, 2, kJobEnv), "MASTER_PORT=" + std::to_string(port));
   close(fd);
 }
 

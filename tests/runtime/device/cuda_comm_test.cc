@@ -16,7 +16,7 @@
 
 #include "braid/communicator.h"
 #include "collectives/kernels/half_float.h"
-#include "runtime/device_api.h"
+#include "runtime/device/device_api.h"
 #include "tests/support/in_process_job.h"
 
 namespace braid {

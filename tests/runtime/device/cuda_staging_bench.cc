@@ -1,5 +1,5 @@
 // cuda_staging_bench: all_reduce on device buffers (staged through BRAID_CUDA_STAGING_BYTES of
-// pinned memory, runtime/staging_pipeline.h) next to the same on host buffers, in one run: two
+// pinned memory, runtime/device/staging_pipeline.h) next to the same on host buffers, in one run: two
 // ranks as threads of one process on GPU 0 over the tcp transport (loopback), host and device
 // iterations alternating. Prints median busbw of each and their ratio (device / host; the goal
 // is >= 0.9: the copies hidden behind the network), and the pinned memory braid held: at the
@@ -20,7 +20,7 @@
 
 #include "braid/communicator.h"
 #include "common/env.h"
-#include "runtime/device_api.h"
+#include "runtime/device/device_api.h"
 #include "tests/support/in_process_job.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// Reductions on the device (BRAID_CUDA_REDUCE, runtime/device_reduce.cc) through the fake device,
+// Reductions on the device (BRAID_CUDA_REDUCE, runtime/device/device_reduce.cc) through the fake device,
 // whose reduction "kernel" is the host kernel queued on a stream, spoiling its destination
 // until it is done, and which counts reductions that start before a copy they read landed.
 // Each staged chunk is gathered on the host and reduced on the GPU by every rank that needs the

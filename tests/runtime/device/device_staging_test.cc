@@ -1,4 +1,4 @@
-// Collectives on device buffers, through the staging seam (runtime/device_staging.h) with a fake
+// Collectives on device buffers, through the staging seam (runtime/device/device_staging.h) with a fake
 // device (fake_device.h): ranks as threads on the inproc transport, each with its own stream.
 // What is checked is what a CUDA user relies on: the operation reads its input only after the
 // work queued on the stream before the call, the stream's later work waits for the operation,
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "braid/communicator.h"
-#include "runtime/device_staging.h"
+#include "runtime/device/device_staging.h"
 #include "runtime/work_state.h"
 #include "tests/runtime/device/device_test_support.h"
 

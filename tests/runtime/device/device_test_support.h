@@ -14,8 +14,8 @@
 #include <string>
 
 #include "braid/communicator.h"
-#include "runtime/device_api.h"
-#include "runtime/staging_pipeline.h"
+#include "runtime/device/device_api.h"
+#include "runtime/device/staging_pipeline.h"
 #include "tests/runtime/device/fake_device.h"
 #include "tests/support/in_process_job.h"
 

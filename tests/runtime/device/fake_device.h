@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "collectives/kernels/reduce.h"
-#include "runtime/device_api.h"
+#include "runtime/device/device_api.h"
 
 namespace braid::testing {
 

@@ -1,4 +1,4 @@
-// The chunk pipeline for device buffers (runtime/staging_pipeline.h), on the fake device with
+// The chunk pipeline for device buffers (runtime/device/staging_pipeline.h), on the fake device with
 // its copies slowed and spoiling their destination first (fake_device.h): a chunk sent before
 // its input copy finished, a result copied before its collective ran, a slot refilled before its
 // result was read, or a result handed over before the chunks' copies landed each show up as
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "braid/communicator.h"
-#include "runtime/staging_pipeline.h"
+#include "runtime/device/staging_pipeline.h"
 #include "tests/runtime/device/device_test_support.h"
 
 namespace braid {

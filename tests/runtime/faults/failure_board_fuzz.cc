@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/failure_board.h"
+#include "runtime/failure/failure_board.h"
 
 namespace braid {
 namespace {

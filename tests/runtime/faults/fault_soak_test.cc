@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/rank_job.h"
 #include "tests/support/subprocess.h"
 
 namespace braid {
@@ -135,19 +136,17 @@ bool names_link_of(const std::string& out, int victim) {
 
 Outcome trial(Hosts& hosts, Fault fault, std::mt19937& rng, int trial_no) {
   const int victim = static_cast<int>(rng() % kRanks);
-  std::vector<std::unique_ptr<Subprocess>> ranks;
-  for (int r = 0; r < kRanks; ++r) {
-    std::map<std::string, std::string> env = {{"MASTER_ADDR", Hosts::addr(0)},
-                                              {"MASTER_PORT", std::to_string(29500 + trial_no % 100)},
-                                              {"RANK", std::to_string(r)},
-                                              {"WORLD_SIZE", std::to_string(kRanks)},
-                                              {"BRAID_TIMEOUT_S", std::to_string(kTimeoutS)},
-                                              {"BRAID_RENDEZVOUS_TIMEOUT_S", "30"},
-                                              {"FAULT_ITERS", std::to_string(kIters)},
-                                              {"FAULT_SEED", std::to_string(trial_no)}};
-    ranks.push_back(std::make_unique<Subprocess>(
-        std::vector<std::string>{"/usr/sbin/ip", "netns", "exec", hosts.host(r), testing::binary_from_env("FAULT_RANK")}, env));
-  }
+  testing::RankJob job{.argv = {testing::binary_from_env("FAULT_RANK")},
+                       .env = {{"BRAID_TIMEOUT_S", std::to_string(kTimeoutS)},
+                               {"BRAID_RENDEZVOUS_TIMEOUT_S", "30"},
+                               {"FAULT_ITERS", std::to_string(kIters)},
+                               {"FAULT_SEED", std::to_string(trial_no)}},
+                       .master_addr = Hosts::addr(0),
+                       .port = 29500 + trial_no % 100};
+  job.per_rank = [&hosts](int r, testing::EnvMap&, std::vector<std::string>& argv) {
+    argv.insert(argv.begin(), {"/usr/sbin/ip", "netns", "exec", hosts.host(r)});
+  };
+  auto ranks = testing::start_ranks(kRanks, job);
   Outcome o;
   const auto ready_by = Clock::now() + seconds(30);
   for (int r = 0; r < kRanks; ++r) {

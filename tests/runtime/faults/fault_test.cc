@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/rank_job.h"
 #include "tests/support/subprocess.h"
 
 namespace braid {
@@ -37,19 +38,12 @@ std::string line_of(const std::string& output, const std::string& tag, int rank)
   return at == std::string::npos ? "" : output.substr(at, output.find('\n', at) - at);
 }
 
-std::vector<std::unique_ptr<Subprocess>> start_ranks(int size, const std::map<std::string, std::string>& extra) {
-  const int port = testing::free_port();
-  std::vector<std::unique_ptr<Subprocess>> ranks;
-  for (int r = 0; r < size; ++r) {
-    std::map<std::string, std::string> env = {{"MASTER_ADDR", "127.0.0.1"},
-                                              {"MASTER_PORT", std::to_string(port)},
-                                              {"RANK", std::to_string(r)},
-                                              {"WORLD_SIZE", std::to_string(size)},
-                                              {"BRAID_RENDEZVOUS_TIMEOUT_S", "300"}};
-    for (const auto& [k, v] : extra) env[k] = v;
-    ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("FAULT_RANK")}, env));
-  }
-  return ranks;
+// fault_rank with `extra` for every rank, over a long rendezvous bound.
+testing::RankJob fault_job(const testing::EnvMap& extra) {
+  testing::RankJob job{.argv = {testing::binary_from_env("FAULT_RANK")},
+                       .env = {{"BRAID_RENDEZVOUS_TIMEOUT_S", "300"}}};
+  for (const auto& [k, v] : extra) job.env[k] = v;
+  return job;
 }
 
 // Until every rank printed READY (rendezvous done, first iteration right), at most 60 s.
@@ -90,7 +84,7 @@ void expect_survivors_name(std::vector<std::unique_ptr<Subprocess>>& ranks, int 
 // rendezvous timeout (300 s here), twice; now one store call costs at most 5..10 s.
 TEST(Faults, StoppedRankServingTheStoreIsNamedWithinTheTimeout) {
   const int size = 4, timeout_s = 5;
-  auto ranks = start_ranks(size, {{"BRAID_TIMEOUT_S", std::to_string(timeout_s)}});
+  auto ranks = testing::start_ranks(size, fault_job({{"BRAID_TIMEOUT_S", std::to_string(timeout_s)}}));
   ASSERT_TRUE(wait_until_ready(ranks)) << ranks[0]->output();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ranks[0]->kill(SIGSTOP);
@@ -108,7 +102,7 @@ TEST(Faults, KilledRankZeroIsNamedByEverySurvivor) {
   std::mt19937 rng(17);
   for (int trial = 0; trial < 3; ++trial) {
     SCOPED_TRACE("trial " + std::to_string(trial));
-    auto ranks = start_ranks(size, {{"BRAID_TIMEOUT_S", "20"}});
+    auto ranks = testing::start_ranks(size, fault_job({{"BRAID_TIMEOUT_S", "20"}}));
     ASSERT_TRUE(wait_until_ready(ranks)) << ranks[0]->output();
     std::this_thread::sleep_for(std::chrono::milliseconds(100 + rng() % 500));
     ranks[0]->kill(SIGKILL);
@@ -131,7 +125,7 @@ TEST(Faults, KilledRankOverShmIsNamedAndLeavesNoFiles) {
     return names;
   };
   const auto before = dev_shm();
-  auto ranks = start_ranks(4, {{"BRAID_TIMEOUT_S", "20"}, {"BRAID_TRANSPORT", "shm"}});
+  auto ranks = testing::start_ranks(4, fault_job({{"BRAID_TIMEOUT_S", "20"}, {"BRAID_TRANSPORT", "shm"}}));
   ASSERT_TRUE(wait_until_ready(ranks)) << ranks[0]->output();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   ranks[2]->kill(SIGKILL);

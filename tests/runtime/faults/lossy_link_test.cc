@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "runtime/failure_board.h"
+#include "runtime/failure/failure_board.h"
 #include "tests/runtime/faults/failure_board_fuzz.h"
 
 namespace braid {

@@ -17,7 +17,6 @@ namespace {
 using namespace std::chrono_literals;
 using store::FrameWriter;
 using store::Opcode;
-using store::UniqueFd;
 using namespace store_test;
 
 const std::string kSecret = "0123456789abcdef-the-jobs-secret";

@@ -24,7 +24,6 @@ namespace braid {
 namespace {
 
 using namespace std::chrono_literals;
-using store::UniqueFd;
 using store_test::connect_authenticated;
 using store_test::connect_raw;
 using store_test::read_until_eof;

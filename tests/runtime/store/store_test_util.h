@@ -22,7 +22,6 @@
 
 namespace braid::store_test {
 
-using store::UniqueFd;
 
 // A blocking TCP connection to 127.0.0.1:port (invalid when connect fails).
 inline UniqueFd connect_raw(uint16_t port, const char* ip = "127.0.0.1") {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/rank_job.h"
 #include "tests/support/subprocess.h"
 
 namespace braid {
@@ -23,23 +24,15 @@ class Valgrind : public ::testing::TestWithParam<std::string> {};
 TEST_P(Valgrind, EveryOperationIsClean) {
   const char* valgrind = std::getenv("VALGRIND");
   if (valgrind == nullptr || *valgrind == '\0') GTEST_SKIP() << "valgrind is not installed (scripts/setup.sh installs it)";
-  const int port = testing::free_port();
-  std::vector<std::unique_ptr<Subprocess>> ranks;
-  for (int r = 0; r < 2; ++r) {
-    ranks.push_back(std::make_unique<Subprocess>(
-        std::vector<std::string>{valgrind, "--error-exitcode=" + std::to_string(kValgrindError), "--leak-check=full",
+  testing::RankJob job{.argv = {valgrind, "--error-exitcode=" + std::to_string(kValgrindError), "--leak-check=full",
                                  "--errors-for-leak-kinds=definite", "--track-origins=yes",
                                  testing::binary_from_env("EVERY_OP_RANK")},
-        std::map<std::string, std::string>{{"MASTER_ADDR", "127.0.0.1"},
-                                           {"MASTER_PORT", std::to_string(port)},
-                                           {"RANK", std::to_string(r)},
-                                           {"WORLD_SIZE", "2"},
-                                           {"BRAID_TRANSPORT", "tcp-poll"},
-                                           {"BRAID_ALGO", GetParam()},
-                                           {"BRAID_SPIN_US", "0"},  // threads share one CPU under valgrind
-                                           {"BRAID_TIMEOUT_S", "120"},
-                                           {"BRAID_RENDEZVOUS_TIMEOUT_S", "120"}}));
-  }
+                       .env = {{"BRAID_TRANSPORT", "tcp-poll"},
+                               {"BRAID_ALGO", GetParam()},
+                               {"BRAID_SPIN_US", "0"},  // threads share one CPU under valgrind
+                               {"BRAID_TIMEOUT_S", "120"},
+                               {"BRAID_RENDEZVOUS_TIMEOUT_S", "120"}}};
+  auto ranks = testing::start_ranks(2, job);
   for (auto& p : ranks) {
     const int rc = p->wait(std::chrono::seconds(240));
     EXPECT_NE(rc, -1) << "hung: " << p->output();

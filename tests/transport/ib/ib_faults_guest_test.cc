@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/rank_job.h"
 #include "tests/support/subprocess.h"
 #include "tests/transport/ib/soft_roce_guest.h"
 #include "transport/ib/hca_spec.h"
@@ -59,28 +60,21 @@ std::vector<std::unique_ptr<Subprocess>> start_ranks(const std::vector<std::stri
                                                      const std::map<std::string, std::string>& extra = {},
                                                      const std::map<std::string, std::string>& rank1 = {},
                                                      const std::vector<std::string>& wrap1 = {}) {
-  const int port = braid::testing::free_port();
-  const int size = static_cast<int>(transports.size());
-  std::vector<std::unique_ptr<Subprocess>> ranks;
-  for (int r = 0; r < size; ++r) {
-    std::map<std::string, std::string> env = {{"MASTER_ADDR", "10.99.0.1"},
-                                              {"MASTER_PORT", std::to_string(port)},
-                                              {"RANK", std::to_string(r)},
-                                              {"WORLD_SIZE", std::to_string(size)},
-                                              {"BRAID_TRANSPORT", transports[r]},
-                                              {"BRAID_IB_HCA", "=rxe" + std::to_string(r % 2)},
-                                              {"BRAID_SOCKET_IFNAME", "veth" + std::to_string(r % 2)},
-                                              {"BRAID_TIMEOUT_S", std::to_string(kTimeoutS)},
-                                              {"BRAID_RENDEZVOUS_TIMEOUT_S", "120"}};
-    for (const auto& [k, v] : extra) env[k] = v;
-    std::vector<std::string> argv{FAULT_RANK};
+  braid::testing::RankJob job{.argv = {FAULT_RANK},
+                              .env = {{"BRAID_TIMEOUT_S", std::to_string(kTimeoutS)},
+                                      {"BRAID_RENDEZVOUS_TIMEOUT_S", "120"}},
+                              .master_addr = "10.99.0.1"};
+  job.per_rank = [&](int r, braid::testing::EnvMap& env, std::vector<std::string>& argv) {
+    env["BRAID_TRANSPORT"] = transports[r];
+    env["BRAID_IB_HCA"] = "=rxe" + std::to_string(r % 2);
+    env["BRAID_SOCKET_IFNAME"] = "veth" + std::to_string(r % 2);
+    for (const auto& [k, v] : extra) env[k] = v;  // a test's `extra` wins over all of the above
     if (r == 1) {
       for (const auto& [k, v] : rank1) env[k] = v;
       argv.insert(argv.begin(), wrap1.begin(), wrap1.end());
     }
-    ranks.push_back(std::make_unique<Subprocess>(argv, env));
-  }
-  return ranks;
+  };
+  return braid::testing::start_ranks(static_cast<int>(transports.size()), job);
 }
 
 bool wait_until_ready(const std::vector<std::unique_ptr<Subprocess>>& ranks) {

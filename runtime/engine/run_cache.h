@@ -1,0 +1,56 @@
+// runtime/engine/run_cache.h - finished runs kept for operations of the same shape.
+//
+// A training loop repeats a few collectives, and building the schedule, the executor and the
+// headers anew is a large part of a small operation's CPU (docs/code_figures.md). So a finished run is kept, keyed by all that fixes its schedule on this
+// communicator, and the next operation of that shape runs it again (OpRun::reuse). Several runs
+// of one shape may be kept: operations of a stream overlap.
+//
+// Not thread-safe: only the thread that runs operations (the one holding the engine) uses it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "collectives/collective.h"
+#include "runtime/engine/op_run.h"
+
+namespace braid {
+
+// What fixes an operation's schedule on one communicator.
+struct RunShape {
+  collectives::Kind kind;
+  size_t count;
+  DType dtype;
+  Op op;
+  int root;
+  collectives::Algo algo;  // the preference (RunOptions::algo), which selection starts from
+  uint8_t buffers;         // send null, recv null, in place: what the schedule depends on
+  int peer;                // send/recv: the other rank; -1 for collectives
+  bool operator==(const RunShape&) const = default;
+};
+
+class RunCache {
+ public:
+  static constexpr size_t kSize = 8;
+  static constexpr size_t kMaxBytes = size_t{1} << 20;  // count x element size
+
+  // The shape of `args` under `algo`, or nothing when its run is not worth keeping. `staged`:
+  // its buffers are pinned copies of GPU memory (built anew each time).
+  static std::optional<RunShape> shape_of(const collectives::CollectiveArgs& args, bool staged, collectives::Algo algo);
+
+  // A kept run of `shape` (the newest), taken out of the cache; null when none is kept.
+  std::unique_ptr<OpRun> take(const RunShape& shape);
+  // Keeps a finished run, dropping the oldest when full.
+  void keep(const RunShape& shape, std::unique_ptr<OpRun> run);
+  // Drops every kept run (the connections they name may be gone).
+  void clear() { runs_.clear(); }
+
+ private:
+  std::vector<std::pair<RunShape, std::unique_ptr<OpRun>>> runs_;  // oldest first
+};
+
+}  // namespace braid

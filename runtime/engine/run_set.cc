@@ -1,0 +1,95 @@
+#include "runtime/engine/run_set.h"
+
+#include "common/log.h"
+
+namespace braid {
+
+RunSet::RunSet(const std::vector<OpRun*>& runs, const std::vector<int>& after, std::vector<bool>& started,
+               const OpLabel& what, const Deadline& deadline, FunctionRef<void()> between, Context ctx)
+    : runs_(runs), after_(after), started_(started), what_(what), deadline_(deadline), between_(between), ctx_(ctx) {
+  started_.assign(runs_.size(), false);
+}
+
+bool RunSet::done() const {
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    if (!started_[i] || !runs_[i]->done()) return false;
+  }
+  return true;
+}
+
+// Starts what may start and lets every started run post what it can.
+Status RunSet::advance() {
+  if (between_) between_();  // may append runs
+  started_.resize(runs_.size(), false);
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    if (!started_[i]) {
+      const int a = after_[i];
+      if (a >= 0 && !(started_[static_cast<size_t>(a)] && runs_[static_cast<size_t>(a)]->done())) continue;
+      started_[i] = true;
+      RETURN_IF_ERROR(runs_[i]->start());
+    } else if (!runs_[i]->done()) {
+      RETURN_IF_ERROR(runs_[i]->progress());
+    }
+  }
+  return Status::ok();
+}
+
+std::string RunSet::waiting_for() const {
+  std::string w;
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    if (started_[i] && !runs_[i]->done()) w += (w.empty() ? "" : ", ") + runs_[i]->waiting_for();
+  }
+  return w;
+}
+
+Status RunSet::timed_out() const {
+  std::string name = runs_.front()->name();
+  for (size_t i = 0; i < runs_.size(); ++i) {
+    if (started_[i] && !runs_[i]->done()) {
+      name = runs_[i]->name();
+      break;
+    }
+  }
+  return timeout_error(what_.str() + " (" + name + me() + ") did not finish within " +
+                       std::to_string(static_cast<int>(ctx_.timeout_s)) + " s (BRAID_TIMEOUT_S); waiting for " +
+                       waiting_for());
+}
+
+Status RunSet::check(Clock::time_point now) {
+  if (ctx_.abort_requested->load(std::memory_order_relaxed)) {
+    return Status(ErrorCode::aborted, what_.str() + me() + ": aborted on this rank");
+  }
+  if (now >= deadline_.at()) return timed_out();
+  if (next_board_check_ == Clock::time_point{}) {
+    next_board_check_ = now + kBoardInterval;
+  } else if (now >= next_board_check_) {
+    if ((*ctx_.adopted = ctx_.board->read())) return Status((*ctx_.adopted)->code, (*ctx_.adopted)->message);
+    next_board_check_ = now + kBoardInterval;
+  }
+  return Status::ok();
+}
+
+Status RunSet::on_completion(const transport::Completion& c, bool* ours) {
+  Status first;
+  for (OpRun* r : runs_) {
+    Status s = r->on_completion(c, ours);
+    if (!s.is_ok() && first.is_ok()) {
+      first = s;
+      // Which peer is gone, for the failure report (our own close() completes as aborted).
+      if (!c.status.is_ok() && c.status.code() != ErrorCode::aborted && c.connection != nullptr &&
+          *ctx_.failed_peer < 0) {
+        *ctx_.failed_peer = c.connection->peer_rank();
+      }
+    }
+    if (*ours) break;
+  }
+  return first;
+}
+
+void RunSet::dropped(const transport::Completion& c) {
+  BRAID_LOG(trace) << what_.str() << me() << ": dropped a completion of another operation (cookie " << c.cookie << ")";
+}
+
+Status RunSet::poll_failed(Status s) { return s.with_context(what_.str() + me() + ": "); }
+
+}  // namespace braid

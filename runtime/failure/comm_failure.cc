@@ -1,0 +1,331 @@
+// CommunicatorImpl's failure handling: what a rank does when an operation fails, when it
+// learns that another rank failed, and when abort() is called (see communicator_impl.h).
+#include <sstream>
+#include <thread>
+
+#include "common/log.h"
+#include "runtime/communicator_impl.h"
+#include "runtime/engine/op_run.h"
+
+namespace braid {
+namespace {
+
+// How long the rank that timed out first waits for the others' progress lines, and how long
+// the others wait for its report. Idle ranks answer within a second (kBoardInterval).
+constexpr auto kReportCollect = std::chrono::seconds(3);
+constexpr auto kReportWait = std::chrono::seconds(6);
+// After closing the connections: how long the transport may take to hand back our operations.
+constexpr auto kDrainBound = std::chrono::seconds(2);
+constexpr auto kAbortBound = std::chrono::seconds(10);
+// How long a rank that could not read a peer's header waits for that peer's precise report.
+constexpr auto kPreciseReportWait = std::chrono::milliseconds(1500);
+
+}  // namespace
+
+const char* to_string(CommState s) noexcept {
+  switch (s) {
+    case CommState::ok: return "ok";
+    case CommState::aborted: return "aborted";
+    case CommState::failed: return "failed";
+  }
+  return "?";
+}
+
+Status CommunicatorImpl::failure() const {
+  std::lock_guard<std::mutex> lock(state_mu_);
+  return failure_;
+}
+
+Status CommunicatorImpl::fail_fast_status(const std::string& what) const {
+  Status f;
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    f = failure_;
+    reason = abort_reason_;
+  }
+  const std::string where = what + " on rank " + std::to_string(cfg_.rank) + " not run: ";
+  if (f.is_ok()) return Status(ErrorCode::aborted, where + "the communicator was aborted on this rank (" + reason + ")");
+  return Status(f.code(), where + "the communicator " + to_string(state()) + " earlier: " + f.message());
+}
+
+void CommunicatorImpl::end(CommState state, Status s) {
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (state_.load() != CommState::ok) return;
+    failure_ = s;
+    state_.store(state, std::memory_order_release);
+  }
+  state_cv_.notify_all();
+  BRAID_LOG(warn) << "communicator " << to_string(state) << ": " << s.message();
+}
+
+// Closing every connection (not only the busy ones) is what tells peers blocked on this rank,
+// at once, that something happened; the board tells them what.
+void CommunicatorImpl::close_connections(const std::vector<OpRun*>& runs) {
+  if (!links_) return;
+  links_->close_all();
+  if (runs.empty()) return;
+  auto outstanding = [&] {
+    size_t n = 0;
+    for (OpRun* r : runs) n += r->outstanding();
+    return n;
+  };
+  auto take = [&](const transport::Completion& c) {
+    for (OpRun* r : runs) {
+      bool ours = false;
+      (void)r->on_completion(c, &ours);
+      if (ours) break;
+    }
+  };
+  links_->drain(outstanding, take, kDrainBound);
+}
+
+std::vector<std::pair<int, uint64_t>> CommunicatorImpl::retransmits() const {
+  return links_ ? links_->retransmits() : std::vector<std::pair<int, uint64_t>>{};
+}
+
+std::string CommunicatorImpl::progress_text(uint64_t seq, const std::string& what, const std::string& waiting) const {
+  std::string s = seq == 0 ? "idle (not inside a braid operation)" : "in " + what;
+  if (!waiting.empty()) s += ", waiting for " + waiting;
+  return s + "; last completed " + (done_seq_ == 0 ? std::string("none") : done_what_.str());
+}
+
+TimeoutReport CommunicatorImpl::timeout_report(uint64_t seq, const std::string& what) {
+  auto all = board_.collect_progress(Deadline::after(kReportCollect));
+  std::ostringstream o;
+  o << "Timeout report for operation #" << seq << " (" << what << ", first timed out on rank " << cfg_.rank << "): ";
+  if (board_.store_unreachable()) {
+    // Every rank would read "no answer" here, which says nothing about them.
+    o << "none: the other ranks' progress could not be read from the store";
+    return {-1, o.str()};
+  }
+  std::string late, silent, lines, links;
+  int culprit = -1, first_late = -1;
+  for (int r = 0; r < cfg_.size; ++r) {
+    const auto& p = all[static_cast<size_t>(r)];
+    lines += "; rank " + std::to_string(r) + ": ";
+    if (!p) {
+      silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+      if (culprit < 0) culprit = r;
+      lines += "no answer (dead, stuck without its progress thread, or cut off from the store)";
+      continue;
+    }
+    if (std::max(p->in_seq, p->done_seq) < seq) {
+      late += (late.empty() ? "" : ", ") + std::to_string(r);
+      if (first_late < 0) first_late = r;
+    }
+    for (const auto& [peer, count] : p->retransmits) {
+      links += (links.empty() ? "" : ", ") + std::to_string(r) + "->" + std::to_string(peer) + " " + std::to_string(count);
+    }
+    lines += p->text;
+  }
+  // A link that loses packets stalls the ranks on either side, and the ranks behind them, with
+  // no rank late or silent: the retransmission counts say which.
+  const LossyLink lossy = find_lossy_link(all);
+  o << "ranks that have not reached operation #" << seq << ": " << (late.empty() ? "none" : late);
+  if (!silent.empty()) o << "; ranks that did not answer: " << silent;
+  if (!links.empty()) {
+    o << "; TCP retransmissions (sender->receiver count): " << links;
+    if (lossy.rank >= 0) o << " - rank " << lossy.rank << " is on every link that lost packets: its link loses packets";
+    if (lossy.rank < 0 && lossy.a >= 0) {
+      o << " - most on the link between rank " << lossy.a << " and rank " << lossy.b
+        << ": one of them has a link that loses packets";
+    }
+  }
+  o << lines;
+  if (!board_.store_problem().empty()) o << "; the store could not be read: " << board_.store_problem();
+  // A rank whose progress line never came may only have been cut off from the store, by the
+  // lossy link of the rank that serves it: silence then says nothing against the silent rank.
+  if (lossy.rank >= 0 && lossy.rank == cfg_.store_rank) return {lossy.rank, o.str()};
+  return {culprit >= 0 ? culprit : lossy.rank >= 0 ? lossy.rank : first_late, o.str()};
+}
+
+// What happened to the store, for messages: which bound expired, or that it is gone.
+std::string CommunicatorImpl::store_trouble() const {
+  const std::string who = cfg_.store_rank >= 0 ? "the store that rank " + std::to_string(cfg_.store_rank) + " serves"
+                                                : "the store";
+  if (board_.store_silent()) {
+    const auto ms = board_.store_timeout().count();
+    std::string s = who + " at " + board_.store_address() + " did not answer within " + std::to_string(ms / 1000) + "." +
+                    std::to_string(ms % 1000 / 100) + " s";
+    if (cfg_.board_bounded) s += ", the bound on failure reports (BRAID_TIMEOUT_S, kept within 5..10 s)";
+    return s;
+  }
+  return who + " at " + board_.store_address() + " dropped the connection (" +
+         (cfg_.store_rank >= 0 ? "rank " + std::to_string(cfg_.store_rank) + " exited or crashed" : "its server is gone") + ")";
+}
+
+// The rank to blame for `s`, which this rank found itself; -1 when it cannot tell. Without a
+// launcher rank 0 serves the store: when that store is silent or gone, rank 0 is stopped, dead
+// or cut off, and what this rank saw itself (often a peer that closed its connections in
+// reaction) is secondary. `why` gets the reason when it is not `s` itself.
+int CommunicatorImpl::own_culprit(const Status& s, std::string* why) const {
+  int culprit = -1;
+  blame_store_server(&culprit, why);
+  if (culprit >= 0) return culprit;
+  if (s.code() == ErrorCode::peer_lost && failed_peer_ >= 0) return failed_peer_;
+  if (s.code() == ErrorCode::aborted) return cfg_.rank;
+  return -1;
+}
+
+// With no culprit known yet: the rank serving a store that stopped answering, if any.
+void CommunicatorImpl::blame_store_server(int* culprit, std::string* why) const {
+  if (*culprit >= 0 || !board_.store_unreachable() || cfg_.store_rank < 0 || cfg_.store_rank == cfg_.rank) return;
+  *culprit = cfg_.store_rank;
+  *why = store_trouble();
+}
+
+// "<what> on rank R failed because of rank C (why): ", or "" when C is unknown or this rank.
+std::string CommunicatorImpl::blame(const std::string& what, int culprit, const std::string& why) const {
+  if (culprit < 0 || culprit == cfg_.rank) return "";
+  return what + " on rank " + std::to_string(cfg_.rank) + " failed because of rank " + std::to_string(culprit) +
+         (why.empty() ? "" : " (" + why + ")") + ": ";
+}
+
+Status CommunicatorImpl::on_failure(Status s, const std::string& what, uint64_t seq, const std::vector<OpRun*>& runs,
+                                    std::optional<Failure> adopted) {
+  const std::string me = "rank " + std::to_string(cfg_.rank);
+  std::string waiting;
+  bool header_unread = false;
+  for (OpRun* r : runs) {
+    if (!r->done()) waiting += (waiting.empty() ? "" : ", ") + r->waiting_for();
+    header_unread = header_unread || r->header_unread();
+  }
+  if (abort_requested_.load()) {
+    std::string reason;
+    {
+      std::lock_guard<std::mutex> lock(state_mu_);
+      reason = abort_reason_;
+    }
+    (void)board_.publish({ErrorCode::aborted, cfg_.rank, me + " aborted the communicator (" + reason + ")", cfg_.rank});
+    close_connections(runs);
+    Status out(ErrorCode::aborted, what + " on " + me + ": aborted on this rank (" + reason + ")");
+    end(CommState::aborted, out);
+    return out;
+  }
+  if (!adopted && header_unread) {
+    const Deadline bound = Deadline::after(kPreciseReportWait);
+    while (!(adopted = board_.read()) && !bound.expired() && !board_.store_unreachable()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  std::string why;
+  if (!adopted) {
+    // Often the consequence of another rank's failure (it closed its connections after
+    // writing the reason): look before claiming it.
+    adopted = board_.read();
+    if (!adopted || adopted->rank == cfg_.rank) {
+      const int culprit = own_culprit(s, &why);
+      adopted = board_.publish({s.code(), cfg_.rank, s.message(), culprit});
+    }
+  }
+  board_.write_progress({seq, done_seq_, retransmits(), progress_text(seq, what, waiting)});
+  Status out;
+  int culprit = adopted->culprit;
+  if (adopted->rank == cfg_.rank) {
+    std::string msg = s.message();
+    if (s.code() == ErrorCode::timeout) {
+      const TimeoutReport report = timeout_report(seq, what);
+      board_.write_report(report);
+      if (culprit < 0) culprit = report.culprit;
+      msg += ". " + report.text;
+      blame_store_server(&culprit, &why);
+    } else if (board_.store_unreachable()) {
+      msg += " (the other ranks could not be told: " + (why.empty() ? store_trouble() : "the store is unreachable") + ")";
+    }
+    out = Status(s.code(), blame(what, culprit, why) + msg);
+  } else {
+    std::string msg = "rank " + std::to_string(adopted->rank) + " reported: " + adopted->message;
+    if (adopted->code == ErrorCode::timeout) {
+      if (auto report = board_.wait_report(Deadline::after(kReportWait))) {
+        msg += ". " + report->text;
+        if (culprit < 0) culprit = report->culprit;
+      } else if (!board_.store_unreachable()) {
+        // The rank that timed out first may be the one cut off (its link lost the report):
+        // this rank reads the others' progress itself.
+        const TimeoutReport own = timeout_report(seq, what);
+        msg += ". No report from rank " + std::to_string(adopted->rank) + "; this rank's: " + own.text;
+        if (culprit < 0) culprit = own.culprit;
+      }
+    }
+    // The report may not have come because the store stopped answering in the meantime.
+    blame_store_server(&culprit, &why);
+    if (s.message() != adopted->message) msg += " (this rank saw: " + s.message() + ")";
+    const std::string lead = blame(what, culprit, why);
+    out = Status(adopted->code, (lead.empty() ? what + " on " + me + " failed: " : lead) + msg);
+  }
+  close_connections(runs);
+  end(CommState::failed, out);
+  return out;
+}
+
+void CommunicatorImpl::idle_check() {
+  if (state() != CommState::ok || cfg_.size == 1) return;
+  auto f = board_.read();
+  if (!f) return;
+  board_.write_progress({0, done_seq_, retransmits(), progress_text(0, "", "")});
+  std::string detail = "rank " + std::to_string(f->rank) + " reported: " + f->message;
+  int culprit = f->culprit;
+  if (f->code == ErrorCode::timeout) {
+    if (auto report = board_.wait_report(Deadline::after(kReportWait))) {
+      detail += ". " + report->text;
+      if (culprit < 0) culprit = report->culprit;
+    }
+  }
+  std::string why;
+  blame_store_server(&culprit, &why);
+  const std::string because = culprit >= 0 && culprit != cfg_.rank ? " because of rank " + std::to_string(culprit) +
+                                                                         (why.empty() ? "" : " (" + why + ")")
+                                                                   : "";
+  close_connections({});
+  end(CommState::failed, Status(f->code, "rank " + std::to_string(cfg_.rank) +
+                                             ": the communicator failed while this rank was idle" + because + ": " +
+                                             detail));
+}
+
+void CommunicatorImpl::handle_abort() {
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    reason = abort_reason_;
+  }
+  const std::string me = "rank " + std::to_string(cfg_.rank);
+  (void)board_.publish({ErrorCode::aborted, cfg_.rank, me + " aborted the communicator (" + reason + ")", cfg_.rank});
+  close_connections({});
+  end(CommState::aborted, Status(ErrorCode::aborted, me + ": the communicator was aborted on this rank (" + reason + ")"));
+}
+
+void CommunicatorImpl::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (!abort_requested_.load()) abort_reason_ = reason;
+    abort_requested_.store(true);
+  }
+  std::deque<Pending> queued;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queued.swap(queue_);
+    for (auto& p : group_ops_) queued.push_back(std::move(p));
+    group_ops_.clear();
+  }
+  for (auto& p : queued) {
+    for (auto& m : p.group) {
+      m.work->in_open_group.store(false);
+      m.work->complete(Status(ErrorCode::aborted, std::string(collectives::to_string(m.args.kind)) + " #" +
+                                                      std::to_string(m.seq) + " on rank " + std::to_string(cfg_.rank) +
+                                                      ": aborted before it ran (" + reason + ")"));
+    }
+    p.work->in_open_group.store(false);
+    p.work->complete(Status(ErrorCode::aborted, std::string(p.group.empty() ? collectives::to_string(p.args.kind) : "group") + " #" +
+                                                    std::to_string(p.seq) + " on rank " + std::to_string(cfg_.rank) +
+                                                    ": aborted before it ran (" + reason + ")"));
+  }
+  cv_.notify_all();
+  wake_transport();
+  // The operation in progress ends within one poll slice; the store write may take a moment.
+  std::unique_lock<std::mutex> lock(state_mu_);
+  state_cv_.wait_for(lock, kAbortBound, [&] { return state_.load() != CommState::ok; });
+}
+
+}  // namespace braid

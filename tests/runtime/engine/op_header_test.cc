@@ -1,0 +1,186 @@
+// Operation headers and settings cards: what one rank sends, the other checks. No processes.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/bootstrap/agreed_settings.h"
+#include "runtime/engine/op_header.h"
+#include "tests/runtime/engine/op_header_fuzz.h"
+
+namespace braid {
+namespace {
+
+using collectives::Algo;
+using collectives::Kind;
+
+OpHeader all_reduce_header(Algo algo) {
+  OpHeader h;
+  h.kind = Kind::all_reduce;
+  h.dtype = DType::f32;
+  h.op = Op::sum;
+  h.comm_id = 42;
+  h.issue_seq = 5;
+  h.match_seq = 5;
+  h.count = 1024;
+  h.segment = 262144;
+  h.ring_depth = 1;
+  h.algo = algo;
+  return h;
+}
+
+TEST(OpHeader, CarriesTheAlgorithm) {
+  unsigned char wire[OpHeader::kBytes];
+  all_reduce_header(Algo::tree).encode(wire);
+  auto back = OpHeader::decode(wire, sizeof wire);
+  ASSERT_TRUE(back.is_ok()) << back.status().message();
+  EXPECT_EQ(back.value().algo, Algo::tree);
+  EXPECT_EQ(wire[4], OpHeader::kVersion);
+  // A header of the version before (no algorithm) is not read as one of this version.
+  wire[4] = 2;
+  EXPECT_EQ(OpHeader::decode(wire, sizeof wire).status().code(), ErrorCode::protocol);
+  // An algorithm this build does not know is a protocol error, not a value cast into the enum.
+  all_reduce_header(Algo::ring).encode(wire);
+  wire[62] = 200;
+  EXPECT_EQ(OpHeader::decode(wire, sizeof wire).status().code(), ErrorCode::protocol);
+}
+
+// The same call, run with two different schedules: the old header matched it (the algorithm
+// was not in it) and the ranks combined data of different schedules.
+TEST(OpHeader, DifferentAlgorithmsAreAMismatchNamingThem) {
+  Status s = check_headers(all_reduce_header(Algo::ring), 0, all_reduce_header(Algo::tree), 1, "10.0.0.2:5000");
+  ASSERT_EQ(s.code(), ErrorCode::mismatch);
+  const std::string& m = s.message();
+  EXPECT_EQ(m.rfind("all_reduce #5 on rank 0: rank 1 (10.0.0.2:5000) runs it as tree, this rank as ring", 0), 0u) << m;
+  EXPECT_NE(m.find("BRAID_ALGO"), std::string::npos) << m;
+  EXPECT_EQ(m.find("count"), std::string::npos) << m;
+  EXPECT_TRUE(check_headers(all_reduce_header(Algo::rd), 0, all_reduce_header(Algo::rd), 1, "x").is_ok());
+}
+
+// A different call is described as one, whatever algorithms the ranks chose for it.
+TEST(OpHeader, ADifferentCallIsNamedBeforeTheAlgorithm) {
+  OpHeader theirs = all_reduce_header(Algo::tree);
+  theirs.count = 999;
+  Status s = check_headers(all_reduce_header(Algo::ring), 0, theirs, 1, "x");
+  ASSERT_EQ(s.code(), ErrorCode::mismatch);
+  EXPECT_NE(s.message().find("count 999"), std::string::npos) << s.message();
+}
+
+// Segments and ring depth are checked like the call (ranks that created the communicator with
+// other settings are stopped before, agreed_settings.h; this is the operation's own guard).
+TEST(OpHeader, DifferentPipelinesNameTheSettings) {
+  OpHeader theirs = all_reduce_header(Algo::ring);
+  theirs.segment = 65536;
+  theirs.ring_depth = 3;
+  Status s = check_headers(all_reduce_header(Algo::ring), 0, theirs, 1, "x");
+  ASSERT_EQ(s.code(), ErrorCode::mismatch);
+  EXPECT_NE(s.message().find("pipelines in segments of 65536 bytes at ring depth 3, this rank in 262144 bytes at depth 1"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("BRAID_CHUNK_BYTES and BRAID_RING_DEPTH"), std::string::npos) << s.message();
+}
+
+// Random bytes and mutated valid headers: every answer a clean error or a header that
+// round-trips, every check ok or a mismatch (the fuzzer's checks abort otherwise).
+TEST(OpHeader, FuzzedBytes) {
+  std::mt19937 rng(17);
+  unsigned char valid[OpHeader::kBytes];
+  all_reduce_header(Algo::ring).encode(valid);
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<uint8_t> bytes;
+    if (i % 2 == 0) {
+      bytes.resize(rng() % 80);
+      for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+      if (bytes.size() >= 8 && i % 4 == 0) {  // past the magic and version, into the fields
+        std::copy(valid, valid + 5, bytes.begin());
+      }
+    } else {
+      bytes.assign(valid, valid + sizeof valid);
+      for (int flips = 1 + static_cast<int>(rng() % 4); flips > 0; --flips) {
+        bytes[5 + rng() % (bytes.size() - 5)] = static_cast<uint8_t>(rng());
+      }
+      if (rng() % 8 == 0) bytes.resize(rng() % 100, 0);
+    }
+    fuzz_op_header(bytes.data(), bytes.size());
+  }
+}
+
+Env with(const std::string& algo, size_t chunk = 0, const std::string& transport = "auto") {
+  Env e;
+  e.algo = algo;
+  e.chunk_bytes = chunk;
+  e.transport = transport;
+  return e;
+}
+
+TEST(AgreedSettings, EqualSettingsAgree) {
+  EXPECT_TRUE(check_settings({settings_card(with("ring")), settings_card(with("ring"))}).is_ok());
+  EXPECT_TRUE(check_settings({settings_card(Env{})}).is_ok());
+  // One wire protocol: tcp over io_uring, over epoll, or whichever works.
+  EXPECT_TRUE(check_settings({settings_card(with("auto", 0, "tcp")), settings_card(with("auto", 0, "tcp-poll")),
+                              settings_card(with("auto", 0, "auto"))})
+                  .is_ok());
+}
+
+TEST(AgreedSettings, ADifferenceNamesTheSettingTheValuesAndTheRanks) {
+  Status s = check_settings({settings_card(with("ring")), settings_card(with("tree")), settings_card(with("ring")),
+                             settings_card(with("ring"))});
+  ASSERT_EQ(s.code(), ErrorCode::mismatch);
+  EXPECT_EQ(s.message(), "BRAID_ALGO differs between ranks: ranks 0, 2, 3 have 'ring', rank 1 has 'tree'; "
+                         "set it the same on every rank (or leave it unset)");
+  s = check_settings({settings_card(with("auto", 0, "inproc")), settings_card(with("auto", 65536, "tcp"))});
+  ASSERT_EQ(s.code(), ErrorCode::mismatch);
+  EXPECT_NE(s.message().find("BRAID_CHUNK_BYTES differs between ranks: rank 0 has '0' (automatic), rank 1 has '65536'"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("BRAID_TRANSPORT differs between ranks: rank 0 has 'inproc', rank 1 has 'tcp'"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(AgreedSettings, TheRingOrderMustAgree) {
+  Env rank_order;
+  rank_order.ring_order = "rank";
+  const Status s = check_settings({settings_card(Env{}), settings_card(rank_order)});
+  ASSERT_EQ(s.code(), ErrorCode::mismatch);
+  EXPECT_NE(s.message().find("BRAID_RING_ORDER differs between ranks: rank 0 has 'host', rank 1 has 'rank'"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(AgreedSettings, LongRankListsAreCut) {
+  std::vector<std::string> cards(40, settings_card(with("ring")));
+  cards[39] = settings_card(with("tree"));
+  Status s = check_settings(cards);
+  EXPECT_NE(s.message().find("ranks 0, 1, 2, 3, 4, 5, 6, 7, ... (39 ranks) have 'ring', rank 39 has 'tree'"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(AgreedSettings, AnUnreadableCardNamesItsRank) {
+  Status s = check_settings({settings_card(Env{}), "hello"});
+  EXPECT_EQ(s.code(), ErrorCode::invalid_argument);
+  EXPECT_NE(s.message().find("rank 1 published settings this build cannot read"), std::string::npos) << s.message();
+}
+
+TEST(AgreedSettings, FuzzedCards) {
+  std::mt19937 rng(23);
+  const std::string valid = settings_card(with("tree", 8192));
+  for (int i = 0; i < 10000; ++i) {
+    std::string card = valid;
+    if (i % 3 == 0) {
+      card.resize(rng() % 200);
+      for (auto& c : card) c = static_cast<char>(rng() % 4 == 0 ? '\t' : rng() % 4 == 0 ? '\n' : rng());
+    } else {
+      for (int flips = 1 + static_cast<int>(rng() % 4); flips > 0; --flips) {
+        card[rng() % card.size()] = "\t\n0a'x"[rng() % 6];
+      }
+      if (rng() % 4 == 0) card.resize(rng() % card.size());
+    }
+    fuzz_settings_card(reinterpret_cast<const uint8_t*>(card.data()), card.size());
+  }
+}
+
+}  // namespace
+}  // namespace braid
