@@ -190,7 +190,7 @@ TEST(PerfCli, BarrierZeroRunsNoBarrierBetweenIterations) {
 // The smallest run that shows it: ring segments of 512 KiB and 1 MiB (each rank's share of a 1 and
 // a 2 MiB all_reduce, under BRAID_CHUNK_BYTES=1M), above TcpConnection::kStripeMinBytes (256 KiB)
 // so that both sockets carry each one, and ~800 operations (2 sizes x 204 iterations x 2
-// columns, each after a barrier) moving between the threads. A few seconds of work; the 120 s
+// columns, each after a barrier) moving between the threads. Little work; the 120 s
 // bound only ends a hang.
 TEST(PerfCli, SeveralSocketsPerPeerFollowTheOperationsAcrossThreads) {
   if (!BRAID_HAVE_LIBURING) GTEST_SKIP() << "built without liburing: the io_uring engine this guards is not here";

@@ -10,6 +10,7 @@
 #include <regex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/support/two_hosts.h"
@@ -67,6 +68,17 @@ std::vector<std::string> with_env(std::vector<std::string> prefix, const std::st
   return prefix;
 }
 
+// braidrun with `args` on both hosts at once, each given the secret in `secret_file`; waits
+// (at most a minute each) for both and returns host 0's result, then host 1's.
+std::pair<RunResult, RunResult> run_both_nodes(const TwoHosts& hosts, const std::vector<std::string>& args,
+                                               const std::string& secret_file) {
+  BraidrunProcess a(args, with_env(hosts.exec_in(0), "BRAID_SECRET_FILE=" + secret_file));
+  BraidrunProcess b(args, with_env(hosts.exec_in(1), "BRAID_SECRET_FILE=" + secret_file));
+  RunResult ra = a.wait(60);
+  RunResult rb = b.wait(60);
+  return {ra, rb};
+}
+
 // braidruns on several nodes cannot invent a shared secret: they use the user's, and hand it on
 // to their ranks unchanged.
 TEST(BraidrunNetns, NodesUseTheUsersSecretAndPassItOn) {
@@ -77,13 +89,7 @@ TEST(BraidrunNetns, NodesUseTheUsersSecretAndPassItOn) {
   std::vector<std::string> args = {"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-endpoint", "10.77.0.1:29501",
                                    "--rdzv-timeout-s", "30", rank_helper_path(), "secret", "store-set@1", "k", "v",
                                    "store-get", "k"};
-  RunResult ra, rb;
-  {
-    BraidrunProcess a(args, with_env(hosts.exec_in(0), "BRAID_SECRET_FILE=" + file));
-    BraidrunProcess b(args, with_env(hosts.exec_in(1), "BRAID_SECRET_FILE=" + file));
-    ra = a.wait(60);
-    rb = b.wait(60);
-  }
+  auto [ra, rb] = run_both_nodes(hosts, args, file);
   EXPECT_EQ(ra.exit_code, 0) << ra.err;
   EXPECT_EQ(rb.exit_code, 0) << rb.err;
   for (const RunResult* r : {&ra, &rb}) {
@@ -131,13 +137,7 @@ TEST(BraidrunNetns, TwoNodesInTwoNamespacesRestart) {
                                    "--rdzv-timeout-s", "30", "--max-restarts", "1", "--rdzv-id", "netns-restart",
                                    rank_helper_path(), "exit@3#0", "5", "sleep#0", "30", "store-set@3#1", "k",
                                    "round-1", "store-get#1", "k"};
-  RunResult ra, rb;
-  {
-    BraidrunProcess a(args, with_env(hosts.exec_in(0), "BRAID_SECRET_FILE=" + file));
-    BraidrunProcess b(args, with_env(hosts.exec_in(1), "BRAID_SECRET_FILE=" + file));
-    ra = a.wait(60);
-    rb = b.wait(60);
-  }
+  auto [ra, rb] = run_both_nodes(hosts, args, file);
   EXPECT_EQ(ra.exit_code, 0) << ra.err;
   EXPECT_EQ(rb.exit_code, 0) << rb.err;
   for (int rank = 0; rank < 4; ++rank) {
