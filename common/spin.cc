@@ -58,11 +58,15 @@ SharedCpuPeer::~SharedCpuPeer() { g_shared_cpu_peers.fetch_sub(1, std::memory_or
 SpinScope::SpinScope() { g_spinners.fetch_add(1, std::memory_order_relaxed); }
 SpinScope::~SpinScope() { g_spinners.fetch_sub(1, std::memory_order_relaxed); }
 
+bool SpinScope::yields() const {
+  return spinning_threads() > usable_cpus() || g_node_oversubscribed.load(std::memory_order_relaxed) ||
+         cpu_sharing_peers() > 0;
+}
+
 void SpinScope::pause() const {
   // A SharedCpuPeer stops spins from starting (spin_allowed); this covers one that appears in
   // the middle of a spin (a handshake answer read while spinning).
-  if (spinning_threads() > usable_cpus() || g_node_oversubscribed.load(std::memory_order_relaxed) ||
-      cpu_sharing_peers() > 0) {
+  if (yields()) {
     g_yields.fetch_add(1, std::memory_order_relaxed);
     sched_yield();
     return;

@@ -36,6 +36,8 @@ class SpinScope {
   // outnumber the CPUs the calling thread may run on (sched_getaffinity, read once per thread),
   // the node is oversubscribed (set_ranks_on_node), or a SharedCpuPeer is held.
   void pause() const;
+  // Whether pause() gives the CPU away now (sched_yield) rather than pausing on it.
+  bool yields() const;
 };
 
 // Whether a transport wait (the engines' spin before they sleep in the kernel) may spin at all.

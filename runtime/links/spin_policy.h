@@ -47,6 +47,7 @@ struct SpinInputs {
   std::optional<int> explicit_us;  // BRAID_SPIN_US when the user set it
   int default_us = 50;             // when the rule keeps spinning
   int local_ranks = 1;             // ranks of the communicator on this host, this one included
+  int watched_ranks = 0;           // of those, the ones reached over a transport that watches (RankCpus::watched)
   // Of those, the ranks whose CPUs intersect this rank's, this one included, and the CPUs of
   // their masks together; sharing_ranks 0: some local rank's mask is unknown.
   int sharing_ranks = 0;
@@ -67,6 +68,9 @@ SpinChoice choose_spin(const SpinInputs& in);
 struct RankCpus {
   std::string host;             // host label
   transport::CpuMask cpus{};    // all zero: unknown
+  // This rank reaches it over a transport that stops spinning while it waits on the same CPU
+  // (Capabilities::watches_peer_cpu): it need not be counted as one that may share CPUs.
+  bool watched = false;
 };
 
 // local_ranks, sharing_ranks and sharing_cpus of `in` for rank `rank` of `all` (pure).
