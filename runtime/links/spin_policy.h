@@ -23,8 +23,13 @@
 //     Every spinner then yields its CPU on each pass (common/spin.h: set_ranks_on_node, which
 //     this rule feeds with the ranks it counted), so a peer stacked on the same CPU runs at once,
 //     and that beats sleeping, which pays a wake-up per step (4 ranks on 2 CPUs);
-//   - ranks share CPUs otherwise: spin 0, sleep at once ("spin 0 us: 2 ranks on this host share
-//     2 CPUs"): there a spinner pauses on its CPU and keeps a peer stacked on it waiting;
+//   - ranks share CPUs, and every other rank of this host is reached over shm: spin the default.
+//     The shm transport's waits see where each peer last polled (Capabilities::watches_peer_cpu)
+//     and stop spinning while a peer is queued on the waiter's own CPU, so a stacked pair costs
+//     a sleep, as spin 0 would, and a pair on two CPUs answers without a wake-up per step;
+//   - ranks share CPUs otherwise (some reached over tcp): spin 0, sleep at once ("spin 0 us: 2
+//     ranks on this host share 2 CPUs"): there a spinner pauses on its CPU and keeps a peer
+//     stacked on it waiting;
 //   - a rank whose mask is unknown (a CPU beyond host_identity's bitmap) falls back to counts:
 //     it shares when it may run on more CPUs than its share of the online ones (online / local
 //     ranks), which is what binding gives.
