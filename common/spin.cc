@@ -55,6 +55,18 @@ void set_ranks_on_node(int ranks) {
 SharedCpuPeer::SharedCpuPeer() { g_shared_cpu_peers.fetch_add(1, std::memory_order_relaxed); }
 SharedCpuPeer::~SharedCpuPeer() { g_shared_cpu_peers.fetch_sub(1, std::memory_order_relaxed); }
 
+bool step_off_cpu(int cpu) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof allowed, &allowed) != 0) return false;
+  if (!CPU_ISSET(cpu, &allowed) || CPU_COUNT(&allowed) < 2) return false;
+  cpu_set_t others = allowed;
+  CPU_CLR(cpu, &others);
+  if (sched_setaffinity(0, sizeof others, &others) != 0) return false;
+  (void)sched_setaffinity(0, sizeof allowed, &allowed);
+  return true;
+}
+
 SpinScope::SpinScope() { g_spinners.fetch_add(1, std::memory_order_relaxed); }
 SpinScope::~SpinScope() { g_spinners.fetch_sub(1, std::memory_order_relaxed); }
 

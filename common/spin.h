@@ -57,6 +57,13 @@ class WaitScope {
   WaitScope& operator=(const WaitScope&) = delete;
 };
 
+// Moves the calling thread off `cpu` to another CPU its affinity mask allows: the mask is narrowed
+// to leave `cpu` out, which makes the kernel migrate the thread at once, and restored right
+// after (the thread stays where it went). For a waiter that knows the thread it waits for is
+// queued behind it on `cpu`. False, doing nothing, when the mask allows `cpu` only (or nothing
+// else), or the kernel refuses.
+bool step_off_cpu(int cpu);
+
 // Ranks on this node (LOCAL_WORLD_SIZE), told by the runtime: above the number of online CPUs
 // every spinner yields. Once a value above the CPU count has been told, it stays so.
 void set_ranks_on_node(int ranks);

@@ -379,15 +379,22 @@ Status ShmTransport::poll(std::vector<Completion>& out, std::chrono::microsecond
       const auto spin = std::chrono::microseconds(spin_allowed() ? env_.spin_us : 0);
       const auto spin_end = start + std::min(timeout, spin);
       if (start < spin_end) {
-        // Ranks free to run on the same CPUs get stacked on one now and then (a woken rank is
-        // often placed where its waker runs). A peer queued behind this spinner cannot answer
-        // until it gives the CPU away, so then it sleeps at once (a yield would hand the CPU to
-        // whatever else is queued there, a computing thread for a whole slice).
-        // Where spinners yield anyway (more ranks than CPUs) the yield hands the CPU to it.
+        // Ranks free to run on the same CPUs get stacked on one now and then (a woken thread is
+        // often placed where its waker runs), and stay so: each wakes the other onto its own
+        // CPU. A peer queued behind this spinner cannot answer until it gives the CPU away. So
+        // the spinner steps off to another CPU it may use (once per wait), and where it may use
+        // this one only, it sleeps at once. Where spinners yield anyway (more ranks than CPUs)
+        // the yield hands the CPU over.
         SpinScope spinning;
+        bool stepped = false;
         while (ready_.empty() && Clock::now() < spin_end) {
           if (!spinning.yields() && peer_on_this_cpu()) {
             ++stacked_stops_;
+            if (!stepped && step_off_cpu(sched_getcpu())) {
+              stepped = true;
+              ++stacked_moves_;
+              continue;
+            }
             break;
           }
           spinning.pause();

@@ -387,8 +387,9 @@ std::vector<int> usable_cpu_list() {
 }
 
 // Ranks free to share CPUs may be stacked on one. A waiter whose peer last polled on its own
-// CPU must not spin (the peer is queued behind it and cannot answer until it sleeps); a waiter
-// whose peer runs elsewhere spins its whole budget. Both ends live here; each polls from a thread
+// CPU must not keep spinning there (the peer is queued behind it and cannot answer): it steps
+// off to another CPU it may use, or, confined to that one, sleeps; a waiter whose peer runs
+// elsewhere spins its whole budget. Both ends live here; each polls from a thread
 // pinned where the case needs it, with a spin budget far above the poll's timeout.
 TEST(ShmWait, AWaiterStopsSpinningWhenItsPeerLastRanOnItsCpu) {
   const std::vector<int> cpus = usable_cpu_list();
@@ -415,11 +416,34 @@ TEST(ShmWait, AWaiterStopsSpinningWhenItsPeerLastRanOnItsCpu) {
   EXPECT_EQ(b->stacked_stops(), 0u) << "a had not polled yet: nothing to see";
   poll_on(a, cpus[0], std::chrono::microseconds(20000));
   EXPECT_EQ(a->stacked_stops(), 1u) << "a spun while its peer was queued on its CPU";
+  EXPECT_EQ(a->stacked_moves(), 0u) << "confined to one CPU, a has nowhere to step to";
   if (cpus.size() < 2) GTEST_SKIP() << "one usable CPU: no peer on another CPU to compare";
   // b moves to another CPU: a spins its whole poll.
   poll_on(b, cpus[1], std::chrono::microseconds(2000));
   poll_on(a, cpus[0], std::chrono::microseconds(20000));
   EXPECT_EQ(a->stacked_stops(), 1u) << "a stopped spinning though its peer last ran on another CPU";
+  // b on the first CPU again; a free to use both but running on the first: it steps off to the
+  // second and spins there, its mask as it was.
+  poll_on(b, cpus[0], std::chrono::microseconds(2000));
+  std::thread th([&] {
+    PinnedTo pin(cpus[0]);
+    ASSERT_TRUE(pin.ok());
+    cpu_set_t two;
+    CPU_ZERO(&two);
+    CPU_SET(cpus[0], &two);
+    CPU_SET(cpus[1], &two);
+    ASSERT_EQ(sched_setaffinity(0, sizeof two, &two), 0);
+    ASSERT_EQ(sched_getcpu(), cpus[0]);
+    ASSERT_TRUE(a->poll(out, std::chrono::microseconds(20000)).is_ok());
+    cpu_set_t now;
+    ASSERT_EQ(sched_getaffinity(0, sizeof now, &now), 0);
+    EXPECT_TRUE(CPU_EQUAL(&now, &two)) << "a's mask was not restored";
+  });
+  th.join();
+  // The scheduler may bring it back within the poll's 20 ms (a busy second CPU): it then stops
+  // spinning, as it steps off once per wait.
+  EXPECT_GE(a->stacked_stops(), 2u);
+  EXPECT_EQ(a->stacked_moves(), 1u) << "a did not step off its peer's CPU";
   EXPECT_TRUE(out.empty());
 }
 
