@@ -40,7 +40,7 @@
 namespace braid::transport::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x314d485344495242;  // "BRIDSHM1"
-inline constexpr uint32_t kSegmentVersion = 1;
+inline constexpr uint32_t kSegmentVersion = 2;
 inline constexpr size_t kRecordAlign = 64;
 inline constexpr size_t kRecordHeaderBytes = 32;
 inline constexpr size_t kHeaderBytes = 4096;
@@ -68,6 +68,7 @@ struct alignas(64) Endpoint {
   uint32_t pid = 0;
   uint64_t probe_addr = 0;   // an 8-byte word in its own memory holding probe_value
   uint64_t probe_value = 0;
+  uint32_t probe_errno = 0;  // why it could not read its peer's word (cma_readable kCmaNo), or 0
 };
 
 struct SegmentHeader {
