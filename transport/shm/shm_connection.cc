@@ -64,7 +64,7 @@ bool ShmConnection::single_copy(const void* data, size_t bytes) {
   if (s_.cma == CmaPolicy::always) return true;
   if (bytes <= ring_ || s_.pages == nullptr) return false;
   if (s_.collapse != nullptr) return s_.collapse->make_huge(data, bytes);
-  return 2 * s_.pages->small_bytes(data, bytes) <= bytes;
+  return worth_single_copy(s_.pages->small_bytes(data, bytes), bytes);
 }
 
 Status ShmConnection::post_send(const void* data, size_t bytes, uint64_t cookie) {

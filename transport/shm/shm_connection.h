@@ -36,9 +36,9 @@ class ShmConnection;
 inline constexpr size_t kCmaMinBytes = 64 * 1024;
 inline constexpr size_t kCmaPieceBytes = size_t{2} << 20;
 
-// Which messages go single-copy. huge_pages: those larger than the ring at least half of whose
-// bytes lie on huge pages, or can be moved onto them (once: page_collapse.h; huge_pages.h says
-// why); below the ring's size the ring holds the whole message, so the send completes without
+// Which messages go single-copy. huge_pages: those larger than the ring enough of whose bytes
+// lie on huge pages, or can be moved onto them (once: page_collapse.h; huge_pages.h says why);
+// below the ring's size the ring holds the whole message, so the send completes without
 // waiting for the reader. always: every message from kCmaMinBytes, whatever its pages.
 enum class CmaPolicy { off, huge_pages, always };
 

@@ -166,14 +166,22 @@ TEST_F(ShmCmaPolicyLink, AutoMovesASmallPageBufferOntoHugePagesOnceThenSendsSing
   EXPECT_TRUE(went_single_copy(r.data() + 100, 8 * kHuge, 3)) << "again, into an odd address";
   EXPECT_EQ(collapse().collapsed(), 9u) << "once per buffer";
 
-  // The program frees the buffer and gets fresh 4 KiB pages at the same address: no second
-  // collapse there, the ring carries it.
-  void* again = ::mmap(r.data(), 10 * kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-  ASSERT_EQ(again, static_cast<void*>(r.data()));
-  std::memset(r.data(), 1, 10 * kHuge);
-  ASSERT_FALSE(q.all_huge(r.data() + kHuge, kHuge));
-  EXPECT_FALSE(went_single_copy(r.data() + 100, 8 * kHuge));
-  EXPECT_EQ(collapse().collapsed(), 9u);
+  // The program frees the buffer and gets fresh 4 KiB pages at the same address, again and
+  // again: collapsed each time up to the cap, then the ring carries it.
+  auto fresh_pages = [&] {
+    void* again = ::mmap(r.data(), 10 * kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    ASSERT_EQ(again, static_cast<void*>(r.data()));
+    std::memset(r.data(), 1, 10 * kHuge);
+    ASSERT_FALSE(q.all_huge(r.data() + kHuge, kHuge));
+  };
+  for (unsigned times = 2; times <= shm::PageCollapse::kMaxCollapses; ++times) {
+    fresh_pages();
+    EXPECT_TRUE(went_single_copy(r.data() + 100, 8 * kHuge)) << "collapse number " << times;
+    EXPECT_EQ(collapse().collapsed(), 9u * times);
+  }
+  fresh_pages();
+  EXPECT_FALSE(went_single_copy(r.data() + 100, 8 * kHuge)) << "past the cap";
+  EXPECT_EQ(collapse().collapsed(), 9u * shm::PageCollapse::kMaxCollapses);
   EXPECT_EQ(collapse().refused(), 0u);
 }
 
@@ -218,7 +226,7 @@ TEST_F(ShmCmaPolicyLink, AutoCarriesExactBytesAroundItsThresholds) {
       {0, kHuge, true},      {1, kHuge + 1, true},      {4095, 3 * kHuge + 7, true},
       {63, 32 * kHuge - 1, true},
   };
-  // All kept until the end: a region mapped where an earlier one was would count as tried.
+  // All kept until the end, so that no two share an address.
   std::vector<std::unique_ptr<Region>> regions;
   for (const Case& c : cases) {
     SCOPED_TRACE("offset " + std::to_string(c.offset) + ", " + std::to_string(c.bytes) + " bytes");
