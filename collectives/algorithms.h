@@ -14,6 +14,11 @@ namespace braid::collectives {
 
 // The segment size used when RunOptions::chunk_bytes is 0.
 inline constexpr size_t kDefaultSegmentBytes = size_t{256} << 10;
+// The same for send and recv, which have no reduction to pipeline against: larger, because a
+// transport that moves a large message in one copy straight between the two buffers (shm's
+// cross-memory attach) pays a hand-off per message; a segment this size makes that small
+// against the copy (docs/shm.md, "64 MiB sendrecv").
+inline constexpr size_t kDefaultP2pSegmentBytes = size_t{4} << 20;
 
 // Whether `algo` implements `kind` (automatic: always).
 bool supports(Kind kind, Algo algo);
