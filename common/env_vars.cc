@@ -67,9 +67,9 @@ constexpr EnvVar kVars[] = {
      "BRAID_DEBUG=INFO says which. Set (50 included), it is used as it is: docs/performance.md."},
     {"BRAID_SHM_CMA", choice, "auto", "0|1|auto", 0, 0,
      "shm: how large messages move where ptrace rules allow reading the peer's memory. auto: in one copy (cross-memory "
-     "attach) when larger than the ring and held in huge pages, the sender moving its buffer's 2 MiB-aligned interior "
+     "attach) when larger than the ring and (mostly) held in huge pages, the sender moving the message's 2 MiB ranges "
      "onto huge pages first (MADV_COLLAPSE, once per buffer), else through the pipelined two-copy ring; 1: in one copy "
-     "from 64 KiB, whatever the pages; 0: always through the ring. process_vm_readv copies 4 KiB pages at about half "
+     "from 64 KiB, whatever the pages; 0: always through the ring. process_vm_readv copies 4 KiB pages well below "
      "memcpy's speed: docs/shm.md."},
     {"BRAID_SHM_RING_BYTES", bytes, "512K", "a multiple of 4 KiB", 64 * kKiB, 1024 * kMiB,
      "shm: bytes of each direction's ring per pair of ranks (each pair takes twice this), a multiple of 4 KiB. Where "

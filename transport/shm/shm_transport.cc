@@ -137,7 +137,7 @@ std::string ShmTransport::describe() const {
         s << "single-copy (cross-memory attach)";
       } else {
         s << "through the pipelined two-copy ring, single-copy (cross-memory attach) when larger than the ring and "
-             "in huge pages (a buffer's 2 MiB-aligned interior moved onto them once, MADV_COLLAPSE)"
+             "in huge pages (the 2 MiB ranges under a message moved onto them, MADV_COLLAPSE)"
           << (pages_.available() ? "" : " (never here: this kernel cannot tell huge pages, PAGEMAP_SCAN)");
       }
       if (cma_peers != n) {

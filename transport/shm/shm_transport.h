@@ -77,7 +77,7 @@ class ShmTransport final : public Transport {
   size_t ring_bytes_;  // BRAID_SHM_RING_BYTES: what connect() asks for
   CmaPolicy cma_;       // BRAID_SHM_CMA
   HugePageQuery pages_;
-  PageCollapse collapse_{pages_};  // BRAID_SHM_CMA=auto: large send buffers onto huge pages, once
+  PageCollapse collapse_{pages_};  // BRAID_SHM_CMA=auto: large send buffers onto huge pages
   bool said_refused_ = false;      // a peer that may not read us was logged
   size_t smallest_ring_ = 0;  // over the connections made (0: none yet)
   HandshakeQueue handshakes_;

@@ -1,6 +1,6 @@
 // BRAID_SHM_CMA=auto: a message goes single-copy (cross-memory attach) only when it is larger than
-// the ring and its buffer lies in huge pages, or its 2 MiB-aligned interior holds most of it and
-// can be moved onto huge pages, once (transport/shm/huge_pages.h and page_collapse.h say why).
+// the ring and lies mostly in huge pages, once the sender moved the 2 MiB ranges it touches onto
+// them (transport/shm/huge_pages.h and page_collapse.h say why).
 // Both ends in this process, so the peer may always read our memory; buffers are mapped here with
 // MADV_HUGEPAGE, MADV_NOHUGEPAGE or no advice, so which pages they sit on is known.
 #include <gtest/gtest.h>
