@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -91,10 +92,11 @@ TEST(ShmCmaPolicy, EnvSaysAutoByDefault) {
 
 class ShmCmaPolicyLink : public ::testing::Test {
  protected:
-  void join(bool automatic) {
+  void join(bool automatic, int spin_us = 50) {
     TransportOptions o;
     o.secret = auth::JobSecret::from_text("shm transport test secret 0123456789", "test").value();
     o.env.shm_ring_bytes = kRing;
+    o.env.spin_us = spin_us;
     o.env.shm_cma = false;
     o.env.shm_cma_auto = automatic;
     ASSERT_TRUE(make_link("shm", o, o, link_).is_ok());
@@ -290,6 +292,30 @@ TEST_F(ShmCmaPolicyLink, AutoReadsALargeMessageInPiecesAndFailsATooSmallReceiveA
   EXPECT_TRUE(link_.done_b[0].status.is_ok());
   ASSERT_TRUE(link_.done_a[1].status.is_ok()) << link_.done_a[1].status.message();
   EXPECT_EQ(std::memcmp(next.data(), r.data(), next.size()), 0);
+}
+
+// A waiter that may not spin (ranks sharing CPUs: BRAID_SPIN_US 0) must not go to sleep with a
+// single-copy message half read: nobody would wake it, the sender waits for the read.
+TEST_F(ShmCmaPolicyLink, AWaiterThatMayNotSpinDoesNotSleepHalfwayThroughAMessage) {
+  shm::HugePageQuery q;
+  Region r(9 * kHuge, Pages::unadvised);
+  REQUIRE_SMALL(q, r, 9 * kHuge);
+  join(true, /*spin_us=*/0);
+  std::vector<unsigned char> in(8 * kHuge);
+  ASSERT_TRUE(link_.ca->post_recv(in.data(), in.size(), 1).is_ok());
+  ASSERT_TRUE(link_.cb->post_send(r.data(), in.size(), 2).is_ok());
+  if (collapse().refused() != 0) GTEST_SKIP() << "the kernel found no free huge pages (memory fragmented?)";
+  ASSERT_EQ(sender_->cma_sent(), 1u);
+  // Only the receiver polls, each time allowing 10 s of sleep; the message is 8 pieces.
+  const auto start = std::chrono::steady_clock::now();
+  for (int polls = 0; link_.done_a.empty() && polls < 20; ++polls) {
+    ASSERT_TRUE(link_.a->poll(link_.done_a, std::chrono::seconds(10)).is_ok());
+  }
+  ASSERT_EQ(link_.done_a.size(), 1u);
+  EXPECT_TRUE(link_.done_a[0].status.is_ok()) << link_.done_a[0].status.message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "it slept mid-message";
+  EXPECT_EQ(std::memcmp(in.data(), r.data(), in.size()), 0);
+  ASSERT_TRUE(link_.drive([&] { return link_.done_b.size() == 1; }));
 }
 
 TEST_F(ShmCmaPolicyLink, OffNeverTakesSingleCopy) {
