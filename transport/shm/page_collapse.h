@@ -1,9 +1,9 @@
-// transport/shm/page_collapse.h - puts a large send buffer of this process on huge pages, once.
+// transport/shm/page_collapse.h - moves the pages under a large send of this process onto huge pages.
 //
 // Why: the receiver of a single-copy message reads it with process_vm_readv, which pins the
-// sender's pages one page-table entry at a time. Over 4 KiB pages that per-page work makes the
-// copy about half as fast as memcpy; over 2 MiB pages it runs at memcpy's speed, because the
-// destination side is an ordinary copy into the reader's own memory (bench/shm_cma_bench.c,
+// sender's pages one page-table entry at a time. Over 4 KiB pages that per-page work leaves the
+// copy well behind memcpy; over 2 MiB pages it runs at memcpy's speed, because the
+// destination side is an ordinary copy into the reader's own memory (bench/shm_copy_paths.c,
 // docs/shm.md). Ordinary malloc'd buffers sit on 4 KiB pages unless the program asked for huge
 // ones, so the sender asks the kernel to rebuild the 2 MiB ranges under the message on huge
 // pages (madvise MADV_COLLAPSE, Linux 6.1+): the bytes stay where they are, at the same
