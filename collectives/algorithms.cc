@@ -61,7 +61,8 @@ Plan make_plan(const CollectiveArgs& args, int rank, int size, size_t segment_by
   p.counts = args.counts;
   p.send_counts = args.send_counts;
   p.recv_counts = args.recv_counts;
-  p.segment_bytes = segment_bytes != 0 ? segment_bytes : kDefaultSegmentBytes;
+  const bool p2p = args.kind == Kind::send || args.kind == Kind::recv;
+  p.segment_bytes = segment_bytes != 0 ? segment_bytes : p2p ? p2p_segment_bytes(args.count * p.elem_size) : kDefaultSegmentBytes;
   p.ring_depth = std::max<size_t>(1, ring_depth);
   p.average = args.op == Op::avg;
   // An identity order changes nothing; dropping it keeps the plain path.

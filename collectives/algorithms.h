@@ -14,6 +14,16 @@ namespace braid::collectives {
 
 // The segment size used when RunOptions::chunk_bytes is 0.
 inline constexpr size_t kDefaultSegmentBytes = size_t{256} << 10;
+// The same for send and recv of `bytes`, which have no reduction to pipeline against: the
+// message in at most kP2pSegments segments (the executor's window for send/recv, so it is all
+// posted at once), none smaller than kDefaultSegmentBytes. A transport that moves a large
+// message in one copy straight between the two buffers (shm's cross-memory attach) pays a
+// hand-off per message, which 256 KiB segments do not amortise (docs/shm.md, "64 MiB sendrecv").
+inline constexpr size_t kP2pSegments = 8;
+inline size_t p2p_segment_bytes(size_t bytes) {
+  const size_t per = (bytes + kP2pSegments - 1) / kP2pSegments;
+  return per < kDefaultSegmentBytes ? kDefaultSegmentBytes : per;
+}
 
 // Whether `algo` implements `kind` (automatic: always).
 bool supports(Kind kind, Algo algo);

@@ -63,13 +63,16 @@ constexpr EnvVar kVars[] = {
      "1: a blocking call with nothing else queued runs on the calling thread instead of waking the progress thread."},
     {"BRAID_SPIN_US", integer, "", "", 0, 100000,
      "Microseconds a waiter spins before sleeping. Unset: 50, except 0 (sleep at once) in a communicator where "
-     "another rank of this host may run on one of this rank's CPUs (affinity masks meet: ranks not bound apart); "
-     "BRAID_DEBUG=INFO says which. Set (50 included), it is used as it is: docs/performance.md."},
+     "another rank of this host may run on one of this rank's CPUs (affinity masks meet: ranks not bound apart) "
+     "and some rank of this host is reached over tcp; over shm the wait itself sees a peer queued on the waiter's "
+     "CPU and steps off it (docs/shm.md, Waiting). BRAID_DEBUG=INFO says which. Set (50 included), it is used as "
+     "it is: docs/performance.md."},
     {"BRAID_SHM_CMA", choice, "auto", "0|1|auto", 0, 0,
      "shm: how large messages move where ptrace rules allow reading the peer's memory. auto: in one copy (cross-memory "
-     "attach) when larger than the ring and held in huge pages, else through the pipelined two-copy ring; 1: in one "
-     "copy from 64 KiB; 0: always through the ring. process_vm_readv copies 4 KiB pages far slower than memcpy: "
-     "docs/shm.md."},
+     "attach) when larger than the ring and (mostly) held in huge pages, the sender moving the message's 2 MiB ranges "
+     "onto huge pages first (MADV_COLLAPSE, once per buffer), else through the pipelined two-copy ring; 1: in one copy "
+     "from 64 KiB, whatever the pages; 0: always through the ring. process_vm_readv copies 4 KiB pages well below "
+     "memcpy's speed: docs/shm.md."},
     {"BRAID_SHM_RING_BYTES", bytes, "512K", "a multiple of 4 KiB", 64 * kKiB, 1024 * kMiB,
      "shm: bytes of each direction's ring per pair of ranks (each pair takes twice this), a multiple of 4 KiB. Where "
      "the memory cannot be reserved the ring is halved down to 64 KiB, with a warning. 0 means the default."},

@@ -335,5 +335,31 @@ TEST(Schedules, BarrierAndPointToPoint) {
   }
 }
 
+// send/recv with the automatic segment size: the message in at most 8 segments (the window),
+// none under 256 KiB; both ends cut alike; a set BRAID_CHUNK_BYTES wins.
+TEST(Schedules, PointToPointCutsLargeMessagesIntoAtMostEightSegments) {
+  auto steps = [](Kind kind, size_t bytes, size_t segment) {
+    CollectiveArgs a;
+    a.kind = kind;
+    a.peer = kind == Kind::send ? 1 : 0;
+    a.dtype = DType::u8;
+    a.count = bytes;
+    const Plan p = make_plan(a, kind == Kind::send ? 0 : 1, 2, segment);
+    auto s = build_schedule(a, Algo::automatic, p);
+    EXPECT_TRUE(s.is_ok());
+    return s.is_ok() ? s.value().steps.size() : size_t{0};
+  };
+  const size_t kib = 1024, mib = kib * kib;
+  for (Kind kind : {Kind::send, Kind::recv}) {
+    EXPECT_EQ(steps(kind, 1 * mib, 0), 4u) << "256 KiB segments";
+    EXPECT_EQ(steps(kind, 2 * mib, 0), 8u);
+    EXPECT_EQ(steps(kind, 64 * mib, 0), 8u) << "8 MiB segments";
+    EXPECT_EQ(steps(kind, 64 * mib + 1, 0), 8u);
+    EXPECT_EQ(steps(kind, 64 * mib, 256 * kib), 256u) << "BRAID_CHUNK_BYTES set";
+  }
+  EXPECT_EQ(p2p_segment_bytes(64 * mib), 8 * mib);
+  EXPECT_EQ(p2p_segment_bytes(1), kDefaultSegmentBytes);
+}
+
 }  // namespace
 }  // namespace braid::collectives

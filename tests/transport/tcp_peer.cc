@@ -6,7 +6,9 @@
 //   LOST <code> <message> | ERROR <message>
 // deny_io_uring=1 installs a seccomp filter first that makes io_uring_setup fail with ENOSYS,
 // as container runtimes' default profiles do, so the fallback path runs for real;
-// deny_epoll_pwait2=1 does the same to epoll_pwait2, as kernels before 5.11 and valgrind do.
+// deny_epoll_pwait2=1 does the same to epoll_pwait2, as kernels before 5.11 and valgrind do;
+// deny_cma=1 makes process_vm_readv fail with EPERM, as ptrace rules (Yama, a container's
+// profile) would, so the shm transport's probe of its peer's memory is refused for real.
 // The job's secret comes from BRAID_SECRET / BRAID_SECRET_FILE, as a rank's does. cpu=N pins the
 // process to CPU N first, as `taskset -c N` would. After the echo and pingpong scripts it says
 // how many of its peers share its only CPU (common/spin.h), while the connection still lives.
@@ -24,6 +26,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/job_secret.h"
@@ -42,10 +45,10 @@ void say(const std::string& line) {
   std::fflush(stdout);
 }
 
-// Makes the system calls in `calls` fail with ENOSYS for this process and its threads, as a
-// container runtime's seccomp profile (io_uring_setup) or an old kernel or valgrind
-// (epoll_pwait2) would.
-bool deny_syscalls(const std::vector<uint32_t>& calls) {
+// Makes the system calls in `calls` fail with its errno for this process and its threads, as a
+// container runtime's seccomp profile (io_uring_setup, process_vm_readv) or an old kernel or
+// valgrind (epoll_pwait2) would.
+bool deny_syscalls(const std::vector<std::pair<uint32_t, int>>& calls) {
 #if defined(__x86_64__)
   constexpr uint32_t kArch = AUDIT_ARCH_X86_64;
 #elif defined(__aarch64__)
@@ -59,9 +62,9 @@ bool deny_syscalls(const std::vector<uint32_t>& calls) {
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
   };
-  for (uint32_t nr : calls) {
+  for (const auto& [nr, err] : calls) {
     filter.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, nr, 0, 1));
-    filter.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS));
+    filter.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | static_cast<uint32_t>(err)));
   }
   filter.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
   sock_fprog prog{static_cast<unsigned short>(filter.size()), filter.data()};
@@ -192,9 +195,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::vector<uint32_t> denied;
-  if (a.get("deny_io_uring") == "1") denied.push_back(__NR_io_uring_setup);
-  if (a.get("deny_epoll_pwait2") == "1") denied.push_back(__NR_epoll_pwait2);
+  std::vector<std::pair<uint32_t, int>> denied;
+  if (a.get("deny_io_uring") == "1") denied.emplace_back(__NR_io_uring_setup, ENOSYS);
+  if (a.get("deny_epoll_pwait2") == "1") denied.emplace_back(__NR_epoll_pwait2, ENOSYS);
+  if (a.get("deny_cma") == "1") denied.emplace_back(__NR_process_vm_readv, EPERM);
   if (!denied.empty() && !deny_syscalls(denied)) {
     say("ERROR cannot install the seccomp filter");
     return 2;

@@ -7,7 +7,8 @@
 //
 // The answer comes from the kernel's page tables through the PAGEMAP_SCAN ioctl on
 // /proc/self/pagemap (Linux 6.7 and later): one call over the range, stopping at the first page
-// that is not huge. Where the kernel lacks it, or a page is not present, the answer is "no".
+// that is not huge (or, for small_bytes, returning the runs of pages that are not). Where the
+// kernel lacks it, or a page is not present, the answer is "no".
 #pragma once
 
 #include <cstddef>
@@ -23,6 +24,9 @@ class HugePageQuery {
   HugePageQuery();
   // True when every page of [data, data + bytes) is mapped by a huge page (bytes > 0).
   bool all_huge(const void* data, size_t bytes) const;
+  // How many bytes of [data, data + bytes) are not on huge pages (all of them where the kernel
+  // cannot tell; an upper bound where the small pages come in very many runs).
+  size_t small_bytes(const void* data, size_t bytes) const;
   // Whether the kernel answers at all (it knows PAGEMAP_SCAN): an empty query.
   bool available() const;
 

@@ -1,5 +1,6 @@
 #include "transport/shm/shm_connection.h"
 
+#include <poll.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -54,10 +55,16 @@ bool ShmConnection::peer_reads_us() const {
   return header_->ends[1 - s_.self_end].cma_readable.load(std::memory_order_acquire) == kCmaYes;
 }
 
-bool ShmConnection::single_copy(const void* data, size_t bytes) const {
+int ShmConnection::peer_probe_errno() const {
+  return static_cast<int>(header_->ends[1 - s_.self_end].probe_errno);
+}
+
+bool ShmConnection::single_copy(const void* data, size_t bytes) {
   if (s_.cma == CmaPolicy::off || bytes < kCmaMinBytes || !peer_reads_us()) return false;
   if (s_.cma == CmaPolicy::always) return true;
-  return bytes > ring_ && s_.pages != nullptr && s_.pages->all_huge(data, bytes);
+  if (bytes <= ring_ || s_.pages == nullptr) return false;
+  if (s_.collapse != nullptr) return s_.collapse->make_huge(data, bytes);
+  return worth_single_copy(s_.pages->small_bytes(data, bytes), bytes);
 }
 
 Status ShmConnection::post_send(const void* data, size_t bytes, uint64_t cookie) {
@@ -193,6 +200,12 @@ bool ShmConnection::read_records() {
     }
   };
   for (;;) {
+    if (in_record_ && cur_.kind == RecordKind::cma && !recv_done_) {
+      changed = true;
+      if (!read_cma_piece()) break;  // more to read: the other peers' turn first
+      if (!broken_.is_ok()) return true;
+      continue;  // its padding is read below
+    }
     uint64_t avail = tail - head_;
     // A receive whose payload is all read (a 0-byte message) completes without more bytes.
     const bool payload_read = in_record_ && cur_.kind == RecordKind::inline_data &&
@@ -221,35 +234,8 @@ bool ShmConnection::read_records() {
       recv_done_ = false;
       ++recv_seq_;
       changed = true;
-      if (cur_.kind == RecordKind::cma) {
-        const Recv r = recvs_.front();
-        recvs_.pop_front();
-        recv_done_ = true;
-        Status st;
-        if (cur_.len > r.capacity) {
-          st = protocol_error("shm receive from " + who() + ": a message of " + std::to_string(cur_.len) +
-                              " bytes arrived for a buffer of " + std::to_string(r.capacity) +
-                              " (the two ranks disagree on a size)");
-        } else {
-          uint64_t done = 0;
-          while (done < cur_.len) {
-            iovec local{r.data + done, cur_.len - done};
-            iovec remote{reinterpret_cast<void*>(cur_.addr + done), cur_.len - done};
-            ssize_t n = ::process_vm_readv(s_.peer_pid, &local, 1, &remote, 1, 0);
-            if (n > 0) {
-              done += static_cast<uint64_t>(n);
-              continue;
-            }
-            if (n < 0 && errno == EINTR) continue;
-            st = n < 0 && errno == ESRCH ? lost_status("shm receive")
-                                         : system_error("shm receive from " + who() + ": process_vm_readv", n < 0 ? errno : EIO);
-            break;
-          }
-        }
-        in_ctl_->cma_done.fetch_add(1, std::memory_order_release);
-        complete(false, r.cookie, st.is_ok() ? cur_.len : 0, std::move(st));
-      }
-      continue;
+      cma_copied_ = 0;
+      continue;  // a cma record is read at the top of the loop
     }
     const uint64_t total = cur_.kind == RecordKind::cma ? kRecordAlign : record_bytes(cur_.len);
     const uint64_t payload_end = cur_.kind == RecordKind::cma ? kRecordHeaderBytes : kRecordHeaderBytes + cur_.len;
@@ -284,6 +270,62 @@ bool ShmConnection::read_records() {
   }
   publish();
   return changed;
+}
+
+// Reads the next piece of the cma record being read; true once the message is done (its
+// receive completed, successfully or not). The peer's send completes when it sees cma_done.
+bool ShmConnection::read_cma_piece() {
+  const Recv& r = recvs_.front();
+  Status st;
+  if (cur_.len > r.capacity) {
+    st = protocol_error("shm receive from " + who() + ": a message of " + std::to_string(cur_.len) +
+                        " bytes arrived for a buffer of " + std::to_string(r.capacity) +
+                        " (the two ranks disagree on a size)");
+  } else {
+    const uint64_t end = std::min<uint64_t>(cur_.len, cma_copied_ + kCmaPieceBytes);
+    while (cma_copied_ < end) {
+      iovec local{r.data + cma_copied_, end - cma_copied_};
+      iovec remote{reinterpret_cast<void*>(cur_.addr + cma_copied_), end - cma_copied_};
+      const ssize_t n = ::process_vm_readv(s_.peer_pid, &local, 1, &remote, 1, 0);
+      if (n > 0) {
+        cma_copied_ += static_cast<uint64_t>(n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        st = cma_read_error(n < 0 ? errno : EIO);
+        break;
+      }
+    }
+    if (st.is_ok() && cma_copied_ < cur_.len) return false;
+  }
+  recv_done_ = true;
+  if (!st.is_ok() && peer_gone_) {
+    fail_all(st);  // nothing more comes from a dead peer: this receive and all that wait fail
+    return true;
+  }
+  const uint64_t cookie = r.cookie;
+  recvs_.pop_front();
+  in_ctl_->cma_done.fetch_add(1, std::memory_order_release);
+  complete(false, cookie, st.is_ok() ? cur_.len : 0, std::move(st));
+  return true;
+}
+
+// Why a process_vm_readv of the peer's buffer failed: the peer died (its memory is gone with
+// it), or something else, named with the call and errno.
+Status ShmConnection::cma_read_error(int err) {
+  bool exited = err == ESRCH;
+  if (!exited && pidfd_.get() >= 0) {
+    pollfd p{pidfd_.get(), POLLIN, 0};
+    exited = ::poll(&p, 1, 0) == 1;
+  }
+  if (exited) {
+    peer_gone_ = true;
+    return lost_status("shm receive");
+  }
+  return system_error("shm receive on rank " + std::to_string(s_.self_rank) + " of a " + std::to_string(cur_.len) +
+                          "-byte message from " + who() + " (single copy, process_vm_readv at byte " +
+                          std::to_string(cma_copied_) + ")",
+                      err);
 }
 
 bool ShmConnection::progress() {

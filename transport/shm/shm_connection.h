@@ -7,7 +7,8 @@
 // and through the ring otherwise. Inline sends complete once their last byte is in the ring;
 // cma sends once the peer counted them read; completions keep the order of posting.
 // Receives take records in order; a record larger than the posted buffer is consumed and the
-// receive fails with ErrorCode::protocol.
+// receive fails with ErrorCode::protocol. A cma record is read in pieces of kCmaPieceBytes, one
+// per progress() call, so that one large message does not hold up the transport's other peers.
 //
 // Liveness: the peer's pidfd (or, where pidfds are missing, the unix socket of the setup, which
 // the kernel closes when the peer exits). A peer that died or closed fails every outstanding
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "transport/shm/huge_pages.h"
+#include "transport/shm/page_collapse.h"
 #include "transport/shm/shm_layout.h"
 #include "transport/shm/shm_setup.h"
 #include "transport/transport.h"
@@ -32,10 +34,12 @@ namespace braid::transport::shm {
 class ShmConnection;
 
 inline constexpr size_t kCmaMinBytes = 64 * 1024;
+inline constexpr size_t kCmaPieceBytes = size_t{2} << 20;
 
-// Which messages go single-copy. huge_pages: those larger than the ring whose every page is a
-// huge page (huge_pages.h says why); below the ring's size the ring holds the whole message,
-// so the send completes without waiting for the reader.
+// Which messages go single-copy. huge_pages: those larger than the ring enough of whose bytes
+// lie on huge pages, or can be moved onto them (once: page_collapse.h; huge_pages.h says why);
+// below the ring's size the ring holds the whole message, so the send completes without
+// waiting for the reader. always: every message from kCmaMinBytes, whatever its pages.
 enum class CmaPolicy { off, huge_pages, always };
 
 struct ShmConnectionSetup {
@@ -50,6 +54,7 @@ struct ShmConnectionSetup {
   std::function<void(ShmConnection*)> forget;  // the transport's, called on destruction
   CmaPolicy cma = CmaPolicy::off;
   const HugePageQuery* pages = nullptr;  // the transport's; needed for CmaPolicy::huge_pages
+  PageCollapse* collapse = nullptr;      // the transport's; null: buffers are never collapsed
 };
 
 class ShmConnection final : public Connection {
@@ -75,8 +80,11 @@ class ShmConnection final : public Connection {
   bool progress();
   // Whether the peer may read our memory (so large sends go single-copy), as it found at setup.
   bool peer_reads_us() const;
-  // Whether a send of `bytes` from `data` goes single-copy (cross-memory attach).
-  bool single_copy(const void* data, size_t bytes) const;
+  // Why the peer could not read our memory at setup (an errno of process_vm_readv), or 0.
+  int peer_probe_errno() const;
+  // Whether a send of `bytes` from `data` goes single-copy (cross-memory attach); may collapse
+  // the buffer onto huge pages first (CmaPolicy::huge_pages, page_collapse.h).
+  bool single_copy(const void* data, size_t bytes);
   // Messages sent single-copy so far (tests read it).
   uint64_t cma_sent() const { return cma_sent_; }
   // The descriptor that becomes readable when the peer exits (pidfd or socket).
@@ -92,11 +100,16 @@ class ShmConnection final : public Connection {
     return header_->ends[1 - s_.self_end].on_cpu.load(std::memory_order_relaxed) == cpu_plus_one;
   }
   bool idle() const { return sends_.empty() && acks_.empty() && recvs_.empty(); }
+  // A single-copy message is partly read: the next progress() reads on, so do not sleep.
+  bool mid_message() const {
+    return !closed_ && in_record_ && cur_.kind == RecordKind::cma && !recv_done_ && broken_.is_ok();
+  }
   // The transport goes first (a misuse transport.h forbids): no call back into it.
   void detach() {
     s_.forget = nullptr;
     s_.completions = nullptr;
     s_.pages = nullptr;
+    s_.collapse = nullptr;
   }
 
  private:
@@ -116,6 +129,8 @@ class ShmConnection final : public Connection {
 
   bool write_sends();
   bool read_records();
+  bool read_cma_piece();
+  Status cma_read_error(int err);
   bool collect_acks();
   void copy_in(uint64_t pos, const void* src, size_t n);
   void copy_out(uint64_t pos, void* dst, size_t n) const;
@@ -146,6 +161,7 @@ class ShmConnection final : public Connection {
   bool recv_done_ = false;  // its receive already completed (only padding is left)
   RecordHeader cur_{};
   uint64_t cur_read_ = 0;
+  uint64_t cma_copied_ = 0;  // a cma record: bytes of its message read so far
   bool closed_ = false;
   bool peer_gone_ = false;
   Status broken_;  // set once the connection failed; later posts fail with it

@@ -68,8 +68,9 @@ struct alignas(64) Endpoint {
   uint32_t pid = 0;
   uint64_t probe_addr = 0;   // an 8-byte word in its own memory holding probe_value
   uint64_t probe_value = 0;
-  // The CPU its owner last polled on, plus one (0: not yet). A waiter whose peer last ran on
-  // its own CPU yields rather than pauses: the peer is then queued behind it (ShmTransport::poll).
+  uint32_t probe_errno = 0;  // why it could not read its peer's word (cma_readable kCmaNo), or 0
+  // The CPU its owner last polled on, plus one (0: not yet). A spinner whose peer last ran on
+  // its own CPU steps off it: the peer is then queued behind it (ShmTransport::poll).
   std::atomic<uint32_t> on_cpu{0};
 };
 

@@ -52,15 +52,18 @@ void publish_probe(Endpoint& e, bool allow) {
 
 // Whether this process can read the peer's memory (ptrace rules: same user and, with Yama's
 // ptrace_scope >= 1, a ptracer relation or CAP_SYS_PTRACE); told through the segment.
+// Why not goes to self.probe_errno (0 where single copy is off at either end).
 void probe_peer(Endpoint& self, const Endpoint& peer, pid_t peer_pid, bool allow) {
   uint32_t result = kCmaNo;
   if (allow && peer.probe_addr != 0) {
     uint64_t got = 0;
     iovec local{&got, sizeof got};
     iovec remote{reinterpret_cast<void*>(peer.probe_addr), sizeof got};
-    if (::process_vm_readv(peer_pid, &local, 1, &remote, 1, 0) == static_cast<ssize_t>(sizeof got) &&
-        got == peer.probe_value) {
+    const ssize_t n = ::process_vm_readv(peer_pid, &local, 1, &remote, 1, 0);
+    if (n == static_cast<ssize_t>(sizeof got) && got == peer.probe_value) {
       result = kCmaYes;
+    } else {
+      self.probe_errno = static_cast<uint32_t>(n < 0 ? errno : EIO);
     }
   }
   self.cma_readable.store(result, std::memory_order_release);
@@ -110,6 +113,16 @@ Capabilities ShmTransport::capabilities() const {
 
 bool ShmTransport::is_host_local(const std::string& address) const { return address.rfind(kAddressPrefix, 0) == 0; }
 
+// ": process_vm_readv: <why>" from the first peer that could not read us, or "".
+std::string ShmTransport::refused_reason() const {
+  for (const ShmConnection* c : connections_) {
+    if (!c->peer_reads_us() && c->peer_probe_errno() != 0) {
+      return std::string("; process_vm_readv: ") + std::strerror(c->peer_probe_errno());
+    }
+  }
+  return {};
+}
+
 std::string ShmTransport::describe() const {
   std::ostringstream s;
   auto parsed = ShmAddress::parse(address_);
@@ -126,13 +139,14 @@ std::string ShmTransport::describe() const {
         s << "single-copy (cross-memory attach)";
       } else {
         s << "through the pipelined two-copy ring, single-copy (cross-memory attach) when larger than the ring and "
-             "in huge pages"
+             "in huge pages (the 2 MiB ranges under a message moved onto them, MADV_COLLAPSE)"
           << (pages_.available() ? "" : " (never here: this kernel cannot tell huge pages, PAGEMAP_SCAN)");
       }
       if (cma_peers != n) {
         s << "; single copy to " << cma_peers << " of " << n
           << " peers only, through the two-copy ring to the rest (ptrace rules forbid reading their memory: "
-             "kernel.yama.ptrace_scope, or different users)";
+             "kernel.yama.ptrace_scope, a seccomp profile, or different users"
+          << refused_reason() << ")";
       }
     }
   }
@@ -152,11 +166,19 @@ std::unique_ptr<Connection> ShmTransport::make_connection(ShmConnectionSetup set
   setup.completions = &ready_;
   setup.cma = cma_;
   setup.pages = &pages_;
+  setup.collapse = cma_ == CmaPolicy::huge_pages ? &collapse_ : nullptr;
   setup.forget = [this](ShmConnection* c) { forget(c); };
   const size_t ring = static_cast<const SegmentHeader*>(setup.segment.base())->ring_bytes;
   smallest_ring_ = smallest_ring_ == 0 ? ring : std::min(smallest_ring_, ring);
   auto c = std::make_unique<ShmConnection>(std::move(setup));
   connections_.push_back(c.get());
+  if (cma_ != CmaPolicy::off && !c->peer_reads_us() && c->peer_probe_errno() != 0 && !said_refused_) {
+    said_refused_ = true;
+    BRAID_LOG(info) << "shm: rank " << c->peer_rank() << " cannot read this rank's memory (process_vm_readv: "
+                    << std::strerror(c->peer_probe_errno())
+                    << "; ptrace rules: kernel.yama.ptrace_scope, a container's seccomp profile or different users), "
+                       "so large messages to it go through the two-copy ring; said once";
+  }
   return c;
 }
 
@@ -328,6 +350,10 @@ bool ShmTransport::progress_all() {
   return changed;
 }
 
+bool ShmTransport::mid_message() const {
+  return std::any_of(connections_.begin(), connections_.end(), [](const ShmConnection* c) { return c->mid_message(); });
+}
+
 void ShmTransport::wake() {
   const uint64_t one = 1;
   ssize_t n = ::write(eventfd_.get(), &one, sizeof one);
@@ -339,7 +365,7 @@ Status ShmTransport::sleep(std::chrono::microseconds timeout) {
   for (ShmConnection* c : connections_) c->set_sleeping(true);
   progress_all();
   std::vector<pollfd> fds;
-  if (ready_.empty()) {
+  if (ready_.empty() && !mid_message()) {
     fds.push_back(pollfd{eventfd_.get(), POLLIN, 0});
     for (ShmConnection* c : connections_) fds.push_back(pollfd{c->liveness_fd(), POLLIN, 0});
     timespec ts{static_cast<time_t>(timeout.count() / 1000000), static_cast<long>(timeout.count() % 1000000) * 1000};
@@ -361,7 +387,7 @@ bool ShmTransport::arm_wait() {
   for (ShmConnection* c : connections_) c->set_sleeping(true);
   armed_ = true;
   progress_all();  // what peers wrote before they could see the marks
-  return ready_.empty();
+  return ready_.empty() && !mid_message();
 }
 
 Status ShmTransport::poll(std::vector<Completion>& out, std::chrono::microseconds timeout) {

@@ -59,6 +59,9 @@ class ShmTransport final : public Transport {
   bool arm_wait() override;
   void set_spin_us(int us) override { env_.spin_us = us; }
 
+  // Which send buffers were moved onto huge pages (tests read its counts).
+  const PageCollapse& page_collapse() const { return collapse_; }
+
   // Called by a connection as it goes away.
   void forget(ShmConnection* c);
 
@@ -73,6 +76,8 @@ class ShmTransport final : public Transport {
   bool peer_on_this_cpu();
   uint64_t stacked_stops_ = 0;
   uint64_t stacked_moves_ = 0;
+  bool mid_message() const;  // a connection has more of a single-copy message to read at once
+  std::string refused_reason() const;
   Status sleep(std::chrono::microseconds timeout);
 
   Env env_;
@@ -83,6 +88,8 @@ class ShmTransport final : public Transport {
   size_t ring_bytes_;  // BRAID_SHM_RING_BYTES: what connect() asks for
   CmaPolicy cma_;       // BRAID_SHM_CMA
   HugePageQuery pages_;
+  PageCollapse collapse_{pages_};  // BRAID_SHM_CMA=auto: large send buffers onto huge pages
+  bool said_refused_ = false;      // a peer that may not read us was logged
   size_t smallest_ring_ = 0;  // over the connections made (0: none yet)
   HandshakeQueue handshakes_;
   std::map<int, ShmConnectionSetup> pending_;  // by the connecting rank
