@@ -53,9 +53,9 @@ constexpr EnvVar kVars[] = {
      "Order of ranks around rings and down trees. host: the ranks of one host side by side, so each host sends "
      "across the network once per step; rank: as numbered (to measure what host order saves). Same on every rank."},
     {"BRAID_TIMEOUT_S", seconds, "600", "", 0, 0, "Bound on every collective, in seconds."},
-    {"BRAID_RENDEZVOUS_TIMEOUT_S", seconds, "300", "", 0, 0,
-     "Bound on rendezvous and on every store wait, in seconds. Unset, a group of torch's backend \"braid\" takes "
-     "torch's timeout= instead, as gloo does."},
+    {"BRAID_RENDEZVOUS_TIMEOUT_S", seconds, "", "", 0, 0,
+     "Bound on rendezvous and on every store wait, in seconds. Unset: 300, except in a group of torch's backend "
+     "\"braid\", which takes torch's timeout= as gloo does. Set (300 included), it wins over torch's timeout."},
     {"BRAID_PEER_TIMEOUT_S", seconds, "30", "", 0, 0,
      "A silent peer (no FIN, no RST) is declared lost after this many seconds."},
     {"BRAID_DEBUG", choice, "WARN", "WARN|INFO|TRACE", 0, 0,
