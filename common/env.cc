@@ -153,6 +153,7 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
   }
   if (const char* v = lookup("BRAID_RENDEZVOUS_TIMEOUT_S")) {
     ASSIGN_OR_RETURN(e.rendezvous_timeout_s, parse_env_seconds("BRAID_RENDEZVOUS_TIMEOUT_S", v));
+    e.rendezvous_timeout_set = true;
   }
   if (const char* v = lookup("BRAID_PEER_TIMEOUT_S")) {
     ASSIGN_OR_RETURN(e.peer_timeout_s, parse_env_seconds("BRAID_PEER_TIMEOUT_S", v));

@@ -49,6 +49,9 @@ struct Env {
   double timeout_s = 600;
   // BRAID_RENDEZVOUS_TIMEOUT_S: bound on rendezvous and every store wait. Default 300.
   double rendezvous_timeout_s = 300;
+  // Whether BRAID_RENDEZVOUS_TIMEOUT_S was set: then it wins over a timeout the program gives
+  // (Communicator::from_store's, which torch's init_process_group(timeout=) becomes).
+  bool rendezvous_timeout_set = false;
   // BRAID_PEER_TIMEOUT_S: a silent peer (no FIN, no RST) is declared lost after this. Default 30.
   double peer_timeout_s = 30;
   // BRAID_PORT_RANGE: "lo-hi" ports the transport listens on; empty = any (port 0).

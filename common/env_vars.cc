@@ -53,7 +53,9 @@ constexpr EnvVar kVars[] = {
      "Order of ranks around rings and down trees. host: the ranks of one host side by side, so each host sends "
      "across the network once per step; rank: as numbered (to measure what host order saves). Same on every rank."},
     {"BRAID_TIMEOUT_S", seconds, "600", "", 0, 0, "Bound on every collective, in seconds."},
-    {"BRAID_RENDEZVOUS_TIMEOUT_S", seconds, "300", "", 0, 0, "Bound on rendezvous and on every store wait, in seconds."},
+    {"BRAID_RENDEZVOUS_TIMEOUT_S", seconds, "", "", 0, 0,
+     "Bound on rendezvous and on every store wait, in seconds. Unset: 300, except in a group of torch's backend "
+     "\"braid\", which takes torch's timeout= as gloo does. Set (300 included), it wins over torch's timeout."},
     {"BRAID_PEER_TIMEOUT_S", seconds, "30", "", 0, 0,
      "A silent peer (no FIN, no RST) is declared lost after this many seconds."},
     {"BRAID_DEBUG", choice, "WARN", "WARN|INFO|TRACE", 0, 0,
@@ -108,7 +110,7 @@ constexpr EnvVar kVars[] = {
 
     {"BRAID_STORE_PORT", integer, "", "", 1, 65535,
      "Port of braid's rendezvous store (read by runtime/bootstrap/rendezvous.cc). Unset: MASTER_PORT, or MASTER_PORT+1 under "
-     "torchrun."},
+     "torchrun. braidrun sets it, leaving MASTER_PORT to torch's own store."},
 
     {"BRAID_AGENT_STORE", choice, "", "1", 0, 0,
      "Set by braidrun: the store is braidrun's own, so no rank serves it (read by runtime/bootstrap/rendezvous.cc).",

@@ -148,12 +148,13 @@ std::shared_ptr<Store> open_board_store(const std::shared_ptr<Store>& store, con
   }
 }
 
+// `limit` names what set env.rendezvous_timeout_s, for the join's messages.
 Communicator make(std::shared_ptr<Store> store, std::unique_ptr<TcpStoreServer> server, const JobInfo& job,
-                  const Env& env) {
+                  const Env& env, const std::string& limit = "BRAID_RENDEZVOUS_TIMEOUT_S") {
   set_log_rank(job.rank);
   auto timeout = std::chrono::milliseconds(static_cast<int64_t>(env.rendezvous_timeout_s * 1000));
   const int generation = next_generation(store->address());
-  auto join = join_through_store(store, job.rank, job.size, generation, timeout);
+  auto join = join_through_store(store, job.rank, job.size, generation, timeout, limit);
   if (!join.is_ok() && server) {
     // This rank serves the store, and the others still have to read from it why the join
     // failed: stay until they have hung up (bounded), or they would see only "connection lost".
@@ -235,7 +236,7 @@ Communicator Communicator::from_url(const std::string& init_method, int rank, in
               "init method '" + init_method + "' is not supported: use env://, tcp://HOST:PORT or file:///PATH");
 }
 
-Communicator Communicator::from_store(std::shared_ptr<Store> store, int rank, int size) {
+Communicator Communicator::from_store(std::shared_ptr<Store> store, int rank, int size, StoreJoinOptions options) {
   if (!store) throw Error(ErrorCode::invalid_argument, "from_store: the store is null");
   if (size < 1 || rank < 0 || rank >= size) {
     throw Error(ErrorCode::invalid_argument, "from_store: rank " + std::to_string(rank) + " is not in [0, " +
@@ -245,7 +246,13 @@ Communicator Communicator::from_store(std::shared_ptr<Store> store, int rank, in
   job.rank = rank;
   job.size = size;
   job.foreign_store = true;
-  return make(std::move(store), nullptr, job, env_or_raise());
+  Env env = env_or_raise();
+  if (options.rendezvous_timeout.count() <= 0 || env.rendezvous_timeout_set) return make(std::move(store), nullptr, job, env);
+  // The program's bound for this communicator's rendezvous: the join, and the links' setup,
+  // which read it from the Env the communicator keeps.
+  env.rendezvous_timeout_s = static_cast<double>(options.rendezvous_timeout.count()) / 1000;
+  return make(std::move(store), nullptr, job, env,
+              options.timeout_origin.empty() ? "the rendezvous timeout given to from_store" : options.timeout_origin);
 }
 
 CommunicatorImpl& Communicator::impl() const {

@@ -12,6 +12,7 @@
 // Communicators may be used concurrently from different threads. Move-only.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -25,6 +26,17 @@
 namespace braid {
 
 class CommunicatorImpl;
+
+// How Communicator::from_store bounds its rendezvous (every rank joining, settings and
+// addresses exchanged, links up).
+struct StoreJoinOptions {
+  // The bound, unless BRAID_RENDEZVOUS_TIMEOUT_S is set (that wins). Zero: the variable's
+  // default. torch's backend passes the group's timeout (init_process_group(timeout=)).
+  std::chrono::milliseconds rendezvous_timeout{0};
+  // What set rendezvous_timeout, for error messages ("torch's timeout="); empty: "the
+  // rendezvous timeout given to from_store".
+  std::string timeout_origin{};
+};
 
 // Where a communicator stands. After a failure every later operation fails at once with the
 // original reason (error_code(), error_message()); make a new communicator to go on.
@@ -45,7 +57,7 @@ class Communicator {
   // environment has them (-1: take them from the environment).
   static Communicator from_url(const std::string& init_method, int rank = -1, int size = -1);
   // For programs that bootstrap over their own channel: any Store, this rank and the size.
-  static Communicator from_store(std::shared_ptr<Store> store, int rank, int size);
+  static Communicator from_store(std::shared_ptr<Store> store, int rank, int size, StoreJoinOptions options = {});
 
   Communicator(Communicator&&) noexcept;
   Communicator& operator=(Communicator&&) noexcept;

@@ -96,7 +96,7 @@ std::string seconds_left(std::chrono::milliseconds left) {
 }  // namespace
 
 Result<JoinResult> join_through_store(std::shared_ptr<Store> store, int rank, int size, int generation,
-                                      std::chrono::milliseconds timeout) {
+                                      std::chrono::milliseconds timeout, const std::string& limit) {
   // Each process may own one rank of the job: the first claim of a rank wins for good, so a
   // second process started with the same RANK fails here instead of corrupting the job.
   const std::string me = process_identity();
@@ -131,14 +131,14 @@ Result<JoinResult> join_through_store(std::shared_ptr<Store> store, int rank, in
     log_line(LogLevel::warn, "rendezvous: rank " + std::to_string(rank) + " waiting for " +
                                  missing_ranks(*ns, "rank", size).ranks() + " at " + store->address() + " - " +
                                  std::to_string(now_joined) + "/" + std::to_string(size) + " joined, giving up in " +
-                                 seconds_left(left) + " (BRAID_RENDEZVOUS_TIMEOUT_S)");
+                                 seconds_left(left) + " (" + limit + ")");
   });
   if (waited.code() == ErrorCode::timeout) {
     return timeout_error("rendezvous: rank " + std::to_string(rank) + " waited " +
                          std::to_string(timeout.count() / 1000) + " s at the store " + store->address() +
                          " for " + missing_ranks(*ns, "rank", size).ranks() + " (" + std::to_string(size) +
-                         " expected). Are they started, with the same MASTER_ADDR/MASTER_PORT? "
-                         "BRAID_RENDEZVOUS_TIMEOUT_S sets the limit");
+                         " expected). Are they started, with the same MASTER_ADDR/MASTER_PORT? " + limit +
+                         " sets the limit");
   }
   RETURN_IF_ERROR(waited);
   std::string ready;

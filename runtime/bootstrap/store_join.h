@@ -36,8 +36,10 @@ struct JoinResult {
 
 // Joins rank `rank` of `size` through `store`; returns when all ranks have joined.
 // Errors (duplicate rank, size disagreement, timeout naming the missing ranks) are Status values.
+// `limit` names what set `timeout`, in the messages.
 Result<JoinResult> join_through_store(std::shared_ptr<Store> store, int rank, int size, int generation,
-                                      std::chrono::milliseconds timeout);
+                                      std::chrono::milliseconds timeout,
+                                      const std::string& limit = "BRAID_RENDEZVOUS_TIMEOUT_S");
 
 // Waits until every rank but `rank` has set `<kind>/<r>` in `ns` (a communicator's namespace),
 // up to ns.timeout(), saying every ~10 s which ranks have not, as the join does. `what` names

@@ -116,9 +116,15 @@ bool TcpStoreServer::Impl::admit(Connection& c, uint64_t id) {
   if (c.closing || c.pending_in() < store::kFrameHeaderBytes) return false;
   uint32_t len = store::decode_u32(c.in.data() + c.in_off);
   if (len > store::kMaxHandshakeBytes) {
+    // torch's TCPStore client opens with a one-byte query type (small) and a 64-bit key length.
+    const bool torch_like = static_cast<uint8_t>(c.in[c.in_off]) < 16;
     std::string message = "client " + c.peer + " sent " + std::to_string(len) +
                           " bytes where a braid store handshake (at most " + std::to_string(store::kMaxHandshakeBytes) +
-                          ") was due; closed it";
+                          ") was due; closed it" +
+                          (torch_like ? ". Its first bytes look like torch.distributed's TCPStore, which speaks "
+                                        "another protocol: give torch its own port (under braidrun torch's store is "
+                                        "MASTER_PORT; braid's is BRAID_STORE_PORT)"
+                                      : "");
     fail_connection(c, id, message,
                     store::FrameWriter()
                         .u8(static_cast<uint8_t>(store::ReplyKind::error))

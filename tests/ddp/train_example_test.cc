@@ -2,8 +2,14 @@
 // prints the same losses, up to rounding (DDP takes the same SGD steps as one process on the whole batch).
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
 #include <regex>
+#include <thread>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -11,6 +17,7 @@
 #include "tests/ddp/epoch_lines.h"
 #include "tests/ddp/example_run.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
 
 namespace braid::ddp {
 namespace {
@@ -35,6 +42,70 @@ TEST(TrainExample, SameLossesAloneAndUnderBraidrun) {
     ASSERT_EQ(run.rc, 0) << run.output;
     expect_close(run.epochs, want, std::to_string(n) + " ranks:\n" + run.output + "\nalone:\n" + alone.output);
   }
+}
+
+// The steps-done counter of a checkpoint (tools/examples/train_checkpoint.h: bytes 8..15);
+// 0 while there is none.
+uint64_t steps_done(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[16] = {};
+  if (!in.read(head, sizeof head)) return 0;
+  uint64_t n = 0;
+  std::memcpy(&n, head + 8, sizeof n);
+  return n;
+}
+
+// The rank processes braidrun (`pid`) started: its children, in the order it started them.
+std::vector<pid_t> children_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<pid_t> out;
+  for (pid_t c; in >> c;) out.push_back(c);
+  return out;
+}
+
+std::string digest_of(const std::string& output) {
+  std::smatch m;
+  return std::regex_search(output, m, std::regex(R"(parameters fnv1a64 ([0-9a-f]{16}))")) ? m[1].str() : "";
+}
+
+// kill -9 of a rank at a random step, under braidrun --max-restarts 1: every rank starts again,
+// resumes from rank 0's last checkpoint, and ends with the very parameters of a run that was
+// never interrupted.
+TEST(TrainExample, AKilledRankResumesFromTheCheckpointToTheCleanRunsParameters) {
+  const std::string exe = braid::testing::binary_from_env("TRAIN_FASHION_MNIST");
+  const char* braidrun = std::getenv("BRAIDRUN");
+  if (!braidrun) GTEST_SKIP() << "BRAIDRUN not set (braidrun not built)";
+  braid::testing::TempDir dir;
+  const std::vector<std::string> args = {"--epochs", "2", "--limit", "3072", "--batch", "64"};  // 2 x 48 steps
+  std::vector<std::string> clean_args = args;
+  clean_args.insert(clean_args.end(), {"--checkpoint", dir.path() + "/clean"});
+  const ExampleRun clean = run_under_braidrun(braidrun, 2, exe, clean_args, 30, kBound);
+  if (clean.rc == kExampleSkipped) GTEST_SKIP() << clean.output;
+  ASSERT_EQ(clean.rc, 0) << clean.output;
+  const std::string want = digest_of(clean.output);
+  ASSERT_FALSE(want.empty()) << clean.output;
+
+  std::mt19937 rng(std::random_device{}());
+  const uint64_t kill_after = std::uniform_int_distribution<uint64_t>(2, 80)(rng);
+  const size_t victim = std::uniform_int_distribution<size_t>(0, 1)(rng);
+  SCOPED_TRACE("rank " + std::to_string(victim) + " killed once " + std::to_string(kill_after) + " steps were saved");
+  const std::string checkpoint = dir.path() + "/killed";
+  std::vector<std::string> argv = {braidrun, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+                                   "--grace-s", "2", exe};
+  argv.insert(argv.end(), args.begin(), args.end());
+  argv.insert(argv.end(), {"--checkpoint", checkpoint});
+  braid::testing::Subprocess run(argv, {{"BRAID_RENDEZVOUS_TIMEOUT_S", "30"}});
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (steps_done(checkpoint) < kill_after && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  const std::vector<pid_t> ranks = children_of(run.pid());
+  ASSERT_EQ(ranks.size(), 2u) << "steps saved: " << steps_done(checkpoint) << "\n" << run.output();
+  ASSERT_EQ(kill(ranks[victim], SIGKILL), 0);
+  ASSERT_EQ(run.wait(kBound), 0) << run.output();
+  EXPECT_NE(run.output().find("round 0 failed; starting every rank again"), std::string::npos) << run.output();
+  EXPECT_NE(run.output().find("resuming from " + checkpoint + ": epoch "), std::string::npos) << run.output();
+  EXPECT_EQ(digest_of(run.output()), want) << run.output();
 }
 
 TEST(TrainExample, HelpAndVersionExitZero) {

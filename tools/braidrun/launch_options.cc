@@ -243,8 +243,11 @@ std::string launch_usage() {
 Starts PROGRAM once per local rank with torchrun's environment (RANK, LOCAL_RANK, WORLD_SIZE,
 LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE,
 MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RUN_ID, TORCHELASTIC_RESTART_COUNT,
-TORCHELASTIC_MAX_RESTARTS) and serves the job's store at MASTER_ADDR:MASTER_PORT
-(BRAID_AGENT_STORE=1 tells ranks so). Any program: no Python is implied.
+TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_USE_AGENT_STORE=False) and serves braid's store at
+MASTER_ADDR:BRAID_STORE_PORT (BRAID_AGENT_STORE=1 tells ranks so). MASTER_PORT is a free port
+of node 0 kept for rank 0's torch store, as torchrun's c10d rendezvous does: torch scripts with
+init_process_group("braid" or "gloo") over env:// run unchanged. Any program: no Python is
+implied.
 
 torchrun flags (--a-b and --a_b, "--flag value" and "--flag=value"):
   --nproc-per-node N     ranks on this node (also auto|cpu = number of CPUs). Default 1
@@ -252,7 +255,7 @@ torchrun flags (--a-b and --a_b, "--flag value" and "--flag=value"):
   --node-rank R          this node's rank; omitted: the node that can bind the endpoint is 0,
                          the others are numbered in arrival order
   --master-addr HOST     store host when no --rdzv-endpoint. Default 127.0.0.1
-  --master-port PORT     store port when no --rdzv-endpoint. Default 29500
+  --master-port PORT     braid's store port when no --rdzv-endpoint. Default 29500
   --rdzv-endpoint H:P    store endpoint for the job (port defaults to 29400)
   --rdzv-id ID           job id, exported as TORCHELASTIC_RUN_ID. Default none
   --rdzv-backend c10d    the only backend
@@ -287,7 +290,8 @@ lines and exits with its exit code (128+signal when it was killed).
 Restarts (--max-restarts N): a failed rank on any node ends the round on every node (SIGTERM,
 SIGKILL after --grace-s); the nodes meet again through the job's store and start every rank
 again with TORCHELASTIC_RESTART_COUNT one higher. Each round's ranks get a store of their own
-(a free port on the store's host, as MASTER_PORT, and BRAID_JOB_ID "<job>/round<R>"), so no
+(a free port on the store's host, as BRAID_STORE_PORT, and BRAID_JOB_ID "<job>/round<R>") and
+a new MASTER_PORT, so no
 process of an earlier round can join or disturb a later one. Once N restarts are spent, braidrun
 exits with the last failed rank's code and lists every failure: round, rank, node, exit code or
 signal. SIGINT/SIGTERM to braidrun end the job without a restart.

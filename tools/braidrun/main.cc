@@ -1,5 +1,6 @@
 // braidrun: torchrun's job for any program. Starts --nproc-per-node ranks on this node with
-// torchrun's environment, serves (or joins) the job's store, relays the ranks' output line by
+// torchrun's environment (MASTER_PORT free for torch's own store, braid's at BRAID_STORE_PORT),
+// serves (or joins) the job's store, relays the ranks' output line by
 // line, and stops every rank as soon as one fails; with --max-restarts, every node then starts
 // its ranks again in a new round. See launch_options.cc for the flags.
 #include <unistd.h>
@@ -140,7 +141,7 @@ int run(int argc, char** argv) {
           std::to_string(world) + " (store at " + rdzv.master_addr() + ":" + std::to_string(rdzv.master_port()) +
           (rdzv.serving() ? ", served here" : "") +
           (o.max_restarts > 0 ? "; the ranks' store of round 0 is on port " + std::to_string(rdzv.ranks_port()) : "") +
-          ")");
+          "; MASTER_PORT " + std::to_string(rdzv.torch_port()) + " is kept free for rank 0's torch store)");
     }
     std::vector<RankSpec> specs;
     for (int local = 0; local < o.nproc_per_node; ++local) {
@@ -151,7 +152,8 @@ int run(int argc, char** argv) {
                       .node_rank = rdzv.node_rank(),
                       .nnodes = o.nnodes,
                       .master_addr = rdzv.master_addr(),
-                      .master_port = rdzv.ranks_port(),
+                      .master_port = rdzv.torch_port(),
+                      .store_port = rdzv.ranks_port(),
                       .run_id = o.run_id,
                       .restart_count = round,
                       .max_restarts = o.max_restarts,

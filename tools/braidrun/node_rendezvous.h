@@ -17,13 +17,18 @@
 //   round/<R>/failure/<r>  node r's failed rank, for the summary: "rank 3 (local rank 1 on node
 //                          1, host h): exit code 5"
 //   round/<R>/done/<r>     node r's exit code, set once its ranks of round R ended
-// Without --max-restarts the ranks use this store (MASTER_PORT is the endpoint's port). With
-// it, each round's ranks get a store of their own, served by the serving braidrun on a free
+//   round/<R>/torch_port   MASTER_PORT of round R, which node 0 keeps free for rank 0's torch store
+// Without --max-restarts the ranks use this store (BRAID_STORE_PORT is the endpoint's port).
+// With it, each round's ranks get a store of their own, served by the serving braidrun on a free
 // port of the same address under the job id "<job id>/round<R>": a process left over from an
 // earlier round knows neither the new port nor the new job id, and a store refuses a client of
 // another job id, so it can neither join a later round nor write into its keys (the store it
 // knew is closed when its round ends). The serving braidrun keeps the store up until every node
 // left (or stopped beating), so ranks finishing late can still use it.
+// MASTER_PORT is never braid's store: torch's env:// (any backend) makes rank 0 serve torch's
+// own store there, as under torchrun's c10d rendezvous. Node 0, where rank 0 runs, keeps a free
+// port for it each round (port_reservation.h); braid's store reaches the ranks as
+// BRAID_STORE_PORT, at the same MASTER_ADDR.
 // node_rendezvous.cc joins the job; node_rounds.cc runs the rounds.
 #pragma once
 
@@ -40,6 +45,7 @@
 #include "common/deadline.h"
 #include "common/status.h"
 #include "tools/braidrun/launch_options.h"
+#include "tools/braidrun/port_reservation.h"
 #include "tools/braidrun/store_wait.h"
 #include "tools/braidrun/supervisor.h"
 
@@ -69,8 +75,10 @@ class NodeRendezvous {
   // --rdzv-timeout-s and SIGINT/SIGTERM; with --max-restarts the serving node first opens the
   // round's store for the ranks (and closes the previous round's).
   Status meet_round(int round);
-  // What this round's ranks get as MASTER_PORT and BRAID_JOB_ID ("" for BRAID_JOB_ID: leave it).
+  // What this round's ranks get as BRAID_STORE_PORT and BRAID_JOB_ID ("" for BRAID_JOB_ID:
+  // leave it), and as MASTER_PORT (free for rank 0's torch store).
   uint16_t ranks_port() const { return ranks_port_; }
+  uint16_t torch_port() const { return torch_port_; }
   const std::string& ranks_job_id() const { return ranks_job_id_; }
 
   // Called every supervisor tick: bumps this node's heartbeat and returns a stop request once
@@ -99,6 +107,8 @@ class NodeRendezvous {
   NodeRendezvous() = default;
   std::string round_key(const std::string& k) const { return key("round/" + std::to_string(round_) + "/" + k); }
   Status start_round_store();
+  // Node 0 keeps a free port for this round's torch store and tells the others (torch_port_).
+  Status share_torch_port();
   // After this node's report: waits until the round failed somewhere (`restart` when that
   // failure allows one; the exit code is this node's, else the failure's) or every node's ranks
   // ended well (the round succeeded).
@@ -136,6 +146,8 @@ class NodeRendezvous {
   StoreAuth auth_;
   std::string serve_host_;  // where the serving node's store listens
   uint16_t ranks_port_ = 0;
+  uint16_t torch_port_ = 0;
+  std::unique_ptr<PortReservation> torch_port_hold_;  // node 0: held for the round
   std::string ranks_job_id_;
   Clock::time_point last_beat_{};
   // Failures this node reported or saw, per round: the summary when the store is gone.

@@ -79,13 +79,39 @@ Status NodeRendezvous::start_round_store() {
   return Status::ok();
 }
 
+Status NodeRendezvous::share_torch_port() {
+  torch_port_hold_.reset();  // the previous round's rank 0 is gone: its port goes back
+  if (node_rank_ == 0) {
+    auto held = PortReservation::any_free();
+    if (!held.is_ok()) return held.status();
+    torch_port_hold_ = std::move(*held);
+    torch_port_ = torch_port_hold_->port();
+  }
+  if (nnodes_ == 1) return Status::ok();
+  const std::string k = round_key("torch_port");
+  if (node_rank_ == 0) {
+    return ask<bool>("publishing MASTER_PORT", "the job's store at " + store_->address() + " to record MASTER_PORT",
+                     [k, v = std::to_string(torch_port_)](TcpStore& s) {
+                       s.set(k, v);
+                       return true;
+                     })
+        .status();
+  }
+  ASSIGN_OR_RETURN(std::string port,
+                   ask<std::string>("reading MASTER_PORT", "node 0 to pick MASTER_PORT of round " + std::to_string(round_) +
+                                                               " (store " + store_->address() + ")",
+                                    [k](TcpStore& s) { return s.get(k); }));
+  torch_port_ = static_cast<uint16_t>(std::atoi(port.c_str()));
+  return Status::ok();
+}
+
 Status NodeRendezvous::meet_round(int round) {
   round_ = round;
   poll_.reset();  // a question of the previous round still in flight answers nobody
   if (max_restarts_ == 0) {
     ranks_port_ = master_port_;
     ranks_job_id_ = auth_.job_id;
-    return Status::ok();
+    return share_torch_port();
   }
   const std::string r = std::to_string(round);
   ranks_job_id_ = (auth_.job_id.empty() ? run_id_ : auth_.job_id) + "/round" + r;
@@ -154,7 +180,7 @@ Status NodeRendezvous::meet_round(int round) {
                                                         [k = round_key("store")](TcpStore& s) { return s.get(k); }));
     ranks_port_ = static_cast<uint16_t>(std::atoi(port.c_str()));
   }
-  return Status::ok();
+  return share_torch_port();
 }
 
 // The store is asked on a helper thread, one question at a time: a store that stopped

@@ -29,7 +29,9 @@ std::vector<std::string> build_rank_env(const std::vector<std::string>& base, co
       {"TORCHELASTIC_RUN_ID", id.run_id},
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(id.restart_count)},
       {"TORCHELASTIC_MAX_RESTARTS", std::to_string(id.max_restarts)},
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
       {"BRAID_AGENT_STORE", "1"},
+      {"BRAID_STORE_PORT", std::to_string(id.store_port)},
   };
   std::vector<std::pair<std::string, std::string>> set;
   for (const auto& [name, value] : vars) set.emplace_back(name, value);

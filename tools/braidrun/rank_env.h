@@ -18,7 +18,11 @@ struct RankIdentity {
   int node_rank = 0;
   int nnodes = 1;
   std::string master_addr;
+  // MASTER_PORT: kept free for rank 0's torch store (torch's env:// serves one there, as under
+  // torchrun's c10d rendezvous); braid's own store is on store_port (BRAID_STORE_PORT), at the
+  // same address.
   uint16_t master_port = 0;
+  uint16_t store_port = 0;
   std::string run_id;
   int restart_count = 0;  // the round: 0 for the first start, then one more per restart
   int max_restarts = 0;
@@ -30,9 +34,10 @@ struct RankIdentity {
 };
 
 // `base` ("NAME=value" strings, usually braidrun's own environ) with torchrun's variables for
-// this rank set over it, plus BRAID_AGENT_STORE=1: braidrun serves the store at
-// MASTER_ADDR:MASTER_PORT, so no rank may serve it itself. The secret travels only as a file's
-// name, never on a command line.
+// this rank set over it (TORCHELASTIC_USE_AGENT_STORE=False, as torchrun's c10d rendezvous says:
+// torch's rank 0 serves torch's store on MASTER_PORT), plus BRAID_AGENT_STORE=1 and
+// BRAID_STORE_PORT: braidrun serves braid's store at MASTER_ADDR:BRAID_STORE_PORT, so no rank
+// may serve it itself. The secret travels only as a file's name, never on a command line.
 std::vector<std::string> build_rank_env(const std::vector<std::string>& base, const RankIdentity& id);
 
 // The job's secret in a file (mode 0600) inside a directory of its own (mode 0700) that only

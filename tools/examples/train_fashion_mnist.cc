@@ -6,7 +6,9 @@
 // takes its DistributedSampler shard of the epoch and runs --batch / world_size images per step;
 // the Reducer averages the gradients (bucketed, overlapped with the backward pass), so all
 // ranks take the same SGD step, the one a single process would take on the whole batch.
-// Without braidrun (no WORLD_SIZE in the environment) it trains alone.
+// Without braidrun (no WORLD_SIZE in the environment) it trains alone. With --checkpoint PATH,
+// rank 0 saves the run after every step and a run started again (braidrun --max-restarts N)
+// goes on from there, to the parameters an uninterrupted run ends with.
 //
 // Data: the IDX files of Debian's dataset-fashion-mnist package (apt-get install
 // dataset-fashion-mnist), in /usr/share/datasets/fashion-mnist unless --data says otherwise.
@@ -14,6 +16,7 @@
 #include <braid/braid.h>
 #include <braid/ddp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "tools/examples/idx_reader.h"
+#include "tools/examples/train_checkpoint.h"
 #include "tools/examples/train_setup.h"
 #include "tools/examples/mlp.h"
 
@@ -83,13 +87,24 @@ int run(const TrainFlags& flags) {
   std::vector<float> x(local_batch * d);
   std::vector<int32_t> y(local_batch);
   const std::unique_ptr<braid::examples::TrainProgress> progress = braid::examples::make_progress(comm, flags);
-  for (int epoch = 0; epoch < flags.epochs; ++epoch) {
+  // With --checkpoint, a run started again (braidrun --max-restarts) goes on from the last step
+  // rank 0 saved: the parameters, the epoch and step, and the epoch's sums so far (summed over
+  // the ranks, held by rank 0 after a resume). The sampler's order depends only on the epoch.
+  braid::examples::TrainPosition pos;
+  if (!flags.checkpoint.empty() && braid::examples::resume_from_checkpoint(comm, flags.checkpoint, mlp, pos) && rank == 0) {
+    std::printf("resuming from %s: epoch %llu, step %llu\n", flags.checkpoint.c_str(),
+                static_cast<unsigned long long>(pos.epoch), static_cast<unsigned long long>(pos.step));
+    std::fflush(stdout);
+  }
+  for (int epoch = static_cast<int>(pos.epoch); epoch < flags.epochs; ++epoch) {
     const auto start = std::chrono::steady_clock::now();
     sampler.set_epoch(static_cast<uint64_t>(epoch));
     const std::vector<size_t> mine = sampler.indices();
     const size_t steps = mine.size() / local_batch;
     double sums[3] = {0, 0, 0};  // loss, correct, images
-    for (size_t s = 0; s < steps; ++s) {
+    const size_t first = static_cast<uint64_t>(epoch) == pos.epoch ? pos.step : 0;
+    if (first > 0 && rank == 0) std::copy(pos.sums, pos.sums + 3, sums);
+    for (size_t s = first; s < steps; ++s) {
       for (size_t j = 0; j < local_batch; ++j) {
         const size_t idx = mine[s * local_batch + j];
         std::memcpy(&x[j * d], &train.pixels[idx * d], d * sizeof(float));
@@ -107,10 +122,23 @@ int run(const TrainFlags& flags) {
       sums[1] += static_cast<double>(stats.correct);
       sums[2] += static_cast<double>(local_batch);
       if (progress) progress->step(epoch, s + 1, steps, std::chrono::steady_clock::now());
+      if (!flags.checkpoint.empty()) {
+        pos.steps_done += 1;
+        pos.epoch = static_cast<uint64_t>(epoch) + (s + 1 == steps ? 1 : 0);
+        pos.step = s + 1 == steps ? 0 : s + 1;
+        std::copy(sums, sums + 3, pos.sums);
+        comm.all_reduce(pos.sums, 3, braid::DType::f64, braid::Op::sum);
+        if (pos.step == 0) std::fill(pos.sums, pos.sums + 3, 0.0);
+        if (rank == 0) braid::examples::save_checkpoint(flags.checkpoint, mlp, pos);
+      }
     }
     double test_loss = 0, test_acc = 0;
     evaluate(comm, mlp, test, test_labels, &test_loss, &test_acc);
     braid::examples::finish_epoch(comm, progress.get(), epoch, sums, test_loss, test_acc, steps, start);
+  }
+  if (!flags.checkpoint.empty() && rank == 0) {
+    std::printf("parameters fnv1a64 %016llx\n",
+                static_cast<unsigned long long>(braid::examples::parameters_digest(mlp)));
   }
   return 0;
 }

@@ -79,6 +79,10 @@ void evaluate(braid::Communicator& comm, Mlp& model, const torch::Tensor& x, con
 }
 
 int run(const TrainFlags& flags) {
+  if (!flags.checkpoint.empty()) {
+    std::fprintf(stderr, "train_fashion_mnist_torch: --checkpoint is train_fashion_mnist's only (use torch.save here)\n");
+    return 2;
+  }
   braid::examples::DatasetFiles files;
   if (!braid::examples::find_dataset("train_fashion_mnist_torch", flags, &files)) return 77;
   std::unique_ptr<braid::TcpStoreServer> server;

@@ -14,7 +14,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: %s [--epochs N] [--batch GLOBAL_BATCH] [--lr LR] [--limit N_IMAGES]\n"
-    "       [--data DIR] [--hook avg|f16|bf16] [--seed S]\n";
+    "       [--data DIR] [--hook avg|f16|bf16] [--seed S] [--checkpoint PATH]\n";
 
 [[noreturn]] void usage(const char* program, const std::string& why) {
   std::fprintf(stderr, "%s: %s\n", program, why.c_str());
@@ -34,6 +34,8 @@ constexpr const char* kUsage =
       "                     Default /usr/share/datasets/fashion-mnist\n"
       "  --hook avg|f16|bf16  how gradients travel: as they are, or compressed to 16 bits. Default avg\n"
       "  --seed S           weights and shuffling. Default 1\n"
+      "  --checkpoint PATH  rank 0 saves the run there after every step; started again (braidrun\n"
+      "                     --max-restarts), the run goes on from it. Default: none\n"
       "  --version          braid's version and the features built in\n"
       "  -h, --help         this text\n\n"
       "Run alone it trains as one rank; under braidrun or torchrun it reads RANK, WORLD_SIZE,\n"
@@ -79,6 +81,8 @@ TrainFlags parse_train_flags(const char* program, const char* about, int argc, c
       f.data = v;
     else if (a == "--hook")
       f.hook = v;
+    else if (a == "--checkpoint")
+      f.checkpoint = v;
     else
       usage(program, "unknown flag " + a);
     if (end && *end) usage(program, "bad value '" + std::string(v) + "' for " + a);

@@ -22,9 +22,10 @@ struct TrainFlags {
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::string hook = "avg";  // avg | f16 | bf16
   uint64_t seed = 1;
+  std::string checkpoint;  // empty: none (train_checkpoint.h)
 };
 
-// Parses --epochs --batch --lr --limit --data --hook --seed; on a bad flag prints why and the
+// Parses --epochs --batch --lr --limit --data --hook --seed --checkpoint; on a bad flag prints why and the
 // usage line (naming `program`) and exits with 2. --help prints `about` (what the program
 // does), the flags and the environment it reads; --version prints braid's version and
 // features; both exit with 0.

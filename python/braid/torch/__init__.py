@@ -20,15 +20,20 @@ BACKEND_NAME = "braid"
 _SECRET_KEY = "braid/job_secret"
 
 
-def _rendezvous_timeout_s():
-    """BRAID_RENDEZVOUS_TIMEOUT_S as braid reads it (braid itself rejects a bad value later)."""
+def _rendezvous_timeout(group_timeout_s):
+    """How long this group's rendezvous may wait, and what says so: BRAID_RENDEZVOUS_TIMEOUT_S
+    when set (braid itself rejects a bad value later), else torch's timeout for the group, as
+    it bounds gloo's rendezvous."""
+    value = os.environ.get("BRAID_RENDEZVOUS_TIMEOUT_S")
+    if value is None:
+        return group_timeout_s, "torch's timeout= (BRAID_RENDEZVOUS_TIMEOUT_S overrides it)"
     try:
-        return max(1.0, float(os.environ.get("BRAID_RENDEZVOUS_TIMEOUT_S", "300")))
+        return max(1.0, float(value)), "BRAID_RENDEZVOUS_TIMEOUT_S"
     except ValueError:
-        return 300.0
+        return group_timeout_s, "torch's timeout= (BRAID_RENDEZVOUS_TIMEOUT_S overrides it)"
 
 
-def _share_secret(store, rank, size):
+def _share_secret(store, rank, size, group_timeout_s):
     """Gives every rank the same job secret when the environment has none.
 
     braid's connections prove knowledge of the job's secret (BRAID_SECRET). When the user set
@@ -47,7 +52,7 @@ def _share_secret(store, rank, size):
         # torch's get waits only the group's timeout, and rank 0 may spend all of it inside
         # torch's TCPStore waiting for WORLD_SIZE processes (when fewer were started): wait as
         # long as braid's rendezvous would, then say what rank 0 was expected to do.
-        wait_s = _rendezvous_timeout_s()
+        wait_s, limit = _rendezvous_timeout(group_timeout_s)
         start = time.monotonic()
         try:
             store.wait([_SECRET_KEY], timedelta(seconds=wait_s))
@@ -62,7 +67,7 @@ def _share_secret(store, rank, size):
             raise errors.TimeoutError(
                 f"rendezvous: rank {rank} of world size {size} waited {wait_s:g} s in torch's store for rank 0 "
                 f"to start the braid group, and it did not. Is rank 0 running, started with the same "
-                f"world size ({size}) and init_method? BRAID_RENDEZVOUS_TIMEOUT_S sets the limit ({said})") from None
+                f"world size ({size}) and init_method? {limit} sets the limit ({said})") from None
     os.environ["BRAID_SECRET"] = store.get(_SECRET_KEY).decode()
 
 
@@ -74,7 +79,7 @@ def _create(options, pg_options=None):
         timeout_ms = int(timeout.total_seconds() * 1000)
     else:
         timeout_ms = int(timeout * 1000)
-    _share_secret(options.store, options.group_rank, options.group_size)
+    _share_secret(options.store, options.group_rank, options.group_size, timeout_ms / 1000)
     return _c10d.create(options.store, options.group_rank, options.group_size, timeout_ms,
                         str(options.group_id))
 

@@ -19,7 +19,12 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Sto
   auto adapter = std::make_shared<C10dStore>(store, group_name);
   std::optional<braid::Communicator> comm;
   try {
-    comm.emplace(braid::Communicator::from_store(adapter, rank, size));
+    // torch's timeout bounds the rendezvous, as it bounds gloo's (BRAID_RENDEZVOUS_TIMEOUT_S,
+    // when set, still wins).
+    comm.emplace(braid::Communicator::from_store(
+        adapter, rank, size,
+        {.rendezvous_timeout = std::chrono::milliseconds(timeout_ms),
+         .timeout_origin = "torch's timeout= (BRAID_RENDEZVOUS_TIMEOUT_S overrides it)"}));
   } catch (const braid::Error& e) {
     // A rendezvous refused for a reason posted to every rank (ranks disagree on the world size,
     // two claim one rank), or timed out at about the same moment on every rank, is described to

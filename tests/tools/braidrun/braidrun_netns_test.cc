@@ -38,16 +38,20 @@ TEST(BraidrunNetns, TwoNodesInTwoNamespacesFormOneJob) {
   }
   EXPECT_EQ(ra.exit_code, 0) << ra.err;
   EXPECT_EQ(rb.exit_code, 0) << rb.err;
-  std::regex re(R"(\[rank (\d)\] RANK=(\d) LOCAL_RANK=(\d) WORLD_SIZE=4 .* GROUP_WORLD_SIZE=2 .* MASTER_ADDR=10\.77\.0\.1 MASTER_PORT=29500 TORCHELASTIC_RUN_ID=netns-job .*)");
-  std::set<std::string> ranks_a, ranks_b;
+  // braid's store is the endpoint (BRAID_STORE_PORT); MASTER_PORT, node 0's port kept free for
+  // torch's store, is the same on every node.
+  std::regex re(R"(\[rank (\d)\] RANK=(\d) LOCAL_RANK=(\d) WORLD_SIZE=4 .* GROUP_WORLD_SIZE=2 .* MASTER_ADDR=10\.77\.0\.1 MASTER_PORT=(\d+) TORCHELASTIC_RUN_ID=netns-job .* BRAID_STORE_PORT=29500 .*)");
+  std::set<std::string> ranks_a, ranks_b, torch_ports;
   for (const std::string& line : lines_of(ra.out)) {
     std::smatch m;
-    if (std::regex_match(line, m, re)) ranks_a.insert(m[2]);
+    if (std::regex_match(line, m, re)) ranks_a.insert(m[2]), torch_ports.insert(m[4]);
   }
   for (const std::string& line : lines_of(rb.out)) {
     std::smatch m;
-    if (std::regex_match(line, m, re)) ranks_b.insert(m[2]);
+    if (std::regex_match(line, m, re)) ranks_b.insert(m[2]), torch_ports.insert(m[4]);
   }
+  EXPECT_EQ(torch_ports.size(), 1u) << ra.out << rb.out;
+  EXPECT_EQ(torch_ports.count("29500"), 0u) << ra.out << rb.out;
   // The node that serves (it owns 10.77.0.1) is node 0.
   EXPECT_EQ(ranks_a, (std::set<std::string>{"0", "1"})) << ra.out << ra.err;
   EXPECT_EQ(ranks_b, (std::set<std::string>{"2", "3"})) << rb.out << rb.err;

@@ -84,10 +84,13 @@ TEST(BraidrunRestart, AFailedRankRestartsEveryRankWithTorchrunsVariables) {
       EXPECT_EQ(e.at("BRAID_JOB_ID"), "job7/round" + std::to_string(round));
     }
   }
-  // Each round's ranks share a store of the round's own.
-  EXPECT_EQ(round0[0].at("MASTER_PORT"), round0[1].at("MASTER_PORT"));
-  EXPECT_EQ(round1[0].at("MASTER_PORT"), round1[1].at("MASTER_PORT"));
-  EXPECT_NE(round0[0].at("MASTER_PORT"), round1[0].at("MASTER_PORT"));
+  // Each round's ranks share a store of the round's own, and a port for torch's.
+  for (const char* port : {"BRAID_STORE_PORT", "MASTER_PORT"}) {
+    EXPECT_EQ(round0[0].at(port), round0[1].at(port)) << port;
+    EXPECT_EQ(round1[0].at(port), round1[1].at(port)) << port;
+    EXPECT_NE(round0[0].at(port), round1[0].at(port)) << port;
+  }
+  EXPECT_NE(round0[0].at("MASTER_PORT"), round0[0].at("BRAID_STORE_PORT"));
   EXPECT_TRUE(contains(r.err, "round 0 failed; starting every rank again (restart 1 of 2)")) << r.err;
   EXPECT_TRUE(contains(r.err, "every rank succeeded in round 1, after 1 restart(s) (--max-restarts 2)")) << r.err;
   EXPECT_TRUE(contains(r.err, "braidrun:   round 0: rank 1 (local rank 1 on node 0, host ")) << r.err;
@@ -140,7 +143,7 @@ TEST(BraidrunRestart, ARankIgnoringSigtermIsKilledAfterTheGraceBeforeTheRestart)
   EXPECT_TRUE(wait_pids_gone(started, 5).empty());
 }
 
-// What a process of round 0 knows (its MASTER_PORT and BRAID_JOB_ID) gets it nowhere in round 1:
+// What a process of round 0 knows (its BRAID_STORE_PORT and BRAID_JOB_ID) gets it nowhere in round 1:
 // its store is closed, and the store of round 1 refuses its job id.
 TEST(BraidrunRestart, AProcessOfAnEarlierRoundCannotJoinTheNewOne) {
   TempDir dir;
@@ -210,7 +213,7 @@ TEST(BraidrunRestart, TwoNodesRestartTogether) {
   for (int round : {0, 1}) {
     auto env = round_env(lines, round);
     ASSERT_EQ(env.size(), 4u) << "round " << round << ": " << t.a.out << t.b.out;
-    std::set<std::string> ports;
+    std::set<std::string> ports, torch_ports;
     for (const auto& [rank, e] : env) {
       EXPECT_EQ(e.at("LOCAL_RANK"), std::to_string(rank % 2));
       EXPECT_EQ(e.at("GROUP_RANK"), std::to_string(rank / 2));
@@ -221,11 +224,13 @@ TEST(BraidrunRestart, TwoNodesRestartTogether) {
       EXPECT_EQ(e.at("ROLE_WORLD_SIZE"), "4");
       EXPECT_EQ(e.at("TORCHELASTIC_MAX_RESTARTS"), "1");
       EXPECT_EQ(e.at("BRAID_JOB_ID"), "none/round" + std::to_string(round));
-      ports.insert(e.at("MASTER_PORT"));
+      ports.insert(e.at("BRAID_STORE_PORT"));
+      torch_ports.insert(e.at("MASTER_PORT"));
     }
     EXPECT_EQ(ports.size(), 1u) << "every node's ranks share the round's store";
+    EXPECT_EQ(torch_ports.size(), 1u) << "every node's ranks get node 0's MASTER_PORT";
   }
-  EXPECT_NE(round_env(lines, 0)[0].at("MASTER_PORT"), round_env(lines, 1)[0].at("MASTER_PORT"));
+  EXPECT_NE(round_env(lines, 0)[0].at("BRAID_STORE_PORT"), round_env(lines, 1)[0].at("BRAID_STORE_PORT"));
   for (const RunResult* r : {&t.a, &t.b}) {
     EXPECT_TRUE(contains(r->err, "round 0 failed; starting every rank again (restart 1 of 1)")) << r->err;
     EXPECT_TRUE(contains(r->err, "braidrun:   round 0: rank 3 (local rank 1 on node 1, host ")) << r->err;

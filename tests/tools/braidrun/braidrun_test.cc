@@ -67,11 +67,14 @@ TEST(Braidrun, SetsEnvForEachRank) {
   RunResult r = run_braidrun(with_rank({"--standalone", "--nproc-per-node", "8", "--rdzv-id", "job42"}, {"env"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::set<int> ranks;
-  std::set<std::string> ports;
+  std::set<std::string> ports, store_ports;
+  // MASTER_PORT is left free for torch's own store (rank 0 serves it under env://, as with
+  // torchrun's c10d rendezvous); braid's store is BRAID_STORE_PORT.
   std::regex re(R"(^\[rank (\d+)\] RANK=(\d+) LOCAL_RANK=(\d+) WORLD_SIZE=8 LOCAL_WORLD_SIZE=8 GROUP_RANK=0 )"
                 R"(GROUP_WORLD_SIZE=1 ROLE_RANK=(\d+) ROLE_WORLD_SIZE=8 MASTER_ADDR=127\.0\.0\.1 MASTER_PORT=(\d+) )"
                 R"(TORCHELASTIC_RUN_ID=job42 BRAID_AGENT_STORE=1 TORCHELASTIC_RESTART_COUNT=0 )"
-                R"(TORCHELASTIC_MAX_RESTARTS=0 ROLE_NAME=default BRAID_JOB_ID=job42$)");
+                R"(TORCHELASTIC_MAX_RESTARTS=0 ROLE_NAME=default BRAID_STORE_PORT=(\d+) )"
+                R"(TORCHELASTIC_USE_AGENT_STORE=False BRAID_JOB_ID=job42$)");
   for (const std::string& line : lines_of(r.out)) {
     std::smatch m;
     ASSERT_TRUE(std::regex_match(line, m, re)) << line;
@@ -79,11 +82,14 @@ TEST(Braidrun, SetsEnvForEachRank) {
     EXPECT_EQ(m[2], m[3]);
     EXPECT_EQ(m[2], m[4]);
     EXPECT_NE(m[5], "0");
+    EXPECT_NE(m[5], m[6]);
     ranks.insert(std::stoi(m[2]));
     ports.insert(m[5]);
+    store_ports.insert(m[6]);
   }
   EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_EQ(ports.size(), 1u);
+  EXPECT_EQ(store_ports.size(), 1u);
 }
 
 TEST(Braidrun, PrefixesLinesAndNeverSplitsThem) {
@@ -192,14 +198,17 @@ TEST(Braidrun, RanksUseTheStoreAfterRank0Exited) {
   EXPECT_TRUE(contains(r.out, "[rank 2] got greeting=from-rank-0")) << r.out;
 }
 
-TEST(Braidrun, MasterPortIsServed) {
+// --master-port names braid's store (where the nodes meet), which the ranks get as
+// BRAID_STORE_PORT; MASTER_PORT is another port, free for torch's store.
+TEST(Braidrun, MasterPortIsServedAsBraidsStore) {
   int port = free_port();
   RunResult r = run_braidrun(with_rank({"--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
                                         std::to_string(port)},
                                        {"env", "store-set@1", "k", "v", "store-get", "k"}),
                              40);
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_TRUE(contains(r.out, "MASTER_PORT=" + std::to_string(port) + " ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "BRAID_STORE_PORT=" + std::to_string(port) + " ")) << r.out;
+  EXPECT_FALSE(contains(r.out, " MASTER_PORT=" + std::to_string(port) + " ")) << r.out;
   EXPECT_TRUE(contains(r.out, "[rank 0] got k=v")) << r.out;
 }
 

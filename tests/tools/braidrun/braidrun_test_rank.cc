@@ -7,7 +7,7 @@
 //   exit CODE          exit with CODE              kill SIG      raise signal SIG
 //   sleep SECONDS      sleep                       ignore-term   ignore SIGTERM from now on
 //   pidfile DIR        write this pid to DIR/rank<RANK>.pid
-//   store-set KEY VAL  set KEY in the store at MASTER_ADDR:MASTER_PORT
+//   store-set KEY VAL  set KEY in braid's store at MASTER_ADDR:BRAID_STORE_PORT
 //   store-get KEY      get KEY (waits) and print "got KEY=VALUE"
 //   stale-check DIR    in round 0, keep this rank's store address and job id in DIR; in a later
 //                      round, try them as a process left over from round 0 would, and print
@@ -41,7 +41,7 @@ std::unique_ptr<braid::TcpStore>& store() {
   static std::unique_ptr<braid::TcpStore> s;
   if (!s) {
     s = braid::TcpStore::connect(env_or("MASTER_ADDR", "127.0.0.1"),
-                                 static_cast<uint16_t>(std::atoi(env_or("MASTER_PORT", "0"))),
+                                 static_cast<uint16_t>(std::atoi(env_or("BRAID_STORE_PORT", "0"))),
                                  braid::TcpStoreOptions{.timeout = std::chrono::seconds(20)});
   }
   return s;
@@ -70,12 +70,12 @@ void print_secret() {
               env_or("BRAID_JOB_ID", ""), secret.size(), on_cmdline ? "yes" : "no");
 }
 
-// A process of round 0 that outlived it: its store (MASTER_PORT of round 0) and its job id,
+// A process of round 0 that outlived it: its store (BRAID_STORE_PORT of round 0) and its job id,
 // against the store of this round.
 void stale_check(const std::string& dir, int rank, const std::string& round) {
   const std::string path = dir + "/round0.rank" + std::to_string(rank);
   if (round == "0") {
-    std::ofstream(path) << env_or("MASTER_PORT", "0") << "\n" << env_or("BRAID_JOB_ID", "") << "\n";
+    std::ofstream(path) << env_or("BRAID_STORE_PORT", "0") << "\n" << env_or("BRAID_JOB_ID", "") << "\n";
     return;
   }
   std::ifstream in(path);
@@ -94,8 +94,8 @@ void stale_check(const std::string& dir, int rank, const std::string& round) {
     }
   };
   std::string old_store = try_store(old_port) == "joined" ? "reached" : "gone";
-  std::printf("stale old-port-differs=%s old-store=%s new-store=%s\n", old_port != env_or("MASTER_PORT", "") ? "yes" : "no",
-              old_store.c_str(), try_store(env_or("MASTER_PORT", "0")).c_str());
+  std::printf("stale old-port-differs=%s old-store=%s new-store=%s\n", old_port != env_or("BRAID_STORE_PORT", "") ? "yes" : "no",
+              old_store.c_str(), try_store(env_or("BRAID_STORE_PORT", "0")).c_str());
 }
 
 int arity(const std::string& action) {
@@ -135,13 +135,14 @@ int main(int argc, char** argv) {
       std::printf("RANK=%s LOCAL_RANK=%s WORLD_SIZE=%s LOCAL_WORLD_SIZE=%s GROUP_RANK=%s GROUP_WORLD_SIZE=%s "
                   "ROLE_RANK=%s ROLE_WORLD_SIZE=%s MASTER_ADDR=%s MASTER_PORT=%s TORCHELASTIC_RUN_ID=%s "
                   "BRAID_AGENT_STORE=%s TORCHELASTIC_RESTART_COUNT=%s TORCHELASTIC_MAX_RESTARTS=%s ROLE_NAME=%s "
-                  "BRAID_JOB_ID=%s\n",
+                  "BRAID_STORE_PORT=%s TORCHELASTIC_USE_AGENT_STORE=%s BRAID_JOB_ID=%s\n",
                   env_or("RANK", "?"), env_or("LOCAL_RANK", "?"), env_or("WORLD_SIZE", "?"),
                   env_or("LOCAL_WORLD_SIZE", "?"), env_or("GROUP_RANK", "?"), env_or("GROUP_WORLD_SIZE", "?"),
                   env_or("ROLE_RANK", "?"), env_or("ROLE_WORLD_SIZE", "?"), env_or("MASTER_ADDR", "?"),
                   env_or("MASTER_PORT", "?"), env_or("TORCHELASTIC_RUN_ID", "?"), env_or("BRAID_AGENT_STORE", "?"),
                   env_or("TORCHELASTIC_RESTART_COUNT", "?"), env_or("TORCHELASTIC_MAX_RESTARTS", "?"),
-                  env_or("ROLE_NAME", "?"), env_or("BRAID_JOB_ID", ""));
+                  env_or("ROLE_NAME", "?"), env_or("BRAID_STORE_PORT", "?"), env_or("TORCHELASTIC_USE_AGENT_STORE", "?"),
+                  env_or("BRAID_JOB_ID", ""));
     } else if (action == "print") {
       std::printf("%s\n", a1);
     } else if (action == "eprint") {

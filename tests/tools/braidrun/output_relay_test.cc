@@ -87,12 +87,13 @@ TEST(RankExit, Describes) {
 
 TEST(RankEnv, SetsTorchrunVariablesOverBase) {
   RankIdentity id{.rank = 5, .local_rank = 1, .world_size = 8, .local_world_size = 4, .node_rank = 1,
-                  .nnodes = 2, .master_addr = "10.0.0.1", .master_port = 1234, .run_id = "job"};
+                  .nnodes = 2, .master_addr = "10.0.0.1", .master_port = 1234, .store_port = 1235, .run_id = "job"};
   auto env = build_rank_env({"PATH=/bin", "RANK=99", "RANKING=keep"}, id);
   auto has = [&](const std::string& kv) { return std::find(env.begin(), env.end(), kv) != env.end(); };
   for (const char* kv : {"PATH=/bin", "RANKING=keep", "RANK=5", "LOCAL_RANK=1", "WORLD_SIZE=8", "LOCAL_WORLD_SIZE=4",
                          "GROUP_RANK=1", "GROUP_WORLD_SIZE=2", "ROLE_RANK=5", "ROLE_WORLD_SIZE=8",
-                         "MASTER_ADDR=10.0.0.1", "MASTER_PORT=1234", "TORCHELASTIC_RUN_ID=job", "BRAID_AGENT_STORE=1"}) {
+                         "MASTER_ADDR=10.0.0.1", "MASTER_PORT=1234", "TORCHELASTIC_RUN_ID=job", "BRAID_AGENT_STORE=1",
+                         "BRAID_STORE_PORT=1235"}) {
     EXPECT_TRUE(has(kv)) << kv;
   }
   EXPECT_FALSE(has("RANK=99"));

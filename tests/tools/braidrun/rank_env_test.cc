@@ -63,13 +63,15 @@ TEST(RankEnv, SecretFileIsPrivateAndRemoved) {
 // local_elastic_agent.py: _start_workers).
 TEST(RankEnv, RestartedRanksGetTorchrunsVariables) {
   RankIdentity id{.rank = 5, .local_rank = 1, .world_size = 8, .local_world_size = 4, .node_rank = 1, .nnodes = 2,
-                  .master_addr = "10.0.0.1", .master_port = 4242, .run_id = "job", .restart_count = 2,
+                  .master_addr = "10.0.0.1", .master_port = 4242, .store_port = 4243, .run_id = "job", .restart_count = 2,
                   .max_restarts = 3, .job_id = "job/round2"};
   auto env = build_rank_env({"TORCHELASTIC_RESTART_COUNT=9", "PATH=/bin"}, id);
   for (const char* kv : {"RANK=5", "LOCAL_RANK=1", "WORLD_SIZE=8", "LOCAL_WORLD_SIZE=4", "GROUP_RANK=1",
                          "GROUP_WORLD_SIZE=2", "ROLE_NAME=default", "ROLE_RANK=5", "ROLE_WORLD_SIZE=8",
                          "MASTER_ADDR=10.0.0.1", "MASTER_PORT=4242", "TORCHELASTIC_RUN_ID=job",
-                         "TORCHELASTIC_RESTART_COUNT=2", "TORCHELASTIC_MAX_RESTARTS=3", "BRAID_JOB_ID=job/round2"}) {
+                         "TORCHELASTIC_RESTART_COUNT=2", "TORCHELASTIC_MAX_RESTARTS=3", "BRAID_JOB_ID=job/round2",
+                         // torch's env:// serves its own store on MASTER_PORT; braid's is elsewhere
+                         "TORCHELASTIC_USE_AGENT_STORE=False", "BRAID_AGENT_STORE=1", "BRAID_STORE_PORT=4243"}) {
     EXPECT_TRUE(has(env, kv)) << kv;
   }
   EXPECT_FALSE(has(env, "TORCHELASTIC_RESTART_COUNT=9"));
