@@ -389,7 +389,7 @@ Work Communicator::all_to_allv_async(const void* send, const std::vector<size_t>
   return impl().enqueue(all_to_allv_args(send, send_counts, recv, recv_counts, dtype));
 }
 
-// The blocking forms run on the calling thread when nothing else is queued (CommunicatorImpl::run).
+// The blocking forms run on the calling thread when nothing else is queued (engine/op_queue.h).
 void Communicator::all_reduce(void* buf, size_t count, DType dtype, Op op) {
   impl().run(args_of(Kind::all_reduce, buf, buf, count, dtype, op));
 }
