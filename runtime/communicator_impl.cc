@@ -54,7 +54,11 @@ void CommunicatorImpl::run(collectives::CollectiveArgs args) {
   raise_if_error(collectives::validate_collective(args, cfg_.rank, cfg_.size));
   auto work = std::make_shared<detail::WorkState>();
   std::unique_ptr<DeviceStaging> device = stage_device(args, work);
-  if (device && device->pipelined()) return queue_.push_chunks(*device, work).wait();
+  if (device && device->pipelined()) {
+    Work chunked = queue_.push_chunks(*device, work);
+    device.reset();  // the chunks hold what they need; the whole's staging goes before the wait
+    return chunked.wait();
+  }
   PendingOp op;
   if (queue_.push_or_take(std::move(args), work, std::move(device), &op)) runner_.run_here(op);
   Work(work).wait();  // done already when it ran here; raises its error
