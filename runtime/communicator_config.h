@@ -40,7 +40,7 @@ struct CommunicatorConfig {
   std::chrono::microseconds waits_at_once{100};
   void* inproc_fabric = nullptr;             // tests: BRAID_TRANSPORT=inproc
   // Tests: called on the progress thread after each operation it ran, before it lets go of the
-  // communicator, to make a slow release certain (complete_last).
+  // communicator, to make a slow release certain (engine/held_completions.h).
   std::function<void()> after_progress_op;
   // Tests: called on the progress thread after it let go of the communicator, before it
   // completes the operation it held (complete_held), to make a late completion certain.
