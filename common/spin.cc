@@ -55,14 +55,30 @@ void set_ranks_on_node(int ranks) {
 SharedCpuPeer::SharedCpuPeer() { g_shared_cpu_peers.fetch_add(1, std::memory_order_relaxed); }
 SharedCpuPeer::~SharedCpuPeer() { g_shared_cpu_peers.fetch_sub(1, std::memory_order_relaxed); }
 
+bool step_off_cpu(int cpu) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof allowed, &allowed) != 0) return false;
+  if (!CPU_ISSET(cpu, &allowed) || CPU_COUNT(&allowed) < 2) return false;
+  cpu_set_t others = allowed;
+  CPU_CLR(cpu, &others);
+  if (sched_setaffinity(0, sizeof others, &others) != 0) return false;
+  (void)sched_setaffinity(0, sizeof allowed, &allowed);
+  return true;
+}
+
 SpinScope::SpinScope() { g_spinners.fetch_add(1, std::memory_order_relaxed); }
 SpinScope::~SpinScope() { g_spinners.fetch_sub(1, std::memory_order_relaxed); }
+
+bool SpinScope::yields() const {
+  return spinning_threads() > usable_cpus() || g_node_oversubscribed.load(std::memory_order_relaxed) ||
+         cpu_sharing_peers() > 0;
+}
 
 void SpinScope::pause() const {
   // A SharedCpuPeer stops spins from starting (spin_allowed); this covers one that appears in
   // the middle of a spin (a handshake answer read while spinning).
-  if (spinning_threads() > usable_cpus() || g_node_oversubscribed.load(std::memory_order_relaxed) ||
-      cpu_sharing_peers() > 0) {
+  if (yields()) {
     g_yields.fetch_add(1, std::memory_order_relaxed);
     sched_yield();
     return;

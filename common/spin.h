@@ -36,6 +36,8 @@ class SpinScope {
   // outnumber the CPUs the calling thread may run on (sched_getaffinity, read once per thread),
   // the node is oversubscribed (set_ranks_on_node), or a SharedCpuPeer is held.
   void pause() const;
+  // Whether pause() gives the CPU away now (sched_yield) rather than pausing on it.
+  bool yields() const;
 };
 
 // Whether a transport wait (the engines' spin before they sleep in the kernel) may spin at all.
@@ -54,6 +56,13 @@ class WaitScope {
   WaitScope(const WaitScope&) = delete;
   WaitScope& operator=(const WaitScope&) = delete;
 };
+
+// Moves the calling thread off `cpu` to another CPU its affinity mask allows: the mask is narrowed
+// to leave `cpu` out, which makes the kernel migrate the thread at once, and restored right
+// after (the thread stays where it went). For a waiter that knows the thread it waits for is
+// queued behind it on `cpu`. False, doing nothing, when the mask allows `cpu` only (or nothing
+// else), or the kernel refuses.
+bool step_off_cpu(int cpu);
 
 // Ranks on this node (LOCAL_WORLD_SIZE), told by the runtime: above the number of online CPUs
 // every spinner yields. Once a value above the CPU count has been told, it stays so.

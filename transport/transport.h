@@ -45,6 +45,9 @@ struct Capabilities {
   bool zero_copy_send = false;  // large sends avoid a copy into the kernel
   bool needs_registration = false;  // post_* require memory from register_memory
   size_t max_in_flight = 256;   // outstanding operations per connection and direction
+  // Its waits see where each peer last ran and stop spinning while a peer is queued on the
+  // waiter's own CPU (shm), so ranks free to share CPUs may spin over it (spin_policy.h).
+  bool watches_peer_cpu = false;
 };
 
 // A registered byte range; handle is transport-specific (an ib MR key; 0 for tcp).

@@ -158,9 +158,11 @@ Result<std::unique_ptr<PeerLinks>> PeerLinks::connect(const LinkSetup& s, Store&
     return choice.status().with_context("rank " + std::to_string(s.rank) + " choosing a transport per peer: ");
   }
   RETURN_IF_ERROR(links->connect_peers(s, all, choice.value(), brought.up, brought.families, deadline));
-  for (const auto& p : all) {
-    links->hosts_.push_back(p.host);
-    links->rank_cpus_.push_back({p.host, p.cpus});
+  for (size_t r = 0; r < all.size(); ++r) {
+    links->hosts_.push_back(all[r].host);
+    const bool watched = static_cast<int>(r) != s.rank && links->owned_[r] != nullptr &&
+                         links->transports_[links->transport_of_[r]]->capabilities().watches_peer_cpu;
+    links->rank_cpus_.push_back({all[r].host, all[r].cpus, watched});
   }
   std::vector<int> order = collectives::ring_order(links->hosts_);
   if (s.env.ring_order == "host" && !collectives::is_identity(order)) links->ring_order_ = std::make_shared<const std::vector<int>>(std::move(order));

@@ -53,6 +53,12 @@ SpinChoice choose_spin(const SpinInputs& in) {
   const std::string outnumber = ", more than the host's " + plural(in.online_cpus, "CPU") +
                                 ": spinners yield the CPU on each pass" + hint;
   const bool yielding = in.local_ranks > in.online_cpus;
+  // Ranks that may share CPUs but are all reached over shm: its waits see where the peer last
+  // ran and stop spinning while it is queued on the waiter's CPU (Capabilities::watches_peer_cpu),
+  // so spinning costs nothing when they are stacked and saves a wake-up per step when not.
+  const bool watched = in.local_ranks - in.watched_ranks <= 1;
+  const std::string over_shm = "every other rank on this host is reached over shm, whose waits stop spinning while"
+                               " the peer is queued on the waiter's CPU" + hint;
   if (in.sharing_ranks > 0) {
     if (in.sharing_ranks == 1) {
       return {in.default_us, "no other rank on this host may run on this rank's " +
@@ -61,6 +67,7 @@ SpinChoice choose_spin(const SpinInputs& in) {
     const std::string shared =
         std::to_string(in.sharing_ranks) + " ranks on this host share " + plural(in.sharing_cpus, "CPU");
     if (yielding) return {in.default_us, shared + " (" + std::to_string(in.local_ranks) + " ranks" + outnumber + ")"};
+    if (watched) return {in.default_us, shared + "; " + over_shm};
     return {0, shared + hint};
   }
   // Masks unknown: binding gives each rank its share of the CPUs, and no more.
@@ -71,6 +78,7 @@ SpinChoice choose_spin(const SpinInputs& in) {
                                std::to_string(in.online_cpus) + hint};
   }
   if (yielding) return {in.default_us, local + outnumber};
+  if (watched) return {in.default_us, local + "; " + over_shm};
   return {0, local + ", each free to run on " + plural(in.affinity_cpus, "CPU") + " of " +
                  std::to_string(in.online_cpus) + hint};
 }
@@ -78,12 +86,14 @@ SpinChoice choose_spin(const SpinInputs& in) {
 void count_sharing(const std::vector<RankCpus>& all, int rank, SpinInputs& in) {
   const RankCpus& me = all[static_cast<size_t>(rank)];
   in.local_ranks = 0;
+  in.watched_ranks = 0;
   in.sharing_ranks = 0;
   bool known = transport::cpu_count(me.cpus) > 0;
   transport::CpuMask together{};
   for (const RankCpus& r : all) {
     if (r.host != me.host) continue;
     ++in.local_ranks;
+    if (&r != &me && r.watched) ++in.watched_ranks;
     if (transport::cpu_count(r.cpus) == 0) known = false;
     bool meets = false;
     for (size_t w = 0; w < me.cpus.size(); ++w) meets = meets || (me.cpus[w] & r.cpus[w]) != 0;

@@ -23,8 +23,13 @@
 //     Every spinner then yields its CPU on each pass (common/spin.h: set_ranks_on_node, which
 //     this rule feeds with the ranks it counted), so a peer stacked on the same CPU runs at once,
 //     and that beats sleeping, which pays a wake-up per step (4 ranks on 2 CPUs);
-//   - ranks share CPUs otherwise: spin 0, sleep at once ("spin 0 us: 2 ranks on this host share
-//     2 CPUs"): there a spinner pauses on its CPU and keeps a peer stacked on it waiting;
+//   - ranks share CPUs, and every other rank of this host is reached over shm: spin the default.
+//     The shm transport's waits see where each peer last polled (Capabilities::watches_peer_cpu)
+//     and stop spinning while a peer is queued on the waiter's own CPU, so a stacked pair costs
+//     a sleep, as spin 0 would, and a pair on two CPUs answers without a wake-up per step;
+//   - ranks share CPUs otherwise (some reached over tcp): spin 0, sleep at once ("spin 0 us: 2
+//     ranks on this host share 2 CPUs"): there a spinner pauses on its CPU and keeps a peer
+//     stacked on it waiting;
 //   - a rank whose mask is unknown (a CPU beyond host_identity's bitmap) falls back to counts:
 //     it shares when it may run on more CPUs than its share of the online ones (online / local
 //     ranks), which is what binding gives.
@@ -47,6 +52,7 @@ struct SpinInputs {
   std::optional<int> explicit_us;  // BRAID_SPIN_US when the user set it
   int default_us = 50;             // when the rule keeps spinning
   int local_ranks = 1;             // ranks of the communicator on this host, this one included
+  int watched_ranks = 0;           // of those, the ones reached over a transport that watches (RankCpus::watched)
   // Of those, the ranks whose CPUs intersect this rank's, this one included, and the CPUs of
   // their masks together; sharing_ranks 0: some local rank's mask is unknown.
   int sharing_ranks = 0;
@@ -67,6 +73,9 @@ SpinChoice choose_spin(const SpinInputs& in);
 struct RankCpus {
   std::string host;             // host label
   transport::CpuMask cpus{};    // all zero: unknown
+  // This rank reaches it over a transport that stops spinning while it waits on the same CPU
+  // (Capabilities::watches_peer_cpu): it need not be counted as one that may share CPUs.
+  bool watched = false;
 };
 
 // local_ranks, sharing_ranks and sharing_cpus of `in` for rank `rank` of `all` (pure).

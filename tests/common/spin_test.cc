@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <thread>
+#include <vector>
 
 namespace braid {
 namespace {
@@ -20,6 +21,49 @@ void on_one_cpu(F body) {
     CPU_SET(0, &set);
     ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof set, &set), 0);
     body();
+  });
+  t.join();
+}
+
+// The CPUs this process may use, in order.
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+cpu_set_t set_of(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  return set;
+}
+
+// A waiter that finds the thread it waits for queued behind it steps off its CPU: the kernel
+// moves it to another CPU of its mask, and the mask is what it was. Confined to one CPU, it
+// stays and says so.
+TEST(Spin, StepOffCpuMovesTheThreadAndKeepsItsMask) {
+  const std::vector<int> cpus = allowed_cpus();
+  if (cpus.size() < 2) GTEST_SKIP() << "one usable CPU: nowhere to step to";
+  std::thread t([&] {
+    const cpu_set_t one = set_of({cpus[0]}), two = set_of({cpus[0], cpus[1]});
+    ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+    ASSERT_EQ(sched_getcpu(), cpus[0]);
+    EXPECT_FALSE(step_off_cpu(cpus[0])) << "confined to one CPU";
+    EXPECT_EQ(sched_getcpu(), cpus[0]);
+    ASSERT_EQ(sched_setaffinity(0, sizeof two, &two), 0);  // free again (most likely still on the first)
+    const int was = sched_getcpu();
+    EXPECT_TRUE(step_off_cpu(was));
+    EXPECT_NE(sched_getcpu(), was) << "the kernel moves the thread before the call returns";
+    cpu_set_t now;
+    ASSERT_EQ(sched_getaffinity(0, sizeof now, &now), 0);
+    EXPECT_TRUE(CPU_EQUAL(&now, &two)) << "the mask is restored";
+    EXPECT_FALSE(step_off_cpu(-1));
   });
   t.join();
 }

@@ -64,7 +64,15 @@ class Stranger {
   // Reads the acceptor's answer and sends the proof `s` makes for it.
   bool prove_with(const auth::JobSecret& s) {
     unsigned char answer[transport::kAnswerBytes];
-    if (::recv(fd_, answer, sizeof answer, MSG_WAITALL) != static_cast<ssize_t>(sizeof answer)) return false;
+    size_t got = 0;
+    while (got < sizeof answer) {
+      // EINTR: io_uring's completion work for this thread (the test drives a transport here too)
+      // interrupts a blocking recv, which a receive timeout makes return rather than restart.
+      const ssize_t n = ::recv(fd_, answer + got, sizeof answer - got, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      got += static_cast<size_t>(n);
+    }
     const Handshake a = transport::decode_handshake(answer);
     const auth::Mac proof =
         s.prove(auth::Direction::to_acceptor, a.nonce, hello_.nonce, transport::handshake_transcript(hello_, a));
@@ -77,6 +85,7 @@ class Stranger {
     for (;;) {
       ssize_t n = ::recv(fd_, b, sizeof b, 0);
       if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
+      if (n < 0 && errno == EINTR) continue;  // as in prove_with
       if (n < 0) return false;  // timed out
     }
   }

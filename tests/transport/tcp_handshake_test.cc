@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -101,13 +102,26 @@ class FakeAcceptor {
   }
   const std::string& address() const { return address_; }
 
+  // Reads exactly `n` bytes within the receive timeout. EINTR is retried: io_uring's completion
+  // work for a thread that also drives a transport interrupts a blocking recv, which a receive
+  // timeout makes return rather than restart.
+  bool recv_all(void* p, size_t n) {
+    size_t got = 0;
+    while (got < n) {
+      const ssize_t r = ::recv(fd_, static_cast<char*>(p) + got, n - got, 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      got += static_cast<size_t>(r);
+    }
+    return true;
+  }
   // Accepts the connector's socket and reads its handshake.
   Handshake accept_handshake() {
     fd_ = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     EXPECT_GE(fd_, 0);
     timeval tv{20, 0};
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    EXPECT_EQ(::recv(fd_, &hello_, sizeof hello_, MSG_WAITALL), static_cast<ssize_t>(sizeof hello_));
+    EXPECT_TRUE(recv_all(&hello_, sizeof hello_));
     return hello_;
   }
   // Sends `answer` (a fresh nonce put in) with the proof `secret` makes for it, then reads the
@@ -121,7 +135,7 @@ class FakeAcceptor {
     std::memcpy(bytes + sizeof answer, proof.data(), proof.size());
     EXPECT_EQ(::send(fd_, bytes, sizeof bytes, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof bytes));
     auth::Mac theirs;
-    if (::recv(fd_, theirs.data(), theirs.size(), MSG_WAITALL) != static_cast<ssize_t>(theirs.size())) return false;
+    if (!recv_all(theirs.data(), theirs.size())) return false;
     return secret.verify(auth::Direction::to_acceptor, answer.nonce, hello_.nonce, transcript, theirs);
   }
   // An 8-byte message (seq 0).

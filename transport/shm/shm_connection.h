@@ -84,6 +84,13 @@ class ShmConnection final : public Connection {
   // The peer exited: fail what is left once what it wrote is delivered.
   void peer_exited();
   void set_sleeping(bool on);
+  // Publishes the CPU this end polls on (sched_getcpu() + 1) and says whether the peer last
+  // polled on the same one: it is then runnable only once this thread gives the CPU away.
+  bool peer_on_cpu(uint32_t cpu_plus_one) {
+    std::atomic<uint32_t>& mine = header_->ends[s_.self_end].on_cpu;
+    if (mine.load(std::memory_order_relaxed) != cpu_plus_one) mine.store(cpu_plus_one, std::memory_order_relaxed);
+    return header_->ends[1 - s_.self_end].on_cpu.load(std::memory_order_relaxed) == cpu_plus_one;
+  }
   bool idle() const { return sends_.empty() && acks_.empty() && recvs_.empty(); }
   // The transport goes first (a misuse transport.h forbids): no call back into it.
   void detach() {

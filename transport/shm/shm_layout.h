@@ -40,7 +40,7 @@
 namespace braid::transport::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x314d485344495242;  // "BRIDSHM1"
-inline constexpr uint32_t kSegmentVersion = 1;
+inline constexpr uint32_t kSegmentVersion = 2;
 inline constexpr size_t kRecordAlign = 64;
 inline constexpr size_t kRecordHeaderBytes = 32;
 inline constexpr size_t kHeaderBytes = 4096;
@@ -68,6 +68,9 @@ struct alignas(64) Endpoint {
   uint32_t pid = 0;
   uint64_t probe_addr = 0;   // an 8-byte word in its own memory holding probe_value
   uint64_t probe_value = 0;
+  // The CPU its owner last polled on, plus one (0: not yet). A waiter whose peer last ran on
+  // its own CPU yields rather than pauses: the peer is then queued behind it (ShmTransport::poll).
+  std::atomic<uint32_t> on_cpu{0};
 };
 
 struct SegmentHeader {

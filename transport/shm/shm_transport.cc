@@ -1,6 +1,7 @@
 #include "transport/shm/shm_transport.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -103,6 +104,7 @@ void ShmTransport::forget(ShmConnection* c) {
 Capabilities ShmTransport::capabilities() const {
   Capabilities c;
   c.max_in_flight = ShmConnection::kMaxInFlight;
+  c.watches_peer_cpu = true;
   return c;
 }
 
@@ -312,6 +314,14 @@ Status ShmTransport::serve_handshakes(const AcceptorExpect& expect, Deadline dea
                            });
 }
 
+bool ShmTransport::peer_on_this_cpu() {
+  const int cpu = sched_getcpu();
+  if (cpu < 0) return false;
+  bool stacked = false;
+  for (ShmConnection* c : connections_) stacked = c->peer_on_cpu(static_cast<uint32_t>(cpu) + 1) || stacked;
+  return stacked;
+}
+
 bool ShmTransport::progress_all() {
   bool changed = false;
   for (ShmConnection* c : connections_) changed = c->progress() || changed;
@@ -369,8 +379,24 @@ Status ShmTransport::poll(std::vector<Completion>& out, std::chrono::microsecond
       const auto spin = std::chrono::microseconds(spin_allowed() ? env_.spin_us : 0);
       const auto spin_end = start + std::min(timeout, spin);
       if (start < spin_end) {
+        // Ranks free to run on the same CPUs get stacked on one now and then (a woken thread is
+        // often placed where its waker runs), and stay so: each wakes the other onto its own
+        // CPU. A peer queued behind this spinner cannot answer until it gives the CPU away. So
+        // the spinner steps off to another CPU it may use (once per wait), and where it may use
+        // this one only, it sleeps at once. Where spinners yield anyway (more ranks than CPUs)
+        // the yield hands the CPU over.
         SpinScope spinning;
+        bool stepped = false;
         while (ready_.empty() && Clock::now() < spin_end) {
+          if (!spinning.yields() && peer_on_this_cpu()) {
+            ++stacked_stops_;
+            if (!stepped && step_off_cpu(sched_getcpu())) {
+              stepped = true;
+              ++stacked_moves_;
+              continue;
+            }
+            break;
+          }
           spinning.pause();
           progress_all();
         }

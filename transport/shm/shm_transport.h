@@ -11,7 +11,10 @@
 // deadlock); the pid of each end comes from the kernel (SO_PEERCRED), never from the peer's words.
 //
 // Waiting: poll() runs every connection's rings; with nothing done it spins for BRAID_SPIN_US
-// (common/spin.h decides whether it may), then marks itself asleep in every segment and sleeps
+// (common/spin.h decides whether it may) - but when a peer last ran on this very CPU (each end
+// publishes the CPU it polls on in the segment), that peer is queued behind the spinner and
+// cannot answer: the spinner steps off to another CPU it may use, or, confined to this one,
+// stops spinning - then marks itself asleep in every segment and sleeps
 // in poll(2) on its eventfd, which peers and wake() write, and on every peer's pidfd.
 #pragma once
 
@@ -45,6 +48,10 @@ class ShmTransport final : public Transport {
                                               Deadline deadline) override;
   Result<std::unique_ptr<Connection>> accept(const PeerIdentity& who, Deadline deadline) override;
   Status poll(std::vector<Completion>& out, std::chrono::microseconds timeout) override;
+  // For tests: how often poll() found a peer queued on the spinner's CPU, and how often it then
+  // stepped off that CPU (common/spin.h, step_off_cpu) rather than sleeping.
+  uint64_t stacked_stops() const { return stacked_stops_; }
+  uint64_t stacked_moves() const { return stacked_moves_; }
   void wake() override;
   // The eventfd peers and wake() write; armed by arm_wait() (runtime/links/peer_links.h sleeps on
   // several transports at once).
@@ -62,6 +69,10 @@ class ShmTransport final : public Transport {
   Status finish_accepted(AcceptorHandshake& h, Deadline deadline);
   std::unique_ptr<Connection> make_connection(ShmConnectionSetup setup);
   bool progress_all();
+  // Publishes this thread's CPU to every peer; true when some peer last polled on the same CPU.
+  bool peer_on_this_cpu();
+  uint64_t stacked_stops_ = 0;
+  uint64_t stacked_moves_ = 0;
   Status sleep(std::chrono::microseconds timeout);
 
   Env env_;

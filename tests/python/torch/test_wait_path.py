@@ -68,16 +68,21 @@ def usable_cpus():
 
 # The rule itself lives in the library (runtime/links/spin_policy.h, tested there as a table and in
 # C++ jobs); these check that torch's groups get it: braid.torch sets nothing itself.
-def test_ranks_on_one_cpu_sleep_at_once():
+# Ranks that may share CPUs keep spinning over shm, whose waits stop while the peer is queued on
+# the waiter's CPU; over tcp they sleep at once.
+OVER_SHM = "every other rank on this host is reached over shm"
+
+
+def test_ranks_on_one_cpu_spin_over_shm():
     cpu = str(usable_cpus()[0])
     for rank, out in enumerate(run_policy(lambda r: cpu)):
-        assert "spin 0 us: 2 ranks on this host share 1 CPU;" in out, f"rank {rank}:\n{out[-3000:]}"
+        assert "spin 50 us: 2 ranks on this host share 1 CPU; " + OVER_SHM in out, f"rank {rank}:\n{out[-3000:]}"
 
 
-def test_ranks_free_on_every_cpu_sleep_at_once():
+def test_ranks_free_on_every_cpu_spin_over_shm():
     usable_cpus()
     for rank, out in enumerate(run_policy(lambda r: "")):
-        assert "spin 0 us: 2 ranks on this host share " in out, f"rank {rank}:\n{out[-3000:]}"
+        assert "spin 50 us: 2 ranks on this host share " in out and OVER_SHM in out, f"rank {rank}:\n{out[-3000:]}"
 
 
 def test_ranks_bound_to_their_own_cpus_keep_spinning():

@@ -25,15 +25,18 @@ const std::string kUnset = "\x01";  // Subprocess: remove the variable
 
 // What every rank of these jobs sets besides the rendezvous: INFO lines (which say the spin
 // budget) and BRAID_SPIN_US = `spin` (kUnset: not set).
-testing::EnvMap spin_env(const std::string& spin) {
-  return {{"BRAID_RENDEZVOUS_TIMEOUT_S", "20"}, {"BRAID_DEBUG", "INFO"}, {"BRAID_SPIN_US", spin}};
+// `transport`: BRAID_TRANSPORT (kUnset: the default, shm between ranks of one host).
+testing::EnvMap spin_env(const std::string& spin, const std::string& transport = kUnset) {
+  return {{"BRAID_RENDEZVOUS_TIMEOUT_S", "20"}, {"BRAID_DEBUG", "INFO"}, {"BRAID_SPIN_US", spin},
+          {"BRAID_TRANSPORT", transport}};
 }
 
 // Starts `cpus.size()` ranks, rank r under `taskset -c cpus[r]` ("" runs it unconfined), each
 // doing one all_reduce; returns every rank's output after checking that each succeeded.
-std::vector<std::string> run_ranks(const std::vector<std::string>& cpus, const std::string& spin = kUnset) {
+std::vector<std::string> run_ranks(const std::vector<std::string>& cpus, const std::string& spin = kUnset,
+                                   const std::string& transport = kUnset) {
   const int size = static_cast<int>(cpus.size());
-  testing::RankJob job{.argv = {testing::binary_from_env("COMM_RANK"), "sum", "1024"}, .env = spin_env(spin)};
+  testing::RankJob job{.argv = {testing::binary_from_env("COMM_RANK"), "sum", "1024"}, .env = spin_env(spin, transport)};
   job.per_rank = [&cpus](int r, testing::EnvMap&, std::vector<std::string>& argv) {
     if (!cpus[r].empty()) argv.insert(argv.begin(), {kTaskset, "-c", cpus[r]});
   };
@@ -76,8 +79,21 @@ class SpinJob : public ::testing::Test {
   std::string cpu0_, cpu1_;  // cpu1_ empty: this process may use one CPU only
 };
 
-TEST_F(SpinJob, RanksConfinedToOneCpuSleepAtOnce) {
+// Over shm the ranks keep the spin: the shm wait itself stops spinning while its peer is
+// queued on its CPU (tests/transport/shm, ShmWait). Over tcp, which cannot see that, they sleep
+// at once.
+const std::string kOverShm =
+    "; every other rank on this host is reached over shm, whose waits stop spinning while the peer is queued on the "
+    "waiter's CPU; set BRAID_SPIN_US to override";
+
+TEST_F(SpinJob, RanksConfinedToOneCpuSpinOverShm) {
   auto out = run_ranks({cpu0_, cpu0_});
+  expect_each_says(out, "INFO: spin 50 us: 2 ranks on this host share 1 CPU" + kOverShm);
+  expect_each_applies(out, 50);
+}
+
+TEST_F(SpinJob, RanksConfinedToOneCpuSleepAtOnceOverTcp) {
+  auto out = run_ranks({cpu0_, cpu0_}, kUnset, "tcp");
   expect_each_says(out, "INFO: spin 0 us: 2 ranks on this host share 1 CPU; set BRAID_SPIN_US to override");
   expect_each_applies(out, 0);
 }
@@ -90,9 +106,11 @@ TEST_F(SpinJob, RanksOnACpuEachKeepTheDefaultSpin) {
   for (const auto& o : out) EXPECT_EQ(o.find("spin 0 us"), std::string::npos) << o;
 }
 
-TEST_F(SpinJob, RanksFreeOnEveryCpuSleepAtOnce) {
+TEST_F(SpinJob, RanksFreeOnEveryCpuSpinOverShmAndSleepAtOnceOverTcp) {
   if (cpu1_.empty()) GTEST_SKIP() << "this process may use one CPU only";
-  expect_each_says(run_ranks({"", ""}), "INFO: spin 0 us: 2 ranks on this host share ");
+  expect_each_says(run_ranks({"", ""}), kOverShm);
+  expect_each_says(run_ranks({"", ""}), "INFO: spin 50 us: 2 ranks on this host share ");
+  expect_each_says(run_ranks({"", ""}, kUnset, "tcp"), "INFO: spin 0 us: 2 ranks on this host share ");
 }
 
 TEST_F(SpinJob, AnExplicitSettingIsKept) {
@@ -106,9 +124,9 @@ TEST_F(SpinJob, OneRankSetsItAndTheOtherDecides) {
   // Each rank chooses for itself; the one that set nothing still counts the other.
   const int port = testing::free_port();
   Subprocess set({kTaskset, "-c", cpu0_, testing::binary_from_env("COMM_RANK"), "sum", "1024"},
-                 testing::rank_env(port, 0, 2, spin_env("20")));
+                 testing::rank_env(port, 0, 2, spin_env("20", "tcp")));
   Subprocess unset({kTaskset, "-c", cpu0_, testing::binary_from_env("COMM_RANK"), "sum", "1024"},
-                   testing::rank_env(port, 1, 2, spin_env(kUnset)));
+                   testing::rank_env(port, 1, 2, spin_env(kUnset, "tcp")));
   ASSERT_EQ(set.wait(kBound), 0) << set.output();
   ASSERT_EQ(unset.wait(kBound), 0) << unset.output();
   EXPECT_NE(set.output().find("spin 20 us: BRAID_SPIN_US is set"), std::string::npos) << set.output();
@@ -116,7 +134,7 @@ TEST_F(SpinJob, OneRankSetsItAndTheOtherDecides) {
 }
 
 // braidrun as launched by hand: three ranks confined to one CPU by taskset (braidrun cannot
-// give each its own): spin 0, or, where the host has fewer CPUs than 3, the default spin that
+// give each its own): the spin over shm, or, where the host has fewer CPUs than 3, the default spin that
 // yields on each pass; and two ranks with its default binding on two CPUs or more.
 TEST_F(SpinJob, UnderBraidrun) {
   const char* braidrun = std::getenv("BRAIDRUN");
@@ -128,7 +146,8 @@ TEST_F(SpinJob, UnderBraidrun) {
                      env);
   ASSERT_EQ(one_cpu.wait(kBound), 0) << one_cpu.output();
   const std::string want = sysconf(_SC_NPROCESSORS_ONLN) >= 3
-                               ? "INFO: spin 0 us: 3 ranks on this host share 1 CPU;"
+                               ? "INFO: spin 50 us: 3 ranks on this host share 1 CPU; every other rank on this host is "
+                                 "reached over shm"
                                : "INFO: spin 50 us: 3 ranks on this host share 1 CPU (3 ranks, more than the host's";
   EXPECT_EQ(count_of(one_cpu.output(), want), 3) << one_cpu.output();
 

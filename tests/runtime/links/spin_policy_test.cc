@@ -27,6 +27,8 @@ struct Case {
 
 RankCpus on(const char* host, std::initializer_list<size_t> cpus) { return {host, cpu_mask_of(cpus)}; }
 RankCpus unknown_on(const char* host) { return {host, transport::CpuMask{}}; }
+// A rank reached over shm, whose waits watch where it runs (Capabilities::watches_peer_cpu).
+RankCpus shm_on(const char* host, std::initializer_list<size_t> cpus) { return {host, cpu_mask_of(cpus), true}; }
 
 SpinChoice decide(const Case& c) {
   SpinInputs in;
@@ -61,6 +63,19 @@ TEST(SpinPolicy, Table) {
        "2 ranks on this host share 2 CPUs"},
       {"3 ranks confined to CPU 0 of 2", {on("a", {0}), on("a", {0}), on("a", {0})}, 0, {}, 1, 2, 50,
        "3 ranks on this host share 1 CPU (3 ranks, more than"},
+      {"2 ranks free on 2 CPUs over shm: its waits watch for stacking", {on("a", {0, 1}), shm_on("a", {0, 1})}, 0, {}, 2,
+       2, 50, "every other rank on this host is reached over shm"},
+      {"2 ranks on CPU 0 over shm", {shm_on("a", {0}), shm_on("a", {0})}, 1, {}, 1, 2, 50,
+       "2 ranks on this host share 1 CPU; every other rank on this host is reached over shm"},
+      {"bound to a CPU each, over shm: the bound reason", {on("a", {0}), shm_on("a", {1})}, 0, {}, 1, 2, 50,
+       "no other rank"},
+      {"unknown masks, over shm", {unknown_on("a"), {"a", transport::CpuMask{}, true}}, 0, {}, 2000, 2000, 50,
+       "reached over shm"},
+      {"3 ranks free, one reached over tcp: the rule decides", {on("a", {0, 1}), shm_on("a", {0, 1}), on("a", {0, 1})}, 0,
+       {}, 2, 4, 0, "3 ranks on this host share 2 CPUs"},
+      {"a peer over shm, one more on another host", {on("a", {0, 1}), shm_on("a", {0, 1}), on("b", {0, 1})}, 0, {}, 2,
+       2, 50, "reached over shm"},
+      {"over shm but set: kept", {on("a", {0, 1}), shm_on("a", {0, 1})}, 0, 0, 2, 2, 0, "BRAID_SPIN_US is set"},
       {"one rank per host", {on("a", {0, 1}), on("b", {0, 1})}, 0, {}, 2, 2, 50, "the only rank"},
       {"a single rank", {on("a", {0, 1})}, 0, {}, 2, 2, 50, "the only rank"},
       {"ranks on another host do not count", {on("a", {0}), on("b", {0}), on("a", {1}), on("b", {1})}, 0, {}, 1, 2, 50,
@@ -92,6 +107,10 @@ TEST(SpinPolicy, CountsOnlyThisHostsRanksWhoseCpusMeet) {
   EXPECT_EQ(in.local_ranks, 3);
   EXPECT_EQ(in.sharing_ranks, 2);
   EXPECT_EQ(in.sharing_cpus, 3);  // 0-1 and 1-2
+  EXPECT_EQ(in.watched_ranks, 0);
+  count_sharing({on("a", {0, 1}), shm_on("a", {0, 1}), shm_on("b", {0, 1}), on("a", {1})}, 0, in);
+  EXPECT_EQ(in.local_ranks, 3);
+  EXPECT_EQ(in.watched_ranks, 1) << "only this host's ranks count";
 }
 
 TEST(SpinPolicy, CardRoundTrips) {

@@ -3,11 +3,13 @@
 // the address and its host, and who is refused. tests/transport/transport_test.cc runs the
 // seam's common suite on shm as well.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/env.h"
@@ -15,6 +17,7 @@
 #include "tests/transport/transport_link.h"
 #include "transport/shm/shm_layout.h"
 #include "transport/shm/shm_setup.h"
+#include "transport/shm/shm_transport.h"
 
 namespace braid::transport::testing {
 namespace {
@@ -316,6 +319,132 @@ TEST(ShmRingBytes, ConnectionsUseTheConfiguredRingOnBothEnds) {
     // Larger than the ring, and not a multiple of its chunks: it streams through, wrapping.
     send_each(link, {ring - 1, ring, 3 * ring + 17, 5u << 20});
   }
+}
+
+// A fresh connection runs as fast as a warm one: its rings are mapped in both processes when
+// it is made, not page by page as the first lap of messages touches them (a fault per page on
+// each side, which made a communicator's first few hundred small operations several times
+// slower than later ones). One lap of 4 KiB messages, buffers reused, counts this process's
+// page faults: both ends live here, so a ring faulted in by use costs at least one per page.
+TEST(ShmRing, AFreshConnectionsFirstLapTakesNoPageFaults) {
+  TransportOptions o;
+  o.secret = secret("shm transport test secret 0123456789");
+  Link link;
+  ASSERT_TRUE(make_link("shm", o, o, link).is_ok());
+  const size_t msg = 4096, laps_msgs = o.env.shm_ring_bytes / msg + 8;
+  std::vector<unsigned char> out(msg), in(msg);
+  fill(out, 3);
+  link.done_a.reserve(2);
+  link.done_b.reserve(2);
+  auto one = [&](size_t i) {
+    ASSERT_TRUE(link.ca->post_recv(in.data(), in.size(), i).is_ok());
+    ASSERT_TRUE(link.cb->post_send(out.data(), out.size(), i).is_ok());
+    ASSERT_TRUE(link.drive([&] { return link.done_a.size() == 1 && link.done_b.size() == 1; }));
+    ASSERT_TRUE(link.done_a[0].status.is_ok()) << link.done_a[0].status.message();
+    link.done_a.clear();
+    link.done_b.clear();
+  };
+  one(0);  // whatever a first message sets up once
+  rusage before{}, after{};
+  getrusage(RUSAGE_SELF, &before);
+  for (size_t i = 1; i <= laps_msgs && !::testing::Test::HasFatalFailure(); ++i) one(i);
+  getrusage(RUSAGE_SELF, &after);
+  EXPECT_TRUE(check(in.data(), msg, 3));
+  const long faults = after.ru_minflt - before.ru_minflt;
+  const long ring_pages = static_cast<long>(o.env.shm_ring_bytes / 4096);
+  EXPECT_LT(faults, ring_pages / 8) << faults << " page faults in one lap of a ring of " << ring_pages
+                                    << " pages: the rings were not mapped when the connection was made";
+}
+
+// Pins the calling thread to `cpu` for the scope's lifetime.
+class PinnedTo {
+ public:
+  explicit PinnedTo(int cpu) {
+    sched_getaffinity(0, sizeof saved_, &saved_);
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    ok_ = sched_setaffinity(0, sizeof one, &one) == 0;
+  }
+  ~PinnedTo() { sched_setaffinity(0, sizeof saved_, &saved_); }
+  bool ok() const { return ok_; }
+
+ private:
+  cpu_set_t saved_{};
+  bool ok_ = false;
+};
+
+// The CPUs this process may use, in order.
+std::vector<int> usable_cpu_list() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  }
+  return cpus;
+}
+
+// Ranks free to share CPUs may be stacked on one. A waiter whose peer last polled on its own
+// CPU must not keep spinning there (the peer is queued behind it and cannot answer): it steps
+// off to another CPU it may use, or, confined to that one, sleeps; a waiter whose peer runs
+// elsewhere spins its whole budget. Both ends live here; each polls from a thread
+// pinned where the case needs it, with a spin budget far above the poll's timeout.
+TEST(ShmWait, AWaiterStopsSpinningWhenItsPeerLastRanOnItsCpu) {
+  const std::vector<int> cpus = usable_cpu_list();
+  ASSERT_FALSE(cpus.empty());
+  TransportOptions o;
+  o.secret = secret("shm transport test secret 0123456789");
+  o.env.spin_us = 10'000'000;
+  Link link;
+  ASSERT_TRUE(make_link("shm", o, o, link).is_ok());
+  auto* a = dynamic_cast<shm::ShmTransport*>(link.a.get());
+  auto* b = dynamic_cast<shm::ShmTransport*>(link.b.get());
+  ASSERT_TRUE(a != nullptr && b != nullptr);
+  std::vector<Completion> out;
+  auto poll_on = [&](shm::ShmTransport* t, int cpu, std::chrono::microseconds timeout) {
+    std::thread th([&] {
+      PinnedTo pin(cpu);
+      ASSERT_TRUE(pin.ok()) << "cannot pin to CPU " << cpu;
+      ASSERT_TRUE(t->poll(out, timeout).is_ok());
+    });
+    th.join();
+  };
+  // b polls on the first CPU (and publishes it); a, on the same CPU, stops at once.
+  poll_on(b, cpus[0], std::chrono::microseconds(2000));
+  EXPECT_EQ(b->stacked_stops(), 0u) << "a had not polled yet: nothing to see";
+  poll_on(a, cpus[0], std::chrono::microseconds(20000));
+  EXPECT_EQ(a->stacked_stops(), 1u) << "a spun while its peer was queued on its CPU";
+  EXPECT_EQ(a->stacked_moves(), 0u) << "confined to one CPU, a has nowhere to step to";
+  if (cpus.size() < 2) GTEST_SKIP() << "one usable CPU: no peer on another CPU to compare";
+  // b moves to another CPU: a spins its whole poll.
+  poll_on(b, cpus[1], std::chrono::microseconds(2000));
+  poll_on(a, cpus[0], std::chrono::microseconds(20000));
+  EXPECT_EQ(a->stacked_stops(), 1u) << "a stopped spinning though its peer last ran on another CPU";
+  // b on the first CPU again; a free to use both but running on the first: it steps off to the
+  // second and spins there, its mask as it was.
+  poll_on(b, cpus[0], std::chrono::microseconds(2000));
+  std::thread th([&] {
+    PinnedTo pin(cpus[0]);
+    ASSERT_TRUE(pin.ok());
+    cpu_set_t two;
+    CPU_ZERO(&two);
+    CPU_SET(cpus[0], &two);
+    CPU_SET(cpus[1], &two);
+    ASSERT_EQ(sched_setaffinity(0, sizeof two, &two), 0);
+    ASSERT_EQ(sched_getcpu(), cpus[0]);
+    ASSERT_TRUE(a->poll(out, std::chrono::microseconds(20000)).is_ok());
+    cpu_set_t now;
+    ASSERT_EQ(sched_getaffinity(0, sizeof now, &now), 0);
+    EXPECT_TRUE(CPU_EQUAL(&now, &two)) << "a's mask was not restored";
+  });
+  th.join();
+  // The scheduler may bring it back within the poll's 20 ms (a busy second CPU): it then stops
+  // spinning, as it steps off once per wait.
+  EXPECT_GE(a->stacked_stops(), 2u);
+  EXPECT_EQ(a->stacked_moves(), 1u) << "a did not step off its peer's CPU";
+  EXPECT_TRUE(out.empty());
 }
 
 // The configured ring is the first size tried: where it does not fit, the halving still works.
