@@ -4,7 +4,7 @@
 // header landing area per peer, scratch). Allocating them per operation costs more than a small
 // operation itself: glibc returns freed memory at the top of the heap to the kernel, so the
 // next operation page-faults it back in, and which sizes hit that depends on what ran before
-// (a 16 KiB all_reduce took 10 or 20 us depending on the sizes run before it). A small
+// (docs/code_figures.md, "Collectives"). A small
 // process-wide cache keeps the last buffers instead. Thread-safe.
 #pragma once
 

@@ -119,8 +119,11 @@ Result<bool> Executor::try_start(size_t i) {
     land = slots_.get() + (i % window_) * slot_bytes_;
   }
   Status s;
-  if (header_bytes_ != 0 && headers_[static_cast<size_t>(st.recv_peer)].first_recv == i) {
-    s = post_first_recv(i, st.recv_peer, land, st.dst.bytes);
+  if (framed() && framing_->is_first_recv(st.recv_peer, i)) {
+    s = framing_->post_first_recv(*peers_[static_cast<size_t>(st.recv_peer)], st.recv_peer, land, st.dst.bytes,
+                                  make_cookie(options_.op_id, i, false),
+                                  make_cookie(options_.op_id, steps_.size() + static_cast<size_t>(st.recv_peer), false),
+                                  outstanding_);
   } else {
     s = peers_[static_cast<size_t>(st.recv_peer)]->post_recv(land, st.dst.bytes, make_cookie(options_.op_id, i, false));
     if (s.is_ok()) ++outstanding_;
@@ -174,8 +177,11 @@ Result<bool> Executor::advance(size_t i) {
       }
       const Range& r = st.sent();
       Status s;
-      if (header_bytes_ != 0 && headers_[static_cast<size_t>(st.send_peer)].first_send == i) {
-        s = post_first_send(i, st.send_peer, at(r), r.bytes);
+      if (framed() && framing_->is_first_send(st.send_peer, i)) {
+        s = framing_->post_first_send(*peers_[static_cast<size_t>(st.send_peer)], st.send_peer, at(r), r.bytes,
+                                      make_cookie(options_.op_id, i, true),
+                                      make_cookie(options_.op_id, steps_.size() + static_cast<size_t>(st.send_peer), true),
+                                      outstanding_);
       } else {
         s = peers_[static_cast<size_t>(st.send_peer)]->post_send(at(r), r.bytes, make_cookie(options_.op_id, i, true));
         if (s.is_ok()) ++outstanding_;
@@ -190,7 +196,11 @@ Result<bool> Executor::advance(size_t i) {
 }
 
 Status Executor::progress() {
-  if (header_bytes_ != 0 && !reverse_posted_) RETURN_IF_ERROR(post_reverse_headers());
+  if (framed() && framing_->reverse_pending()) {
+    auto cookie = [this](size_t peer, bool is_send) { return make_cookie(options_.op_id, steps_.size() + peer, is_send); };
+    Status s = framing_->post_reverse(peers_, cookie, outstanding_);
+    if (!s.is_ok()) return s.with_context(where());
+  }
   for (;;) {
     bool moved = false;
     for (size_t i = head_; i < started_; ++i) {
@@ -210,7 +220,9 @@ Status Executor::progress() {
 }
 
 bool Executor::all_posted() const {
-  if (started_ < steps_.size() || !reverse_posted_) return false;  // a started step has its receive posted
+  // A started step has its receive posted. Without headers this stays false (as it always has):
+  // only the runtime, which always sets them, asks.
+  if (started_ < steps_.size() || !framing_ || framing_->reverse_pending()) return false;
   for (size_t i = head_; i < steps_.size(); ++i) {
     if (steps_[i].has_send() && phase_[i] < Phase::sending) return false;
   }
@@ -225,14 +237,18 @@ std::string Executor::where() const { return error_prefix(options_); }
 
 Status Executor::on_completion(const transport::Completion& c, bool* ours) {
   const size_t index = static_cast<size_t>((c.cookie & 0xffffffffu) >> 1);
-  const size_t header_ops = header_bytes_ != 0 ? peers_.size() : 0;
+  const size_t header_ops = framed() ? peers_.size() : 0;
   const bool mine = (c.cookie >> 32) == (options_.op_id & 0xffffffffu) && index < steps_.size() + header_ops;
   if (ours != nullptr) *ours = mine;
   if (!mine) return Status::ok();
   const bool is_send = (c.cookie & 1u) != 0;
-  if (index >= steps_.size()) return on_header_completion(c, index - steps_.size(), is_send);
-  if (!is_send && header_bytes_ != 0 && headers_[static_cast<size_t>(steps_[index].recv_peer)].first_recv == index &&
-      headers_[static_cast<size_t>(steps_[index].recv_peer)].land != nullptr) {
+  if (index >= steps_.size()) {
+    bool unexpected = false;
+    auto context = [this] { return where(); };
+    Status s = framing_->on_header_completion(c, index - steps_.size(), is_send, &unexpected, outstanding_, context);
+    return unexpected ? fail("unexpected header completion") : s;
+  }
+  if (!is_send && framed() && framing_->inline_recv(steps_[index].recv_peer, index)) {
     if (phase_[index] != Phase::receiving) return fail("unexpected completion for step " + std::to_string(index));
     --outstanding_;
     return finish_first_recv(index, c);
@@ -259,24 +275,18 @@ Status Executor::on_completion(const transport::Completion& c, bool* ours) {
 }
 
 void Executor::set_headers(size_t header_bytes, HeaderFor header_for, HeaderCheck check, bool reverse) {
-  header_bytes_ = header_bytes;
-  reverse_ = reverse;
-  reverse_posted_ = !reverse;  // as if already posted: none will be
-  header_for_ = std::move(header_for);
-  check_header_ = std::move(check);
-  headers_.clear();
-  headers_.resize(peers_.size());
+  std::vector<size_t> first_send(peers_.size(), HeaderFraming::kNone), first_recv(peers_.size(), HeaderFraming::kNone);
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& st = steps_[i];
-    if (st.has_send()) {
-      auto& h = headers_[static_cast<size_t>(st.send_peer)];
-      if (h.first_send == SIZE_MAX) h.first_send = i;
+    if (st.has_send() && first_send[static_cast<size_t>(st.send_peer)] == HeaderFraming::kNone) {
+      first_send[static_cast<size_t>(st.send_peer)] = i;
     }
-    if (st.has_recv()) {
-      auto& h = headers_[static_cast<size_t>(st.recv_peer)];
-      if (h.first_recv == SIZE_MAX) h.first_recv = i;
+    if (st.has_recv() && first_recv[static_cast<size_t>(st.recv_peer)] == HeaderFraming::kNone) {
+      first_recv[static_cast<size_t>(st.recv_peer)] = i;
     }
   }
+  framing_.emplace(header_bytes, std::move(header_for), std::move(check), reverse, std::move(first_send),
+                   std::move(first_recv));
 }
 
 Status Executor::rebind(const void* send, void* recv, uint64_t op_id) {
@@ -285,113 +295,22 @@ Status Executor::rebind(const void* send, void* recv, uint64_t op_id) {
   recv_ = static_cast<std::byte*>(recv);
   options_.op_id = op_id;
   std::fill(phase_.begin(), phase_.end(), Phase::idle);
-  head_ = started_ = outstanding_ = header_ops_ = 0;
-  reverse_posted_ = !reverse_;
-  for (PeerHeader& h : headers_) {  // first_send/first_recv follow the steps, which are the same
-    h.land = nullptr;
-    h.header_recv_done = false;
-  }
-  return Status::ok();
-}
-
-Status Executor::post_first_send(size_t i, int peer, const std::byte* data, size_t bytes) {
-  PeerHeader& h = headers_[static_cast<size_t>(peer)];
-  transport::Connection* conn = peers_[static_cast<size_t>(peer)];
-  const auto* header = reinterpret_cast<const std::byte*>(header_for_(peer));
-  h.out.reserve(header_bytes_ + (bytes <= kInlineHeaderMax ? bytes : 0));  // one allocation, not two
-  h.out.assign(header, header + header_bytes_);
-  if (bytes <= kInlineHeaderMax) {
-    h.out.insert(h.out.end(), data, data + bytes);
-    RETURN_IF_ERROR(conn->post_send(h.out.data(), h.out.size(), make_cookie(options_.op_id, i, true)));
-    ++outstanding_;
-    return Status::ok();
-  }
-  RETURN_IF_ERROR(conn->post_send(h.out.data(), header_bytes_,
-                                  make_cookie(options_.op_id, steps_.size() + static_cast<size_t>(peer), true)));
-  ++outstanding_;
-  ++header_ops_;
-  RETURN_IF_ERROR(conn->post_send(data, bytes, make_cookie(options_.op_id, i, true)));
-  ++outstanding_;
-  return Status::ok();
-}
-
-Status Executor::post_first_recv(size_t i, int peer, std::byte* land, size_t bytes) {
-  PeerHeader& h = headers_[static_cast<size_t>(peer)];
-  transport::Connection* conn = peers_[static_cast<size_t>(peer)];
-  const size_t capacity = header_bytes_ + kInlineHeaderMax;
-  if (h.in == nullptr) h.in = take_bytes(capacity);  // not zeroed: only received bytes are read
-  if (bytes <= kInlineHeaderMax) {
-    h.land = land;
-    RETURN_IF_ERROR(conn->post_recv(h.in.get(), capacity, make_cookie(options_.op_id, i, false)));
-    ++outstanding_;
-    return Status::ok();
-  }
-  RETURN_IF_ERROR(conn->post_recv(h.in.get(), capacity,
-                                  make_cookie(options_.op_id, steps_.size() + static_cast<size_t>(peer), false)));
-  ++outstanding_;
-  ++header_ops_;
-  RETURN_IF_ERROR(conn->post_recv(land, bytes, make_cookie(options_.op_id, i, false)));
-  ++outstanding_;
-  return Status::ok();
-}
-
-// A header sent or received as a message of its own (first messages above kInlineHeaderMax).
-Status Executor::on_header_completion(const transport::Completion& c, size_t peer, bool is_send) {
-  PeerHeader& h = headers_[peer];
-  if (is_send ? h.out.empty() : (h.in == nullptr || h.header_recv_done)) return fail("unexpected header completion");
-  --outstanding_;
-  --header_ops_;
-  if (is_send) return c.status.is_ok() ? Status::ok() : c.status.with_context(where());
-  h.header_recv_done = true;
-  // A message too large for the header is the peer's data: let check() say what it means.
-  if (!c.status.is_ok() && c.status.code() != ErrorCode::protocol) return c.status.with_context(where());
-  const auto* data = reinterpret_cast<const unsigned char*>(h.in.get());
-  return check_header_(static_cast<int>(peer), c.status.is_ok() ? data : nullptr, c.status.is_ok() ? c.bytes : 0,
-                       c.status);
-}
-
-// Peers this rank only receives from get a header-only message; peers it only sends to are
-// expected to send one. Both sides see the same schedule shape, so both agree who sends.
-Status Executor::post_reverse_headers() {
-  reverse_posted_ = true;
-  for (size_t p = 0; p < headers_.size(); ++p) {
-    PeerHeader& h = headers_[p];
-    const bool sends = h.first_send != SIZE_MAX, receives = h.first_recv != SIZE_MAX;
-    if (sends == receives) continue;
-    const uint64_t cookie_index = steps_.size() + p;
-    Status s;
-    if (receives) {
-      const auto* header = reinterpret_cast<const std::byte*>(header_for_(static_cast<int>(p)));
-      h.out.assign(header, header + header_bytes_);
-      s = peers_[p]->post_send(h.out.data(), header_bytes_, make_cookie(options_.op_id, cookie_index, true));
-    } else {
-      if (h.in == nullptr) h.in = take_bytes(header_bytes_ + kInlineHeaderMax);
-      s = peers_[p]->post_recv(h.in.get(), header_bytes_ + kInlineHeaderMax,
-                               make_cookie(options_.op_id, cookie_index, false));
-    }
-    if (!s.is_ok()) return s.with_context(where());
-    ++outstanding_;
-    ++header_ops_;
-  }
+  head_ = started_ = outstanding_ = 0;
+  if (framing_) framing_->restart();  // the first messages follow the steps, which are the same
   return Status::ok();
 }
 
 // The first message from a peer, header inline: check the header, then land the data.
 Status Executor::finish_first_recv(size_t index, const transport::Completion& c) {
   const Step& st = steps_[index];
-  PeerHeader& h = headers_[static_cast<size_t>(st.recv_peer)];
-  h.header_recv_done = true;
-  if (!c.status.is_ok() && c.status.code() != ErrorCode::protocol) return c.status.with_context(where());
-  const auto* data = reinterpret_cast<const unsigned char*>(h.in.get());
-  const bool arrived = c.status.is_ok();
-  RETURN_IF_ERROR(check_header_(st.recv_peer, arrived ? data : nullptr, arrived ? c.bytes : 0, c.status));
-  if (c.bytes != header_bytes_ + st.dst.bytes) {
+  size_t got = HeaderFraming::kNone;
+  auto context = [this] { return where(); };
+  RETURN_IF_ERROR(framing_->finish_inline_recv(st.recv_peer, c, st.dst.bytes, &got, context));
+  if (got != HeaderFraming::kNone) {
     return Status(ErrorCode::mismatch, where() + "expected " + std::to_string(st.dst.bytes) + " bytes from " +
-                                           peer_name(st.recv_peer) + ", got " +
-                                           std::to_string(c.bytes - std::min(c.bytes, header_bytes_)) +
+                                           peer_name(st.recv_peer) + ", got " + std::to_string(got) +
                                            " - do all ranks call the same collective with the same counts?");
   }
-  if (st.dst.bytes != 0) std::memcpy(h.land, h.in.get() + header_bytes_, st.dst.bytes);
   phase_[index] = Phase::received;
   return Status::ok();
 }

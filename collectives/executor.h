@@ -27,11 +27,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "braid/types.h"
 #include "collectives/buffer_pool.h"
+#include "collectives/header_framing.h"
 #include "collectives/schedule.h"
 #include "common/status.h"
 #include "transport/transport.h"
@@ -60,16 +62,10 @@ class Executor {
 
   // Optional, before the first progress(): a small header travels in front of the first message
   // to each peer, and the header in front of each peer's first message is handed to `check`
-  // before that message's data is used (the runtime's mismatch detection, runtime/engine/op_header.h).
-  // A first message of at most kInlineHeaderMax bytes carries it inline, staged through a copy:
-  // still one message, so a small operation pays no extra send or receive. A larger one gets it
-  // as a message of its own just before it. Both sides decide alike from the message's size.
-  // Where the schedule only receives from a peer (it only sends to us), a header-only message
-  // goes back to it, so a rank that only sends (a broadcast root) still learns of a mismatch.
-  // check(peer, data, bytes, status): data/bytes is what arrived (status: the receive's).
-  static constexpr size_t kInlineHeaderMax = 64 << 10;
-  using HeaderFor = std::function<const unsigned char*(int peer)>;
-  using HeaderCheck = std::function<Status(int peer, const unsigned char* data, size_t bytes, const Status& status)>;
+  // before that message's data is used (collectives/header_framing.h says how it travels).
+  static constexpr size_t kInlineHeaderMax = HeaderFraming::kInlineHeaderMax;
+  using HeaderFor = HeaderFraming::HeaderFor;
+  using HeaderCheck = HeaderFraming::HeaderCheck;
   // reverse = false skips the header-only replies: point-to-point sends and receives grouped
   // both ways on one connection (a sendrecv) would otherwise take each other's messages.
   void set_headers(size_t header_bytes, HeaderFor header_for, HeaderCheck check, bool reverse = true);
@@ -86,7 +82,7 @@ class Executor {
   [[nodiscard]] Status progress();
   // Feeds one completion. Returns false (and does nothing) when its cookie is not ours.
   [[nodiscard]] Status on_completion(const transport::Completion& c, bool* ours = nullptr);
-  bool done() const { return head_ == steps_.size() && header_ops_ == 0; }
+  bool done() const { return head_ == steps_.size() && (!framing_ || framing_->ops() == 0); }
   // Every send and receive this run will make has been handed to the transport: whatever is
   // posted on the same connections from now on queues behind all of it.
   bool all_posted() const;
@@ -114,10 +110,8 @@ class Executor {
   void compute(const Step& st, size_t i);
   Status fail(const std::string& what) const;
   std::string where() const;  // error_prefix(options_): "<name> on rank R: "
-  Status post_first_send(size_t i, int peer, const std::byte* data, size_t bytes);
-  Status post_first_recv(size_t i, int peer, std::byte* land, size_t bytes);
-  Status on_header_completion(const transport::Completion& c, size_t index, bool is_send);
-  Status post_reverse_headers();
+  // set_headers was called with a header of some bytes.
+  bool framed() const { return framing_ && framing_->header_bytes() != 0; }
   Status finish_first_recv(size_t index, const transport::Completion& c);
   std::string peer_name(int peer) const;
 
@@ -135,24 +129,7 @@ class Executor {
   size_t started_ = 0;  // steps before it have started
   size_t outstanding_ = 0;
 
-  // Headers (set_headers): per peer, the steps that carry them and the staging buffers.
-  struct PeerHeader {
-    size_t first_send = SIZE_MAX;
-    size_t first_recv = SIZE_MAX;
-    std::vector<std::byte> out;  // header + data (inline) or the header alone
-    // A first receive takes up to header + kInlineHeaderMax bytes whatever it expects, so the
-    // header of any first (or stale) message a disagreeing peer sends can still be read.
-    PooledBytes in;
-    std::byte* land = nullptr;   // where an inline first receive's data goes once checked
-    bool header_recv_done = false;
-  };
-  size_t header_bytes_ = 0;
-  size_t header_ops_ = 0;  // header-only messages posted and not completed
-  bool reverse_posted_ = false;
-  bool reverse_ = true;  // set_headers' `reverse`
-  HeaderFor header_for_;
-  HeaderCheck check_header_;
-  std::vector<PeerHeader> headers_;
+  std::optional<HeaderFraming> framing_;  // set_headers
 };
 
 }  // namespace braid::collectives

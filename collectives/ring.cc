@@ -21,10 +21,10 @@ void copy_input(const Plan& p, Schedule& s, Span whole, double factor) {
 // program order. Step k of column sg waits for the previous rank's step k-1 of that column; in
 // column-major order (depth 1) that is the message the previous rank sent just before, so each
 // hop waits for a whole segment to cross the link plus the queueing and wake-up in between,
-// and the link idles meanwhile: on 4 hosts joined by 1 Gbit/s links the sockets never held more
-// than two segments and all_reduce reached 0.93x of the links' goodput. With `depth` columns
-// interleaved, the message a step waits for went out `depth` messages earlier, so the link
-// keeps depth-1 segments queued behind the one in flight (depth 2: 0.99x on the same links).
+// and the link idles meanwhile, so all_reduce falls short of the links' goodput
+// (docs/code_figures.md, "Collectives"). With `depth` columns interleaved, the message a step
+// waits for went out `depth` messages earlier, so the link keeps depth-1 segments queued behind
+// the one in flight.
 // On a host-local link (TCP loopback) the copy through the kernel is the link, and more in
 // flight only moves the bytes out of cache: depth 1 there (the runtime decides, see Plan).
 // Deadlock-free with a window of depth + 1 steps or more (Schedule::min_window): step k of a
@@ -80,8 +80,7 @@ Schedule ring_all_reduce(const Plan& p) {
   const int r = p.rank;
   const int next = static_cast<int>(mod(r + 1, n)), prev = static_cast<int>(mod(r - 1, n));
   // A share of up to two segments travels whole: cut in two, it pays a second message's
-  // overhead for half a segment of overlap (2 ranks on loopback, 1 MiB: 245 us in two
-  // segments of 256 KiB, 215 us in one; at 4 MiB and up, 256 KiB segments stay best).
+  // overhead for only half a segment of overlap (docs/code_figures.md, "Collectives").
   const size_t share = split(whole, n, 0, p.elem_size).bytes;
   const size_t nseg = share <= 2 * p.segment_bytes ? std::min<size_t>(1, share) : segments_for(share, p.segment_bytes);
   auto seg = [&](long long chunk, size_t sg) {

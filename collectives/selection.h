@@ -2,9 +2,8 @@
 //
 // Each candidate algorithm's time is estimated as (messages on its critical path) * alpha +
 // (bytes on its busiest link) * beta, and the cheapest wins. The constants describe the VMs
-// this was written on: alpha ~40 us per message (a syscall and a thread wake-up on each side)
-// and beta from ~1.5 GB/s loopback TCP. They were NOT measured on a real cluster; on a fast
-// fabric alpha shrinks and the switch points move toward smaller sizes.
+// this was written on (docs/code_figures.md, "Collectives": where each comes from), not a real
+// cluster; on a fast fabric alpha shrinks and the switch points move toward smaller sizes.
 #pragma once
 
 #include <cstddef>
@@ -15,10 +14,10 @@
 namespace braid::collectives {
 
 struct CostModel {
-  double alpha_s = 40e-6;          // per message
-  double beta_s_per_byte = 1 / 1.5e9;
-  // Reducing a byte in memory (~5 GB/s): paid on the critical path only by algorithms that
-  // cannot overlap it with the next transfer (rd reduces a whole round after receiving it).
+  double alpha_s = 40e-6;  // per message: a syscall and a thread wake-up on each side
+  double beta_s_per_byte = 1 / 1.5e9;  // loopback TCP
+  // Reducing a byte in memory: paid on the critical path only by algorithms that cannot
+  // overlap it with the next transfer (rd reduces a whole round after receiving it).
   double gamma_s_per_byte = 1 / 5e9;
   size_t segment_bytes = size_t{256} << 10;
 };

@@ -2,7 +2,7 @@
 // the settings, and the hooks tests use to make an ordering certain.
 //
 // Filled by the bootstrap (communicator.cc from the environment or a program's store,
-// bootstrap/split.h for a child) and handed to CommunicatorImpl::create, which keeps it.
+// bootstrap/split.h for a child) and handed to the communicator it describes, which keeps it.
 #pragma once
 
 #include <chrono>
@@ -31,8 +31,8 @@ struct CommunicatorConfig {
   bool foreign_store = false;
   std::string master_addr;
   Env env;
-  // The hand-off's tick (communicator_impl.h, at the top): an operation left to its caller waits this long (or up to
-  // twice) before the progress thread takes it. Tests lengthen it to make the hand-off certain.
+  // The hand-off's tick (engine/hand_off.h): an operation left to its caller waits this long (or
+  // up to twice) before the progress thread takes it. Tests lengthen it to make the hand-off certain.
   std::chrono::microseconds hand_off_tick{1000};
   // A wait() this soon after its *_async call counts as waiting at once. Less compute than two
   // thread wake-ups in between has nothing to overlap with: the progress thread would barely
@@ -40,7 +40,7 @@ struct CommunicatorConfig {
   std::chrono::microseconds waits_at_once{100};
   void* inproc_fabric = nullptr;             // tests: BRAID_TRANSPORT=inproc
   // Tests: called on the progress thread after each operation it ran, before it lets go of the
-  // communicator, to make a slow release certain (complete_last).
+  // communicator, to make a slow release certain (engine/held_completions.h).
   std::function<void()> after_progress_op;
   // Tests: called on the progress thread after it let go of the communicator, before it
   // completes the operation it held (complete_held), to make a late completion certain.

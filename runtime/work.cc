@@ -5,7 +5,6 @@
 #include "braid/work.h"
 #include "common/env.h"
 #include "common/spin.h"
-#include "runtime/communicator_impl.h"
 #include "runtime/links/spin_policy.h"
 #include "runtime/work_state.h"
 
@@ -90,7 +89,7 @@ void Work::wait() {
   if (!state_) return;
   check_not_in_open_group(*state_);
   const int64_t waited_ns = state_->note_wait();
-  if (state_->comm != nullptr && !state_->done()) state_->comm->help(*state_, waited_ns);
+  if (state_->runner != nullptr && !state_->done()) state_->runner->help(*state_, waited_ns);
   state_->wait_until(Deadline::never(), detail::spin_us_setting());
   raise_if_error(state_->status());
 }

@@ -15,11 +15,21 @@
 #include "common/deadline.h"
 #include "common/status.h"
 
-namespace braid {
-class CommunicatorImpl;
-}
-
 namespace braid::detail {
+
+struct WorkState;
+
+// What Work::wait() asks of the engine that queued its operation: to run it on the waiting
+// thread when nothing else is queued or running (BRAID_CALLER_PROGRESS). Returns at once
+// otherwise (the progress thread has it). `waited_ns`: when the wait began
+// (WorkState::note_wait), 0 if it did not read the clock.
+class WorkRunner {
+ public:
+  virtual void help(const WorkState& work, int64_t waited_ns) = 0;
+
+ protected:
+  ~WorkRunner() = default;
+};
 
 struct WorkState {
   // Called once by the thread that finished the operation.
@@ -34,7 +44,7 @@ struct WorkState {
   // Set when the caller may run the operation itself (BRAID_CALLER_PROGRESS): a waiter asks it
   // to. Only read while the operation is not done, i.e. while the communicator is alive (its
   // destructor completes every queued operation first).
-  CommunicatorImpl* comm = nullptr;
+  WorkRunner* runner = nullptr;
   // Set (before the Work is handed out) on an operation queued on an idle communicator: when its
   // *_async call returned it to the caller and when the caller first came to wait, in
   // steady-clock nanoseconds (0 until then). Shared with the communicator, which reads them when

@@ -83,6 +83,15 @@ print(", ".join(f"{k}={opts[k]}" for k in ("liburing", "ibverbs", "cuda", "torch
   echo "== $variant build: $features"
   build_with_progress "$variant build" -C "$dir"
   end_phase "$variant build" "$features"
+  if [ $variant = full ]; then
+    # Lock contracts (GUARDED_BY, REQUIRES on braid::Mutex) checked by clang over the units that
+    # use them, with the build's flags; and runtime/'s shape (no function over 80 lines, no
+    # class over 25 data members). Seconds, no objects written.
+    begin_phase
+    python3 scripts/thread_safety.py "$dir" || status=1
+    python3 scripts/code_shape.py runtime || status=1
+    end_phase "lock contracts, shape" "scripts/thread_safety.py, scripts/code_shape.py"
+  fi
   begin_phase
   # Two at a time; tests that start rank processes or boot the guest are is_parallel: false
   # and run alone (tests/meson.build).

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <map>
 
+#include "braid/error.h"
+#include "runtime/bootstrap/store_join.h"
 #include "runtime/engine/op_header.h"
 
 namespace braid {
@@ -190,6 +192,23 @@ Status check_settings(const std::vector<std::string>& cards) {
     message = "the ranks' settings cards differ in form; run the same braid build on every rank";
   }
   return Status(ErrorCode::mismatch, message);
+}
+
+Status agree_on_settings(Store& store, const Env& env, int rank, int size) {
+  std::vector<std::string> cards(static_cast<size_t>(size));
+  cards[static_cast<size_t>(rank)] = settings_card(env);
+  try {
+    store.set("settings/" + std::to_string(rank), cards[static_cast<size_t>(rank)]);
+    RETURN_IF_ERROR(wait_for_ranks(store, "settings", "settings card", rank, size));  // saying who is late
+    for (int r = 0; r < size; ++r) {
+      if (r != rank) cards[static_cast<size_t>(r)] = store.get("settings/" + std::to_string(r));
+    }
+  } catch (const Error& e) {
+    return Status(e.code(), "rank " + std::to_string(rank) + " exchanging settings through the store at " +
+                                store.address() + ": " + e.what());
+  }
+  return check_settings(cards).with_context("rank " + std::to_string(rank) + " creating a communicator of " +
+                                            std::to_string(size) + " ranks: ");
 }
 
 }  // namespace braid

@@ -8,7 +8,7 @@
 // picks per peer). Ranks that differ in one of them
 // pair messages that do not belong together: results come out wrong, or the ranks wait for
 // each other forever. So each rank publishes a card of them when a communicator is created
-// (CommunicatorImpl::connect_all, in the communicator's store namespace) and reads every
+// (agree_on_settings, in the communicator's store namespace) and reads every
 // other rank's before it connects to anyone; a difference is an error on every rank, naming
 // the setting, each value and the ranks holding it.
 //
@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "braid/store.h"
 #include "common/env.h"
 #include "common/status.h"
 
@@ -38,5 +39,11 @@ std::string settings_card(const Env& env);
 // ErrorCode::mismatch naming every setting that differs, with each value and its ranks, when
 // they disagree; invalid_argument when a card is not one this build can read.
 Status check_settings(const std::vector<std::string>& cards);
+
+// Publishes this rank's card in `store` (the communicator's namespace), reads every other
+// rank's and checks them all (check_settings), before any transport is made or connection
+// built. Every rank reads every card, so every rank finds a difference itself and names the
+// same ranks.
+Status agree_on_settings(Store& store, const Env& env, int rank, int size);
 
 }  // namespace braid

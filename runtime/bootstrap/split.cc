@@ -41,6 +41,7 @@ CommunicatorConfig split_config(const CommunicatorConfig& parent, uint64_t n, in
   std::sort(members.begin(), members.end());
   CommunicatorConfig cfg;
   cfg.size = static_cast<int>(members.size());
+  cfg.local_size = 0;  // counted below, this rank included (the default, 1, would count it twice)
   for (int i = 0; i < cfg.size; ++i) {
     const int r = members[static_cast<size_t>(i)].second;
     const bool same_host = all[static_cast<size_t>(r) * kSplitCardWords + 2] == my_host;

@@ -5,7 +5,7 @@
 // who is in which child and in what order without any store round trip; the child then meets in
 // its own store namespace ("split<n>/<color>/" inside the parent's) and builds its own transport
 // and connections on its own progress thread, exactly as a top-level communicator does
-// (CommunicatorImpl::split runs the all_gather and creates the child).
+// (the communicator's split() runs the all_gather and creates the child).
 #pragma once
 
 #include <cstddef>

@@ -5,7 +5,7 @@
 // a mismatch fails the operation before any of that peer's bytes reach a buffer. The caller
 // polls the transport and feeds completions in.
 // Threading: the thread that runs operations at the time (the connections' owner: the progress
-// thread, or a caller running its own blocking call; CommunicatorImpl's busy_ decides).
+// thread, or a caller running its own blocking call: whoever holds the engine, op_queue.h).
 #pragma once
 
 #include <array>
@@ -24,7 +24,7 @@ class OpRun {
   OpRun(collectives::PreparedCollective prepared, const collectives::CollectiveArgs& args, int rank,
         uint64_t comm_id, uint64_t issue_seq, uint64_t match_seq, const std::vector<transport::Connection*>& peers);
 
-  // Runs again for a new operation of the same shape (CommunicatorImpl's cache of finished
+  // Runs again for a new operation of the same shape (run_cache.h: the cache of finished
   // runs): new buffers, sequence numbers and op id, the same schedule and peers. Only once done()
   // with nothing outstanding.
   [[nodiscard]] Status reuse(const collectives::CollectiveArgs& args, uint64_t comm_id, uint64_t issue_seq,

@@ -56,14 +56,14 @@ Status RunSet::timed_out() const {
 }
 
 Status RunSet::check(Clock::time_point now) {
-  if (ctx_.abort_requested->load(std::memory_order_relaxed)) {
+  if (ctx_.failure->abort_requested()) {
     return Status(ErrorCode::aborted, what_.str() + me() + ": aborted on this rank");
   }
   if (now >= deadline_.at()) return timed_out();
   if (next_board_check_ == Clock::time_point{}) {
     next_board_check_ = now + kBoardInterval;
   } else if (now >= next_board_check_) {
-    if ((*ctx_.adopted = ctx_.board->read())) return Status((*ctx_.adopted)->code, (*ctx_.adopted)->message);
+    if ((*ctx_.adopted = ctx_.failure->board().read())) return Status((*ctx_.adopted)->code, (*ctx_.adopted)->message);
     next_board_check_ = now + kBoardInterval;
   }
   return Status::ok();
@@ -76,9 +76,8 @@ Status RunSet::on_completion(const transport::Completion& c, bool* ours) {
     if (!s.is_ok() && first.is_ok()) {
       first = s;
       // Which peer is gone, for the failure report (our own close() completes as aborted).
-      if (!c.status.is_ok() && c.status.code() != ErrorCode::aborted && c.connection != nullptr &&
-          *ctx_.failed_peer < 0) {
-        *ctx_.failed_peer = c.connection->peer_rank();
+      if (!c.status.is_ok() && c.status.code() != ErrorCode::aborted && c.connection != nullptr) {
+        ctx_.failure->note_failed_peer(c.connection->peer_rank());
       }
     }
     if (*ours) break;

@@ -1,6 +1,6 @@
 // runtime/engine/run_set.h - operations' runs driven together on the links.
 //
-// The LinkWork that CommunicatorImpl::drive hands to PeerLinks::drive: runs[i] starts once
+// The LinkWork that the stream and group runners hand to PeerLinks::drive: runs[i] starts once
 // runs[after[i]] is done (after[i] < i), or at once when after[i] is -1, and every started run
 // posts what it can on each pass. `between`, called before each pass, may append to the runs
 // and change the label and deadline it was given (a stream follows its oldest unfinished
@@ -19,6 +19,7 @@
 #include "common/status.h"
 #include "runtime/engine/op_label.h"
 #include "runtime/engine/op_run.h"
+#include "runtime/failure/comm_failure.h"
 #include "runtime/failure/failure_board.h"
 #include "runtime/links/peer_links.h"
 
@@ -33,11 +34,9 @@ class RunSet final : public LinkWork {
   // What a RunSet reports to and reads from its communicator; every pointer outlives it.
   struct Context {
     int rank = 0;
-    double timeout_s = 0;                             // BRAID_TIMEOUT_S, for the timeout message
-    const std::atomic<bool>* abort_requested = nullptr;
-    FailureBoard* board = nullptr;
-    std::optional<Failure>* adopted = nullptr;        // set when the board names a failure
-    int* failed_peer = nullptr;                       // the first peer whose connection failed
+    double timeout_s = 0;                       // BRAID_TIMEOUT_S, for the timeout message
+    CommFailure* failure = nullptr;             // an abort, the board, the first peer that failed
+    std::optional<Failure>* adopted = nullptr;  // set when the board names a failure
   };
 
   // `started` is the caller's list, reused across calls to spare an allocation per operation.

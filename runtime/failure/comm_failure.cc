@@ -1,10 +1,11 @@
-// CommunicatorImpl's failure handling: what a rank does when an operation fails, when it
-// learns that another rank failed, and when abort() is called (see communicator_impl.h).
+#include "runtime/failure/comm_failure.h"
+
+#include <algorithm>
 #include <sstream>
 #include <thread>
 
 #include "common/log.h"
-#include "runtime/communicator_impl.h"
+#include "runtime/bootstrap/store_join.h"
 #include "runtime/engine/op_run.h"
 
 namespace braid {
@@ -31,16 +32,19 @@ const char* to_string(CommState s) noexcept {
   return "?";
 }
 
-Status CommunicatorImpl::failure() const {
-  std::lock_guard<std::mutex> lock(state_mu_);
+CommFailure::CommFailure(const CommunicatorConfig& cfg, CommLinks& links)
+    : cfg_(cfg), links_(links), board_(cfg.board_store ? cfg.board_store : cfg.store, cfg.rank, cfg.size) {}
+
+Status CommFailure::failure() const {
+  MutexLock lock(state_mu_);
   return failure_;
 }
 
-Status CommunicatorImpl::fail_fast_status(const std::string& what) const {
+Status CommFailure::fail_fast_status(const std::string& what) const {
   Status f;
   std::string reason;
   {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(state_mu_);
     f = failure_;
     reason = abort_reason_;
   }
@@ -49,9 +53,9 @@ Status CommunicatorImpl::fail_fast_status(const std::string& what) const {
   return Status(f.code(), where + "the communicator " + to_string(state()) + " earlier: " + f.message());
 }
 
-void CommunicatorImpl::end(CommState state, Status s) {
+void CommFailure::end(CommState state, Status s) {
   {
-    std::lock_guard<std::mutex> lock(state_mu_);
+    MutexLock lock(state_mu_);
     if (state_.load() != CommState::ok) return;
     failure_ = s;
     state_.store(state, std::memory_order_release);
@@ -60,10 +64,8 @@ void CommunicatorImpl::end(CommState state, Status s) {
   BRAID_LOG(warn) << "communicator " << to_string(state) << ": " << s.message();
 }
 
-// Closing every connection (not only the busy ones) is what tells peers blocked on this rank,
-// at once, that something happened; the board tells them what.
-void CommunicatorImpl::close_connections(const std::vector<OpRun*>& runs) {
-  if (!links_) return;
+void CommFailure::close_connections(const std::vector<OpRun*>& runs) {
+  if (!links_.get()) return;
   links_->close_all();
   if (runs.empty()) return;
   auto outstanding = [&] {
@@ -81,17 +83,17 @@ void CommunicatorImpl::close_connections(const std::vector<OpRun*>& runs) {
   links_->drain(outstanding, take, kDrainBound);
 }
 
-std::vector<std::pair<int, uint64_t>> CommunicatorImpl::retransmits() const {
-  return links_ ? links_->retransmits() : std::vector<std::pair<int, uint64_t>>{};
+std::vector<std::pair<int, uint64_t>> CommFailure::retransmits() const {
+  return links_.get() ? links_->retransmits() : std::vector<std::pair<int, uint64_t>>{};
 }
 
-std::string CommunicatorImpl::progress_text(uint64_t seq, const std::string& what, const std::string& waiting) const {
+std::string CommFailure::progress_text(uint64_t seq, const std::string& what, const std::string& waiting) const {
   std::string s = seq == 0 ? "idle (not inside a braid operation)" : "in " + what;
   if (!waiting.empty()) s += ", waiting for " + waiting;
   return s + "; last completed " + (done_seq_ == 0 ? std::string("none") : done_what_.str());
 }
 
-TimeoutReport CommunicatorImpl::timeout_report(uint64_t seq, const std::string& what) {
+TimeoutReport CommFailure::timeout_report(uint64_t seq, const std::string& what) {
   auto all = board_.collect_progress(Deadline::after(kReportCollect));
   std::ostringstream o;
   o << "Timeout report for operation #" << seq << " (" << what << ", first timed out on rank " << cfg_.rank << "): ";
@@ -142,7 +144,7 @@ TimeoutReport CommunicatorImpl::timeout_report(uint64_t seq, const std::string& 
 }
 
 // What happened to the store, for messages: which bound expired, or that it is gone.
-std::string CommunicatorImpl::store_trouble() const {
+std::string CommFailure::store_trouble() const {
   const std::string who = cfg_.store_rank >= 0 ? "the store that rank " + std::to_string(cfg_.store_rank) + " serves"
                                                 : "the store";
   if (board_.store_silent()) {
@@ -160,7 +162,7 @@ std::string CommunicatorImpl::store_trouble() const {
 // launcher rank 0 serves the store: when that store is silent or gone, rank 0 is stopped, dead
 // or cut off, and what this rank saw itself (often a peer that closed its connections in
 // reaction) is secondary. `why` gets the reason when it is not `s` itself.
-int CommunicatorImpl::own_culprit(const Status& s, std::string* why) const {
+int CommFailure::own_culprit(const Status& s, std::string* why) const {
   int culprit = -1;
   blame_store_server(&culprit, why);
   if (culprit >= 0) return culprit;
@@ -170,21 +172,26 @@ int CommunicatorImpl::own_culprit(const Status& s, std::string* why) const {
 }
 
 // With no culprit known yet: the rank serving a store that stopped answering, if any.
-void CommunicatorImpl::blame_store_server(int* culprit, std::string* why) const {
+void CommFailure::blame_store_server(int* culprit, std::string* why) const {
   if (*culprit >= 0 || !board_.store_unreachable() || cfg_.store_rank < 0 || cfg_.store_rank == cfg_.rank) return;
   *culprit = cfg_.store_rank;
   *why = store_trouble();
 }
 
 // "<what> on rank R failed because of rank C (why): ", or "" when C is unknown or this rank.
-std::string CommunicatorImpl::blame(const std::string& what, int culprit, const std::string& why) const {
+std::string CommFailure::blame(const std::string& what, int culprit, const std::string& why) const {
   if (culprit < 0 || culprit == cfg_.rank) return "";
   return what + " on rank " + std::to_string(cfg_.rank) + " failed because of rank " + std::to_string(culprit) +
          (why.empty() ? "" : " (" + why + ")") + ": ";
 }
 
-Status CommunicatorImpl::on_failure(Status s, const std::string& what, uint64_t seq, const std::vector<OpRun*>& runs,
-                                    std::optional<Failure> adopted) {
+std::string CommFailure::abort_reason() const {
+  MutexLock lock(state_mu_);
+  return abort_reason_;
+}
+
+Status CommFailure::on_failure(Status s, const std::string& what, uint64_t seq, const std::vector<OpRun*>& runs,
+                               std::optional<Failure> adopted) {
   const std::string me = "rank " + std::to_string(cfg_.rank);
   std::string waiting;
   bool header_unread = false;
@@ -193,11 +200,7 @@ Status CommunicatorImpl::on_failure(Status s, const std::string& what, uint64_t 
     header_unread = header_unread || r->header_unread();
   }
   if (abort_requested_.load()) {
-    std::string reason;
-    {
-      std::lock_guard<std::mutex> lock(state_mu_);
-      reason = abort_reason_;
-    }
+    const std::string reason = abort_reason();
     (void)board_.publish({ErrorCode::aborted, cfg_.rank, me + " aborted the communicator (" + reason + ")", cfg_.rank});
     close_connections(runs);
     Status out(ErrorCode::aborted, what + " on " + me + ": aborted on this rank (" + reason + ")");
@@ -221,46 +224,55 @@ Status CommunicatorImpl::on_failure(Status s, const std::string& what, uint64_t 
     }
   }
   board_.write_progress({seq, done_seq_, retransmits(), progress_text(seq, what, waiting)});
-  Status out;
-  int culprit = adopted->culprit;
-  if (adopted->rank == cfg_.rank) {
-    std::string msg = s.message();
-    if (s.code() == ErrorCode::timeout) {
-      const TimeoutReport report = timeout_report(seq, what);
-      board_.write_report(report);
-      if (culprit < 0) culprit = report.culprit;
-      msg += ". " + report.text;
-      blame_store_server(&culprit, &why);
-    } else if (board_.store_unreachable()) {
-      msg += " (the other ranks could not be told: " + (why.empty() ? store_trouble() : "the store is unreachable") + ")";
-    }
-    out = Status(s.code(), blame(what, culprit, why) + msg);
-  } else {
-    std::string msg = "rank " + std::to_string(adopted->rank) + " reported: " + adopted->message;
-    if (adopted->code == ErrorCode::timeout) {
-      if (auto report = board_.wait_report(Deadline::after(kReportWait))) {
-        msg += ". " + report->text;
-        if (culprit < 0) culprit = report->culprit;
-      } else if (!board_.store_unreachable()) {
-        // The rank that timed out first may be the one cut off (its link lost the report):
-        // this rank reads the others' progress itself.
-        const TimeoutReport own = timeout_report(seq, what);
-        msg += ". No report from rank " + std::to_string(adopted->rank) + "; this rank's: " + own.text;
-        if (culprit < 0) culprit = own.culprit;
-      }
-    }
-    // The report may not have come because the store stopped answering in the meantime.
-    blame_store_server(&culprit, &why);
-    if (s.message() != adopted->message) msg += " (this rank saw: " + s.message() + ")";
-    const std::string lead = blame(what, culprit, why);
-    out = Status(adopted->code, (lead.empty() ? what + " on " + me + " failed: " : lead) + msg);
-  }
+  Status out = adopted->rank == cfg_.rank ? report_own(s, what, seq, adopted->culprit, std::move(why))
+                                          : report_adopted(s, what, seq, *adopted, std::move(why));
   close_connections(runs);
   end(CommState::failed, out);
   return out;
 }
 
-void CommunicatorImpl::idle_check() {
+// This rank's own failure, published under its name: a timeout adds the report of every rank's
+// progress, which may name the culprit.
+Status CommFailure::report_own(const Status& s, const std::string& what, uint64_t seq, int culprit, std::string why) {
+  std::string msg = s.message();
+  if (s.code() == ErrorCode::timeout) {
+    const TimeoutReport report = timeout_report(seq, what);
+    board_.write_report(report);
+    if (culprit < 0) culprit = report.culprit;
+    msg += ". " + report.text;
+    blame_store_server(&culprit, &why);
+  } else if (board_.store_unreachable()) {
+    msg += " (the other ranks could not be told: " + (why.empty() ? store_trouble() : "the store is unreachable") + ")";
+  }
+  return Status(s.code(), blame(what, culprit, why) + msg);
+}
+
+// Another rank's failure, read from the board: its timeout report, or this rank's own when
+// none came.
+Status CommFailure::report_adopted(const Status& s, const std::string& what, uint64_t seq, const Failure& adopted,
+                                   std::string why) {
+  int culprit = adopted.culprit;
+  std::string msg = "rank " + std::to_string(adopted.rank) + " reported: " + adopted.message;
+  if (adopted.code == ErrorCode::timeout) {
+    if (auto report = board_.wait_report(Deadline::after(kReportWait))) {
+      msg += ". " + report->text;
+      if (culprit < 0) culprit = report->culprit;
+    } else if (!board_.store_unreachable()) {
+      // The rank that timed out first may be the one cut off (its link lost the report):
+      // this rank reads the others' progress itself.
+      const TimeoutReport own = timeout_report(seq, what);
+      msg += ". No report from rank " + std::to_string(adopted.rank) + "; this rank's: " + own.text;
+      if (culprit < 0) culprit = own.culprit;
+    }
+  }
+  // The report may not have come because the store stopped answering in the meantime.
+  blame_store_server(&culprit, &why);
+  if (s.message() != adopted.message) msg += " (this rank saw: " + s.message() + ")";
+  const std::string lead = blame(what, culprit, why);
+  return Status(adopted.code, (lead.empty() ? what + " on rank " + std::to_string(cfg_.rank) + " failed: " : lead) + msg);
+}
+
+void CommFailure::idle_check() {
   if (state() != CommState::ok || cfg_.size == 1) return;
   auto f = board_.read();
   if (!f) return;
@@ -284,48 +296,61 @@ void CommunicatorImpl::idle_check() {
                                              detail));
 }
 
-void CommunicatorImpl::handle_abort() {
-  std::string reason;
-  {
-    std::lock_guard<std::mutex> lock(state_mu_);
-    reason = abort_reason_;
-  }
+void CommFailure::handle_abort() {
+  const std::string reason = abort_reason();
   const std::string me = "rank " + std::to_string(cfg_.rank);
   (void)board_.publish({ErrorCode::aborted, cfg_.rank, me + " aborted the communicator (" + reason + ")", cfg_.rank});
   close_connections({});
   end(CommState::aborted, Status(ErrorCode::aborted, me + ": the communicator was aborted on this rank (" + reason + ")"));
 }
 
-void CommunicatorImpl::abort(const std::string& reason) {
-  {
-    std::lock_guard<std::mutex> lock(state_mu_);
-    if (!abort_requested_.load()) abort_reason_ = reason;
-    abort_requested_.store(true);
-  }
-  std::deque<Pending> queued;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    queued.swap(queue_);
-    for (auto& p : group_ops_) queued.push_back(std::move(p));
-    group_ops_.clear();
-  }
-  for (auto& p : queued) {
-    for (auto& m : p.group) {
-      m.work->in_open_group.store(false);
-      m.work->complete(Status(ErrorCode::aborted, std::string(collectives::to_string(m.args.kind)) + " #" +
-                                                      std::to_string(m.seq) + " on rank " + std::to_string(cfg_.rank) +
-                                                      ": aborted before it ran (" + reason + ")"));
-    }
-    p.work->in_open_group.store(false);
-    p.work->complete(Status(ErrorCode::aborted, std::string(p.group.empty() ? collectives::to_string(p.args.kind) : "group") + " #" +
-                                                    std::to_string(p.seq) + " on rank " + std::to_string(cfg_.rank) +
-                                                    ": aborted before it ran (" + reason + ")"));
-  }
-  cv_.notify_all();
-  wake_transport();
+void CommFailure::request_abort(const std::string& reason) {
+  MutexLock lock(state_mu_);
+  if (!abort_requested_.load()) abort_reason_ = reason;
+  abort_requested_.store(true);
+}
+
+void CommFailure::wait_until_ended() {
   // The operation in progress ends within one poll slice; the store write may take a moment.
-  std::unique_lock<std::mutex> lock(state_mu_);
-  state_cv_.wait_for(lock, kAbortBound, [&] { return state_.load() != CommState::ok; });
+  const auto until = Clock::now() + kAbortBound;
+  MutexLock lock(state_mu_);
+  while (state_.load() == CommState::ok) {
+    if (!state_cv_.wait_until(lock, until) && state_.load() == CommState::ok) return;
+  }
+}
+
+// A rank that finishes early may leave; only the rank serving the store must stay until
+// every rank is done with it (bounded), or the late ones would lose their store. After a
+// failure some ranks may never come: the wait is then short. What this communicator kept in
+// the store goes as its ranks leave (leave_store).
+void CommFailure::leave_store() {
+  if (!cfg_.store) return;
+  const bool failed = state() != CommState::ok;
+  // After a failure the store may be what failed (its server stopped or dead): the failure
+  // board found out already, at the cost of one bounded call, and then nothing is asked of it.
+  if (failed && board_.store_unreachable()) {
+    BRAID_LOG(warn) << "rank " << cfg_.rank << " leaving without telling the store: " << store_trouble();
+    return;
+  }
+  // The board's connection has the failure-report bound; the program's may wait minutes.
+  Store& store = failed && cfg_.board_bounded ? *cfg_.board_store : *cfg_.store;
+  try {
+    const bool lingering = cfg_.server != nullptr;
+    if (braid::leave_store(store, cfg_.rank, cfg_.size, lingering) < cfg_.size && lingering) {
+      const double bound = !failed ? std::min(cfg_.env.rendezvous_timeout_s, 60.0) : 3.0;
+      Deadline deadline = Deadline::after_seconds(bound);
+      while (!everyone_left(store, cfg_.size) && !deadline.expired()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+  } catch (const Error& e) {
+    // A store the program handed in (torch's lives in its rank 0) may go first at a clean exit.
+    if (!failed && cfg_.foreign_store) {
+      BRAID_LOG(info) << "rank " << cfg_.rank << " leaving: the program's store is gone already (" << e.what() << ")";
+    } else {
+      BRAID_LOG(warn) << "rank " << cfg_.rank << " leaving: the store is gone (" << e.what() << ")";
+    }
+  }
 }
 
 }  // namespace braid

@@ -48,7 +48,29 @@ void PeerLinks::finish_setup() {
   }
 }
 
-Result<std::unique_ptr<PeerLinks>> PeerLinks::connect(const LinkSetup& s, Store& store, Deadline deadline) {
+namespace {
+
+// connect()'s first phase: every transport of the preference list that comes up here, and this
+// rank's card (its addresses, host and CPUs).
+struct BroughtUp {
+  std::vector<std::unique_ptr<transport::Transport>> up;
+  std::vector<std::string> families;  // by index in up
+  PublishedLinks mine;
+  std::string not_up;  // why the others did not come up
+};
+
+// With no transport up, the peers learn why at once from this rank's card (transport_choice.h).
+Status give_up(const LinkSetup& s, Store& store, PublishedLinks& mine, Status why) {
+  mine.failed = why.message();
+  try {
+    if (s.size > 1) store.set("addr/" + std::to_string(s.rank), links_card(mine));
+  } catch (const Error&) {
+    // The store is gone too: the peers' own waits end with that; this rank's reason stands.
+  }
+  return why;
+}
+
+Result<BroughtUp> bring_up(const LinkSetup& s, Store& store, const RankCpus& local) {
   ASSIGN_OR_RETURN(std::vector<TransportPick> wishes, preference_list(s.env));
   const bool is_auto = s.env.transport == "auto";
   transport::TransportOptions options;
@@ -56,34 +78,16 @@ Result<std::unique_ptr<PeerLinks>> PeerLinks::connect(const LinkSetup& s, Store&
   options.master_addr = s.master_addr;
   options.inproc_fabric = s.inproc_fabric;
   options.secret = s.secret;
-
-  // Every transport of the list that comes up here, and its address.
-  std::unique_ptr<PeerLinks> links(new PeerLinks());
-  links->rank_ = s.rank;
-  std::vector<std::unique_ptr<transport::Transport>> up;
-  std::vector<std::string> families;
-  PublishedLinks mine;
-  const RankCpus local = local_rank_cpus();
-  mine.host = local.host;
-  mine.cpus = local.cpus;
-  mine.setting = s.env.transport;
-  std::string not_up;
-  // With no transport up, the peers learn why at once from this rank's card (transport_choice.h).
-  auto give_up = [&](Status why) {
-    mine.failed = why.message();
-    try {
-      if (s.size > 1) store.set("addr/" + std::to_string(s.rank), links_card(mine));
-    } catch (const Error&) {
-      // The store is gone too: the peers' own waits end with that; this rank's reason stands.
-    }
-    return why;
-  };
+  BroughtUp b;
+  b.mine.host = local.host;
+  b.mine.cpus = local.cpus;
+  b.mine.setting = s.env.transport;
   for (const TransportPick& w : wishes) {
     auto made = transport::create_transport(w.create, options);
     if (!made.is_ok()) {
-      if (wishes.size() == 1) return give_up(made.status());  // the one transport asked for
-      if (!not_up.empty()) not_up += "; ";
-      not_up += w.family + ": " + made.status().message();
+      if (wishes.size() == 1) return give_up(s, store, b.mine, made.status());  // the one transport asked for
+      if (!b.not_up.empty()) b.not_up += "; ";
+      b.not_up += w.family + ": " + made.status().message();
       // auto tries what may be missing; a list named it, so its absence deserves a warning.
       const LogLevel level = is_auto ? LogLevel::info : LogLevel::warn;
       if (log_enabled(level)) {
@@ -99,25 +103,21 @@ Result<std::unique_ptr<PeerLinks>> PeerLinks::connect(const LinkSetup& s, Store&
         return internal_error("transport " + w.family + " on rank " + std::to_string(s.rank) +
                               " returned an address with a line break, which the store's card cannot carry");
       }
-      mine.addresses.push_back({w.family, address, t->is_host_local(address)});
+      b.mine.addresses.push_back({w.family, address, t->is_host_local(address)});
     }
-    up.push_back(std::move(t));
-    families.push_back(w.family);
+    b.up.push_back(std::move(t));
+    b.families.push_back(w.family);
   }
-  if (up.empty()) {
-    return give_up(invalid_argument("rank " + std::to_string(s.rank) + ": no transport of BRAID_TRANSPORT='" +
-                                    s.env.transport + "' could be brought up here (" + not_up + ")"));
+  if (b.up.empty()) {
+    return give_up(s, store, b.mine,
+                   invalid_argument("rank " + std::to_string(s.rank) + ": no transport of BRAID_TRANSPORT='" +
+                                    s.env.transport + "' could be brought up here (" + b.not_up + ")"));
   }
-  links->owned_.resize(static_cast<size_t>(s.size));
-  links->transport_of_.assign(static_cast<size_t>(s.size), 0);
-  if (s.size == 1) {
-    up.resize(1);  // no peer: the first is kept, to describe and for its capabilities
-    links->transports_ = std::move(up);
-    links->rank_cpus_ = {local};
-    links->finish_setup();
-    return links;
-  }
+  return b;
+}
 
+// connect()'s second phase: publishes this rank's card and reads every other rank's.
+Result<std::vector<PublishedLinks>> exchange_cards(const LinkSetup& s, Store& store, const PublishedLinks& mine) {
   std::vector<PublishedLinks> all(static_cast<size_t>(s.size));
   try {
     store.set("addr/" + std::to_string(s.rank), links_card(mine));
@@ -133,12 +133,48 @@ Result<std::unique_ptr<PeerLinks>> PeerLinks::connect(const LinkSetup& s, Store&
   } catch (const Error& e) {
     return Status(e.code(), std::string("exchanging transport addresses: ") + e.what());
   }
+  return all;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<PeerLinks>> PeerLinks::connect(const LinkSetup& s, Store& store, Deadline deadline) {
+  const RankCpus local = local_rank_cpus();
+  ASSIGN_OR_RETURN(BroughtUp brought, bring_up(s, store, local));
+  std::unique_ptr<PeerLinks> links(new PeerLinks());
+  links->rank_ = s.rank;
+  links->owned_.resize(static_cast<size_t>(s.size));
+  links->transport_of_.assign(static_cast<size_t>(s.size), 0);
+  if (s.size == 1) {
+    brought.up.resize(1);  // no peer: the first is kept, to describe and for its capabilities
+    links->transports_ = std::move(brought.up);
+    links->rank_cpus_ = {local};
+    links->finish_setup();
+    return links;
+  }
+  ASSIGN_OR_RETURN(std::vector<PublishedLinks> all, exchange_cards(s, store, brought.mine));
   auto choice = choose_transports(all, s.rank);
   if (!choice.is_ok()) {
     return choice.status().with_context("rank " + std::to_string(s.rank) + " choosing a transport per peer: ");
   }
-  const std::vector<std::string>& chosen = choice.value();
+  RETURN_IF_ERROR(links->connect_peers(s, all, choice.value(), brought.up, brought.families, deadline));
+  for (size_t r = 0; r < all.size(); ++r) {
+    links->hosts_.push_back(all[r].host);
+    const bool watched = static_cast<int>(r) != s.rank && links->owned_[r] != nullptr &&
+                         links->transports_[links->transport_of_[r]]->capabilities().watches_peer_cpu;
+    links->rank_cpus_.push_back({all[r].host, all[r].cpus, watched});
+  }
+  std::vector<int> order = collectives::ring_order(links->hosts_);
+  if (s.env.ring_order == "host" && !collectives::is_identity(order)) links->ring_order_ = std::make_shared<const std::vector<int>>(std::move(order));
+  links->all_host_local_ = every_link_host_local(all);
+  links->finish_setup();
+  return links;
+}
 
+Status PeerLinks::connect_peers(const LinkSetup& s, const std::vector<PublishedLinks>& all,
+                                const std::vector<std::string>& chosen,
+                                std::vector<std::unique_ptr<transport::Transport>>& up,
+                                const std::vector<std::string>& families, const Deadline& deadline) {
   // Lower ranks connect to higher ones and accept from lower ones, in rank order, whatever
   // the transport: each rank takes its pairs in increasing (lower, higher) order, so the
   // smallest pair not yet connected always has both ends at it (see transport/common/handshake_format.h).
@@ -152,7 +188,7 @@ Result<std::unique_ptr<PeerLinks>> PeerLinks::connect(const LinkSetup& s, Store&
                             " without having brought it up");
     }
     const transport::PeerIdentity who{s.comm_id, s.rank, r};
-    std::unique_ptr<transport::Connection>& c = links->owned_[static_cast<size_t>(r)];
+    std::unique_ptr<transport::Connection>& c = owned_[static_cast<size_t>(r)];
     if (r > s.rank) {
       const std::string* address = nullptr;
       for (const auto& a : all[static_cast<size_t>(r)].addresses) {
@@ -162,30 +198,19 @@ Result<std::unique_ptr<PeerLinks>> PeerLinks::connect(const LinkSetup& s, Store&
     } else {
       ASSIGN_OR_RETURN(c, up[t]->accept(who, deadline));
     }
-    links->transport_of_[static_cast<size_t>(r)] = t;
+    transport_of_[static_cast<size_t>(r)] = t;
     used[t] = true;
   }
   // Only the transports some peer uses stay (and are polled).
   std::vector<size_t> index(up.size(), 0);
   for (size_t t = 0; t < up.size(); ++t) {
     if (!used[t]) continue;
-    index[t] = links->transports_.size();
-    links->transports_.push_back(std::move(up[t]));
+    index[t] = transports_.size();
+    transports_.push_back(std::move(up[t]));
   }
-  for (auto& t : links->transport_of_) t = index[t];
+  for (auto& t : transport_of_) t = index[t];
   up.clear();
-
-  for (size_t r = 0; r < all.size(); ++r) {
-    links->hosts_.push_back(all[r].host);
-    const bool watched = static_cast<int>(r) != s.rank && links->owned_[r] != nullptr &&
-                         links->transports_[links->transport_of_[r]]->capabilities().watches_peer_cpu;
-    links->rank_cpus_.push_back({all[r].host, all[r].cpus, watched});
-  }
-  std::vector<int> order = collectives::ring_order(links->hosts_);
-  if (s.env.ring_order == "host" && !collectives::is_identity(order)) links->ring_order_ = std::make_shared<const std::vector<int>>(std::move(order));
-  links->all_host_local_ = every_link_host_local(all);
-  links->finish_setup();
-  return links;
+  return Status::ok();
 }
 
 void PeerLinks::set_spin_us(int us) {

@@ -35,6 +35,8 @@
 
 namespace braid {
 
+struct PublishedLinks;
+
 // What PeerLinks::drive moves forward: one or more operations posting on the links.
 class LinkWork {
  public:
@@ -147,6 +149,11 @@ class PeerLinks {
  private:
   PeerLinks() = default;
   void finish_setup();
+  // connect()'s third phase: one connection per peer from the transport chosen for it; the
+  // transports no peer uses are closed (`up` is emptied).
+  Status connect_peers(const LinkSetup& s, const std::vector<PublishedLinks>& all, const std::vector<std::string>& chosen,
+                       std::vector<std::unique_ptr<transport::Transport>>& up, const std::vector<std::string>& families,
+                       const Deadline& deadline);
 
   int rank_ = 0;
   std::vector<std::unique_ptr<transport::Transport>> transports_;  // in use: each carries a peer

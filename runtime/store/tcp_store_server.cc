@@ -164,9 +164,9 @@ void TcpStoreServer::Impl::process(Connection& c, uint64_t id) {
   while (!c.dead && !c.closing && !state.waiting(id) && c.pending_out() < kMaxQueuedOutput) {
     if (c.pending_in() < store::kFrameHeaderBytes) break;
     uint32_t len = store::decode_u32(c.in.data() + c.in_off);
-    if (len > max_frame_bytes) {
+    if (len > fixed.max_frame_bytes) {
       std::string message = "a request of " + std::to_string(len) + " bytes exceeds the store's limit of " +
-                            std::to_string(max_frame_bytes) +
+                            std::to_string(fixed.max_frame_bytes) +
                             " bytes (BRAID_STORE_MAX_FRAME_BYTES); closing this connection";
       fail_connection(c, id, "client " + c.peer + ": " + message,
                       store::FrameWriter()
@@ -312,22 +312,22 @@ Result<std::unique_ptr<TcpStoreServer::Impl>> start_impl(const std::string& host
   if (!env_result.is_ok()) return env_result.status();
   const Env& env = env_result.value();
   if (o.secret && !o.secret->empty()) {
-    ASSIGN_OR_RETURN(impl->secret, auth::JobSecret::from_text(*o.secret, "the store's secret"));
+    ASSIGN_OR_RETURN(impl->fixed.secret, auth::JobSecret::from_text(*o.secret, "the store's secret"));
   } else if (!o.secret) {
     const Result<auth::JobSecret>& secret = auth::process_secret();
     if (!secret.is_ok()) return secret.status();
-    impl->secret = secret.value();
+    impl->fixed.secret = secret.value();
   }
-  impl->job_id = o.job_id ? *o.job_id : env.job_id;
-  if (impl->job_id.size() > store::kMaxJobIdBytes) {
-    return invalid_argument("the store's job id has " + std::to_string(impl->job_id.size()) + " bytes; at most " +
+  impl->fixed.job_id = o.job_id ? *o.job_id : env.job_id;
+  if (impl->fixed.job_id.size() > store::kMaxJobIdBytes) {
+    return invalid_argument("the store's job id has " + std::to_string(impl->fixed.job_id.size()) + " bytes; at most " +
                             std::to_string(store::kMaxJobIdBytes) + " are allowed");
   }
-  impl->max_frame_bytes = std::min<size_t>(o.max_frame_bytes ? o.max_frame_bytes : env.store_max_frame_bytes,
+  impl->fixed.max_frame_bytes = std::min<size_t>(o.max_frame_bytes ? o.max_frame_bytes : env.store_max_frame_bytes,
                                            store::kMaxFrameBytes);
-  impl->max_clients = o.max_clients ? o.max_clients : env.store_max_clients;
-  impl->max_pending = o.max_pending ? o.max_pending : env.store_max_pending;
-  impl->handshake_timeout = o.handshake_timeout;
+  impl->fixed.max_clients = o.max_clients ? o.max_clients : env.store_max_clients;
+  impl->fixed.max_pending = o.max_pending ? o.max_pending : env.store_max_pending;
+  impl->fixed.handshake_timeout = o.handshake_timeout;
   impl->host = host;
   ASSIGN_OR_RETURN(impl->listen_fd, store::listen_tcp(host, port, &impl->port));
   impl->address = store::format_address(host.empty() ? "0.0.0.0" : host, impl->port);
@@ -347,10 +347,10 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const std::string& host, u
   auto impl = value_or_raise(start_impl(host, port, options));
   Impl* raw = impl.get();
   raise_open_file_limit_once("store server at " + raw->address);
-  if (!raw->secret.present()) auth::warn_unauthenticated_once("store server at " + raw->address);
+  if (!raw->fixed.secret.present()) auth::warn_unauthenticated_once("store server at " + raw->address);
   raw->thread = std::thread([raw] { raw->run(); });
-  BRAID_LOG(info) << "store server listening on " << raw->address << " (secret: " << raw->secret.source()
-                  << ", job id: " << (raw->job_id.empty() ? "none" : raw->job_id) << ")";
+  BRAID_LOG(info) << "store server listening on " << raw->address << " (secret: " << raw->fixed.secret.source()
+                  << ", job id: " << (raw->fixed.job_id.empty() ? "none" : raw->fixed.job_id) << ")";
   return std::unique_ptr<TcpStoreServer>(new TcpStoreServer(std::move(impl)));
 }
 

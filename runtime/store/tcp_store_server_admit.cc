@@ -47,23 +47,23 @@ void raise_open_file_limit_once(const std::string& who) {
 }
 
 void TcpStoreServer::Impl::note_bad_client(const std::string& message, bool quiet) {
-  if (!quiet && ++bad_clients <= kMaxWarnedBadClients) {
+  if (!quiet && ++bad.count <= kMaxWarnedBadClients) {
     BRAID_LOG(warn) << "store server at " << address << ": " << message
-                    << (bad_clients == kMaxWarnedBadClients
+                    << (bad.count == kMaxWarnedBadClients
                             ? " (further failed connections are logged at INFO, at most one line a second)"
                             : "");
     return;
   }
   auto now = Clock::now();
-  if (now - bad_logged_at < kBadClientLogInterval) {
-    ++bad_unlogged;
+  if (now - bad.logged_at < kBadClientLogInterval) {
+    ++bad.unlogged;
     return;
   }
   BRAID_LOG(info) << "store server at " << address << ": " << message
-                  << (bad_unlogged ? " (and " + std::to_string(bad_unlogged) + " more failed connections since the last such line)"
+                  << (bad.unlogged ? " (and " + std::to_string(bad.unlogged) + " more failed connections since the last such line)"
                                    : "");
-  bad_unlogged = 0;
-  bad_logged_at = now;
+  bad.unlogged = 0;
+  bad.logged_at = now;
 }
 
 void TcpStoreServer::Impl::accept_all() {
@@ -82,12 +82,12 @@ void TcpStoreServer::Impl::accept_all() {
       return;  // EAGAIN: none left
     }
     UniqueFd owned(fd);
-    if (conns.size() - dead.size() >= max_clients && !evict_oldest_pending("BRAID_STORE_MAX_CLIENTS was reached")) {
+    if (conns.size() - dead.size() >= fixed.max_clients && !evict_oldest_pending("BRAID_STORE_MAX_CLIENTS was reached")) {
       note_bad_client("refused a connection from " + store::peer_name(fd) + ": already serving " +
-                      std::to_string(max_clients) + " clients (BRAID_STORE_MAX_CLIENTS)");
+                      std::to_string(fixed.max_clients) + " clients (BRAID_STORE_MAX_CLIENTS)");
       continue;
     }
-    if (num_pending >= max_pending) {
+    if (num_pending >= fixed.max_pending) {
       evict_oldest_pending(std::to_string(num_pending) + " newer connections had not authenticated either "
                            "(BRAID_STORE_MAX_PENDING)");
     }
@@ -96,7 +96,7 @@ void TcpStoreServer::Impl::accept_all() {
     auto c = std::make_unique<Connection>();
     c->fd = std::move(owned);
     c->peer = store::peer_name(fd);
-    c->handshake = std::make_unique<store::ServerHandshake>(secret, job_id, port);
+    c->handshake = std::make_unique<store::ServerHandshake>(fixed.secret, fixed.job_id, port);
     c->events = EPOLLIN | EPOLLRDHUP;
     epoll_event ev{};
     ev.events = c->events;
@@ -105,7 +105,7 @@ void TcpStoreServer::Impl::accept_all() {
     Connection& ref = *c;
     conns.emplace(id, std::move(c));
     ++num_pending;
-    pending.emplace_back(Clock::now() + handshake_timeout, id);
+    pending.emplace_back(Clock::now() + fixed.handshake_timeout, id);
     // A fresh socket's send buffer is empty: the hello leaves at once.
     queue_output(ref, id, ref.handshake->hello_frame());
     flush(ref, id);
@@ -156,7 +156,7 @@ void TcpStoreServer::Impl::expire_pending(Clock::time_point now) {
       if (deadline > now) return;
       if (!c->closing) {
         note_bad_client("client " + c->peer + " did not complete the handshake within " +
-                        std::to_string(handshake_timeout.count()) + " ms; closed it");
+                        std::to_string(fixed.handshake_timeout.count()) + " ms; closed it");
       }
       mark_dead(*c, id);
     }

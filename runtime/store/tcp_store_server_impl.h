@@ -72,12 +72,14 @@ struct TcpStoreServer::Impl {
   std::atomic<size_t> num_clients{0};  // authenticated ones
 
   // Fixed at start.
-  auth::JobSecret secret;
-  std::string job_id;
-  size_t max_frame_bytes = 0;
-  size_t max_clients = 0;
-  size_t max_pending = 0;
-  std::chrono::milliseconds handshake_timeout{0};
+  struct Settings {
+    auth::JobSecret secret;
+    std::string job_id;
+    size_t max_frame_bytes = 0;
+    size_t max_clients = 0;
+    size_t max_pending = 0;
+    std::chrono::milliseconds handshake_timeout{0};
+  } fixed;
 
   // Server-thread state.
   store::StoreState state;
@@ -95,9 +97,11 @@ struct TcpStoreServer::Impl {
   bool accept_paused = false;
   Clock::time_point accept_resume{};
   // Bad clients: the first few are warned about, then one INFO line a second at most.
-  size_t bad_clients = 0;
-  size_t bad_unlogged = 0;
-  Clock::time_point bad_logged_at{};
+  struct BadClients {
+    size_t count = 0;
+    size_t unlogged = 0;  // since the last line
+    Clock::time_point logged_at{};
+  } bad;
 
   ~Impl() { shutdown(); }
   void shutdown() {
@@ -134,7 +138,7 @@ struct TcpStoreServer::Impl {
   }
   // The most input a connection may have buffered: one whole frame.
   size_t input_limit(const Connection& c) const {
-    return store::kFrameHeaderBytes + (c.pending() ? store::kMaxHandshakeBytes : max_frame_bytes);
+    return store::kFrameHeaderBytes + (c.pending() ? store::kMaxHandshakeBytes : fixed.max_frame_bytes);
   }
 
   // tcp_store_server_admit.cc

@@ -291,7 +291,7 @@ TEST_P(AuthTest, ARankCannotConnectToItself) {
   ASSERT_TRUE(connected_.is_ok()) << connected_.status().message();
 }
 
-// The runtime's order (runtime/communicator_impl.cc connect_all): each rank accepts from every
+// The runtime's order (runtime/links/peer_links.cc, connect_peers): each rank accepts from every
 // lower rank in rank order, then connects to every higher one, each connect() waiting for its
 // acceptor's answer. With several sockets per peer, every rank gets through.
 TEST_P(AuthTest, TheRuntimesOrderConnectsEveryRank) {

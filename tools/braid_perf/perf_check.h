@@ -2,9 +2,9 @@
 //
 // braid-perf restores its inputs before every iteration and checks every result (-c 1), like
 // the anchors in ../shared/bench, which memcpy from a template and compare in a tight loop.
-// Doing that element by element through perf_data's functions took ~15 ms per iteration at
-// 1 MiB: long enough that the ranks reached the next iteration's barrier hundreds of
-// microseconds apart and the timed operation began with a rank still waking up. So both the
+// Doing that element by element through perf_data's functions was slow enough at 1 MiB
+// (docs/code_figures.md, "braid-perf") that the ranks reached the next iteration's barrier far
+// apart and the timed operation began with a rank still waking up. So both the
 // input and the expected result are computed once per size, here; an iteration copies one and
 // compares against the other, falling back to the per-element tolerance only where bytes differ.
 #pragma once

@@ -135,7 +135,7 @@ bool close_enough(double got, double want, DType dtype, Op op) {
 }
 
 int64_t hash_bytes(const void* buf, size_t bytes) {
-  // FNV-1a over 8-byte words (a byte at a time cost ~1 ms per MiB), then the tail bytes.
+  // FNV-1a over 8-byte words (a byte at a time was slow: docs/code_figures.md), then the tail bytes.
   uint64_t h = 1469598103934665603ull;
   const auto* p = static_cast<const unsigned char*>(buf);
   size_t i = 0;

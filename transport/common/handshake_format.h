@@ -26,7 +26,7 @@
 // a perfect hello first cannot take the place of the rank it claims to be. Without a secret
 // both ends use the all-zero key: same bytes, no protection (job_secret.h).
 //
-// Who waits for whom (runtime/communicator_impl.cc connect_all): rank r accepts from every
+// Who waits for whom (runtime/links/peer_links.cc, connect_peers): rank r accepts from every
 // lower rank, in rank order, then connects to every higher one. connect() now waits for the
 // answer, so it waits for its acceptor to be inside accept(). That cannot deadlock: an
 // acceptor's accept() advances every socket that reaches its listener, whichever rank it is

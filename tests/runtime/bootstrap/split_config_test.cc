@@ -35,8 +35,19 @@ TEST(SplitConfig, MembersAreOrderedByKeyAndCountedPerHost) {
   EXPECT_EQ(child.size, 3);
   EXPECT_EQ(child.rank, 1);
   EXPECT_EQ(child.local_rank, 1);  // rank 0 shares host 7 and comes first
+  EXPECT_EQ(child.local_size, 2);  // ranks 0 and 1 on host 7
   EXPECT_EQ(child.store_rank, 2);  // parent rank 0 serves the store; it is the child's rank 2
   ASSERT_NE(child.store, nullptr);
+}
+
+TEST(SplitConfig, AMemberAloneOnItsHostIsItsOnlyLocalRank) {
+  testing::TempDir dir;
+  auto store = std::make_shared<FileStore>(dir.path() + "/store");
+  // Rank 3 is color 0's only member on host 9 (rank 2 there took color 1).
+  const CommunicatorConfig child = split_config(parent(3, store), 1, 0, kCards);
+  EXPECT_EQ(child.rank, 0);
+  EXPECT_EQ(child.local_rank, 0);
+  EXPECT_EQ(child.local_size, 1);
 }
 
 TEST(SplitConfig, EveryMemberAgreesOnTheChildsId) {

@@ -1,0 +1,128 @@
+#include "collectives/header_framing.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+namespace braid::collectives {
+
+HeaderFraming::HeaderFraming(size_t header_bytes, HeaderFor header_for, HeaderCheck check, bool reverse,
+                             std::vector<size_t> first_send, std::vector<size_t> first_recv)
+    : header_bytes_(header_bytes),
+      reverse_(reverse),
+      reverse_posted_(!reverse),  // as if already posted: none will be
+      header_for_(std::move(header_for)),
+      check_(std::move(check)),
+      peers_(first_send.size()) {
+  for (size_t p = 0; p < peers_.size(); ++p) {
+    peers_[p].first_send = first_send[p];
+    peers_[p].first_recv = first_recv[p];
+  }
+}
+
+void HeaderFraming::restart() {
+  ops_ = 0;
+  reverse_posted_ = !reverse_;
+  for (PeerHeader& h : peers_) {  // first_send/first_recv follow the steps, which are the same
+    h.land = nullptr;
+    h.header_recv_done = false;
+  }
+}
+
+Status HeaderFraming::post_first_send(transport::Connection& conn, int peer, const std::byte* data, size_t bytes,
+                                      uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding) {
+  PeerHeader& h = peers_[static_cast<size_t>(peer)];
+  const auto* header = reinterpret_cast<const std::byte*>(header_for_(peer));
+  h.out.reserve(header_bytes_ + (bytes <= kInlineHeaderMax ? bytes : 0));  // one allocation, not two
+  h.out.assign(header, header + header_bytes_);
+  if (bytes <= kInlineHeaderMax) {
+    h.out.insert(h.out.end(), data, data + bytes);
+    RETURN_IF_ERROR(conn.post_send(h.out.data(), h.out.size(), data_cookie));
+    ++outstanding;
+    return Status::ok();
+  }
+  RETURN_IF_ERROR(conn.post_send(h.out.data(), header_bytes_, header_cookie));
+  ++outstanding;
+  ++ops_;
+  RETURN_IF_ERROR(conn.post_send(data, bytes, data_cookie));
+  ++outstanding;
+  return Status::ok();
+}
+
+Status HeaderFraming::post_first_recv(transport::Connection& conn, int peer, std::byte* land, size_t bytes,
+                                      uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding) {
+  PeerHeader& h = peers_[static_cast<size_t>(peer)];
+  const size_t capacity = header_bytes_ + kInlineHeaderMax;
+  if (h.in == nullptr) h.in = take_bytes(capacity);  // not zeroed: only received bytes are read
+  if (bytes <= kInlineHeaderMax) {
+    h.land = land;
+    RETURN_IF_ERROR(conn.post_recv(h.in.get(), capacity, data_cookie));
+    ++outstanding;
+    return Status::ok();
+  }
+  RETURN_IF_ERROR(conn.post_recv(h.in.get(), capacity, header_cookie));
+  ++outstanding;
+  ++ops_;
+  RETURN_IF_ERROR(conn.post_recv(land, bytes, data_cookie));
+  ++outstanding;
+  return Status::ok();
+}
+
+// Peers this rank only receives from get a header-only message; peers it only sends to are
+// expected to send one. Both sides see the same schedule shape, so both agree who sends.
+Status HeaderFraming::post_reverse(const std::vector<transport::Connection*>& peers, CookieFor cookie,
+                                   size_t& outstanding) {
+  reverse_posted_ = true;
+  for (size_t p = 0; p < peers_.size(); ++p) {
+    PeerHeader& h = peers_[p];
+    const bool sends = h.first_send != kNone, receives = h.first_recv != kNone;
+    if (sends == receives) continue;
+    if (receives) {
+      const auto* header = reinterpret_cast<const std::byte*>(header_for_(static_cast<int>(p)));
+      h.out.assign(header, header + header_bytes_);
+      RETURN_IF_ERROR(peers[p]->post_send(h.out.data(), header_bytes_, cookie(p, true)));
+    } else {
+      if (h.in == nullptr) h.in = take_bytes(header_bytes_ + kInlineHeaderMax);
+      RETURN_IF_ERROR(peers[p]->post_recv(h.in.get(), header_bytes_ + kInlineHeaderMax, cookie(p, false)));
+    }
+    ++outstanding;
+    ++ops_;
+  }
+  return Status::ok();
+}
+
+// A header sent or received as a message of its own (first messages above kInlineHeaderMax,
+// and the header-only replies).
+Status HeaderFraming::on_header_completion(const transport::Completion& c, size_t peer, bool is_send, bool* unexpected,
+                                           size_t& outstanding, FunctionRef<std::string()> where) {
+  PeerHeader& h = peers_[peer];
+  *unexpected = is_send ? h.out.empty() : (h.in == nullptr || h.header_recv_done);
+  if (*unexpected) return Status::ok();
+  --outstanding;
+  --ops_;
+  if (is_send) return c.status.is_ok() ? Status::ok() : c.status.with_context(where());
+  h.header_recv_done = true;
+  // A message too large for the header is the peer's data: let check() say what it means.
+  if (!c.status.is_ok() && c.status.code() != ErrorCode::protocol) return c.status.with_context(where());
+  const auto* data = reinterpret_cast<const unsigned char*>(h.in.get());
+  return check_(static_cast<int>(peer), c.status.is_ok() ? data : nullptr, c.status.is_ok() ? c.bytes : 0, c.status);
+}
+
+Status HeaderFraming::finish_inline_recv(int peer, const transport::Completion& c, size_t expected, size_t* wrong_size,
+                                         FunctionRef<std::string()> where) {
+  PeerHeader& h = peers_[static_cast<size_t>(peer)];
+  h.header_recv_done = true;
+  *wrong_size = kNone;
+  if (!c.status.is_ok() && c.status.code() != ErrorCode::protocol) return c.status.with_context(where());
+  const auto* data = reinterpret_cast<const unsigned char*>(h.in.get());
+  const bool arrived = c.status.is_ok();
+  RETURN_IF_ERROR(check_(peer, arrived ? data : nullptr, arrived ? c.bytes : 0, c.status));
+  if (c.bytes != header_bytes_ + expected) {
+    *wrong_size = c.bytes - std::min(c.bytes, header_bytes_);
+    return Status::ok();
+  }
+  if (expected != 0) std::memcpy(h.land, h.in.get() + header_bytes_, expected);
+  return Status::ok();
+}
+
+}  // namespace braid::collectives

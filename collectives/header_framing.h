@@ -1,0 +1,102 @@
+// collectives/header_framing.h - a small header in front of the first message to each peer, and
+// the check of the one in front of each peer's first message (the runtime's mismatch detection,
+// runtime/engine/op_header.h).
+//
+// A first message of at most kInlineHeaderMax bytes carries the header inline, staged through a
+// copy: still one message, so a small operation pays no extra send or receive. A larger one gets
+// it as a message of its own just before it. Both sides decide alike from the message's size.
+// Where a schedule only receives from a peer (it only sends to us), a header-only message goes
+// back to it, so a rank that only sends (a broadcast root) still learns of a mismatch.
+//
+// The framing never sees the schedule or the executor: it is told, per peer, which step sends
+// and which receives the first message, and it is given the connection and the cookies to post
+// under. Every post it makes returns how many transport operations it added, so its owner's
+// count of outstanding operations stays true.
+// Threading: one thread at a time (its executor's).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "collectives/buffer_pool.h"
+#include "common/function_ref.h"
+#include "common/status.h"
+#include "transport/transport.h"
+
+namespace braid::collectives {
+
+class HeaderFraming {
+ public:
+  static constexpr size_t kInlineHeaderMax = 64 << 10;
+  static constexpr size_t kNone = SIZE_MAX;
+  using HeaderFor = std::function<const unsigned char*(int peer)>;
+  // check(peer, data, bytes, status): data/bytes is what arrived (status: the receive's).
+  using HeaderCheck = std::function<Status(int peer, const unsigned char* data, size_t bytes, const Status& status)>;
+  // The cookie of a header-only message with `peer`.
+  using CookieFor = FunctionRef<uint64_t(size_t peer, bool is_send)>;
+
+  // first_send[p] / first_recv[p]: the step that sends to / receives from peer p first, or
+  // kNone. reverse = false skips the header-only replies: point-to-point sends and receives
+  // grouped both ways on one connection (a sendrecv) would otherwise take each other's messages.
+  HeaderFraming(size_t header_bytes, HeaderFor header_for, HeaderCheck check, bool reverse,
+                std::vector<size_t> first_send, std::vector<size_t> first_recv);
+
+  size_t header_bytes() const { return header_bytes_; }
+  bool is_first_send(int peer, size_t step) const { return of(peer).first_send == step; }
+  bool is_first_recv(int peer, size_t step) const { return of(peer).first_recv == step; }
+  // `step` is `peer`'s first receive and was posted with its header inline.
+  bool inline_recv(int peer, size_t step) const { return of(peer).first_recv == step && of(peer).land != nullptr; }
+  // Header-only messages posted and not completed.
+  size_t ops() const { return ops_; }
+  // The header-only replies are still to be posted (post_reverse).
+  bool reverse_pending() const { return !reverse_posted_; }
+
+  // Posts `peer`'s first message (`bytes` at `data`) with its header. `data_cookie` is the
+  // step's; `header_cookie` a header-only message's. Failures come back as the transport said.
+  Status post_first_send(transport::Connection& conn, int peer, const std::byte* data, size_t bytes,
+                         uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding);
+  // Posts the receive of `peer`'s first message, whose data lands at `land` (`bytes`).
+  Status post_first_recv(transport::Connection& conn, int peer, std::byte* land, size_t bytes, uint64_t data_cookie,
+                         uint64_t header_cookie, size_t& outstanding);
+  // Posts the header-only replies (see the top).
+  Status post_reverse(const std::vector<transport::Connection*>& peers, CookieFor cookie, size_t& outstanding);
+
+  // A header-only message completed. *unexpected: it was not one posted (nothing changed, not
+  // even `outstanding`). Transport errors get `where()` in front; the check's own do not.
+  Status on_header_completion(const transport::Completion& c, size_t peer, bool is_send, bool* unexpected,
+                              size_t& outstanding, FunctionRef<std::string()> where);
+  // `peer`'s first message, header inline, arrived: checks the header, then lands its data
+  // (`expected` bytes). *wrong_size, when the header passed but the data did not fit: the bytes
+  // that came instead (kNone otherwise).
+  Status finish_inline_recv(int peer, const transport::Completion& c, size_t expected, size_t* wrong_size,
+                            FunctionRef<std::string()> where);
+
+  // For a run of the same schedule again (Executor::rebind).
+  void restart();
+
+ private:
+  struct PeerHeader {
+    size_t first_send = kNone;
+    size_t first_recv = kNone;
+    std::vector<std::byte> out;  // header + data (inline) or the header alone
+    // A first receive takes up to header + kInlineHeaderMax bytes whatever it expects, so the
+    // header of any first (or stale) message a disagreeing peer sends can still be read.
+    PooledBytes in;
+    std::byte* land = nullptr;  // where an inline first receive's data goes once checked
+    bool header_recv_done = false;
+  };
+  const PeerHeader& of(int peer) const { return peers_[static_cast<size_t>(peer)]; }
+
+  size_t header_bytes_;
+  size_t ops_ = 0;
+  bool reverse_;
+  bool reverse_posted_;
+  HeaderFor header_for_;
+  HeaderCheck check_;
+  std::vector<PeerHeader> peers_;
+};
+
+}  // namespace braid::collectives

@@ -1,0 +1,160 @@
+#include "runtime/engine/group_runner.h"
+
+#include <cstring>
+#include <utility>
+
+#include "common/log.h"
+#include "runtime/engine/run_set.h"
+
+namespace braid {
+namespace {
+
+using collectives::Kind;
+
+bool is_p2p(Kind k) { return k == Kind::send || k == Kind::recv; }
+
+}  // namespace
+
+void GroupRunner::finish(PendingOp& g, const Status& s) {
+  for (auto& m : g.group) {
+    if (!m.work->done()) held_.complete_last(m.work, s);
+  }
+  held_.complete_last(g.work, s);
+}
+
+void GroupRunner::run_member(PendingOp& m) {
+  const bool hold = held_.set_holding(false);
+  stream_.run(m, /*may_stream=*/false);
+  held_.set_holding(hold);
+}
+
+void GroupRunner::run(PendingOp& g) {
+  const auto& members = g.group;
+  const OpLabel what = OpLabel::group(members.front().seq, members.back().seq, members.size());
+  if (failure_.state() != CommState::ok) {
+    finish(g, failure_.fail_fast_status(what.str()));
+    return;
+  }
+  bool all_p2p = true, coalescible = members.size() > 1;
+  for (const auto& m : members) {
+    const auto& a = m.args;
+    all_p2p = all_p2p && is_p2p(a.kind);
+    coalescible = coalescible && a.kind == Kind::all_reduce && a.counts.empty() && a.dtype == members[0].args.dtype &&
+                  a.op == members[0].args.op;
+  }
+  if (coalescible) {
+    run_coalesced(g, what);
+  } else if (!all_p2p) {
+    run_in_turn(g);
+  } else {
+    run_p2p(g, what);
+  }
+}
+
+void GroupRunner::run_coalesced(PendingOp& g, const OpLabel& what) {
+  auto& members = g.group;
+  const size_t esize = dtype_size(members[0].args.dtype);
+  size_t total = 0;
+  for (const auto& m : members) total += m.args.count;
+  std::unique_ptr<std::byte[]> staging(new std::byte[total * esize]);
+  size_t at = 0;
+  for (const auto& m : members) {
+    std::memcpy(staging.get() + at, m.args.send, m.args.count * esize);
+    at += m.args.count * esize;
+  }
+  PendingOp one;
+  one.args = members[0].args;
+  one.args.send = staging.get();
+  one.args.recv = staging.get();
+  one.args.count = total;
+  one.work = std::make_shared<detail::WorkState>();
+  one.seq = members.back().seq;  // every rank coalesces alike, so these agree
+  one.match_seq = members.back().match_seq;
+  BRAID_LOG(trace) << what.str() << ": " << members.size() << " all_reduce calls coalesced into one of " << total
+                   << " elements";
+  run_member(one);
+  Status s = one.work->status();
+  if (s.is_ok()) {
+    at = 0;
+    for (auto& m : members) {
+      std::memcpy(m.args.recv, staging.get() + at, m.args.count * esize);
+      at += m.args.count * esize;
+    }
+  }
+  finish(g, s);
+}
+
+void GroupRunner::run_in_turn(PendingOp& g) {
+  Status first;
+  for (auto& m : g.group) {
+    run_member(m);
+    if (first.is_ok()) first = m.work->status();
+  }
+  finish(g, first);
+}
+
+Status GroupRunner::build_p2p(std::vector<PendingOp>& members, const OpLabel& what, collectives::RunOptions& options) {
+  // A group larger than half the cache is built anew each time: keeping its runs would push out
+  // every kept collective (an all_to_all written as sends and receives to many peers).
+  const bool keep = members.size() <= RunCache::kSize / 2;
+  for (auto& m : members) {
+    options.op_id = m.seq & 0x7fffffffu;
+    const std::optional<RunShape> shape = keep ? RunCache::shape_of(m.args, m.device != nullptr, options.algo) : std::nullopt;
+    auto made = runs_.make(m, options, shape);
+    if (!made.is_ok()) return made.status().with_context(what.str() + ": ");
+    std::unique_ptr<OpRun> run = std::move(made.value().run);
+    if (run == nullptr) continue;
+    BRAID_LOG(trace) << what.str() << ": " << collectives::to_string(m.args.kind) << " #" << m.seq << " count "
+                     << m.args.count << " " << to_string(m.args.dtype) << " peer " << m.args.peer
+                     << (made.value().reused ? ", run again" : ", built");
+    int previous = -1;
+    for (size_t j = 0; j < built_.size(); ++j) {
+      const PendingOp& o = *built_[j].member;
+      if (o.args.peer == m.args.peer && o.args.kind == m.args.kind) previous = static_cast<int>(j);
+    }
+    runs_.note_algo(run->algo());
+    run_ptrs_.push_back(run.get());
+    after_.push_back(previous);
+    built_.push_back(GroupRun{std::move(run), shape, &m});
+  }
+  return Status::ok();
+}
+
+void GroupRunner::run_p2p(PendingOp& g, const OpLabel& what) {
+  auto& members = g.group;
+  // Runs of earlier groups of the same shape run again (a send/recv loop builds each once).
+  struct ClearAtExit {  // ends the runs not kept, on every way out
+    GroupRunner& r;
+    ~ClearAtExit() {
+      r.built_.clear();
+      r.run_ptrs_.clear();
+      r.after_.clear();
+    }
+  } clear_at_exit{*this};
+  collectives::RunOptions options = runs_.group_options();
+  Status built = build_p2p(members, what, options);
+  if (!built.is_ok()) {  // nothing was posted yet: the communicator stays usable
+    finish(g, built);
+    return;
+  }
+  Status s;
+  if (!run_ptrs_.empty()) {
+    std::optional<Failure> adopted;
+    RunSet work(run_ptrs_, after_, started_, what, options.deadline, {},
+                RunSet::Context{.rank = cfg_.rank, .timeout_s = cfg_.env.timeout_s, .failure = &failure_, .adopted = &adopted});
+    s = links_->drive(work, options.deadline);
+    if (!s.is_ok()) {
+      runs_.cache().clear();  // the failure may have closed connections the kept runs name
+      s = failure_.on_failure(std::move(s), what.str(), members.back().seq, run_ptrs_, std::move(adopted));
+    }
+  }
+  if (s.is_ok()) {
+    failure_.note_done(members.back().seq, what);
+    for (GroupRun& b : built_) {
+      if (b.shape && b.run->done() && b.run->outstanding() == 0) runs_.cache().keep(*b.shape, std::move(b.run));
+    }
+  }
+  finish(g, s);
+}
+
+}  // namespace braid

@@ -1,0 +1,63 @@
+#include "runtime/engine/hand_off.h"
+
+#include <algorithm>
+
+namespace braid {
+
+bool HandOff::queued(bool idle_before, const std::shared_ptr<detail::WorkState>& work) {
+  if (!enabled_ || !idle_before) return true;
+  const auto now = Clock::now();
+  if (idle_times_) {
+    // The last prediction, settled after the fact: its operation finished before its caller
+    // waited (the progress thread took it), so no wait reached help(); when that wait came
+    // decides, as it would have there. Never waited (another operation came first): computes.
+    const int64_t waited = idle_times_->first_wait_ns.load(std::memory_order_relaxed);
+    const int64_t returned = idle_times_->returned_ns.load(std::memory_order_relaxed);
+    callers_wait_ = waited != 0 && std::chrono::nanoseconds(waited - returned) < waits_at_once_;
+  }
+  idle_work_ = work.get();
+  work->timed = true;
+  idle_times_ = std::shared_ptr<detail::WorkState::WaitTimes>(work, &work->wait_times);  // no allocation
+  if (!callers_wait_) return true;  // the caller computes meanwhile: start it at once
+  grace_until_ = now + tick_;
+  linger_until_ = now + kLinger;
+  // Awake (it looks at the queue before it waits again) or ticking: no wake-up, which would cost
+  // the caller about as much as the operation it is about to run.
+  return progress_wakes_at_ > now + tick_;
+}
+
+void HandOff::waited(const detail::WorkState& work, int64_t waited_ns) {
+  // Whether the caller waits at once for what it queued on an idle communicator, whoever runs
+  // it: the prediction for the next one (queued).
+  if (&work != idle_work_) return;
+  const int64_t returned = idle_times_->returned_ns.load(std::memory_order_relaxed);
+  const auto at = waited_ns != 0 ? std::chrono::nanoseconds(waited_ns) : Clock::now().time_since_epoch();
+  const auto since = at - std::chrono::nanoseconds(returned);
+  callers_wait_ = returned == 0 || since < waits_at_once_;
+  idle_work_ = nullptr;
+  idle_times_ = nullptr;
+}
+
+void HandOff::taken_by_progress(const detail::WorkState* front) {
+  if (callers_wait_ && front == idle_work_) {
+    callers_wait_ = false;
+    idle_work_ = nullptr;
+  }
+}
+
+std::optional<Clock::time_point> HandOff::sleep_until(Clock::time_point now, Clock::time_point board_at,
+                                                      size_t queued) const {
+  if (now >= board_at) return std::nullopt;
+  Clock::time_point until = board_at;
+  if (queued > 0) {
+    // One operation left to its caller (help) until its grace ends; a second one queued
+    // means the caller did not wait for the first.
+    if (queued > 1 || now >= grace_until_) return std::nullopt;
+    until = std::min(until, now + tick_);
+  } else if (now < linger_until_) {
+    until = std::min(until, now + tick_);
+  }
+  return until;
+}
+
+}  // namespace braid

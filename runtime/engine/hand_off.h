@@ -1,0 +1,83 @@
+// runtime/engine/hand_off.h - who runs an *_async operation queued on an idle communicator: the
+// caller's thread or the progress thread.
+//
+// A program either waits for such an operation at once (`_async(...).wait()`, a benchmark, a
+// latency-bound loop), and it should run on the caller's thread as the blocking call does, or
+// computes meanwhile, and the progress thread should start it at once. HandOff predicts which
+// from the last such operation:
+//   - the caller waited for it at once (CommunicatorConfig::waits_at_once): the next one is
+//     left to the caller, without waking the progress thread, which instead looks at the queue
+//     every tick (CommunicatorConfig::hand_off_tick) for a while (kLinger) and takes an
+//     operation left there over a tick;
+//   - the caller waited later (it computed meanwhile), the progress thread had to take it, or
+//     more were queued first: the next one wakes the progress thread at once, as every
+//     operation did before, so that it overlaps the caller's compute.
+// Waking the progress thread races with the caller's wait(), and the woken thread often wins:
+// the caller then pays a wake-up to learn the operation is done, and the transport a change of
+// owner each way (an io_uring ring is replaced). Ticks instead of a short timer: arming a timer
+// due within about a millisecond is costly on virtual machines (docs/performance.md). Work
+// queued behind other work gets no hand-off and streams on the progress thread.
+//
+// Not thread-safe: the op queue's lock (op_queue.h) guards it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "common/deadline.h"
+#include "runtime/work_state.h"
+
+namespace braid {
+
+class HandOff {
+ public:
+  // For this long after an operation was left to its caller, the idle progress thread looks at
+  // the queue every tick rather than sleeping until it is woken.
+  static constexpr auto kLinger = std::chrono::milliseconds(50);
+
+  // `enabled`: BRAID_CALLER_PROGRESS with a positive tick.
+  HandOff(bool enabled, std::chrono::microseconds tick, std::chrono::microseconds waits_at_once)
+      : enabled_(enabled), tick_(tick), waits_at_once_(waits_at_once) {}
+
+  // `work`'s operation was just queued; `idle_before`: nothing was queued or running. Returns
+  // whether the progress thread must be woken.
+  bool queued(bool idle_before, const std::shared_ptr<detail::WorkState>& work);
+  // The caller came to wait for `work` before it completed (Work::wait: WorkRunner::help).
+  void waited(const detail::WorkState& work, int64_t waited_ns);
+  // The progress thread takes the queue's front, `front`: when it was the operation left to its
+  // caller, the caller did not come for it in time (or queued more first), and the next starts
+  // at once.
+  void taken_by_progress(const detail::WorkState* front);
+  // The caller took the operation left to it.
+  void taken_by_caller() { grace_until_ = {}; }
+
+  // The idle progress thread's next wake-up, `queued` operations waiting (0 while another thread
+  // runs operations); nothing when it should not sleep: the board is due at `board_at`, more than
+  // one is queued, or the one queued is past its grace. Never a wait shorter than a tick: a
+  // timer due sooner is costly to arm.
+  std::optional<Clock::time_point> sleep_until(Clock::time_point now, Clock::time_point board_at, size_t queued) const;
+  // Around the progress thread's sleep: while it sleeps, queued() knows when it wakes by itself.
+  void sleeping(Clock::time_point until) { progress_wakes_at_ = until; }
+  void awake() { progress_wakes_at_ = Clock::time_point::min(); }
+
+ private:
+  const bool enabled_;
+  const std::chrono::microseconds tick_;
+  const std::chrono::microseconds waits_at_once_;
+  // idle_work_ identifies (never dereferenced) the last operation queued on an idle
+  // communicator; callers_wait_ is the prediction.
+  const detail::WorkState* idle_work_ = nullptr;
+  bool callers_wait_ = true;
+  // When that operation went back to its caller and when the caller first waited for it
+  // (WorkState::wait_times); null once a wait before completion (help) has settled it.
+  std::shared_ptr<detail::WorkState::WaitTimes> idle_times_;
+  Clock::time_point grace_until_{};   // the only queued operation is left to its caller until then
+  Clock::time_point linger_until_{};  // until then the idle progress thread ticks
+  // When the progress thread's wait ends by itself; time_point::min() while it is not waiting
+  // (it looks at the queue before it waits again).
+  Clock::time_point progress_wakes_at_ = Clock::time_point::min();
+};
+
+}  // namespace braid

@@ -1,0 +1,235 @@
+#include "runtime/engine/op_queue.h"
+
+#include <string>
+#include <utility>
+
+#include "braid/error.h"
+#include "runtime/failure/comm_failure.h"
+
+namespace braid {
+namespace {
+
+bool is_p2p(collectives::Kind k) { return k == collectives::Kind::send || k == collectives::Kind::recv; }
+
+}  // namespace
+
+OpQueue::OpQueue(const CommunicatorConfig& cfg, const CommFailure& failure, detail::WorkRunner* runner)
+    : cfg_(cfg),
+      failure_(failure),
+      runner_(runner),
+      hand_off_(cfg.env.caller_progress && cfg.hand_off_tick.count() > 0, cfg.hand_off_tick, cfg.waits_at_once),
+      p2p_send_seq_(static_cast<size_t>(cfg.size), 0),
+      p2p_recv_seq_(static_cast<size_t>(cfg.size), 0) {}
+
+bool OpQueue::admit(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work, PendingOp* out) {
+  const uint64_t seq = ++next_seq_;
+  // The k-th send from A to B meets the k-th receive on B from A: one count per direction.
+  auto& p2p = args.kind == collectives::Kind::send ? p2p_send_seq_ : p2p_recv_seq_;
+  const uint64_t match = is_p2p(args.kind) ? ++p2p[static_cast<size_t>(args.peer)] : ++collective_seq_;
+  if (failure_.state() != CommState::ok || failure_.abort_requested()) {
+    work->complete(failure_.fail_fast_status(std::string(collectives::to_string(args.kind)) + " #" + std::to_string(seq)));
+    return false;
+  }
+  if (cfg_.env.caller_progress) work->runner = runner_;
+  if (group_depth_ > 0) {
+    work->in_open_group.store(true);
+    group_ops_.push_back(PendingOp{std::move(args), work, seq, match, {}, nullptr});
+    return false;
+  }
+  *out = PendingOp{std::move(args), work, seq, match, {}, nullptr};
+  return true;
+}
+
+bool OpQueue::queued(bool idle_before, const std::shared_ptr<detail::WorkState>& work) {
+  enqueued_.fetch_add(1, std::memory_order_release);
+  return hand_off_.queued(idle_before, work);
+}
+
+void OpQueue::wake_progress() {
+  cv_.notify_one();
+  if (cfg_.after_wake) cfg_.after_wake();
+}
+
+Work OpQueue::push(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
+                   std::unique_ptr<DeviceStaging> device) {
+  bool wake;
+  {
+    MutexLock lock(mu_);
+    PendingOp op;
+    if (!admit(std::move(args), work, &op)) return Work(work);
+    op.device = std::move(device);
+    const bool idle = !busy_ && queue_.empty();
+    queue_.push_back(std::move(op));
+    wake = queued(idle, work);
+  }
+  if (wake) wake_progress();
+  work->note_returned();
+  return Work(work);
+}
+
+bool OpQueue::push_or_take(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
+                           std::unique_ptr<DeviceStaging> device, PendingOp* op) {
+  bool here = false;
+  {
+    MutexLock lock(mu_);
+    if (admit(std::move(args), work, op)) {
+      op->device = std::move(device);
+      here = cfg_.env.caller_progress && !busy_ && queue_.empty();
+      if (here) {
+        busy_ = true;
+      } else {
+        queue_.push_back(std::move(*op));
+        (void)queued(false, nullptr);  // queued behind another: no hand-off to predict
+      }
+    }
+  }
+  if (!here) cv_.notify_one();
+  return here;
+}
+
+bool OpQueue::take_for_wait(const detail::WorkState& work, int64_t waited_ns, PendingOp* op) {
+  MutexLock lock(mu_);
+  hand_off_.waited(work, waited_ns);
+  if (busy_ || queue_.size() != 1 || work.done()) return false;
+  const PendingOp& front = queue_.front();
+  bool mine = front.work.get() == &work;
+  for (const auto& m : front.group) mine = mine || m.work.get() == &work;
+  if (!mine) return false;
+  *op = std::move(queue_.front());
+  queue_.pop_front();
+  busy_ = true;
+  hand_off_.taken_by_caller();
+  return true;
+}
+
+Work OpQueue::push_chunks(DeviceStaging& staged, const std::shared_ptr<detail::WorkState>& work) {
+  {
+    // Under mu_: the chunks take their slots' turns in the order the operations are queued.
+    MutexLock lock(mu_);
+    auto chunks = staged.chunks(work);
+    if (!chunks.is_ok()) {
+      work->complete(chunks.status().with_context("staging a collective on GPU " + std::to_string(staged.device()) +
+                                                  " on rank " + std::to_string(cfg_.rank) + ": "));
+      return Work(work);
+    }
+    for (DeviceStaging::Chunk& c : chunks.value()) {
+      PendingOp op;
+      // A refused chunk is completed with the reason, and its staging fails the operation.
+      if (!admit(std::move(c.args), c.work, &op)) continue;
+      op.device = std::move(c.staging);
+      queue_.push_back(std::move(op));
+      enqueued_.fetch_add(1, std::memory_order_release);
+    }
+  }
+  cv_.notify_one();
+  return Work(work);
+}
+
+void OpQueue::open_group() {
+  MutexLock lock(mu_);
+  ++group_depth_;
+}
+
+bool OpQueue::group_open() {
+  MutexLock lock(mu_);
+  return group_depth_ > 0;
+}
+
+Work OpQueue::close_group() {
+  auto work = std::make_shared<detail::WorkState>();
+  bool wake = false;
+  {
+    MutexLock lock(mu_);
+    if (group_depth_ == 0) throw Error(ErrorCode::invalid_argument, "group_end() without a matching group_start()");
+    if (--group_depth_ > 0) return Work();  // nested: the outermost group_end runs everything
+    std::vector<PendingOp> members;
+    members.swap(group_ops_);
+    for (auto& m : members) m.work->in_open_group.store(false);
+    if (members.empty()) return Work();
+    PendingOp g;
+    g.work = work;
+    if (cfg_.env.caller_progress) work->runner = runner_;
+    g.seq = members.front().seq;
+    g.group = std::move(members);
+    const bool idle = !busy_ && queue_.empty();
+    queue_.push_back(std::move(g));
+    wake = queued(idle, work);  // a group is handed off like any operation
+  }
+  if (wake) wake_progress();
+  work->note_returned();
+  return Work(work);
+}
+
+void OpQueue::wait_for_work(MutexLock& lock, Clock::time_point board_at) {
+  for (;;) {
+    if (!busy_ && (stopping_ || failure_.abort_pending())) break;
+    const std::optional<Clock::time_point> until =
+        hand_off_.sleep_until(Clock::now(), board_at, busy_ ? 0 : queue_.size());
+    if (!until) break;
+    hand_off_.sleeping(*until);
+    cv_.wait_until(lock, *until);
+    hand_off_.awake();
+  }
+}
+
+OpQueue::Turn OpQueue::next_turn(Clock::time_point board_at, std::optional<PendingOp>* op) {
+  MutexLock lock(mu_);
+  wait_for_work(lock, board_at);
+  if (busy_) return Turn::elsewhere;
+  busy_ = true;
+  if (queue_.empty()) return stopping_ ? Turn::stop : Turn::idle;
+  hand_off_.taken_by_progress(queue_.front().work.get());
+  op->emplace(std::move(queue_.front()));
+  queue_.pop_front();
+  return Turn::run;
+}
+
+std::unique_ptr<PendingOp> OpQueue::take_next_for_stream() {
+  std::unique_ptr<PendingOp> next;
+  {
+    MutexLock lock(mu_);
+    // An operation on GPU buffers joins only once the GPU has passed its input: waiting for
+    // it here would stall the operations already running.
+    if (!queue_.empty() && queue_.front().group.empty() && !failure_.abort_requested() &&
+        (!queue_.front().device || queue_.front().device->input_ready())) {
+      next = std::make_unique<PendingOp>(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+  }
+  if (next) count_on_progress();
+  return next;
+}
+
+void OpQueue::release(uint64_t* dequeued) {
+  bool more;
+  {
+    MutexLock lock(mu_);
+    busy_ = false;
+    more = !queue_.empty() || stopping_ || failure_.abort_requested();
+    if (dequeued != nullptr) *dequeued = enqueued_.load(std::memory_order_relaxed) - queue_.size();
+  }
+  if (more) cv_.notify_one();
+}
+
+std::deque<PendingOp> OpQueue::cancel_all() {
+  std::deque<PendingOp> queued;
+  {
+    MutexLock lock(mu_);
+    queued.swap(queue_);
+    for (auto& p : group_ops_) queued.push_back(std::move(p));
+    group_ops_.clear();
+  }
+  return queued;
+}
+
+void OpQueue::wake_all() { cv_.notify_all(); }
+
+void OpQueue::stop() {
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+}
+
+}  // namespace braid

@@ -1,0 +1,132 @@
+// runtime/engine/op_queue.h - a communicator's operations in issue order, and who may run them.
+//
+// Callers enqueue and get a Work. A blocking call (or Work::wait()) whose communicator has
+// nothing else queued or running runs the operation on the caller's own thread instead
+// (BRAID_CALLER_PROGRESS): waking the progress thread and then the caller again costs two
+// scheduler wake-ups per operation (docs/performance.md has what they cost). Exactly one thread
+// at a time runs operations and touches the transport: the one that holds the engine (busy_,
+// taken by push_or_take, take_for_wait or next_turn and given back by release). The transport
+// follows it (an io_uring ring changes owner only while no I/O is in flight, which holds
+// between operations: a send completes only after its zero-copy notification). An *_async
+// operation queued on an idle communicator goes through the hand-off (hand_off.h).
+//
+// Admission numbers every operation alike on every rank (seq, and match_seq for op_header.h),
+// refuses new ones once the communicator failed or is aborting, and holds those issued inside
+// group_start()/group_end() until the group ends.
+//
+// Threading: every method from any thread; mu_ guards what it says.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "braid/work.h"
+#include "common/mutex.h"
+#include "runtime/communicator_config.h"
+#include "runtime/engine/hand_off.h"
+#include "runtime/engine/pending_op.h"
+
+namespace braid {
+
+class CommFailure;
+
+class OpQueue {
+ public:
+  // `runner` is what a waiting caller asks to run its operation (set on every Work when callers
+  // may run operations); every reference outlives the queue.
+  OpQueue(const CommunicatorConfig& cfg, const CommFailure& failure, detail::WorkRunner* runner);
+  OpQueue(const OpQueue&) = delete;
+  OpQueue& operator=(const OpQueue&) = delete;
+
+  // *_async: queues the operation (or holds it in the open group) and returns its Work.
+  Work push(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
+            std::unique_ptr<DeviceStaging> device) EXCLUDES(mu_);
+  // The blocking call: true when the caller runs `*op` itself now (it then holds the engine and
+  // calls release() after); false when it was queued, held or refused (its Work says).
+  bool push_or_take(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
+                    std::unique_ptr<DeviceStaging> device, PendingOp* op) EXCLUDES(mu_);
+  // Work::wait(): true when `work`'s operation is the only one queued and none runs; the caller
+  // then holds the engine and runs `*op` (release() after).
+  bool take_for_wait(const detail::WorkState& work, int64_t waited_ns, PendingOp* op) EXCLUDES(mu_);
+  // A pipelined device operation (device_staging.h): its chunks queued as operations, in order.
+  Work push_chunks(DeviceStaging& staged, const std::shared_ptr<detail::WorkState>& work) EXCLUDES(mu_);
+
+  // Operations pushed between open_group() and close_group() run as one unit (group_runner.h).
+  void open_group() EXCLUDES(mu_);
+  Work close_group() EXCLUDES(mu_);
+  bool group_open() EXCLUDES(mu_);
+
+  // The progress thread's turn: waits (under the lock) until there is something to do or
+  // `board_at`, then takes the engine unless another thread holds it.
+  enum class Turn {
+    elsewhere,  // another thread runs operations (it watches the board, and hands back what it leaves)
+    run,        // *op was taken: run it, then release()
+    idle,       // nothing queued: look at the board, then release()
+    stop,       // stopping and everything queued has run: the engine stays taken
+  };
+  Turn next_turn(Clock::time_point board_at, std::optional<PendingOp>* op) EXCLUDES(mu_);
+  // A stream's next operation, taken by the engine's holder: the queue's front when it is no
+  // group, no abort is pending and its GPU input is ready; null otherwise.
+  std::unique_ptr<PendingOp> take_next_for_stream() EXCLUDES(mu_);
+  // Gives the engine back (and wakes the progress thread when it has work); *dequeued, when
+  // given, gets how many queued operations have left the queue so far.
+  void release(uint64_t* dequeued = nullptr) EXCLUDES(mu_);
+  // Operations ever queued: lets the progress thread spin on new work without the lock.
+  uint64_t enqueued() const { return enqueued_.load(std::memory_order_acquire); }
+
+  // abort(): everything queued or held in an open group, taken out; then wake_all() wakes the
+  // progress thread.
+  std::deque<PendingOp> cancel_all() EXCLUDES(mu_);
+  void wake_all();
+  // The destructor's: the progress thread ends once everything queued has run.
+  void stop() EXCLUDES(mu_);
+
+  // For tests and TRACE: operations (a group counts once) run so far on a caller's thread
+  // (blocking calls, wait()) and on the progress thread.
+  struct HandOffCounts {
+    uint64_t on_caller = 0;
+    uint64_t on_progress_thread = 0;
+  };
+  HandOffCounts counts() const {
+    return {ran_on_caller_.load(std::memory_order_relaxed), ran_on_progress_.load(std::memory_order_relaxed)};
+  }
+  void count_on_caller() { ran_on_caller_.fetch_add(1, std::memory_order_relaxed); }
+  void count_on_progress() { ran_on_progress_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  // Numbers a new operation and queues it (or, for an open group, holds it). Returns false (and
+  // completes `work` with the reason) when the communicator can no longer run it.
+  bool admit(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work, PendingOp* out)
+      REQUIRES(mu_);
+  // After pushing `work`'s operation: the hand-off when the communicator was idle before.
+  // Returns whether the progress thread must be woken.
+  bool queued(bool idle_before, const std::shared_ptr<detail::WorkState>& work) REQUIRES(mu_);
+  void wait_for_work(MutexLock& lock, Clock::time_point board_at) REQUIRES(mu_);
+  void wake_progress();
+
+  const CommunicatorConfig& cfg_;
+  const CommFailure& failure_;
+  detail::WorkRunner* const runner_;
+
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<PendingOp> queue_ GUARDED_BY(mu_);
+  bool busy_ GUARDED_BY(mu_) = false;  // a thread holds the engine (see the top)
+  HandOff hand_off_ GUARDED_BY(mu_);
+  bool stopping_ GUARDED_BY(mu_) = false;
+  uint64_t next_seq_ GUARDED_BY(mu_) = 0;
+  uint64_t collective_seq_ GUARDED_BY(mu_) = 0;
+  std::vector<uint64_t> p2p_send_seq_ GUARDED_BY(mu_);  // per peer: sends to it
+  std::vector<uint64_t> p2p_recv_seq_ GUARDED_BY(mu_);  // per peer: receives from it
+  int group_depth_ GUARDED_BY(mu_) = 0;                 // open group_start() calls
+  std::vector<PendingOp> group_ops_ GUARDED_BY(mu_);    // what the open group holds
+  std::atomic<uint64_t> enqueued_{0};
+  std::atomic<uint64_t> ran_on_caller_{0};
+  std::atomic<uint64_t> ran_on_progress_{0};
+};
+
+}  // namespace braid

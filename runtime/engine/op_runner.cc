@@ -1,0 +1,24 @@
+#include "runtime/engine/op_runner.h"
+
+namespace braid {
+
+void OpRunner::run_one(PendingOp& op, bool may_stream) {
+  if (!op.group.empty()) {
+    group_.run(op);
+    return;
+  }
+  stream_.run(op, may_stream);
+}
+
+void OpRunner::run_here(PendingOp& op) {
+  queue_.count_on_caller();
+  run_one(op);
+  queue_.release();
+}
+
+void OpRunner::help(const detail::WorkState& work, int64_t waited_ns) {
+  PendingOp op;
+  if (queue_.take_for_wait(work, waited_ns, &op)) run_here(op);
+}
+
+}  // namespace braid

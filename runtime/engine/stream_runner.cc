@@ -1,0 +1,125 @@
+#include "runtime/engine/stream_runner.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/log.h"
+#include "runtime/engine/progress_thread.h"
+#include "runtime/engine/run_set.h"
+
+namespace braid {
+
+Status StreamRunner::finish_device(PendingOp& op, const Deadline& deadline, const OpLabel& what) {
+  if (!op.device) return Status::ok();
+  return op.device->finish(deadline).with_context(what.str() + ": ");
+}
+
+void StreamRunner::admit(PendingOp& op, std::unique_ptr<PendingOp> taken) {
+  const OpLabel what = OpLabel::one(op.args.kind, op.seq);
+  if (failure_.state() != CommState::ok) {
+    op.work->complete(failure_.fail_fast_status(what.str()));
+    return;
+  }
+  const collectives::RunOptions options = runs_.stream_options(op);
+  if (op.device) {  // the GPU must have finished what was queued before the call
+    Status ready = op.device->wait_input(options.deadline, [this] { return failure_.abort_requested(); });
+    if (!ready.is_ok()) {
+      op.work->complete(ready.with_context(what.str() + " on rank " + std::to_string(cfg_.rank) + ": "));
+      return;
+    }
+  }
+  // A finished run of the same shape is run again; otherwise one is prepared (OpRun::reuse).
+  const std::optional<RunShape> shape = RunCache::shape_of(op.args, op.device != nullptr, options.algo);
+  auto made = runs_.make(op, options, shape);
+  if (!made.is_ok()) {
+    op.work->complete(made.status().with_context(what.str() + ": "));
+    return;
+  }
+  std::unique_ptr<OpRun> run = std::move(made.value().run);
+  runs_.note_algo(made.value().algo);
+  BRAID_LOG(trace) << what.str() << " (" << made.value().name << ") count " << op.args.count << " "
+                   << to_string(op.args.dtype) << " starts"
+                   << (ProgressThread::on_this_thread() ? " on the progress thread" : " on the caller's thread")
+                   << (made.value().reused ? ", run again" : "")
+                   << (active_.empty() ? "" : " (overlapping " + active_.back().what.str() + ")");
+  if (run == nullptr) {
+    failure_.note_done(op.seq, what);
+    op.work->complete(finish_device(op, options.deadline, what));
+    return;
+  }
+  run_ptrs_.push_back(run.get());
+  after_.push_back(-1);
+  active_.push_back(StreamOp{op, std::move(taken), what, std::move(run), options.deadline, Clock::now(), shape});
+}
+
+void StreamRunner::complete_finished(bool last) {
+  for (auto& a : active_) {
+    if (a.completed || !a.run->done()) continue;
+    a.completed = true;
+    failure_.note_done(std::max(failure_.done_seq(), a.op.seq), a.what);
+    BRAID_LOG(trace) << a.what.str() << " done in "
+                     << std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - a.started).count()
+                     << " us";
+    Status s = finish_device(a.op, a.deadline, a.what);
+    if (last) {
+      held_.complete_last(a.op.work, std::move(s));
+    } else {
+      a.op.work->complete(std::move(s));
+    }
+  }
+  while (oldest_ < active_.size() && active_[oldest_].completed) ++oldest_;
+  if (oldest_ < active_.size()) {
+    what_ = active_[oldest_].what;
+    deadline_ = active_[oldest_].deadline;
+    seq_ = active_[oldest_].op.seq;
+  }
+}
+
+void StreamRunner::between() {
+  complete_finished(false);
+  if (!may_stream_ || !ProgressThread::on_this_thread() || active_.size() >= kMaxStream ||
+      !active_.back().run->all_posted()) {
+    return;
+  }
+  if (std::unique_ptr<PendingOp> next = queue_.take_next_for_stream()) {
+    PendingOp& op = *next;
+    admit(op, std::move(next));
+  }
+}
+
+void StreamRunner::run(PendingOp& first, bool may_stream) {
+  active_.reserve(kMaxStream);
+  struct ClearAtExit {
+    std::vector<StreamOp>& list;
+    ~ClearAtExit() { list.clear(); }
+  } clear_at_exit{active_};
+  run_ptrs_.clear();
+  after_.clear();
+  may_stream_ = may_stream;
+  admit(first, nullptr);
+  if (active_.empty()) return;
+
+  what_ = active_.front().what;
+  deadline_ = active_.front().deadline;
+  seq_ = active_.front().op.seq;
+  oldest_ = 0;
+  std::optional<Failure> adopted;
+  auto before_pass = [this] { between(); };
+  RunSet work(run_ptrs_, after_, started_, what_, deadline_, before_pass,
+              RunSet::Context{.rank = cfg_.rank, .timeout_s = cfg_.env.timeout_s, .failure = &failure_, .adopted = &adopted});
+  Status s = links_->drive(work, deadline_);
+  if (s.is_ok()) {
+    complete_finished(true);
+    for (auto& a : active_) {
+      if (a.shape && a.completed && a.run->outstanding() == 0) runs_.cache().keep(*a.shape, std::move(a.run));
+    }
+    return;
+  }
+  runs_.cache().clear();  // the failure may have closed connections the kept runs name
+  s = failure_.on_failure(std::move(s), what_.str(), seq_, run_ptrs_, std::move(adopted));
+  for (auto& a : active_) {
+    if (!a.completed) a.op.work->complete(s);
+  }
+}
+
+}  // namespace braid
