@@ -56,13 +56,14 @@ configure() {
   fi
 }
 
-# Runs meson test in DIR and keeps a per-suite report of its times for the end.
-run_tests() {  # DIR LABEL MESON_TEST_ARGS...
-  local dir=$1 label=$2 rc=0; shift 2
-  meson test -C "$dir" --no-rebuild --print-errorlogs "$@" || rc=1
-  if [ -f "$dir/meson-logs/testlog.json" ]; then
-    python3 scripts/test_times.py "$dir/meson-logs/testlog.json" "$label" >"$dir/test-times.txt" || true
-    reports+=("$dir/test-times.txt")
+# Runs meson test in DIR, its logs named LOGBASE (meson-logs/LOGBASE.{txt,json}), and writes a
+# per-suite report of its times to DIR/LOGBASE-times.txt, which the end prints.
+run_tests() {  # DIR LABEL LOGBASE MESON_TEST_ARGS...
+  local dir=$1 label=$2 logbase=$3 rc=0; shift 3
+  rm -f "$dir/meson-logs/$logbase.json"
+  meson test -C "$dir" --no-rebuild --print-errorlogs --logbase "$logbase" "$@" || rc=1
+  if [ -f "$dir/meson-logs/$logbase.json" ]; then
+    python3 scripts/test_times.py "$dir/meson-logs/$logbase.json" "$label" >"$dir/$logbase-times.txt" || true
   fi
   return $rc
 }
@@ -84,12 +85,35 @@ print(", ".join(f"{k}={opts[k]}" for k in ("liburing", "ibverbs", "cuda", "torch
   build_with_progress "$variant build" -C "$dir"
   end_phase "$variant build" "$features"
   begin_phase
-  # Two at a time; tests that start rank processes or boot the guest are is_parallel: false
-  # and run alone (tests/meson.build).
-  if ! run_tests "$dir" "$variant tests" --num-processes 2 "$@"; then
+  # The Soft-RoCE guest's suite (ib: one test, one boot, minutes of emulation that keep about
+  # one CPU busy) runs beside the full build's other tests, as a second meson test with its own
+  # log, instead of alone after them (docs/testing.md). With arguments, one meson test runs
+  # what they select.
+  guest_pid=
+  if [ $variant = full ] && [ $# -eq 0 ] && meson test -C "$dir" --no-rebuild --list --suite ib 2>/dev/null | grep -q ib_guest; then
+    guest_start=$SECONDS
+    run_tests "$dir" "ib guest tests" ib-testlog --suite ib >"$dir/ib-tests.log" 2>&1 &
+    guest_pid=$!
+    echo "== ib guest tests: started beside the other full tests (output: $dir/ib-tests.log)"
+    test_args=(--no-suite ib)
+  else
+    test_args=("$@")
+  fi
+  # Two at a time; tests that start rank processes are is_parallel: false and run alone
+  # (tests/meson.build).
+  if ! run_tests "$dir" "$variant tests" testlog --num-processes 2 "${test_args[@]}"; then
     status=1
   fi
-  end_phase "$variant tests" "$dir/meson-logs/testlog.txt"
+  reports+=("$dir/testlog-times.txt")
+  if [ -n "$guest_pid" ]; then
+    guest_status=0
+    wait "$guest_pid" || guest_status=$?
+    cat "$dir/ib-tests.log"
+    reports+=("$dir/ib-testlog-times.txt")
+    [ $guest_status -eq 0 ] || status=1
+    echo "== ib guest tests: $((SECONDS - guest_start)) s, beside the other full tests"
+  fi
+  end_phase "$variant tests" "$dir/meson-logs/testlog.txt${guest_pid:+, ib-testlog.txt (beside)}"
 done
 
 # A third build with AddressSanitizer, for what /proc/self/fd counts cannot see: a communicator
@@ -115,9 +139,10 @@ if [ $# -eq 0 ]; then
   asan_logs=$PWD/$dir/asan-reports
   rm -rf "$asan_logs" && mkdir -p "$asan_logs"
   if ! ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:log_path=$asan_logs/report \
-      run_tests "$dir" "asan tests" lifetime async_lifetime_asan device_staging transport_shared_cpu_path; then
+      run_tests "$dir" "asan tests" testlog lifetime async_lifetime_asan device_staging transport_shared_cpu_path; then
     status=1
   fi
+  reports+=("$dir/testlog-times.txt")
   if compgen -G "$asan_logs/report*" >/dev/null; then
     for f in "$asan_logs"/report*; do echo "== AddressSanitizer report $f"; cat "$f"; done
     status=1
