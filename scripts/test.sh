@@ -10,7 +10,8 @@
 # full build three streams run at once (docs/testing.md, "Why it takes the time it does"):
 #   guest:  the full build's ib suite (the Soft-RoCE guest, about one CPU of emulation);
 #   full:   the full build's other tests;
-#   others: the minimal and ASan builds at a lower CPU priority (nice), then their tests.
+#   others: the minimal and ASan builds at a lower CPU priority (nice), each build's tests
+#           as soon as it is built.
 # Inside each test run, tests that start rank processes still run one at a time. With arguments
 # everything runs in turn: both builds, then one test run each with the arguments, no ASan.
 set -euo pipefail
@@ -149,31 +150,41 @@ if [ $# -gt 0 ]; then
 fi
 
 build_variant full || exit 1
+mkdir -p build-ci-logs  # the output of the streams that run beside, shown when they end
 reports+=(build-ci-full/testlog-times.txt build-ci-full/ib-testlog-times.txt
           build-ci-minimal/testlog-times.txt build-ci-asan/testlog-times.txt)
 
 # Stream "guest": the ib suite, one test (tests/ib/meson.build), where the build has it.
 if meson test -C build-ci-full --no-rebuild --list --suite ib 2>/dev/null | grep -q ib_guest; then
-  run_tests build-ci-full "ib guest tests" ib-testlog --suite ib >build-ci-full/ib-tests.log 2>&1 &
+  run_tests build-ci-full "ib guest tests" ib-testlog --suite ib >build-ci-logs/ib-tests.log 2>&1 &
   stream_pids+=($!)
-  echo "== ib guest tests: started beside the other tests (output: build-ci-full/ib-tests.log)"
+  echo "== ib guest tests: started beside the other tests (output: build-ci-logs/ib-tests.log)"
 fi
 guest_pid=${stream_pids[0]:-}
 
 # Stream "others": the two other builds yield the CPU to the tests running meanwhile (nice 10:
-# they take what the waiting tests leave), then their tests run at the normal priority.
+# they take what the waiting tests leave), and each build's tests run, at the normal priority,
+# once it is built.
 (
-  rc=0 minimal_built=1 asan_built=1
+  rc=0 minimal_built=1
   build_variant minimal 10 || { rc=1; minimal_built=0; }
-  build_variant asan 10 || { rc=1; asan_built=0; }
+  build_variant asan 10 >build-ci-logs/asan-build.log 2>&1 &
+  asan_build=$!
   # Two at a time; tests that start rank processes are is_parallel: false and run alone.
   [ $minimal_built = 0 ] || run_tests build-ci-minimal "minimal tests" testlog --num-processes 2 || rc=1
-  [ $asan_built = 0 ] || run_asan_tests || rc=1
+  asan_built=0
+  wait $asan_build && asan_built=1
+  cat build-ci-logs/asan-build.log
+  if [ $asan_built = 1 ]; then
+    run_asan_tests || rc=1
+  else
+    rc=1
+  fi
   exit $rc
-) >build-ci-others.log 2>&1 &
+) >build-ci-logs/others.log 2>&1 &
 others_pid=$!
 stream_pids+=("$others_pid")
-echo "== minimal build, asan build, then their tests: started beside (output: build-ci-others.log)"
+echo "== minimal build, asan build, then their tests: started beside (output: build-ci-logs/others.log)"
 
 # Stream "full", here: every other test of the full build, two at a time where they may be.
 run_tests build-ci-full "full tests" testlog --num-processes 2 --no-suite ib || status=1
@@ -182,7 +193,7 @@ for pid in $guest_pid $others_pid; do
   wait "$pid" || status=1
 done
 stream_pids=()
-for log in build-ci-full/ib-tests.log build-ci-others.log; do
+for log in build-ci-logs/ib-tests.log build-ci-logs/others.log; do
   if [ -f "$log" ]; then
     echo "== $log"
     cat "$log"
