@@ -151,6 +151,7 @@ fi
 
 build_variant full || exit 1
 mkdir -p build-ci-logs  # the output of the streams that run beside, shown when they end
+rm -f build-ci-logs/*.log build-ci-*/*testlog-times.txt  # nothing of an earlier run is shown
 reports+=(build-ci-full/testlog-times.txt build-ci-full/ib-testlog-times.txt
           build-ci-minimal/testlog-times.txt build-ci-asan/testlog-times.txt)
 
