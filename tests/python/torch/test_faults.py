@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from torch_helpers import HERE, PYTHON, RUN_TIMEOUT_S, child_env, free_port, run_ranks
+from torch_helpers import HERE, PYTHON, RUN_TIMEOUT_S, child_env, finish_ranks, free_port, run_ranks, start_ranks
 
 
 def worker(name):
@@ -82,12 +82,16 @@ def test_rank_killed_mid_training_names_it(transport):
         assert "finished" not in lines, lines[-5:]
 
 
-def init_results(sizes, url=None, env_for_rank=None, timeout_s=5):
-    url = url or f"tcp://127.0.0.1:{free_port()}"
-    results = run_ranks(lambda r: [worker("init_worker.py"), str(r), str(sizes[r]), url, str(timeout_s)],
-                        len(sizes), env_for_rank, timeout=120)
+def start_init(sizes, url, env_for_rank=None, timeout_s=5):
+    """Starts init_worker.py as len(sizes) ranks, rank r saying world size sizes[r]."""
+    return start_ranks(lambda r: [worker("init_worker.py"), str(r), str(sizes[r]), url, str(timeout_s)],
+                       len(sizes), env_for_rank)
+
+
+def init_lines(procs):
+    """Each rank's "ok ..." or "raised ..." line, once all have ended."""
     lines = []
-    for r, (rc, out) in enumerate(results):
+    for r, (rc, out) in enumerate(finish_ranks(procs, timeout=120)):
         assert rc == 0, out
         found = [l for l in out.splitlines() if l.startswith(("raised ", "ok "))]
         assert found, f"rank {r}:\n{out[-3000:]}"
@@ -95,21 +99,48 @@ def init_results(sizes, url=None, env_for_rank=None, timeout_s=5):
     return lines
 
 
-@pytest.mark.parametrize("sizes", [(2, 3), (3, 2), (3, 2, 3)])
-def test_ranks_that_disagree_on_world_size_are_told(sizes):
+DISAGREEING_SIZES = [(2, 3), (3, 2), (3, 2, 3)]
+
+
+@pytest.fixture(scope="module")
+def waiting():
+    """The jobs of the tests below that wait out rendezvous timeouts on purpose (10 to 18 s
+    each, idle but for importing torch), started together when the first of those tests runs:
+    each test then checks its own job, and the module waits for the longest once, not for each
+    in turn. Every timeout and bound is the one the test states."""
+    ports = []  # one each, all different: the jobs run at the same time
+    while len(ports) < len(DISAGREEING_SIZES) + 2:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    url = [f"tcp://127.0.0.1:{port}" for port in ports]
+    jobs = {sizes: start_init(sizes, url[i], env_for_rank=lambda r: dict(BRAID_RENDEZVOUS_TIMEOUT_S=30))
+            for i, sizes in enumerate(DISAGREEING_SIZES)}
+    jobs["world size larger"] = start_init((3, 3), url="env://", env_for_rank=lambda r: dict(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=ports[-2], RANK=r, WORLD_SIZE=3, BRAID_RENDEZVOUS_TIMEOUT_S=8))
+    jobs["rank 1 waits longer"] = start_init((3, 3), url[-1], timeout_s=10, env_for_rank=lambda r: dict(
+        BRAID_RENDEZVOUS_TIMEOUT_S=3 if r == 0 else 2))
+    yield jobs
+    for procs in jobs.values():
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@pytest.mark.parametrize("sizes", DISAGREEING_SIZES)
+def test_ranks_that_disagree_on_world_size_are_told(waiting, sizes):
     """One rank says 3 and another 2 (rank 0 or rank 1; of two or three processes): every rank
     raises, naming the two sizes."""
-    for line in init_results(sizes, env_for_rank=lambda r: dict(BRAID_RENDEZVOUS_TIMEOUT_S=30)):
+    for line in init_lines(waiting[sizes]):
         assert line.startswith("raised ") and "InvalidArgumentError" in line, line
         assert "disagree on WORLD_SIZE" in line and "has 3" in line and "has 2" in line, line
 
 
-def test_world_size_larger_than_the_ranks_started():
+def test_world_size_larger_than_the_ranks_started(waiting):
     """WORLD_SIZE=3 with only 2 ranks started (env://): both raise within torch's timeout plus
     BRAID_RENDEZVOUS_TIMEOUT_S, naming the missing rank 2 and the expected size."""
-    port = free_port()
-    lines = init_results((3, 3), url="env://", env_for_rank=lambda r: dict(
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=port, RANK=r, WORLD_SIZE=3, BRAID_RENDEZVOUS_TIMEOUT_S=8))
+    lines = init_lines(waiting["world size larger"])
     for r, line in enumerate(lines):
         assert line.startswith("raised ") and "TimeoutError" in line, line
         assert f"rank {r} waited" in line and "for rank 2 (3 expected)" in line, line
@@ -118,13 +149,12 @@ def test_world_size_larger_than_the_ranks_started():
         assert float(line.split()[1]) < 5 + 8 + 30, line
 
 
-def test_rank_that_waits_longer_than_its_rendezvous_timeout_for_rank_0_says_so():
+def test_rank_that_waits_longer_than_its_rendezvous_timeout_for_rank_0_says_so(waiting):
     """WORLD_SIZE=3, two ranks started: rank 0 sits in torch's TCPStore waiting for a third
     process for the whole group timeout (10 s), longer than rank 1's BRAID_RENDEZVOUS_TIMEOUT_S
     (2 s): rank 1 raises braid's TimeoutError saying what it waited for, not torch's bare
     'Socket Timeout'; rank 0 then names the ranks it misses."""
-    lines = init_results((3, 3), timeout_s=10,
-                         env_for_rank=lambda r: dict(BRAID_RENDEZVOUS_TIMEOUT_S=3 if r == 0 else 2))
+    lines = init_lines(waiting["rank 1 waits longer"])
     assert "TimeoutError" in lines[1] and "rank 1 of world size 3 waited 2 s" in lines[1], lines[1]
     assert "for rank 0 to start the braid group" in lines[1] and "same world size (3)" in lines[1], lines[1]
     assert "TimeoutError" in lines[0] and "for ranks 1, 2 (3 expected)" in lines[0], lines[0]

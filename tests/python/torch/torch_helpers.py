@@ -49,14 +49,24 @@ def child_env(**extra):
     return env
 
 
-def run_ranks(argv_for_rank, world, env_for_rank=None, timeout=RUN_TIMEOUT_S):
-    """Starts one process per rank, waits for all (bounded), returns [(rc, output)]."""
+def start_ranks(argv_for_rank, world, env_for_rank=None):
+    """Starts one process per rank and returns them, running; finish_ranks waits for them."""
     procs = []
     for r in range(world):
         env = child_env(**(env_for_rank(r) if env_for_rank else {}))
         procs.append(subprocess.Popen([PYTHON] + argv_for_rank(r), env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
+    return procs
+
+
+def finish_ranks(procs, timeout=RUN_TIMEOUT_S):
+    """Waits for each process (bounded), returns [(rc, output)]."""
     return [finish(p, timeout) for p in procs]
+
+
+def run_ranks(argv_for_rank, world, env_for_rank=None, timeout=RUN_TIMEOUT_S):
+    """Starts one process per rank, waits for all (bounded), returns [(rc, output)]."""
+    return finish_ranks(start_ranks(argv_for_rank, world, env_for_rank), timeout)
 
 
 def finish(proc, timeout):
