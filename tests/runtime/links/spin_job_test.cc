@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,7 +26,10 @@ const std::string kUnset = "\x01";  // Subprocess: remove the variable
 
 // What every rank of these jobs sets besides the rendezvous: INFO lines (which say the spin
 // budget) and BRAID_SPIN_US = `spin` (kUnset: not set).
-// `transport`: BRAID_TRANSPORT (kUnset: the default, shm between ranks of one host).
+// `transport`: BRAID_TRANSPORT (kUnset: the default, shm between ranks of one host). kTcp: tcp on
+// io_uring where the build has it, else on epoll.
+const char* const kUring = std::getenv("BRAID_TEST_HAVE_IO_URING");
+const std::string kTcp = kUring != nullptr && std::string(kUring) == "1" ? "tcp" : "tcp-poll";
 testing::EnvMap spin_env(const std::string& spin, const std::string& transport = kUnset) {
   return {{"BRAID_RENDEZVOUS_TIMEOUT_S", "20"}, {"BRAID_DEBUG", "INFO"}, {"BRAID_SPIN_US", spin},
           {"BRAID_TRANSPORT", transport}};
@@ -93,7 +97,7 @@ TEST_F(SpinJob, RanksConfinedToOneCpuSpinOverShm) {
 }
 
 TEST_F(SpinJob, RanksConfinedToOneCpuSleepAtOnceOverTcp) {
-  auto out = run_ranks({cpu0_, cpu0_}, kUnset, "tcp");
+  auto out = run_ranks({cpu0_, cpu0_}, kUnset, kTcp);
   expect_each_says(out, "INFO: spin 0 us: 2 ranks on this host share 1 CPU; set BRAID_SPIN_US to override");
   expect_each_applies(out, 0);
 }
@@ -110,7 +114,7 @@ TEST_F(SpinJob, RanksFreeOnEveryCpuSpinOverShmAndSleepAtOnceOverTcp) {
   if (cpu1_.empty()) GTEST_SKIP() << "this process may use one CPU only";
   expect_each_says(run_ranks({"", ""}), kOverShm);
   expect_each_says(run_ranks({"", ""}), "INFO: spin 50 us: 2 ranks on this host share ");
-  expect_each_says(run_ranks({"", ""}, kUnset, "tcp"), "INFO: spin 0 us: 2 ranks on this host share ");
+  expect_each_says(run_ranks({"", ""}, kUnset, kTcp), "INFO: spin 0 us: 2 ranks on this host share ");
 }
 
 TEST_F(SpinJob, AnExplicitSettingIsKept) {
@@ -124,9 +128,9 @@ TEST_F(SpinJob, OneRankSetsItAndTheOtherDecides) {
   // Each rank chooses for itself; the one that set nothing still counts the other.
   const int port = testing::free_port();
   Subprocess set({kTaskset, "-c", cpu0_, testing::binary_from_env("COMM_RANK"), "sum", "1024"},
-                 testing::rank_env(port, 0, 2, spin_env("20", "tcp")));
+                 testing::rank_env(port, 0, 2, spin_env("20", kTcp)));
   Subprocess unset({kTaskset, "-c", cpu0_, testing::binary_from_env("COMM_RANK"), "sum", "1024"},
-                   testing::rank_env(port, 1, 2, spin_env(kUnset, "tcp")));
+                   testing::rank_env(port, 1, 2, spin_env(kUnset, kTcp)));
   ASSERT_EQ(set.wait(kBound), 0) << set.output();
   ASSERT_EQ(unset.wait(kBound), 0) << unset.output();
   EXPECT_NE(set.output().find("spin 20 us: BRAID_SPIN_US is set"), std::string::npos) << set.output();
