@@ -24,7 +24,7 @@ Env env_or_raise() {
 Communicator make(std::shared_ptr<Store> store, std::unique_ptr<TcpStoreServer> server, const JobInfo& job,
                   const Env& env, const std::string& limit = "BRAID_RENDEZVOUS_TIMEOUT_S") {
   CommunicatorConfig cfg = job_config(std::move(store), std::move(server), job, env, limit);
-  return Communicator::from_impl_(value_or_raise(CommunicatorImpl::create(std::move(cfg))));
+  return Communicator::from_impl_(value_or_raise(make_communicator_impl(std::move(cfg))));
 }
 
 }  // namespace

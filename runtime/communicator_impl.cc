@@ -22,7 +22,7 @@ CommunicatorImpl::CommunicatorImpl(CommunicatorConfig config)
       runner_(queue_, stream_, group_),
       progress_(cfg_, queue_, runner_, held_, failure_, links_, runs_) {}
 
-Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::create(CommunicatorConfig config) {
+Result<std::unique_ptr<CommunicatorImpl>> make_communicator_impl(CommunicatorConfig config) {
   set_ranks_on_node(config.local_size);
   std::unique_ptr<CommunicatorImpl> impl(new CommunicatorImpl(std::move(config)));
   ASSIGN_OR_RETURN(collectives::Algo algo, collectives::parse_algo(impl->cfg_.env.algo));
@@ -103,7 +103,7 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::split(int color, int
   Work gathered = enqueue(std::move(args));
   gathered.wait();
   if (color == Communicator::kNoColor) return std::unique_ptr<CommunicatorImpl>();
-  return create(split_config(cfg_, n, color, all));
+  return make_communicator_impl(split_config(cfg_, n, color, all));
 }
 
 }  // namespace braid

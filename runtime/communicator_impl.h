@@ -40,8 +40,6 @@ namespace braid {
 
 class CommunicatorImpl {
  public:
-  // Starts the progress thread and builds every connection; returns once all are up.
-  static Result<std::unique_ptr<CommunicatorImpl>> create(CommunicatorConfig config);
   ~CommunicatorImpl();
   CommunicatorImpl(const CommunicatorImpl&) = delete;
   CommunicatorImpl& operator=(const CommunicatorImpl&) = delete;
@@ -52,9 +50,9 @@ class CommunicatorImpl {
   int local_size() const { return cfg_.local_size; }
   const std::shared_ptr<Store>& store() const { return cfg_.store; }
   std::string last_algorithm() const { return runs_.last_algorithm(); }
-  // Communicator::peer_transports(): set before create() returns, constant after.
+  // Communicator::peer_transports(): set before make_communicator_impl() returns, constant after.
   const std::vector<std::string>& peer_transports() const { return links_.peer_transports(); }
-  // The links, once create() returned: which transport carries each peer (transport_name), the
+  // The links, once make_communicator_impl() returned: which transport carries each peer (transport_name), the
   // ring order. Null after the progress thread ended.
   const PeerLinks* links() const { return links_.get(); }
 
@@ -101,6 +99,12 @@ class CommunicatorImpl {
   OpRunner runner_;
   ProgressThread progress_;
   uint64_t split_count_ = 0;  // caller's thread: splits are collective calls
+
+  friend Result<std::unique_ptr<CommunicatorImpl>> make_communicator_impl(CommunicatorConfig config);
 };
+
+// Makes the communicator of `config`: starts its progress thread, which builds every connection,
+// and returns once all are up.
+Result<std::unique_ptr<CommunicatorImpl>> make_communicator_impl(CommunicatorConfig config);
 
 }  // namespace braid

@@ -71,7 +71,7 @@ class InProcessJob {
     cfg.after_progress_op = settings_.after_progress_op;
     cfg.before_held_complete = settings_.before_held_complete;
     cfg.after_wake = settings_.after_wake;
-    std::unique_ptr<CommunicatorImpl> made = value_or_raise(CommunicatorImpl::create(std::move(cfg)));
+    std::unique_ptr<CommunicatorImpl> made = value_or_raise(make_communicator_impl(std::move(cfg)));
     if (impl != nullptr) *impl = made.get();
     return Communicator::from_impl_(std::move(made));
   }

@@ -62,7 +62,7 @@ Communicator make_rank(TcpStoreServer& server, int rank, std::chrono::microsecon
   cfg.env.peer_timeout_s = 60;
   cfg.hand_off_tick = tick;
   cfg.waits_at_once = tick;
-  std::unique_ptr<CommunicatorImpl> made = value_or_raise(CommunicatorImpl::create(std::move(cfg)));
+  std::unique_ptr<CommunicatorImpl> made = value_or_raise(make_communicator_impl(std::move(cfg)));
   *impl = made.get();
   return Communicator::from_impl_(std::move(made));
 }
