@@ -131,8 +131,11 @@ TEST(Braidrun, ExitCodePropagatesAndNamesTheRank) {
 // When a rank fails after others finished, braidrun says which had ended normally, so that a
 // peer "closed normally" in the failed rank's error is told apart from one still running.
 TEST(Braidrun, AFailureNamesTheRanksThatHadEndedNormally) {
+  TempDir pids;
+  // Rank 0 fails 0.5 s after every rank has started (rank 2 exits right after its pidfile).
   RunResult r = run_braidrun(with_rank({"--standalone", "--nproc-per-node", "3"},
-                                       {"exit@2", "0", "sleep", "0.5", "exit@0", "4", "sleep", "60"}),
+                                       {"pidfile", pids.path(), "exit@2", "0", "await-pidfiles@0", pids.path(), "3",
+                                        "sleep", "0.5", "exit@0", "4", "sleep", "60"}),
                              40);
   ASSERT_FALSE(r.timed_out) << "the other ranks were not stopped";
   EXPECT_EQ(r.exit_code, 4) << r.err;
@@ -143,7 +146,7 @@ TEST(Braidrun, AFailureNamesTheRanksThatHadEndedNormally) {
 TEST(Braidrun, KilledRankGives137AndStopsTheOthers) {
   TempDir pids;
   RunResult r = run_braidrun(with_rank({"--standalone", "--nproc-per-node", "3"},
-                                       {"pidfile", pids.path(), "sleep@0", "0.5", "kill@0", "9", "sleep", "60"}),
+                                       {"pidfile", pids.path(), "await-pidfiles@0", pids.path(), "3", "kill@0", "9", "sleep", "60"}),
                              40);
   ASSERT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 137) << r.err;
@@ -157,7 +160,8 @@ TEST(Braidrun, KilledRankGives137AndStopsTheOthers) {
 TEST(Braidrun, RankIgnoringSigtermIsKilledAfterGrace) {
   TempDir pids;
   RunResult r = run_braidrun(with_rank({"--standalone", "--nproc-per-node", "2", "--grace-s", "1"},
-                                       {"ignore-term", "pidfile", pids.path(), "sleep@0", "0.5", "exit@0", "4", "sleep", "60"}),
+                                       {"ignore-term", "pidfile", pids.path(), "await-pidfiles@0", pids.path(), "2", "exit@0", "4",
+                                        "sleep", "60"}),
                              40);
   ASSERT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 4) << r.err;

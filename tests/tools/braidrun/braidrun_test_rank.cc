@@ -7,6 +7,8 @@
 //   exit CODE          exit with CODE              kill SIG      raise signal SIG
 //   sleep SECONDS      sleep                       ignore-term   ignore SIGTERM from now on
 //   pidfile DIR        write this pid to DIR/rank<RANK>.pid
+//   await-pidfiles DIR N  wait (up to 30 s) until DIR holds N ranks' pidfiles: every rank got
+//                      as far as its "pidfile" (whatever a loaded machine makes of their start)
 //   store-set KEY VAL  set KEY in braid's store at MASTER_ADDR:BRAID_STORE_PORT
 //   store-get KEY      get KEY (waits) and print "got KEY=VALUE"
 //   stale-check DIR    in round 0, keep this rank's store address and job id in DIR; in a later
@@ -100,7 +102,7 @@ void stale_check(const std::string& dir, int rank, const std::string& round) {
 
 int arity(const std::string& action) {
   if (action == "env" || action == "ignore-term" || action == "secret") return 0;
-  if (action == "store-set") return 2;
+  if (action == "store-set" || action == "await-pidfiles") return 2;
   return 1;
 }
 
@@ -167,6 +169,16 @@ int main(int argc, char** argv) {
       signal(SIGTERM, SIG_IGN);
     } else if (action == "pidfile") {
       std::ofstream(std::string(a1) + "/rank" + std::to_string(rank) + ".pid") << getpid() << "\n";
+    } else if (action == "await-pidfiles") {
+      const int want = std::atoi(a2);
+      for (int waited_ms = 0; waited_ms < 30000; waited_ms += 10) {
+        int have = 0;
+        for (int r = 0; r < 1024 && have < want; ++r) {
+          have += ::access((std::string(a1) + "/rank" + std::to_string(r) + ".pid").c_str(), F_OK) == 0;
+        }
+        if (have >= want) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
     } else if (action == "store-set") {
       store()->set(a1, a2);
     } else if (action == "stale-check") {
