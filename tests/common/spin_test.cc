@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/subprocess.h"
+
 #include <optional>
 #include <thread>
 #include <vector>
@@ -25,18 +27,6 @@ void on_one_cpu(F body) {
   t.join();
 }
 
-// The CPUs this process may use, in order.
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
-  for (int c = 0; c < CPU_SETSIZE; ++c) {
-    if (CPU_ISSET(c, &set)) cpus.push_back(c);
-  }
-  return cpus;
-}
-
 cpu_set_t set_of(const std::vector<int>& cpus) {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -48,8 +38,8 @@ cpu_set_t set_of(const std::vector<int>& cpus) {
 // moves it to another CPU of its mask, and the mask is what it was. Confined to one CPU, it
 // stays and says so.
 TEST(Spin, StepOffCpuMovesTheThreadAndKeepsItsMask) {
-  const std::vector<int> cpus = allowed_cpus();
-  if (cpus.size() < 2) GTEST_SKIP() << "one usable CPU: nowhere to step to";
+  const std::vector<int> cpus = {testing::usable_cpu(0), testing::usable_cpu(1)};
+  if (cpus[1] < 0) GTEST_SKIP() << "one usable CPU: nowhere to step to";
   std::thread t([&] {
     const cpu_set_t one = set_of({cpus[0]}), two = set_of({cpus[0], cpus[1]});
     ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
