@@ -72,6 +72,7 @@ Status HeaderFraming::post_first_recv(transport::Connection& conn, int peer, std
 // expected to send one. Both sides see the same schedule shape, so both agree who sends.
 Status HeaderFraming::post_reverse(const std::vector<transport::Connection*>& peers, CookieFor cookie,
                                    size_t& outstanding) {
+  if (reverse_posted_) return Status::ok();  // posted once per run, and never without `reverse`
   reverse_posted_ = true;
   for (size_t p = 0; p < peers_.size(); ++p) {
     PeerHeader& h = peers_[p];

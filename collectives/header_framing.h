@@ -61,7 +61,7 @@ class HeaderFraming {
   // Posts the receive of `peer`'s first message, whose data lands at `land` (`bytes`).
   Status post_first_recv(transport::Connection& conn, int peer, std::byte* land, size_t bytes, uint64_t data_cookie,
                          uint64_t header_cookie, size_t& outstanding);
-  // Posts the header-only replies (see the top).
+  // Posts the header-only replies (see the top), once per run; nothing when built without them.
   Status post_reverse(const std::vector<transport::Connection*>& peers, CookieFor cookie, size_t& outstanding);
 
   // A header-only message completed. *unexpected: it was not one posted (nothing changed, not
