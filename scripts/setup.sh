@@ -18,6 +18,7 @@ packages=(
   rdma-core ibverbs-utils ibverbs-providers perftest  # verbs tools and rxe provider in that guest
   python3-dev pybind11-dev python3-numpy python3-pytest  # import braid (python/) and its tests
   python3-torch                             # the torch.distributed backend "braid" and its tests
+  etcd-server                               # braidrun --rdzv-backend etcd and its tests (a 3-member cluster)
 )
 if [ "${BRAID_SETUP_ANCHORS:-0}" = 1 ]; then   # the Gloo/Open MPI side-by-side benchmarks
   packages+=(libgloo-dev openmpi-bin libopenmpi-dev hwloc-nox)
