@@ -295,6 +295,21 @@ bool EtcdStore::delete_key(const std::string& key) {
   return r.int_of("deleted") > 0;
 }
 
+int64_t EtcdStore::delete_prefix(const std::string& prefix) {
+  if (prefix.empty()) raise_if_error(invalid_argument("EtcdStore::delete_prefix: empty prefix"));
+  // The end of the range is the prefix with its last byte one higher (a trailing 0xff carries).
+  std::string end = prefix;
+  while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
+  if (end.empty()) {
+    end = std::string(1, '\0');  // every key from `prefix` on
+  } else {
+    end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+  }
+  JsonValue r = value_or_raise(call("delete of the keys under " + printable(prefix), "/v3/kv/deleterange",
+                                    "{\"key\":" + b64(prefix) + ",\"range_end\":" + b64(end) + "}"));
+  return r.int_of("deleted");
+}
+
 int64_t EtcdStore::num_keys() {
   // From the smallest key ("\0") to the end of the key space (range_end "\0").
   JsonValue r = value_or_raise(call("num_keys", "/v3/kv/range",

@@ -70,6 +70,8 @@ class EtcdStore : public Store {
   void set_timeout(std::chrono::milliseconds timeout) override;
   std::string address() const override;  // "etcd h1:p1,h2:p2,h3:p3"
 
+  // Removes every key that starts with `prefix` (not empty); returns how many there were.
+  int64_t delete_prefix(const std::string& prefix);
   // The member the next call goes to first, for messages and tests.
   const etcd::Endpoint& current_member() const;
   // The address of this host that connections to a member leave from (see etcd_http.h).

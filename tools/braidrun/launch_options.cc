@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "tools/braidrun/etcd_http.h"
+
 namespace braid::braidrun {
 namespace {
 
@@ -117,7 +119,7 @@ const FlagSpec* find_flag(const std::string& name) {
 
 struct Seen {
   bool nnodes = false;
-  bool rdzv_endpoint = false;
+  std::optional<std::string> rdzv_endpoint;
   std::optional<std::string> master_addr;
   std::optional<uint16_t> master_port;
 };
@@ -140,14 +142,19 @@ Status apply(const std::string& flag, const std::string& v, LaunchOptions& o, Se
   } else if (flag == "standalone") {
     o.standalone = true;
   } else if (flag == "rdzv-endpoint") {
-    RETURN_IF_ERROR(parse_endpoint(v, o));
-    seen.rdzv_endpoint = true;
+    seen.rdzv_endpoint = v;  // read once the backend is known: etcd takes a list
   } else if (flag == "rdzv-id") {
     if (v.empty()) return bad("--rdzv-id is empty");
     o.run_id = v;
   } else if (flag == "rdzv-backend") {
-    if (v != "c10d") {
-      return bad("--rdzv-backend '" + v + "' is not supported: braidrun serves its own c10d-style store; use c10d");
+    // torchrun's "etcd-v2" is its etcd v3 backend too.
+    if (v == "etcd" || v == "etcd-v2") {
+      o.rdzv_backend = LaunchOptions::RdzvBackend::etcd;
+    } else if (v == "c10d") {
+      o.rdzv_backend = LaunchOptions::RdzvBackend::c10d;
+    } else {
+      return bad("--rdzv-backend '" + v + "' is not supported: use c10d (a braidrun serves the job's store) or " +
+                 "etcd (the nodes meet in an etcd v3 cluster)");
     }
   } else if (flag == "max-restarts") {
     ASSIGN_OR_RETURN(int64_t n, parse_int(flag, v, 0, kMaxRestarts));
@@ -218,6 +225,19 @@ Result<LaunchOptions> parse_launch_options(const std::vector<std::string>& args,
   o.program.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
   if (o.help || o.version) return o;
 
+  if (o.rdzv_backend == LaunchOptions::RdzvBackend::etcd) {
+    if (o.standalone) return bad("--standalone serves its own store; drop it or --rdzv-backend etcd");
+    if (!seen.rdzv_endpoint) {
+      return bad("--rdzv-backend etcd needs --rdzv-endpoint listing the etcd members' client addresses (h1:2379,h2:2379,h3:2379)");
+    }
+    auto members = etcd::parse_endpoints(*seen.rdzv_endpoint);
+    if (!members.is_ok()) return bad("--rdzv-endpoint: " + members.status().message());
+    o.etcd_endpoints = *seen.rdzv_endpoint;
+    o.endpoint_host = (*members)[0].host;
+    o.endpoint_port = (*members)[0].port;
+  } else if (seen.rdzv_endpoint) {
+    RETURN_IF_ERROR(parse_endpoint(*seen.rdzv_endpoint, o));
+  }
   if (!seen.rdzv_endpoint) {
     o.endpoint_host = seen.master_addr.value_or("127.0.0.1");
     o.endpoint_port = seen.master_port.value_or(29500);
@@ -256,9 +276,12 @@ torchrun flags (--a-b and --a_b, "--flag value" and "--flag=value"):
                          the others are numbered in arrival order
   --master-addr HOST     store host when no --rdzv-endpoint. Default 127.0.0.1
   --master-port PORT     braid's store port when no --rdzv-endpoint. Default 29500
-  --rdzv-endpoint H:P    store endpoint for the job (port defaults to 29400)
+  --rdzv-endpoint H:P    store endpoint for the job (port defaults to 29400); with etcd, the
+                         members' client addresses, comma-separated (port defaults to 2379)
   --rdzv-id ID           job id, exported as TORCHELASTIC_RUN_ID. Default none
-  --rdzv-backend c10d    the only backend
+  --rdzv-backend B       c10d (default): a braidrun serves the job's store, and losing its node
+                         ends the job. etcd: the nodes meet in an etcd v3 cluster that outlives
+                         any node; --rdzv-endpoint lists its members, h1:2379,h2:2379,h3:2379
   --standalone           one node, store on a free port of 127.0.0.1
   --max-restarts N       when a rank fails, stop every rank of every node and start them all
                          again, up to N times (see below). Default 0

@@ -23,6 +23,11 @@ struct LaunchOptions {
   std::string endpoint_host = "127.0.0.1";
   uint16_t endpoint_port = 29500;
   bool standalone = false;  // one node, store on a free port of 127.0.0.1
+  // --rdzv-backend: c10d (a braidrun serves the job's store) or etcd (the nodes meet in an etcd
+  // v3 cluster, whose members --rdzv-endpoint lists: "h1:p1,h2:p2,h3:p3").
+  enum class RdzvBackend { c10d, etcd };
+  RdzvBackend rdzv_backend = RdzvBackend::c10d;
+  std::string etcd_endpoints;  // --rdzv-endpoint as given, with --rdzv-backend etcd
   std::string run_id = "none";
   bool prefix_output = true;
   std::string log_dir;  // empty: no per-rank log files

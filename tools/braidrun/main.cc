@@ -138,9 +138,13 @@ int run(int argc, char** argv) {
     if (o.nnodes > 1 && round == 0) {
       say("node " + std::to_string(rdzv.node_rank()) + " of " + std::to_string(o.nnodes) + ": starting ranks " +
           std::to_string(first_rank) + ".." + std::to_string(first_rank + o.nproc_per_node - 1) + " of " +
-          std::to_string(world) + " (store at " + rdzv.master_addr() + ":" + std::to_string(rdzv.master_port()) +
-          (rdzv.serving() ? ", served here" : "") +
-          (o.max_restarts > 0 ? "; the ranks' store of round 0 is on port " + std::to_string(rdzv.ranks_port()) : "") +
+          std::to_string(world) +
+          (o.rdzv_backend == LaunchOptions::RdzvBackend::etcd
+               ? " (rendezvous in etcd " + o.etcd_endpoints + "; node 0 at " + rdzv.master_addr() +
+                     (rdzv.serving() ? ", here" : "")
+               : " (store at " + rdzv.master_addr() + ":" + std::to_string(rdzv.master_port()) +
+                     (rdzv.serving() ? ", served here" : "")) +
+          (o.max_restarts > 0 || o.rdzv_backend == LaunchOptions::RdzvBackend::etcd ? "; the ranks' store of round 0 is on port " + std::to_string(rdzv.ranks_port()) : "") +
           "; MASTER_PORT " + std::to_string(rdzv.torch_port()) + " is kept free for rank 0's torch store)");
     }
     std::vector<RankSpec> specs;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/deadline.h"
+#include "tools/braidrun/etcd_store.h"
 #include "tools/braidrun/output_relay.h"
 #include "tools/braidrun/rank_exit.h"
 #include "tools/braidrun/store_wait.h"
@@ -97,7 +98,7 @@ std::optional<int> take_stop_signal(int signal_fd) {
   return got;
 }
 
-NodeRendezvous::~NodeRendezvous() = default;
+NodeRendezvous::~NodeRendezvous() { forget_job(); }
 
 Status NodeRendezvous::aborted_by(int sig) {
   if (stop_signal_) *stop_signal_ = sig;
@@ -117,7 +118,8 @@ Result<std::unique_ptr<NodeRendezvous>> NodeRendezvous::join(const LaunchOptions
   r->max_restarts_ = o.max_restarts;
   r->run_id_ = o.run_id;
   r->auth_ = auth;
-  RETURN_IF_ERROR(r->serve_or_connect(o, auth, signal_fd));
+  r->etcd_ = o.rdzv_backend == LaunchOptions::RdzvBackend::etcd;
+  RETURN_IF_ERROR(r->etcd_ ? r->connect_etcd(o) : r->serve_or_connect(o, auth, signal_fd));
   RETURN_IF_ERROR(r->take_node_rank(o));
   RETURN_IF_ERROR(r->wait_for_nodes(o, signal_fd));
   return r;
@@ -140,6 +142,7 @@ Status NodeRendezvous::serve_or_connect(const LaunchOptions& o, const StoreAuth&
       try {
         server_ = TcpStoreServer::start(h, o.endpoint_port, {.secret = auth.secret, .job_id = auth.job_id});
         master_port_ = server_->port();
+        serving_ = true;
         serve_host_ = h;
         connect_host = h == "0.0.0.0" ? "127.0.0.1" : h;
         break;
@@ -186,6 +189,62 @@ Status NodeRendezvous::serve_or_connect(const LaunchOptions& o, const StoreAuth&
   return Status::ok();
 }
 
+Status NodeRendezvous::connect_etcd(const LaunchOptions& o) {
+  ASSIGN_OR_RETURN(std::vector<etcd::Endpoint> members, etcd::parse_endpoints(o.etcd_endpoints));
+  const auto rdzv = std::chrono::duration_cast<milliseconds>(std::chrono::duration<double>(o.rdzv_timeout_s));
+  // One call may spend up to 30 s finding a member that answers (a leader election takes a
+  // few); etcd gone for longer than that ends the job.
+  store_ = std::make_shared<EtcdStore>(
+      members, EtcdStoreOptions{.timeout = rdzv, .request_timeout = std::min<milliseconds>(rdzv, std::chrono::seconds(30))});
+  master_port_ = 0;
+  Deadline deadline = Deadline::after_seconds(o.rdzv_timeout_s);
+  for (;;) {
+    auto reached = ask<bool>("reaching etcd", "a member of " + store_->address() + " to answer",
+                             [k = key("node/0")](Store& s) { return s.check({k}); });
+    if (reached.is_ok()) return Status::ok();
+    if (reached.status().code() == ErrorCode::aborted || deadline.expired()) {
+      return Status(reached.status().code(), "cannot use the job's rendezvous in " + store_->address() + ": " +
+                                                 reached.status().message());
+    }
+  }
+}
+
+Status NodeRendezvous::explain_store_loss(const Status& s) {
+  const ErrorCode c = s.code();
+  if (etcd_ || serving_ || (c != ErrorCode::peer_lost && c != ErrorCode::timeout && c != ErrorCode::system)) return s;
+  if (told_store_lost_) return Status(c, s.message() + " (the job's store is gone with " + store_node_ + ", see above)");
+  told_store_lost_ = true;
+  return Status(c, s.message() + ". The job's store at " + store_->address() + " was served by " + store_node_ +
+                       ", which is gone or not answering: with --rdzv-backend c10d the job's rendezvous ends with " +
+                       "that node. To let a job outlive any node, keep the rendezvous in etcd: start every braidrun " +
+                       "with --rdzv-backend etcd --rdzv-endpoint h1:2379,h2:2379,h3:2379 (a 3-member etcd cluster)");
+}
+
+void NodeRendezvous::forget_job() {
+  if (!etcd_ || !serving_ || !store_) return;
+  auto* etcd = dynamic_cast<EtcdStore*>(store_.get());
+  std::vector<std::string> left;
+  for (int n = 0; n < nnodes_; ++n) {
+    if (n != node_rank_) left.push_back(key("left/" + std::to_string(n)));
+  }
+  // Only once the others are gone: a node still running must find the job's keys.
+  (void)store_call("removing the job's keys", [&] {
+    if (etcd->check(left)) etcd->delete_prefix(prefix_);
+  });
+}
+
+Status NodeRendezvous::announce_node0_address() {
+  serving_ = true;
+  ASSIGN_OR_RETURN(serve_host_, dynamic_cast<EtcdStore&>(*store_).local_address());
+  master_addr_ = serve_host_;
+  return ask<bool>("recording node 0's address", "etcd (" + store_->address() + ") to record node 0's address",
+                   [k = key("master_addr"), v = serve_host_](Store& s) {
+                     s.set(k, v);
+                     return true;
+                   })
+      .status();
+}
+
 Status NodeRendezvous::take_node_rank(const LaunchOptions& o) {
   if (o.node_rank) {
     node_rank_ = *o.node_rank;
@@ -194,25 +253,31 @@ Status NodeRendezvous::take_node_rank(const LaunchOptions& o) {
   } else {
     ASSIGN_OR_RETURN(int64_t n, ask<int64_t>("taking a node rank",
                                              "the job's store at " + store_->address() + " to hand out a node rank",
-                                             [k = key("next_node")](TcpStore& s) { return s.add(k, 1); }));
+                                             [k = key("next_node")](Store& s) { return s.add(k, 1); }));
+    if (etcd_) --n;  // no serving node took 0: the first to come gets it
     if (n >= o.nnodes) {
       return invalid_argument("more braidruns joined job '" + o.run_id + "' at " + store_->address() + " than --nnodes " +
                               std::to_string(o.nnodes) + " (this one would be node " + std::to_string(n) + ")");
     }
     node_rank_ = static_cast<int>(n);
   }
+  if (etcd_ && node_rank_ == 0) RETURN_IF_ERROR(announce_node0_address());
   std::string info = hostname() + "\n" + std::to_string(getpid()) + "\n" + std::to_string(o.nproc_per_node) + "\n" +
                      std::to_string(o.max_restarts);
   ASSIGN_OR_RETURN(std::string now,
                    ask<std::string>("registering this node",
                                     "the job's store at " + store_->address() + " to register node " +
                                         std::to_string(node_rank_),
-                                    [k = key("node/" + std::to_string(node_rank_)), info](TcpStore& s) {
+                                    [k = key("node/" + std::to_string(node_rank_)), info](Store& s) {
                                       return s.compare_set(k, "", info);
                                     }));
   if (now != info) {
-    return invalid_argument("--node-rank " + std::to_string(node_rank_) + " is already taken by " +
-                            describe_node(node_rank_, parse_node_info(now)) + "; give each node its own --node-rank");
+    return invalid_argument(
+        "--node-rank " + std::to_string(node_rank_) + " is already taken by " +
+        describe_node(node_rank_, parse_node_info(now)) + "; give each node its own --node-rank" +
+        (etcd_ ? ". etcd keeps a job's keys when it did not end cleanly: give each job its own --rdzv-id, or remove "
+                 "them (etcdctl del --prefix " + prefix_ + ")"
+               : ""));
   }
   return Status::ok();
 }
@@ -229,7 +294,7 @@ Status NodeRendezvous::wait_for_nodes(const LaunchOptions& o, int signal_fd) {
     if (auto sig = take_stop_signal(signal_fd)) return aborted_by(*sig);
     progress.tick(waiting_for);
     ASSIGN_OR_RETURN(all, ask<bool>("waiting for the other nodes", waiting_for,
-                                    [keys](TcpStore& s) { return s.check(keys); }));
+                                    [keys](Store& s) { return s.check(keys); }));
     if (all) break;
     if (deadline.expired()) break;
     std::this_thread::sleep_for(std::min<milliseconds>(milliseconds(100), std::chrono::duration_cast<milliseconds>(deadline.remaining())));
@@ -238,7 +303,7 @@ Status NodeRendezvous::wait_for_nodes(const LaunchOptions& o, int signal_fd) {
   std::vector<int> missing;
   for (int r = 0; r < o.nnodes; ++r) {
     ASSIGN_OR_RETURN(std::string v, ask<std::string>("reading node " + std::to_string(r), waiting_for,
-                                                     [k = keys[static_cast<size_t>(r)]](TcpStore& s) {
+                                                     [k = keys[static_cast<size_t>(r)]](Store& s) {
                                                        return s.check({k}) ? "+" + s.get(k) : std::string();
                                                      }));
     if (v.empty()) {
@@ -256,6 +321,12 @@ Status NodeRendezvous::wait_for_nodes(const LaunchOptions& o, int signal_fd) {
                          std::to_string(o.nnodes) + " nodes arrived (" + who + "); " + std::to_string(missing.size()) +
                          " missing (node rank(s) " + gaps + "). Start braidrun on every node with the same --nnodes and " +
                          "--rdzv-endpoint, or raise --rdzv-timeout-s");
+  }
+  if (!etcd_) {
+    store_node_ = describe_node(0, arrived[0]);
+  } else if (node_rank_ != 0) {
+    ASSIGN_OR_RETURN(master_addr_, ask<std::string>("reading node 0's address", waiting_for,
+                                                    [k = key("master_addr")](Store& s) { return s.get(k); }));
   }
   for (const auto& [r, n] : arrived) {
     if (n.nproc != o.nproc_per_node) {

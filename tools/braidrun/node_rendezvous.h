@@ -29,6 +29,16 @@
 // own store there, as under torchrun's c10d rendezvous. Node 0, where rank 0 runs, keeps a free
 // port for it each round (port_reservation.h); braid's store reaches the ranks as
 // BRAID_STORE_PORT, at the same MASTER_ADDR.
+// With --rdzv-backend etcd the same keys live in an etcd v3 cluster (EtcdStore; --rdzv-endpoint
+// lists its members) and no braidrun serves the job's store, so no node's loss takes the
+// rendezvous with it. Node ranks come from next_node (0.. in arrival order) unless given; node
+// 0 then plays the serving node's part for the ranks: it writes
+//   master_addr    node 0's address on its route to etcd: the ranks' MASTER_ADDR
+// before its node/0, opens each round's store for the ranks (round/<R>/store, also without
+// --max-restarts), and, once every node left, deletes the job's keys from etcd (a job that
+// did not end cleanly leaves them; a new --rdzv-id avoids them).
+// With c10d, the other nodes' braidruns end the job when the serving node's store is gone, and
+// say that it was that node's and that --rdzv-backend etcd outlives it.
 // node_rendezvous.cc joins the job; node_rounds.cc runs the rounds.
 #pragma once
 
@@ -66,7 +76,8 @@ class NodeRendezvous {
   ~NodeRendezvous();
 
   int node_rank() const { return node_rank_; }
-  bool serving() const { return server_ != nullptr; }
+  // Serves the ranks' store: the node that serves the job's store (c10d), or node 0 (etcd).
+  bool serving() const { return serving_; }
   // What ranks get as MASTER_ADDR / MASTER_PORT.
   const std::string& master_addr() const { return master_addr_; }
   uint16_t master_port() const { return master_port_; }
@@ -116,21 +127,34 @@ class NodeRendezvous {
   // The serving node: waits for the other nodes to leave; returns the job's exit code.
   int wait_for_others_to_leave(int code);
   // Bumps this node's heartbeat when a second has passed since the last time.
-  void beat(TcpStore& store);
+  void beat(Store& store);
   Status report_stop(int code, const std::string& why);
   Status aborted_by(int sig);
   Status serve_or_connect(const LaunchOptions& o, const StoreAuth& auth, int signal_fd);
+  // --rdzv-backend etcd: reaches a member of the cluster (up to --rdzv-timeout-s).
+  Status connect_etcd(const LaunchOptions& o);
+  // A failed call to the job's store, with what it means when it is the c10d store of another
+  // node that went away: the job cannot outlive that node, and etcd would have let it.
+  Status explain_store_loss(const Status& s);
+  // etcd, node 0, every node left: removes the job's keys (best effort).
+  void forget_job();
   Status take_node_rank(const LaunchOptions& o);
+  // etcd, node 0: serves the ranks' stores on its address towards etcd and records it.
+  Status announce_node0_address();
   Status wait_for_nodes(const LaunchOptions& o, int signal_fd);
   std::string key(const std::string& k) const { return prefix_ + k; }
   // One store call that SIGINT/SIGTERM can end and that says what it waits for (store_wait.h).
   // `f` gets the store and must capture only copies: it may outlive the call.
   template <typename T>
-  Result<T> ask(const std::string& what, const std::string& waiting_for, std::function<T(TcpStore&)> f);
+  Result<T> ask(const std::string& what, const std::string& waiting_for, std::function<T(Store&)> f);
 
   std::unique_ptr<TcpStoreServer> server_;
   std::unique_ptr<TcpStoreServer> round_server_;  // this round's store for the ranks (--max-restarts)
-  std::shared_ptr<TcpStore> store_;  // shared: a call left behind on a signal keeps it alive
+  std::shared_ptr<Store> store_;  // shared: a call left behind on a signal keeps it alive
+  bool serving_ = false;
+  bool etcd_ = false;         // --rdzv-backend etcd: store_ is an EtcdStore
+  std::string store_node_;    // c10d: which node serves the job's store, for messages
+  bool told_store_lost_ = false;
   int signal_fd_ = -1;
   std::string prefix_;
   std::string master_addr_;
@@ -162,13 +186,13 @@ class NodeRendezvous {
 };
 
 template <typename T>
-Result<T> NodeRendezvous::ask(const std::string& what, const std::string& waiting_for, std::function<T(TcpStore&)> f) {
+Result<T> NodeRendezvous::ask(const std::string& what, const std::string& waiting_for, std::function<T(Store&)> f) {
   auto out = std::make_shared<T>();
   Status s = wait_for_store(
       StoreWaitOptions{.signal_fd = signal_fd_}, waiting_for,
       [store = store_, out, f = std::move(f), what] { return store_call(what, [&] { *out = f(*store); }); },
       stop_signal_);
-  if (!s.is_ok()) return s;
+  if (!s.is_ok()) return explain_store_loss(s);
   return *out;
 }
 

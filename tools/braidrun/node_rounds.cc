@@ -62,7 +62,7 @@ std::string local_hostname() {
 
 }  // namespace
 
-void NodeRendezvous::beat(TcpStore& store) {
+void NodeRendezvous::beat(Store& store) {
   if (Clock::now() - last_beat_ < kBeatEvery) return;
   last_beat_ = Clock::now();
   store.add(key("heartbeat/" + std::to_string(node_rank_)), 1);
@@ -91,7 +91,7 @@ Status NodeRendezvous::share_torch_port() {
   const std::string k = round_key("torch_port");
   if (node_rank_ == 0) {
     return ask<bool>("publishing MASTER_PORT", "the job's store at " + store_->address() + " to record MASTER_PORT",
-                     [k, v = std::to_string(torch_port_)](TcpStore& s) {
+                     [k, v = std::to_string(torch_port_)](Store& s) {
                        s.set(k, v);
                        return true;
                      })
@@ -100,7 +100,7 @@ Status NodeRendezvous::share_torch_port() {
   ASSIGN_OR_RETURN(std::string port,
                    ask<std::string>("reading MASTER_PORT", "node 0 to pick MASTER_PORT of round " + std::to_string(round_) +
                                                                " (store " + store_->address() + ")",
-                                    [k](TcpStore& s) { return s.get(k); }));
+                                    [k](Store& s) { return s.get(k); }));
   torch_port_ = static_cast<uint16_t>(std::atoi(port.c_str()));
   return Status::ok();
 }
@@ -108,7 +108,7 @@ Status NodeRendezvous::share_torch_port() {
 Status NodeRendezvous::meet_round(int round) {
   round_ = round;
   poll_.reset();  // a question of the previous round still in flight answers nobody
-  if (max_restarts_ == 0) {
+  if (max_restarts_ == 0 && !etcd_) {
     ranks_port_ = master_port_;
     ranks_job_id_ = auth_.job_id;
     return share_torch_port();
@@ -124,7 +124,7 @@ Status NodeRendezvous::meet_round(int round) {
                                   store_->address();
   RETURN_IF_ERROR(ask<bool>("joining round " + r, waiting_for,
                             [node = round_key("node/" + std::to_string(node_rank_)), store = round_key("store"),
-                             port_text](TcpStore& s) {
+                             port_text](Store& s) {
                               if (!port_text.empty()) s.set(store, port_text);
                               s.set(node, "1");
                               return true;
@@ -146,7 +146,7 @@ Status NodeRendezvous::meet_round(int round) {
     // while this one saw a failure that allows a restart), so it will not come; else -2.
     ASSIGN_OR_RETURN(int look, ask<int>("waiting for round " + r, waiting_for,
                                         [keys, left, beat_now, mine = key("heartbeat/" + std::to_string(node_rank_))](
-                                            TcpStore& s) {
+                                            Store& s) {
                                           if (beat_now) s.add(mine, 1);
                                           if (s.check(keys)) return -1;
                                           for (size_t n = 0; n < left.size(); ++n) {
@@ -160,7 +160,7 @@ Status NodeRendezvous::meet_round(int round) {
                                             std::to_string(look) + " ended the job (see its output)");
     }
     if (deadline.expired()) {
-      ASSIGN_OR_RETURN(std::string missing, ask<std::string>("waiting for round " + r, waiting_for, [keys](TcpStore& s) {
+      ASSIGN_OR_RETURN(std::string missing, ask<std::string>("waiting for round " + r, waiting_for, [keys](Store& s) {
                          std::string m;
                          for (size_t i = 1; i < keys.size(); ++i) {
                            if (!s.check({keys[i]})) m += (m.empty() ? "" : ", ") + std::to_string(i - 1);
@@ -177,7 +177,7 @@ Status NodeRendezvous::meet_round(int round) {
     ranks_port_ = round_server_->port();
   } else {
     ASSIGN_OR_RETURN(std::string port, ask<std::string>("reading the store of round " + r, waiting_for,
-                                                        [k = round_key("store")](TcpStore& s) { return s.get(k); }));
+                                                        [k = round_key("store")](Store& s) { return s.get(k); }));
     ranks_port_ = static_cast<uint16_t>(std::atoi(port.c_str()));
   }
   return share_torch_port();
@@ -191,7 +191,7 @@ std::optional<ExternalStop> NodeRendezvous::poll_job() {
   if (poll_ && !poll_->done.load(std::memory_order_acquire)) return std::nullopt;
   if (poll_) {
     std::shared_ptr<PendingPoll> p = std::move(poll_);
-    if (!p->status.is_ok()) return ExternalStop{"lost the job's store (" + p->status.message() + ")", 1};
+    if (!p->status.is_ok()) return ExternalStop{"lost the job's store (" + explain_store_loss(p->status).message() + ")", 1};
     if (p->stop) {
       seen_failures_[round_].push_back(p->stop->reason);
       return p->stop;
@@ -217,7 +217,7 @@ std::optional<ExternalStop> NodeRendezvous::poll_job() {
 Status NodeRendezvous::report_stop(int code, const std::string& why) {
   seen_failures_[round_].push_back(why);
   return ask<bool>("reporting that the job stops", "the job's store at " + store_->address() + " to record: " + why,
-                   [k = round_key("failed"), v = format_failed(code, false, why)](TcpStore& s) {
+                   [k = round_key("failed"), v = format_failed(code, false, why)](Store& s) {
                      s.compare_set(k, "", v);
                      return true;
                    })
@@ -245,7 +245,7 @@ NodeRendezvous::RoundEnd NodeRendezvous::end_round(const JobOutcome& outcome) {
                             "the job's store at " + store_->address() + " to record the end of " + me,
                             [failed, failure, failed_key = round_key("failed"),
                              failure_key = round_key("failure/" + std::to_string(node_rank_)),
-                             done_key = round_key("done/" + std::to_string(node_rank_)), code](TcpStore& s) {
+                             done_key = round_key("done/" + std::to_string(node_rank_)), code](Store& s) {
                               if (!failed.empty()) s.compare_set(failed_key, "", failed);
                               if (!failure.empty()) s.set(failure_key, failure);
                               s.set(done_key, std::to_string(code));
@@ -281,7 +281,7 @@ void NodeRendezvous::leave() {
   if (nnodes_ == 1) return;
   Status left = ask<bool>("leaving the job", "the job's store at " + store_->address() + " to record that node " +
                                                  std::to_string(node_rank_) + " leaves",
-                          [k = key("left/" + std::to_string(node_rank_))](TcpStore& s) {
+                          [k = key("left/" + std::to_string(node_rank_))](Store& s) {
                             s.set(k, "1");
                             return true;
                           })
@@ -318,7 +318,7 @@ NodeRendezvous::RoundEnd NodeRendezvous::wait_round_outcome(int code) {
     }
     auto look = ask<Look>("waiting for the end of round " + std::to_string(round_), waiting_for,
                           [done_keys, beat_keys, beat_now, failed_key = round_key("failed"),
-                           mine = key("heartbeat/" + std::to_string(node_rank_))](TcpStore& s) {
+                           mine = key("heartbeat/" + std::to_string(node_rank_))](Store& s) {
                             Look l;
                             if (beat_now) s.add(mine, 1);
                             std::set<int> done;  // read before failed: see the top of this file
@@ -425,7 +425,7 @@ std::vector<std::string> NodeRendezvous::failure_summary() {
   const int nnodes = nnodes_;
   auto read = ask<std::vector<std::string>>(
       "reading the job's failures", "the job's store at " + store_->address() + " to list the job's failures",
-      [rounds, nnodes, prefix = key("round/")](TcpStore& s) {
+      [rounds, nnodes, prefix = key("round/")](Store& s) {
         std::vector<std::string> lines;
         for (int r = 0; r < rounds; ++r) {
           const std::string round = prefix + std::to_string(r) + "/";

@@ -159,7 +159,8 @@ TEST(LaunchOptions, Errors) {
   EXPECT_NE(parse_error({"--nproc-per-node"}).find("needs a value"), std::string::npos);
   EXPECT_NE(parse_error({"--bogus", "p"}).find("unknown flag '--bogus'"), std::string::npos);
   EXPECT_NE(parse_error({"--standalone=1", "p"}).find("takes no value"), std::string::npos);
-  EXPECT_NE(parse_error({"--rdzv-backend", "etcd", "p"}).find("etcd"), std::string::npos);
+  EXPECT_NE(parse_error({"--rdzv-backend", "etcd", "p"}).find("needs --rdzv-endpoint"), std::string::npos);
+  EXPECT_NE(parse_error({"--rdzv-backend", "static", "p"}).find("use c10d"), std::string::npos);
   EXPECT_NE(parse_error({"--nnodes", "2", "--node-rank", "2", "p"}).find("out of range"), std::string::npos);
   EXPECT_NE(parse_error({"--master-port", "70000", "p"}).find("--master-port"), std::string::npos);
   EXPECT_NE(parse_error({"--grace-s", "-1", "p"}).find("--grace-s"), std::string::npos);
@@ -167,6 +168,20 @@ TEST(LaunchOptions, Errors) {
   EXPECT_NE(parse_error({"-m", "pkg", "p"}).find("Python"), std::string::npos);
   EXPECT_NE(parse_error({"--nproc-per-node", "2"}).find("no program"), std::string::npos);
   EXPECT_NE(parse_error({"--"}).find("no program"), std::string::npos);
+}
+
+TEST(LaunchOptions, EtcdBackendTakesTheMembersList) {
+  // The endpoint may come before the backend, as torchrun lines are written either way.
+  LaunchOptions o = parse_ok({"--rdzv-endpoint", "h1:2379,h2:2380,[::1]", "--rdzv-backend", "etcd", "--nnodes", "2", "p"});
+  EXPECT_EQ(o.rdzv_backend, LaunchOptions::RdzvBackend::etcd);
+  EXPECT_EQ(o.etcd_endpoints, "h1:2379,h2:2380,[::1]");
+  EXPECT_EQ(o.endpoint_host, "h1");
+  o = parse_ok({"--rdzv_backend=etcd-v2", "--rdzv_endpoint=h1", "p"});
+  EXPECT_EQ(o.rdzv_backend, LaunchOptions::RdzvBackend::etcd);
+  EXPECT_EQ(parse_ok({"p"}).rdzv_backend, LaunchOptions::RdzvBackend::c10d);
+  EXPECT_NE(parse_error({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h1:2379,:5", "p"}).find("no host"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--rdzv-backend", "etcd", "--standalone", "p"}).find("--standalone"), std::string::npos);
 }
 
 TEST(LaunchOptions, Help) {
