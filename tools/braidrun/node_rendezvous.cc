@@ -214,7 +214,9 @@ Status NodeRendezvous::explain_store_loss(const Status& s) {
   if (etcd_ || serving_ || (c != ErrorCode::peer_lost && c != ErrorCode::timeout && c != ErrorCode::system)) return s;
   if (told_store_lost_) return Status(c, s.message() + " (the job's store is gone with " + store_node_ + ", see above)");
   told_store_lost_ = true;
-  return Status(c, s.message() + ". The job's store at " + store_->address() + " was served by " + store_node_ +
+  const std::string& m = s.message();
+  const bool ends_sentence = !m.empty() && (m.back() == '.' || m.back() == '?' || m.back() == '!');
+  return Status(c, m + (ends_sentence ? " " : ". ") + "The job's store at " + store_->address() + " was served by " + store_node_ +
                        ", which is gone or not answering: with --rdzv-backend c10d the job's rendezvous ends with " +
                        "that node. To let a job outlive any node, keep the rendezvous in etcd: start every braidrun " +
                        "with --rdzv-backend etcd --rdzv-endpoint h1:2379,h2:2379,h3:2379 (a 3-member etcd cluster)");

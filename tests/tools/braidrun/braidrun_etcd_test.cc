@@ -1,0 +1,168 @@
+// braidrun --rdzv-backend etcd: two braidruns on 127.0.0.1 meet in a real 3-member etcd cluster
+// and run a checked collective; the job survives the loss of an etcd member (and restarts
+// through the others); node 0's braidrun lost with a fixed node count ends the job with a
+// summary; and with c10d, losing the store's node ends the job naming that node and etcd.
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tests/tools/braidrun/braidrun_runner.h"
+#include "tests/tools/braidrun/etcd_cluster.h"
+#include "tools/braidrun/etcd_store.h"
+
+namespace braid::braidrun::testing {
+namespace {
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+std::vector<std::string> etcd_node_flags(const EtcdCluster& c, const std::string& run_id, int node_rank,
+                                         const std::string& max_restarts, const std::string& rdzv_timeout_s = "30") {
+  return {"--nnodes", "2", "--nproc-per-node", "2", "--node-rank", std::to_string(node_rank), "--rdzv-backend", "etcd",
+          "--rdzv-endpoint", c.endpoints(), "--rdzv-id", run_id, "--rdzv-timeout-s", rdzv_timeout_s,
+          "--max-restarts", max_restarts, "--monitor-interval", "0.1", "--grace-s", "1"};
+}
+
+std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::unique_ptr<EtcdStore> etcd_client(const EtcdCluster& c) {
+  return std::make_unique<EtcdStore>(*etcd::parse_endpoints(c.endpoints()));
+}
+
+class BraidrunEtcd : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    BRAID_SKIP_WITHOUT_ETCD();
+    cluster_ = std::make_unique<EtcdCluster>();
+    ASSERT_TRUE(cluster_->up()) << cluster_->error();
+  }
+  std::unique_ptr<EtcdCluster> cluster_;
+};
+
+TEST_F(BraidrunEtcd, TwoNodesRunACheckedAllReduce) {
+  const char* perf = std::getenv("BRAID_PERF");
+  if (perf == nullptr || access(perf, X_OK) != 0) GTEST_SKIP() << "braid-perf is not built (BRAID_PERF)";
+  const std::vector<std::string> program = {"--", perf, "--op", "all_reduce", "-b", "1K", "-e", "256K", "-f", "8",
+                                            "-n", "3", "-w", "1"};
+  BraidrunProcess a(plus(etcd_node_flags(*cluster_, "checked", 0, "0"), program));
+  BraidrunProcess b(plus(etcd_node_flags(*cluster_, "checked", 1, "0"), program));
+  RunResult rb = b.wait(90), ra = a.wait(90);
+  ASSERT_FALSE(ra.timed_out || rb.timed_out) << ra.err << rb.err;
+  EXPECT_EQ(ra.exit_code, 0) << ra.out << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.out << rb.err;
+  EXPECT_TRUE(contains(ra.out, "[rank 0] # Out of bounds values : 0 OK")) << ra.out << ra.err;
+  EXPECT_TRUE(contains(ra.out, "4 ranks")) << ra.out;
+  EXPECT_TRUE(contains(ra.err, "node 0 of 2: starting ranks 0..1 of 4 (rendezvous in etcd " + cluster_->endpoints() +
+                                   "; node 0 at 127.0.0.1, here"))
+      << ra.err;
+  EXPECT_TRUE(contains(rb.err, "node 1 of 2: starting ranks 2..3 of 4 (rendezvous in etcd ")) << rb.err;
+  // A job that ended cleanly leaves nothing in etcd.
+  EXPECT_EQ(etcd_client(*cluster_)->num_keys(), 0);
+}
+
+// The etcd member every braidrun asks first dies while the ranks run; a rank then fails, and the
+// restart goes through the remaining members: round 1 runs and the job succeeds.
+TEST_F(BraidrunEtcd, AnEtcdMemberLostTheJobRestartsThroughTheOthers) {
+  TempDir pids;
+  const std::vector<std::string> actions = {rank_helper_path(), "pidfile#0", pids.path(), "sleep#0", "30",
+                                            "store-set@0#1", "k", "v1", "store-get#1", "k", "env"};
+  BraidrunProcess a(plus(etcd_node_flags(*cluster_, "member-lost", 0, "1"), actions));
+  BraidrunProcess b(plus(etcd_node_flags(*cluster_, "member-lost", 1, "1"), actions));
+  auto started = read_pidfiles(pids.path(), 4, 30);
+  ASSERT_EQ(started.size(), 4u) << a.out_so_far();
+  cluster_->kill_member(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the braidruns ask etcd meanwhile
+  ASSERT_EQ(kill(started[3], SIGKILL), 0);
+  RunResult rb = b.wait(90), ra = a.wait(90);
+  ASSERT_FALSE(ra.timed_out || rb.timed_out) << ra.err << rb.err;
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  for (const RunResult* r : {&ra, &rb}) {
+    EXPECT_TRUE(contains(r->err, "round 0 failed; starting every rank again (restart 1 of 1)")) << r->err;
+    EXPECT_TRUE(contains(r->err, "every rank succeeded in round 1")) << r->err;
+    EXPECT_TRUE(contains(r->err, "round 0: rank 3 (local rank 1 on node 1, host ")) << r->err;
+  }
+  for (int rank : {0, 1, 2, 3}) {
+    EXPECT_TRUE(contains(ra.out + rb.out, "[rank " + std::to_string(rank) + "] got k=v1")) << ra.out << rb.out;
+  }
+  EXPECT_TRUE(wait_pids_gone(started, 5).empty());
+}
+
+// Node 0's braidrun is killed: its ranks go with it, node 1's ranks lose the round's store and
+// fail, and the restart cannot gather a fixed --nnodes 2: node 1 ends with every failure listed.
+TEST_F(BraidrunEtcd, Node0LostWithAFixedNodeCountEndsTheJobWithASummary) {
+  TempDir pids;
+  const std::vector<std::string> actions = {rank_helper_path(), "pidfile", pids.path(), "store-get", "never-set"};
+  BraidrunProcess a(plus(etcd_node_flags(*cluster_, "node0-lost", 0, "1", "8"), actions));
+  BraidrunProcess b(plus(etcd_node_flags(*cluster_, "node0-lost", 1, "1", "8"), actions));
+  auto started = read_pidfiles(pids.path(), 4, 30);
+  ASSERT_EQ(started.size(), 4u) << a.out_so_far();
+  ASSERT_EQ(kill(a.pid(), SIGKILL), 0);
+  const auto killed = std::chrono::steady_clock::now();
+  RunResult rb = b.wait(60);
+  ASSERT_FALSE(rb.timed_out) << rb.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(40)) << rb.err;
+  EXPECT_NE(rb.exit_code, 0) << rb.err;
+  EXPECT_TRUE(contains(rb.err, "round 1 of job 'node0-lost'")) << rb.err;
+  EXPECT_TRUE(contains(rb.err, "missing node rank(s) 0")) << rb.err;
+  const std::regex summary(
+      "braidrun: job failed after 1 restart\\(s\\) \\(--max-restarts 1\\); every failure:\n"
+      "braidrun:   round 0: rank [23] \\(local rank [01] on node 1, host [^)]+\\): ");
+  EXPECT_TRUE(std::regex_search(rb.err, summary)) << rb.err;
+  EXPECT_TRUE(wait_pids_gone(started, 10).empty());
+}
+
+// Keys of an earlier job with the same --rdzv-id stay in etcd when it did not end cleanly: the
+// new job says so and how to remove them.
+TEST_F(BraidrunEtcd, AnEarlierJobsKeysAreNamedWithHowToRemoveThem) {
+  etcd_client(*cluster_)->set("braidrun/stale/node/0", "otherhost\n4242\n1\n0");
+  RunResult r = run_braidrun({"--rdzv-backend", "etcd", "--rdzv-endpoint", cluster_->endpoints(), "--rdzv-id", "stale",
+                              "--rdzv-timeout-s", "10", rank_helper_path(), "print", "ran"},
+                             30);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "is already taken by node 0 (host otherhost, braidrun pid 4242)")) << r.err;
+  EXPECT_TRUE(contains(r.err, "etcdctl del --prefix braidrun/stale/")) << r.err;
+  EXPECT_FALSE(contains(r.out, "ran")) << r.out;
+}
+
+// With c10d, node 0's braidrun serves the job's store: when it dies, node 1 ends the job at
+// once, naming the store, its node, and the backend that would have outlived it.
+TEST(BraidrunC10dStoreLost, TheOtherNodeEndsNamingTheStoresNodeAndEtcd) {
+  TempDir pids;
+  const int port = free_port();
+  auto flags = [&](int node) {
+    return std::vector<std::string>{"--nnodes", "2", "--nproc-per-node", "2", "--node-rank", std::to_string(node),
+                                    "--rdzv-endpoint", "127.0.0.1:" + std::to_string(port), "--rdzv-timeout-s", "30",
+                                    "--monitor-interval", "0.1", "--grace-s", "1", rank_helper_path(), "pidfile",
+                                    pids.path(), "sleep", "30"};
+  };
+  BraidrunProcess a(flags(0));
+  BraidrunProcess b(flags(1));
+  auto started = read_pidfiles(pids.path(), 4, 30);
+  ASSERT_EQ(started.size(), 4u) << a.out_so_far();
+  const pid_t store_pid = a.pid();
+  ASSERT_EQ(kill(store_pid, SIGKILL), 0);
+  const auto killed = std::chrono::steady_clock::now();
+  RunResult rb = b.wait(40);
+  ASSERT_FALSE(rb.timed_out) << rb.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(20)) << rb.err;
+  EXPECT_EQ(rb.exit_code, 1) << rb.err;
+  EXPECT_TRUE(contains(rb.err, "The job's store at 127.0.0.1:" + std::to_string(port) + " was served by node 0 (host ")) << rb.err;
+  EXPECT_TRUE(contains(rb.err, "braidrun pid " + std::to_string(store_pid) + "), which is gone")) << rb.err;
+  EXPECT_TRUE(contains(rb.err, "--rdzv-backend etcd --rdzv-endpoint")) << rb.err;
+  EXPECT_TRUE(wait_pids_gone(started, 10).empty());
+}
+
+}  // namespace
+}  // namespace braid::braidrun::testing
