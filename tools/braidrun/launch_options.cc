@@ -318,6 +318,12 @@ a new MASTER_PORT, so no
 process of an earlier round can join or disturb a later one. Once N restarts are spent, braidrun
 exits with the last failed rank's code and lists every failure: round, rank, node, exit code or
 signal. SIGINT/SIGTERM to braidrun end the job without a restart.
+
+Rendezvous in etcd (--rdzv-backend etcd --rdzv-endpoint h1:2379,h2:2379,h3:2379): the nodes meet
+in an etcd v3 cluster, which outlives any node and any one member, instead of in node 0's
+braidrun (with c10d, losing that node ends the job). Node 0 serves each round's store for the
+ranks at its address towards etcd. Give each job its own --rdzv-id: a job that did not end
+cleanly leaves its keys in etcd.
 )";
 }
 
