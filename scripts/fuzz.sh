@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds braid's libFuzzer targets with clang (AddressSanitizer + UndefinedBehaviorSanitizer) and
 # runs each for a while. Every parser of bytes from the network has one: the store's handshake and
-# frames, the tcp transport's handshake and frames, the operation header and the settings card.
+# frames, the tcp transport's handshake and frames, the operation header and the settings card,
+# and what an etcd member sends braidrun back.
 # The same fuzz_* functions run with bounded random and mutated inputs inside the normal test
 # suites (scripts/test.sh); this script is for the longer runs.
 # Usage: scripts/fuzz.sh [seconds per target, default 60] [target name ...]

@@ -124,7 +124,9 @@ Result<std::string> dechunk(const std::string& raw, const Endpoint& ep) {
   }
 }
 
-Result<HttpReply> parse_reply(const std::string& raw, const Endpoint& ep) {
+}  // namespace
+
+Result<HttpReply> parse_http_reply(const std::string& raw, const Endpoint& ep) {
   const size_t head_end = raw.find("\r\n\r\n");
   if (raw.compare(0, 5, "HTTP/") != 0 || head_end == std::string::npos) {
     std::string got = "the connection closed without one";
@@ -148,8 +150,6 @@ Result<HttpReply> parse_reply(const std::string& raw, const Endpoint& ep) {
   reply.body = std::move(body);
   return reply;
 }
-
-}  // namespace
 
 std::string Endpoint::text() const {
   return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
@@ -215,7 +215,7 @@ Result<HttpReply> http_post(const Endpoint& endpoint, const std::string& path, c
                               "\r\nConnection: close\r\n\r\n" + body;
   RETURN_IF_ERROR(send_all(fd.get(), request, endpoint, deadline));
   ASSIGN_OR_RETURN(std::string raw, read_to_close(fd.get(), endpoint, deadline));
-  return parse_reply(raw, endpoint);
+  return parse_http_reply(raw, endpoint);
 }
 
 Result<std::string> local_address_towards(const Endpoint& endpoint, const Deadline& deadline) {

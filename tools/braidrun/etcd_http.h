@@ -43,6 +43,11 @@ struct HttpReply {
 Result<HttpReply> http_post(const Endpoint& endpoint, const std::string& path, const std::string& body,
                             const Deadline& deadline);
 
+// Parses what a member sent back on one connection (everything up to its close): the status
+// line, the headers that matter (Content-Length, Transfer-Encoding: chunked) and the body.
+// Anything else is a protocol error naming `from`.
+Result<HttpReply> parse_http_reply(const std::string& raw, const Endpoint& from);
+
 // The address of this host that a connection to `endpoint` leaves from (what the kernel picks
 // for it): an address of this node the others can reach when they reach the same member.
 Result<std::string> local_address_towards(const Endpoint& endpoint, const Deadline& deadline);

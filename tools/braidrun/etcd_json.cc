@@ -80,7 +80,7 @@ class Reader {
       if (!take(':')) return fail("expected ':'");
       JsonValue member;
       RETURN_IF_ERROR(value(member, depth + 1));
-      v.members.emplace_back(std::move(name), std::move(member));
+      v.members.push_back(JsonValue::Member{std::move(name), std::move(member)});
     } while (take(','));
     if (!take('}')) return fail("expected ',' or '}'");
     return Status::ok();

@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -22,7 +21,8 @@ struct JsonValue {
   Kind kind = Kind::null;
   std::string text;  // a string's contents, a number's digits, "true" or "false"
   std::vector<JsonValue> items;                             // array
-  std::vector<std::pair<std::string, JsonValue>> members;  // object, in order
+  struct Member;
+  std::vector<Member> members;  // object, in order
 
   // The member `name` of an object; nullptr when absent (or this is no object).
   const JsonValue* find(std::string_view name) const;
@@ -33,6 +33,11 @@ struct JsonValue {
   int64_t int_of(std::string_view name) const;
   // The member `name` as a boolean; false when absent.
   bool bool_of(std::string_view name) const;
+};
+
+struct JsonValue::Member {
+  std::string name;
+  JsonValue value;
 };
 
 // Parses one JSON document (surrounding whitespace allowed); protocol errors say where it broke.

@@ -1,6 +1,12 @@
 // The JSON, base64 and endpoint-list parsing EtcdStore relies on (no etcd needed).
 #include <gtest/gtest.h>
 
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/tools/braidrun/etcd_reply_fuzz.h"
+
 #include "tools/braidrun/etcd_http.h"
 #include "tools/braidrun/etcd_json.h"
 
@@ -75,6 +81,57 @@ TEST(EtcdEndpoints, ParsesTheListTorchrunUsersWrite) {
     if (!r.is_ok()) {
       EXPECT_EQ(r.status().code(), ErrorCode::invalid_argument) << bad;
     }
+  }
+}
+
+TEST(EtcdHttp, ParsesRepliesWithLengthChunkedOrToClose) {
+  const Endpoint from{"m", 2379};
+  auto r = parse_http_reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}junk", from);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "{}");
+  r = parse_http_reply("HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"a\r\n"
+                       "4\r\n\":1}\r\n0\r\n\r\n", from);
+  ASSERT_TRUE(r.is_ok()) << r.status().message();
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(r->body, "{\"a\":1}");
+  r = parse_http_reply("HTTP/1.0 200 OK\r\n\r\nall of it", from);
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_EQ(r->body, "all of it");
+  for (const char* bad : {"", "SSH-2.0-OpenSSH\r\n", "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n{}",
+                          "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+                          "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n9\r\nab"}) {
+    auto b = parse_http_reply(bad, from);
+    EXPECT_FALSE(b.is_ok()) << bad;
+    if (!b.is_ok()) {
+      EXPECT_EQ(b.status().code(), ErrorCode::protocol) << bad;
+      EXPECT_NE(b.status().message().find("m:2379"), std::string::npos) << b.status().message();
+    }
+  }
+}
+
+// Random bytes and mutations of a real reply through every parser EtcdStore uses
+// (etcd_reply_fuzz.h; scripts/fuzz.sh runs the same function for longer).
+TEST(EtcdFuzz, RepliesOfAnyShapeFailCleanly) {
+  const std::string valid =
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 150\r\n\r\n"
+      "{\"header\":{\"revision\":\"3\"},\"succeeded\":true,\"responses\":[{\"response_range\":{\"kvs\":"
+      "[{\"key\":\"Zm9v\",\"mod_revision\":\"3\",\"value\":\"YmF6\"}],\"count\":\"1\"}}],\"x\":[null,-1.5e3]}";
+  std::mt19937 rng(33);
+  for (int i = 0; i < 20000; ++i) {
+    std::string bytes;
+    if (i % 3 == 0) {
+      bytes.resize(rng() % 200);
+      for (char& c : bytes) c = static_cast<char>(rng());
+    } else {
+      bytes = valid;
+      for (int flips = 1 + static_cast<int>(rng() % 4); flips > 0; --flips) {
+        const std::string_view json_bytes = "{}[]\",:\\u0\r\n";
+        bytes[rng() % bytes.size()] = static_cast<char>(i % 2 ? json_bytes[rng() % json_bytes.size()] : rng());
+      }
+      if (rng() % 8 == 0) bytes.resize(rng() % bytes.size());
+    }
+    fuzz_etcd_reply(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
   }
 }
 
