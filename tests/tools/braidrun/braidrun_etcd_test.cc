@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/two_hosts.h"
 #include "tests/tools/braidrun/braidrun_runner.h"
 #include "tests/tools/braidrun/etcd_cluster.h"
 #include "tools/braidrun/etcd_store.h"
@@ -120,6 +121,45 @@ TEST_F(BraidrunEtcd, Node0LostWithAFixedNodeCountEndsTheJobWithASummary) {
       "braidrun:   round 0: rank [23] \\(local rank [01] on node 1, host [^)]+\\): ");
   EXPECT_TRUE(std::regex_search(rb.err, summary)) << rb.err;
   EXPECT_TRUE(wait_pids_gone(started, 10).empty());
+}
+
+// Two hosts (network namespaces): etcd member 0 on host 0, members 1 and 2 on host 1; node 0 is
+// host 1's braidrun, so the ranks' MASTER_ADDR must be host 1's address as seen on the way to
+// etcd. Member 0 (the one every braidrun asks first) is killed, then a rank: the job restarts
+// through host 1's members and succeeds.
+TEST(BraidrunEtcdNetns, TwoHostsMeetInEtcdAndOutliveAMember) {
+  BRAID_SKIP_WITHOUT_ETCD();
+  ::braid::testing::TwoHosts hosts("bre", "10.81.0");
+  if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
+  EtcdCluster cluster(30, {{hosts.ns(0), hosts.address(0)}, {hosts.ns(1), hosts.address(1)},
+                           {hosts.ns(1), hosts.address(1)}});
+  ASSERT_TRUE(cluster.up()) << cluster.error();
+  TempDir pids;
+  const std::vector<std::string> actions = {rank_helper_path(), "env", "pidfile#0", pids.path(), "sleep#0", "30",
+                                            "store-set@0#1", "k", "v1", "store-get#1", "k"};
+  BraidrunProcess node0(plus(etcd_node_flags(cluster, "netns", 0, "1"), actions), hosts.exec_in(1));
+  BraidrunProcess node1(plus(etcd_node_flags(cluster, "netns", 1, "1"), actions), hosts.exec_in(0));
+  auto started = read_pidfiles(pids.path(), 4, 30);
+  ASSERT_EQ(started.size(), 4u) << node0.out_so_far();
+  cluster.kill_member(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ASSERT_EQ(kill(started[3], SIGKILL), 0);
+  RunResult r1 = node1.wait(90), r0 = node0.wait(90);
+  ASSERT_FALSE(r0.timed_out || r1.timed_out) << r0.err << r1.err;
+  EXPECT_EQ(r0.exit_code, 0) << r0.err;
+  EXPECT_EQ(r1.exit_code, 0) << r1.err;
+  const std::string out = r0.out + r1.out;
+  std::regex master_addr(R"(MASTER_ADDR=(\S+))");
+  int lines = 0;
+  for (std::sregex_iterator it(out.begin(), out.end(), master_addr), end; it != end; ++it, ++lines) {
+    EXPECT_EQ((*it)[1], hosts.address(1)) << out;
+  }
+  EXPECT_EQ(lines, 8) << "4 ranks, 2 rounds: " << out;
+  for (int rank : {0, 1, 2, 3}) {
+    EXPECT_TRUE(contains(out, "[rank " + std::to_string(rank) + "] got k=v1")) << out << r0.err << r1.err;
+  }
+  EXPECT_TRUE(contains(r1.err, "round 0 failed; starting every rank again (restart 1 of 1)")) << r1.err;
+  EXPECT_TRUE(wait_pids_gone(started, 5).empty());
 }
 
 // Keys of an earlier job with the same --rdzv-id stay in etcd when it did not end cleanly: the

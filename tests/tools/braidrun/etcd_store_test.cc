@@ -193,6 +193,23 @@ TEST_F(EtcdStoreTest, AMemberKilledMidTestTheClientGoesOn) {
   EXPECT_EQ(fresh->get(k("after")), "2");
 }
 
+// A frozen member (SIGSTOP: its port still accepts connections, nothing answers) costs a call
+// one member timeout; the call and the ones after it are answered by the others.
+TEST_F(EtcdStoreTest, AFrozenMemberIsLeftAfterTheMemberTimeout) {
+  auto s = client(cluster_->endpoints(), {.timeout = milliseconds(5000), .member_timeout = milliseconds(1000)});
+  s->set(k("before"), "1");
+  ASSERT_EQ(s->current_member().text(), cluster_->endpoint(0));
+  cluster_->signal_member(0, SIGSTOP);
+  const auto start = std::chrono::steady_clock::now();
+  s->set(k("after"), "2");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  EXPECT_NE(s->current_member().text(), cluster_->endpoint(0));
+  EXPECT_EQ(s->get(k("before")), "1");
+  EXPECT_EQ(s->add(k("n"), 2), 2);
+  EXPECT_TRUE(s->check({k("before"), k("after"), k("n")}));
+  cluster_->signal_member(0, SIGCONT);
+}
+
 // No member reachable: the call fails within its bound, naming every member and the fix.
 TEST(EtcdStoreNoCluster, NoMemberAnsweringFailsNamingEachMember) {
   const int p1 = ::braid::testing::free_port(), p2 = ::braid::testing::free_port();
