@@ -120,7 +120,8 @@ Result<JsonValue> EtcdStore::call(const std::string& what, const std::string& pa
   for (size_t tried = 0;; ++tried) {
     const size_t at = current_.load() % endpoints_.size();
     const etcd::Endpoint& ep = endpoints_[at];
-    const Deadline member = Deadline::after(std::min<std::chrono::nanoseconds>(options_.member_timeout, overall.remaining()));
+    const Deadline member =
+        Deadline::after(std::min<std::chrono::nanoseconds>(options_.member_timeout, overall.remaining()));
     Result<etcd::HttpReply> reply = etcd::http_post(ep, path, body, member);
     std::string error;
     if (reply.is_ok()) {

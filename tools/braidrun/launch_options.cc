@@ -228,7 +228,8 @@ Result<LaunchOptions> parse_launch_options(const std::vector<std::string>& args,
   if (o.rdzv_backend == LaunchOptions::RdzvBackend::etcd) {
     if (o.standalone) return bad("--standalone serves its own store; drop it or --rdzv-backend etcd");
     if (!seen.rdzv_endpoint) {
-      return bad("--rdzv-backend etcd needs --rdzv-endpoint listing the etcd members' client addresses (h1:2379,h2:2379,h3:2379)");
+      return bad("--rdzv-backend etcd needs --rdzv-endpoint listing the etcd members' client addresses " +
+                 std::string("(h1:2379,h2:2379,h3:2379)"));
     }
     auto members = etcd::parse_endpoints(*seen.rdzv_endpoint);
     if (!members.is_ok()) return bad("--rdzv-endpoint: " + members.status().message());

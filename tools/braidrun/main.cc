@@ -144,7 +144,9 @@ int run(int argc, char** argv) {
                      (rdzv.serving() ? ", here" : "")
                : " (store at " + rdzv.master_addr() + ":" + std::to_string(rdzv.master_port()) +
                      (rdzv.serving() ? ", served here" : "")) +
-          (o.max_restarts > 0 || o.rdzv_backend == LaunchOptions::RdzvBackend::etcd ? "; the ranks' store of round 0 is on port " + std::to_string(rdzv.ranks_port()) : "") +
+          (o.max_restarts > 0 || o.rdzv_backend == LaunchOptions::RdzvBackend::etcd
+               ? "; the ranks' store of round 0 is on port " + std::to_string(rdzv.ranks_port())
+               : "") +
           "; MASTER_PORT " + std::to_string(rdzv.torch_port()) + " is kept free for rank 0's torch store)");
     }
     std::vector<RankSpec> specs;

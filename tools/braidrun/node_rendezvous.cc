@@ -194,6 +194,7 @@ Status NodeRendezvous::connect_etcd(const LaunchOptions& o) {
   const auto rdzv = std::chrono::duration_cast<milliseconds>(std::chrono::duration<double>(o.rdzv_timeout_s));
   // One call may spend up to 30 s finding a member that answers (a leader election takes a
   // few); etcd gone for longer than that ends the job.
+  etcd_members_ = members;
   store_ = std::make_shared<EtcdStore>(
       members, EtcdStoreOptions{.timeout = rdzv, .request_timeout = std::min<milliseconds>(rdzv, std::chrono::seconds(30))});
   master_port_ = 0;
@@ -211,12 +212,15 @@ Status NodeRendezvous::connect_etcd(const LaunchOptions& o) {
 
 Status NodeRendezvous::explain_store_loss(const Status& s) {
   const ErrorCode c = s.code();
-  if (etcd_ || serving_ || (c != ErrorCode::peer_lost && c != ErrorCode::timeout && c != ErrorCode::system)) return s;
+  // Before every node arrived nobody knows whose store it was; the message then says the rest.
+  if (etcd_ || serving_ || store_node_.empty()) return s;
+  if (c != ErrorCode::peer_lost && c != ErrorCode::timeout && c != ErrorCode::system) return s;
   if (told_store_lost_) return Status(c, s.message() + " (the job's store is gone with " + store_node_ + ", see above)");
   told_store_lost_ = true;
   const std::string& m = s.message();
   const bool ends_sentence = !m.empty() && (m.back() == '.' || m.back() == '?' || m.back() == '!');
-  return Status(c, m + (ends_sentence ? " " : ". ") + "The job's store at " + store_->address() + " was served by " + store_node_ +
+  return Status(c, m + (ends_sentence ? " " : ". ") + "The job's store at " + store_->address() + " was served by " +
+                       store_node_ +
                        ", which is gone or not answering: with --rdzv-backend c10d the job's rendezvous ends with " +
                        "that node. To let a job outlive any node, keep the rendezvous in etcd: start every braidrun " +
                        "with --rdzv-backend etcd --rdzv-endpoint h1:2379,h2:2379,h3:2379 (a 3-member etcd cluster)");
@@ -224,7 +228,10 @@ Status NodeRendezvous::explain_store_loss(const Status& s) {
 
 void NodeRendezvous::forget_job() {
   if (!etcd_ || !serving_ || !store_) return;
-  auto* etcd = dynamic_cast<EtcdStore*>(store_.get());
+  // A client of its own with a short bound: an etcd gone by now must not hold up braidrun's exit.
+  auto etcd = std::make_unique<EtcdStore>(etcd_members_, EtcdStoreOptions{.timeout = std::chrono::seconds(3),
+                                                                          .request_timeout = std::chrono::seconds(3),
+                                                                          .member_timeout = std::chrono::seconds(1)});
   std::vector<std::string> left;
   for (int n = 0; n < nnodes_; ++n) {
     if (n != node_rank_) left.push_back(key("left/" + std::to_string(n)));

@@ -54,6 +54,7 @@
 #include "braid/store.h"
 #include "common/deadline.h"
 #include "common/status.h"
+#include "tools/braidrun/etcd_http.h"
 #include "tools/braidrun/launch_options.h"
 #include "tools/braidrun/port_reservation.h"
 #include "tools/braidrun/store_wait.h"
@@ -153,6 +154,7 @@ class NodeRendezvous {
   std::shared_ptr<Store> store_;  // shared: a call left behind on a signal keeps it alive
   bool serving_ = false;
   bool etcd_ = false;         // --rdzv-backend etcd: store_ is an EtcdStore
+  std::vector<etcd::Endpoint> etcd_members_;
   std::string store_node_;    // c10d: which node serves the job's store, for messages
   bool told_store_lost_ = false;
   int signal_fd_ = -1;

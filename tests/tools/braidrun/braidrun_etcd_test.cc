@@ -198,7 +198,8 @@ TEST(BraidrunC10dStoreLost, TheOtherNodeEndsNamingTheStoresNodeAndEtcd) {
   ASSERT_FALSE(rb.timed_out) << rb.err;
   EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(20)) << rb.err;
   EXPECT_EQ(rb.exit_code, 1) << rb.err;
-  EXPECT_TRUE(contains(rb.err, "The job's store at 127.0.0.1:" + std::to_string(port) + " was served by node 0 (host ")) << rb.err;
+  EXPECT_TRUE(contains(rb.err, "The job's store at 127.0.0.1:" + std::to_string(port) + " was served by node 0 (host "))
+      << rb.err;
   EXPECT_TRUE(contains(rb.err, "braidrun pid " + std::to_string(store_pid) + "), which is gone")) << rb.err;
   EXPECT_TRUE(contains(rb.err, "--rdzv-backend etcd --rdzv-endpoint")) << rb.err;
   EXPECT_TRUE(wait_pids_gone(started, 10).empty());

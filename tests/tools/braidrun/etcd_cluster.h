@@ -124,7 +124,8 @@ class EtcdCluster {
       const std::string client = url(i, client_ports_[i]);
       const std::string peer = url(i, peer_ports[i]);
       std::vector<std::string> argv;
-      if (!places_[static_cast<size_t>(i)].netns.empty()) argv = {"ip", "netns", "exec", places_[static_cast<size_t>(i)].netns};
+      const std::string& netns = places_[static_cast<size_t>(i)].netns;
+      if (!netns.empty()) argv = {"ip", "netns", "exec", netns};
       members_.push_back(std::make_unique<::braid::testing::Subprocess>(plus_args(argv, std::vector<std::string>{
           etcd_binary(), "--name", "m" + std::to_string(i), "--data-dir", dir_->path() + "/m" + std::to_string(i),
           "--listen-client-urls", client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
