@@ -104,15 +104,15 @@ TEST_F(BraidrunEtcd, AnEtcdMemberLostTheJobRestartsThroughTheOthers) {
 TEST_F(BraidrunEtcd, Node0LostWithAFixedNodeCountEndsTheJobWithASummary) {
   TempDir pids;
   const std::vector<std::string> actions = {rank_helper_path(), "pidfile", pids.path(), "store-get", "never-set"};
-  BraidrunProcess a(plus(etcd_node_flags(*cluster_, "node0-lost", 0, "1", "8"), actions));
-  BraidrunProcess b(plus(etcd_node_flags(*cluster_, "node0-lost", 1, "1", "8"), actions));
+  BraidrunProcess a(plus(etcd_node_flags(*cluster_, "node0-lost", 0, "1", "10"), actions));
+  BraidrunProcess b(plus(etcd_node_flags(*cluster_, "node0-lost", 1, "1", "10"), actions));
   auto started = read_pidfiles(pids.path(), 4, 30);
   ASSERT_EQ(started.size(), 4u) << a.out_so_far();
   ASSERT_EQ(kill(a.pid(), SIGKILL), 0);
   const auto killed = std::chrono::steady_clock::now();
   RunResult rb = b.wait(60);
   ASSERT_FALSE(rb.timed_out) << rb.err;
-  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(40)) << rb.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(50)) << rb.err;
   EXPECT_NE(rb.exit_code, 0) << rb.err;
   EXPECT_TRUE(contains(rb.err, "round 1 of job 'node0-lost'")) << rb.err;
   EXPECT_TRUE(contains(rb.err, "missing node rank(s) 0")) << rb.err;

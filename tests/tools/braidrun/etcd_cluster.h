@@ -130,7 +130,10 @@ class EtcdCluster {
           etcd_binary(), "--name", "m" + std::to_string(i), "--data-dir", dir_->path() + "/m" + std::to_string(i),
           "--listen-client-urls", client, "--advertise-client-urls", client, "--listen-peer-urls", peer,
           "--initial-advertise-peer-urls", peer, "--initial-cluster", initial, "--initial-cluster-state", "new",
-          "--initial-cluster-token", token, "--logger", "zap", "--log-level", "warn"})));
+          "--initial-cluster-token", token, "--logger", "zap", "--log-level", "warn",
+          // A loaded test machine must not make members think the leader died: elections then
+          // come only from the tests' kills.
+          "--heartbeat-interval", "200", "--election-timeout", "2000"})));
     }
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
     std::vector<bool> ready(kMembers, false);
