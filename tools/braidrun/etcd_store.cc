@@ -127,14 +127,16 @@ Result<JsonValue> EtcdStore::call(const std::string& what, const std::string& pa
     if (reply.is_ok()) {
       Result<JsonValue> json = etcd::parse_json(reply->body);
       if (reply->status == 200 && json.is_ok()) return json;
-      if (!json.is_ok()) {
-        error = "HTTP " + std::to_string(reply->status) + ", " + json.status().message();
-      } else {
-        error = "HTTP " + std::to_string(reply->status) + ": " + json->text_of("message");
-        if (!another_member_may_answer(reply->status, *json)) {
-          return Status(reply->status == 400 ? ErrorCode::invalid_argument : ErrorCode::protocol,
-                        "etcd store " + what + ": member " + ep.text() + " refused it (" + error + ")");
-        }
+      error = "HTTP " + std::to_string(reply->status) +
+              (json.is_ok() ? ": " + json->text_of("message") : ", " + json.status().message());
+      // A member that answers, but not with etcd's JSON, or refuses the request itself: asking
+      // another one would get the same answer.
+      const bool retry = reply->status >= 500 || (json.is_ok() && another_member_may_answer(reply->status, *json));
+      if (!retry) {
+        const std::string hint =
+            reply->status == 404 ? "; is this an etcd 3.4 or later client port? Its JSON gateway answers on /v3/" : "";
+        return Status(reply->status == 400 ? ErrorCode::invalid_argument : ErrorCode::protocol,
+                      "etcd store " + what + ": member " + ep.text() + " refused it (" + error + ")" + hint);
       }
     } else {
       error = reply.status().message();

@@ -76,6 +76,10 @@ class EtcdCluster {
   std::string endpoint(int member) const {
     return places_.at(static_cast<size_t>(member)).host + ":" + std::to_string(client_ports_.at(static_cast<size_t>(member)));
   }
+  // Member `i`'s peer (raft) address: what a user might give by mistake for its client one.
+  std::string peer_endpoint(int member) const {
+    return places_.at(static_cast<size_t>(member)).host + ":" + std::to_string(peer_ports_.at(static_cast<size_t>(member)));
+  }
   // Kills member `i` (SIGKILL) and waits for it to be gone.
   void kill_member(int i) {
     members_.at(static_cast<size_t>(i))->kill(SIGKILL);
@@ -108,7 +112,8 @@ class EtcdCluster {
     members_.clear();
     client_ports_.clear();
     dir_ = std::make_unique<::braid::testing::TempDir>("braid-etcd");
-    std::vector<int> peer_ports;
+    std::vector<int>& peer_ports = peer_ports_;
+    peer_ports.clear();
     for (int i = 0; i < kMembers; ++i) {
       const bool netns = !places_[static_cast<size_t>(i)].netns.empty();
       client_ports_.push_back(netns ? 2379 + 10 * i : ::braid::testing::free_port());
@@ -167,7 +172,7 @@ class EtcdCluster {
   std::vector<EtcdPlace> places_;
   std::unique_ptr<::braid::testing::TempDir> dir_;
   std::vector<std::unique_ptr<::braid::testing::Subprocess>> members_;
-  std::vector<int> client_ports_;
+  std::vector<int> client_ports_, peer_ports_;
   bool up_ = false;
   std::string error_;
 };

@@ -210,6 +210,23 @@ TEST_F(EtcdStoreTest, AFrozenMemberIsLeftAfterTheMemberTimeout) {
   cluster_->signal_member(0, SIGCONT);
 }
 
+// The members' peer ports answer HTTP, but not etcd's gateway: the call fails at once, saying so.
+TEST_F(EtcdStoreTest, APeerPortForAClientPortIsRefusedAtOnce) {
+  auto s = client(cluster_->peer_endpoint(1), {.request_timeout = milliseconds(20000)});
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    s->set(k("x"), "1");
+    ADD_FAILURE() << "set through a peer port";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::protocol) << e.what();
+    EXPECT_NE(std::string(e.what()).find("member " + cluster_->peer_endpoint(1) + " refused it (HTTP 404"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("client port"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not retried for the whole bound";
+}
+
 // No member reachable: the call fails within its bound, naming every member and the fix.
 TEST(EtcdStoreNoCluster, NoMemberAnsweringFailsNamingEachMember) {
   const int p1 = ::braid::testing::free_port(), p2 = ::braid::testing::free_port();
