@@ -23,6 +23,8 @@ namespace {
 
 using std::chrono::milliseconds;
 
+void say(const std::string& line) { write_all(STDERR_FILENO, "braidrun: " + line + "\n"); }
+
 std::string endpoint(const std::string& host, uint16_t port) {
   return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
@@ -198,6 +200,10 @@ Status NodeRendezvous::connect_etcd(const LaunchOptions& o) {
   store_ = std::make_shared<EtcdStore>(
       members, EtcdStoreOptions{.timeout = rdzv, .request_timeout = std::min<milliseconds>(rdzv, std::chrono::seconds(30))});
   master_port_ = 0;
+  if (o.run_id == "none") {
+    say("with --rdzv-backend etcd, give each job its own --rdzv-id: a job that does not end cleanly leaves its "
+        "keys in etcd, and a later job with the same id is refused");
+  }
   Deadline deadline = Deadline::after_seconds(o.rdzv_timeout_s);
   for (;;) {
     auto reached = ask<bool>("reaching etcd", "a member of " + store_->address() + " to answer",

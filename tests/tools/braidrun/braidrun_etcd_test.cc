@@ -24,11 +24,15 @@ bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
+// `node_rank` < 0: no --node-rank (node ranks in arrival order, from etcd's counter).
 std::vector<std::string> etcd_node_flags(const EtcdCluster& c, const std::string& run_id, int node_rank,
                                          const std::string& max_restarts, const std::string& rdzv_timeout_s = "30") {
-  return {"--nnodes", "2", "--nproc-per-node", "2", "--node-rank", std::to_string(node_rank), "--rdzv-backend", "etcd",
-          "--rdzv-endpoint", c.endpoints(), "--rdzv-id", run_id, "--rdzv-timeout-s", rdzv_timeout_s,
-          "--max-restarts", max_restarts, "--monitor-interval", "0.1", "--grace-s", "1"};
+  std::vector<std::string> flags = {"--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "etcd",
+                                    "--rdzv-endpoint", c.endpoints(), "--rdzv-id", run_id, "--rdzv-timeout-s",
+                                    rdzv_timeout_s, "--max-restarts", max_restarts, "--monitor-interval", "0.1",
+                                    "--grace-s", "1"};
+  if (node_rank >= 0) flags.insert(flags.end(), {"--node-rank", std::to_string(node_rank)});
+  return flags;
 }
 
 std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std::string>& b) {
@@ -72,13 +76,14 @@ TEST_F(BraidrunEtcd, TwoNodesRunACheckedAllReduce) {
 }
 
 // The etcd member every braidrun asks first dies while the ranks run; a rank then fails, and the
-// restart goes through the remaining members: round 1 runs and the job succeeds.
+// restart goes through the remaining members: round 1 runs and the job succeeds. The braidruns
+// take their node ranks from etcd, in arrival order.
 TEST_F(BraidrunEtcd, AnEtcdMemberLostTheJobRestartsThroughTheOthers) {
   TempDir pids;
   const std::vector<std::string> actions = {rank_helper_path(), "pidfile#0", pids.path(), "sleep#0", "30",
                                             "store-set@0#1", "k", "v1", "store-get#1", "k", "env"};
-  BraidrunProcess a(plus(etcd_node_flags(*cluster_, "member-lost", 0, "1"), actions));
-  BraidrunProcess b(plus(etcd_node_flags(*cluster_, "member-lost", 1, "1"), actions));
+  BraidrunProcess a(plus(etcd_node_flags(*cluster_, "member-lost", -1, "1"), actions));
+  BraidrunProcess b(plus(etcd_node_flags(*cluster_, "member-lost", -1, "1"), actions));
   auto started = read_pidfiles(pids.path(), 4, 30);
   ASSERT_EQ(started.size(), 4u) << a.out_so_far();
   cluster_->kill_member(0);
@@ -160,6 +165,19 @@ TEST(BraidrunEtcdNetns, TwoHostsMeetInEtcdAndOutliveAMember) {
   }
   EXPECT_TRUE(contains(r1.err, "round 0 failed; starting every rank again (restart 1 of 1)")) << r1.err;
   EXPECT_TRUE(wait_pids_gone(started, 5).empty());
+}
+
+// One node through etcd, without --rdzv-id: it runs, says to give each job its own id, and
+// leaves nothing behind.
+TEST_F(BraidrunEtcd, OneNodeWithoutARunIdRunsAndIsToldToGiveOne) {
+  RunResult r = run_braidrun({"--nproc-per-node", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint", cluster_->endpoints(),
+                              "--rdzv-timeout-s", "30", rank_helper_path(), "store-set@1", "k", "v", "store-get", "k"},
+                             60);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.err, "give each job its own --rdzv-id")) << r.err;
+  EXPECT_TRUE(contains(r.out, "[rank 0] got k=v")) << r.out;
+  EXPECT_EQ(etcd_client(*cluster_)->num_keys(), 0);
 }
 
 // Keys of an earlier job with the same --rdzv-id stay in etcd when it did not end cleanly: the
