@@ -28,6 +28,7 @@ struct CommunicatorConfig {
   // When this rank serves the job's store; shared with the communicators shrink() makes from
   // this one, which meet through the same store and may outlive it.
   std::shared_ptr<TcpStoreServer> server;
+  bool shrunk = false;                       // made by shrink() (it shares `server` with the old one)
   // The program handed the store in (from_store, e.g. torch's): whoever serves it may exit
   // before the other ranks leave, which is then no trouble at all.
   bool foreign_store = false;
