@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """Time to recover with Communicator::shrink: N ranks of tests/runtime/shrink/shrink_rank on this
-host (env://, rank 0 serving the store), kill -9 of the last rank mid-loop, and for each trial,
-measured on CLOCK_MONOTONIC (the ranks print it; this script takes it at the kill):
+host (env://, rank 0 serving the store), kill -9 (or, with --fault stop, SIGSTOP) of the last
+rank mid-loop, and for each trial, measured on CLOCK_MONOTONIC (the ranks print it; this script
+takes it at the fault):
 
-  detect  kill -> the last survivor's failed operation returned its error
+  detect  fault -> the last survivor's failed operation returned its error (a stopped rank is
+          found by BRAID_TIMEOUT_S, --timeout-s here, and the timeout report that names it)
   shrink  the longest survivor's shrink() call: agreement through the store plus the new
           communicator's connections (from that survivor's error to its shrink() returning)
-  total   kill -> the last survivor's first all_reduce on the new communicator checked right
+  total   fault -> the last survivor's first all_reduce on the new communicator checked right
 
 Medians over --trials, and each trial's line. Usage (from the repository root, after ninja):
 
-  python3 bench/runtime/shrink_recovery.py --ranks 4 8 --trials 5 [--transport tcp]
+  python3 bench/runtime/shrink_recovery.py --ranks 4 8 --trials 5 [--transport tcp] [--fault stop]
 """
 import argparse
 import os
@@ -55,7 +57,7 @@ def t_of(line):
     return int(re.search(r" t=(\d+)", line).group(1))
 
 
-def trial(binary, n, env_extra, out_dir):
+def trial(binary, n, env_extra, out_dir, fault):
     port = free_port()
     paths, procs = [], []
     for r in range(n):
@@ -70,7 +72,7 @@ def trial(binary, n, env_extra, out_dir):
         wait_lines(paths, "READY", range(n), 120)
         time.sleep(0.3)
         killed_at = time.monotonic_ns()
-        procs[victim].send_signal(signal.SIGKILL)
+        procs[victim].send_signal(signal.SIGSTOP if fault == "stop" else signal.SIGKILL)
         failed = wait_lines(paths, "FAILED", survivors, 120)
         shrunk = wait_lines(paths, "SHRUNK", survivors, 120)
         first = wait_lines(paths, "FIRST", survivors, 120)
@@ -94,18 +96,21 @@ def main():
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--transport", default="", help="BRAID_TRANSPORT for the ranks (default: braid's choice)")
     ap.add_argument("--binary", default=DEFAULT_RANK)
+    ap.add_argument("--fault", choices=["kill", "stop"], default="kill")
+    ap.add_argument("--timeout-s", type=float, default=None, help="BRAID_TIMEOUT_S (default 30; 3 with --fault stop)")
     args = ap.parse_args()
-    env_extra = {"BRAID_TIMEOUT_S": "30"}
+    timeout_s = args.timeout_s if args.timeout_s is not None else 3 if args.fault == "stop" else 30
+    env_extra = {"BRAID_TIMEOUT_S": f"{timeout_s:g}"}
     if args.transport:
         env_extra["BRAID_TRANSPORT"] = args.transport
     import tempfile
     print(f"{'ranks':>5} {'detect ms':>10} {'shrink ms':>10} {'total ms':>10}   (medians of {args.trials}; "
-          f"transport {args.transport or 'auto'})")
+          f"transport {args.transport or 'auto'}; {args.fault}, BRAID_TIMEOUT_S={timeout_s:g})")
     for n in args.ranks:
         rows = []
         for i in range(args.trials):
             with tempfile.TemporaryDirectory() as d:
-                rows.append(trial(args.binary, n, env_extra, d))
+                rows.append(trial(args.binary, n, env_extra, d, args.fault))
             print(f"      trial {i}: detect {rows[-1][0]:.1f} shrink {rows[-1][1]:.1f} total {rows[-1][2]:.1f}",
                   file=sys.stderr)
         med = [statistics.median(c) for c in zip(*rows)]
