@@ -114,11 +114,13 @@ int main(int argc, char** argv) {
   int after_ms = 500;
   std::string exclude_text;
   bool excluded_calls = false;
+  bool drop_old = false;  // destroy the old communicator as soon as shrink returned (comm = comm.shrink())
   braid::testing::RankFlags("shrink_rank")
       .value("--before", &before)
       .value("--after-ms", &after_ms)
       .value("--exclude", &exclude_text)
       .toggle("--excluded-call-shrink", &excluded_calls)
+      .toggle("--drop-old", &drop_old)
       .parse(argc, argv);
   const std::vector<int> exclude = parse_list(exclude_text);
   std::vector<int32_t> a(1 << 14);
@@ -147,6 +149,7 @@ int main(int argc, char** argv) {
       say(error_line("SHRINK_FAILED", rank, e, false));
       return 5;
     }
+    if (drop_old) braid::Communicator(std::move(comm));
     if (!next->is_member()) {
       say("EXCLUDED rank=" + std::to_string(rank));
       return 0;
