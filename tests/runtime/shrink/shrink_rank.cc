@@ -8,6 +8,8 @@
 //   LEAVING rank=R                                excluded, and told not to call shrink (exit 0)
 //   EXCLUDED rank=R                               shrink returned a non-member handle (exit 0)
 //   SHRINK_FAILED rank=R code=CODE msg=...        shrink threw (exit 5)
+//   PENDING_ENDED rank=R code=CODE msg=...        (--pending) the lonely operation ended in an error
+//   PENDING_DONE rank=R                           (--pending) it completed, which it must not
 //   SHRUNK rank=R new_rank=N size=S t=T           shrink returned
 //   MEMBERS rank=R old=a,b,c                      the new ranks' old ranks, gathered over it
 //   FIRST rank=R t=T                              the first all_reduce on it was right
@@ -115,12 +117,14 @@ int main(int argc, char** argv) {
   std::string exclude_text;
   bool excluded_calls = false;
   bool drop_old = false;  // destroy the old communicator as soon as shrink returned (comm = comm.shrink())
+  bool pending = false;   // start an all_reduce_async that no other rank joins, just before shrink
   braid::testing::RankFlags("shrink_rank")
       .value("--before", &before)
       .value("--after-ms", &after_ms)
       .value("--exclude", &exclude_text)
       .toggle("--excluded-call-shrink", &excluded_calls)
       .toggle("--drop-old", &drop_old)
+      .toggle("--pending", &pending)
       .parse(argc, argv);
   const std::vector<int> exclude = parse_list(exclude_text);
   std::vector<int32_t> a(1 << 14);
@@ -142,12 +146,23 @@ int main(int argc, char** argv) {
       say("LEAVING rank=" + std::to_string(rank));
       return 0;
     }
+    int32_t lonely = 1;
+    std::optional<braid::Work> outstanding;
+    if (pending) outstanding.emplace(comm.all_reduce_async(&lonely, 1, DType::i32, Op::sum));
     std::optional<braid::Communicator> next;
     try {
       next.emplace(comm.shrink(exclude));
     } catch (const braid::Error& e) {
       say(error_line("SHRINK_FAILED", rank, e, false));
       return 5;
+    }
+    if (outstanding) {
+      try {
+        outstanding->wait();
+        say("PENDING_DONE rank=" + std::to_string(rank));
+      } catch (const braid::Error& e) {
+        say(error_line("PENDING_ENDED", rank, e, false));
+      }
     }
     if (drop_old) braid::Communicator(std::move(comm));
     if (!next->is_member()) {

@@ -110,13 +110,16 @@ INSTANTIATE_TEST_SUITE_P(Transports, ShrinkOver, ::testing::Values("shm", "tcp")
 
 // A planned exclusion with nobody failed: ranks 0 and 2 call shrink({1, 3}); rank 3 calls it as
 // well and gets a non-member handle, rank 1 does not call it (as ncclCommShrink's excluded
-// ranks) and leaves.
+// ranks) and leaves. Rank 0 has an operation outstanding that nobody else joins: shrink ends it
+// with an error first.
 TEST(Shrink, PlannedExclusionWithNobodyFailed) {
   auto procs = start({{"BRAID_TIMEOUT_S", "30"}}, {"--before", "20", "--exclude", "1,3"},
                      [](int r, std::vector<std::string>& argv) {
                        if (r == 3) argv.push_back("--excluded-call-shrink");
+                       if (r == 0) argv.push_back("--pending");
                      });
   expect_went_on(procs, {0, 2});
+  EXPECT_TRUE(has(line_of(procs[0]->output(), "PENDING_ENDED", 0), "code=aborted")) << procs[0]->output();
   for (int r : {0, 2}) EXPECT_TRUE(line_of(procs[static_cast<size_t>(r)]->output(), "FAILED", r).empty());
   EXPECT_EQ(finish(*procs[1]), 0) << procs[1]->output();
   EXPECT_FALSE(line_of(procs[1]->output(), "LEAVING", 1).empty()) << procs[1]->output();
