@@ -39,9 +39,9 @@ Status CommunicatorImpl::shrink_store_gone(const std::string& what) const {
   return Status(ErrorCode::peer_lost,
                 "shrink on rank " + std::to_string(cfg_.rank) + ": the store at " + cfg_.store->address() +
                     " cannot be reached (" + what + "): " + who +
-                    ". The survivors agree on a new communicator through the store, so none can be made: run the "
-                    "job under braidrun, whose store outlives every rank, or give Communicator::from_store a store "
-                    "served outside the ranks");
+                    ". The survivors agree on a new communicator through the store, so none can be made. For "
+                    "shrink to outlive any rank, serve the store outside the ranks: a launcher's (braidrun serves "
+                    "one) or a process of its own, handed to Communicator::from_store");
 }
 
 Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::shrink(const std::vector<int>& exclude) {

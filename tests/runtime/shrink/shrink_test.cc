@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdlib>
 
 #include <chrono>
 #include <memory>
@@ -137,6 +138,20 @@ TEST(Shrink, ExcludingTheRankServingTheStoreIsRefused) {
     EXPECT_TRUE(has(line, "code=invalid argument") && has(line, "serves the store") && has(line, "braidrun")) << line;
   }
   EXPECT_EQ(finish(*procs[0]), 0) << procs[0]->output();
+}
+
+// Under braidrun the store lives in the launcher: rank 0 may be excluded like any other.
+TEST(Shrink, UnderBraidrunRankZeroCanBeExcluded) {
+  const char* braidrun = std::getenv("BRAIDRUN");
+  if (braidrun == nullptr) GTEST_SKIP() << "braidrun is not built (BRAIDRUN unset)";
+  Subprocess job({braidrun, "--standalone", "--nproc-per-node", "4", "--cpu-bind", "none",
+                  testing::binary_from_env("SHRINK_RANK"), "--before", "20", "--exclude", "0,3"});
+  EXPECT_EQ(finish(job), 0) << job.output();
+  const std::string out = job.output();
+  for (int r : {0, 3}) EXPECT_TRUE(has(out, "LEAVING rank=" + std::to_string(r))) << out;
+  EXPECT_TRUE(has(out, "MEMBERS rank=1 old=1,2") && has(out, "MEMBERS rank=2 old=1,2")) << out;
+  EXPECT_TRUE(has(out, "DONE rank=1 ") && has(out, "DONE rank=2 ")) << out;
+  EXPECT_FALSE(has(out, "WRONG")) << out;
 }
 
 // Rank 2 is stopped mid-loop: the others time out, name it, shrink without it and go on. Once
