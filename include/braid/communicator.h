@@ -185,9 +185,11 @@ class Communicator {
   //     call it, and if it does, it gets a non-member handle at once (its communicator ended too).
   // Throws invalid_argument for a bad list (a rank out of range or listed twice, or the rank that
   // serves the store in-process, without which the others could not meet), peer_lost when the
-  // store is gone (rank 0 served it and died with it: run under braidrun, or give from_store a
-  // store that outlives the ranks), and what making the new communicator throws (a member that
-  // died after it agreed: call shrink() again). docs/fault_tolerance.md walks through it.
+  // store is gone (rank 0 served it and died with it: serve it outside the ranks, as a launcher
+  // does, or give from_store one), aborted when this rank came too late and was left out, and
+  // what making the new communicator throws (a member that died after it agreed: call shrink()
+  // again). Call it from the thread that makes this communicator's calls, as split().
+  // docs/fault_tolerance.md walks through it.
   Communicator shrink(const std::vector<int>& exclude = {});
   // False for a non-member handle (and a moved-from communicator): every other call throws.
   bool is_member() const { return impl_ != nullptr; }
