@@ -3,7 +3,8 @@
 # one boot of the emulated guest (scripts/rdma_guest.sh), in interleaved rounds: each round runs
 #   ib_write_bw 4 MiB (rxe0 -> rxe1)   then braid-perf broadcast 4 MiB, 2 ranks (one-way bandwidth)
 #   ib_write_lat 8 B                   then braid-perf sendrecv 8 B and all_reduce 8 B (latency),
-#                                      and sendrecv 8 B in a loop without barriers (--barrier 0)
+#                                      and sendrecv 8 B in a loop without barriers (--barrier 0),
+#                                      and sendrecv 8 B again as two "hosts" (below)
 #   ib_pingpong_bench 8 B: the ib transport alone, below the runtime (half round trip), into
 #     8-byte receives and into receives with room for 64 KiB (as the runtime posts its first
 #     receive of an operation; the row is n/a with a bench that predates --capacity), and the
@@ -11,6 +12,11 @@
 #   braid-perf all_reduce 4 MiB, 2 ranks (busbw)
 # Each braid-perf rank is one "host": rank 0 on rxe0/veth0 (10.99.0.1), rank 1 on rxe1/veth1
 # (10.99.0.2), started by braidrun with BRAID_IB_HCA and BRAID_SOCKET_IFNAME set per local rank.
+# The two-"hosts" row starts them as a job of two nodes instead: one braidrun per device, each
+# with one rank (--nnodes 2 --nproc-per-node 1, rendezvous at 10.99.0.1), each braidrun and its
+# rank confined with taskset to a vCPU of its own (node 0 to CPU 0, node 1 to CPU 1), as two
+# machines with one rank each would run them; BRAID_SECRET is set for the job (braidrun invents
+# one only when it starts every rank itself).
 # Prints best and median over the rounds and the ratios braid/perftest (targets: bandwidth >=
 # 0.9x ib_write_bw, latency <= 1.3x ib_write_lat). Emulation is slow and noisy: only ratios from
 # one run mean anything.
@@ -61,6 +67,32 @@ braid() {
   fi
 }
 
+# The same as two braidruns, one rank each (a job of two "hosts"); node 1 in the background, its
+# output shown only when it fails.
+braid_two() {
+  local file=$1 field=$2 scale=$3 port=$4
+  shift 4
+  local out node1 status1 node
+  node1=$(mktemp)
+  for node in 1 0; do
+    local cmd=(timeout -k 10 300 env BRAID_IB_HCA=rxe$node BRAID_SOCKET_IFNAME=veth$node
+               BRAID_SECRET=ib-guest-bench-two-hosts-secret taskset -c $node
+               "$braidrun" --nnodes 2 --node-rank $node --nproc-per-node 1 --no-prefix
+               --rdzv-endpoint 10.99.0.1:"$port" --
+               env BRAID_TRANSPORT="$TRANSPORT" "$perf" -T 60 --result-rows "$@")
+    if [ "$node" = 1 ]; then "${cmd[@]}" > "$node1" 2>&1 & continue; fi
+    out=$("${cmd[@]}" 2>&1) || status1=failed
+  done
+  wait $! || status1=failed
+  if [ -z "${status1:-}" ]; then
+    awk -F'\t' -v f="$field" -v s="$scale" '$1 == "RESULT" { print $f * s }' <<< "$out" >> "$results/$file"
+  else
+    echo "ib_guest: braid-perf $* as two braidruns failed:" >&2
+    { echo "$out" | tail -n 10; tail -n 10 "$node1"; } | sed 's/^/  /' >&2
+  fi
+  rm -f "$node1"
+}
+
 # One perftest run; appends the results row's column $2 to file $1.
 perftest() {
   local file=$1 column=$2 tool=$3 port=$4 size=$5
@@ -95,6 +127,8 @@ for round in $(seq "$ROUNDS"); do
   perftest write_lat 5 ib_write_lat 18601 8 -n 1000 -F
   # Sendrecv: field 7 is the median time in us of an 8 B exchange, both ranks sending at once.
   [ -n "$braid_missing" ] || braid sendrecv 7 1 29611 --op sendrecv -b 8 -e 8 -n 200 -w 20
+  # The same with each rank on a "host" of its own: two braidruns, one rank and one vCPU each.
+  [ -n "$braid_missing" ] || braid_two sendrecv_two 7 1 29615 --op sendrecv -b 8 -e 8 -n 200 -w 20
   # The same for an 8 B all_reduce on 2 ranks (one exchange each way).
   [ -n "$braid_missing" ] || braid all_reduce_8 7 1 29613 --op all_reduce -b 8 -e 8 -n 200 -w 20
   # The same sendrecv as a loop with no barrier between operations (--barrier 0), as perftest's
@@ -148,6 +182,8 @@ ratio "  braid / ib_write_bw" broadcast write_bw -r
 row "ib_write_lat 8 B (t_typical)" write_lat "" us
 row "braid-perf sendrecv 8 B (median time)" sendrecv "" us "$na"
 ratio "  braid / ib_write_lat" sendrecv write_lat ""
+row "  the same, two braidruns (a rank and vCPU each)" sendrecv_two "" us "$na"
+ratio "  braid / ib_write_lat" sendrecv_two write_lat ""
 row "braid-perf all_reduce 8 B (median time)" all_reduce_8 "" us "$na"
 ratio "  braid / ib_write_lat" all_reduce_8 write_lat ""
 row "braid-perf sendrecv 8 B, loop (--barrier 0)" sendrecv_loop "" us "${na:-n/a (braid-perf without --barrier)}"
