@@ -12,11 +12,15 @@
 #   braid-perf all_reduce 4 MiB, 2 ranks (busbw)
 # Each braid-perf rank is one "host": rank 0 on rxe0/veth0 (10.99.0.1), rank 1 on rxe1/veth1
 # (10.99.0.2), started by braidrun with BRAID_IB_HCA and BRAID_SOCKET_IFNAME set per local rank.
-# The two-"hosts" row starts them as a job of two nodes instead: one braidrun per device, each
-# with one rank (--nnodes 2 --nproc-per-node 1, rendezvous at 10.99.0.1), each braidrun and its
-# rank confined with taskset to a vCPU of its own (node 0 to CPU 0, node 1 to CPU 1), as two
-# machines with one rank each would run them; BRAID_SECRET is set for the job (braidrun invents
-# one only when it starts every rank itself).
+# The two-"hosts" rows start them as a job of two nodes instead: one braidrun per device, each
+# with one rank (--nnodes 2 --nproc-per-node 1, rendezvous at 10.99.0.1); BRAID_SECRET is set for
+# the job (braidrun invents one only when it starts every rank itself). In the first row each
+# braidrun and its rank are confined with taskset to a vCPU of their own (node 0 to CPU 0, node 1
+# to CPU 1), as two machines with one rank each would run them; in the second, as braidrun
+# leaves a node's only rank: free on every CPU, here the same two vCPUs for both "hosts" (one
+# kernel: the runtime sees one host, docs/ib.md).
+# ROWS=latency runs only the latency rows (ib_write_lat and braid-perf's 8 B runs), for A/B runs
+# of several builds in one boot.
 # Prints best and median over the rounds and the ratios braid/perftest (targets: bandwidth >=
 # 0.9x ib_write_bw, latency <= 1.3x ib_write_lat). Emulation is slow and noisy: only ratios from
 # one run mean anything.
@@ -29,11 +33,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
+ROWS=${ROWS:-all}
 BUILD_DIR=$(realpath -m "${BUILD_DIR:-build}")
 TRANSPORT=${BRAID_PERF_TRANSPORT:-ib}
 
 if [ "${1:-}" != --in-guest ]; then
-  export ROUNDS BUILD_DIR BRAID_PERF_TRANSPORT=$TRANSPORT
+  export ROUNDS ROWS BUILD_DIR BRAID_PERF_TRANSPORT=$TRANSPORT
   exec scripts/rdma_guest.sh bash bench/ib_guest.sh --in-guest
 fi
 
@@ -68,23 +73,24 @@ braid() {
 }
 
 # The same as two braidruns, one rank each (a job of two "hosts"); node 1 in the background, its
-# output shown only when it fails.
+# output shown only when it fails. $5: pin (each node on its own vCPU) or free.
 braid_two() {
-  local file=$1 field=$2 scale=$3 port=$4
-  shift 4
-  local out node1 status1 node
+  local file=$1 field=$2 scale=$3 port=$4 placement=$5
+  shift 5
+  local out node1 failed= node pin
   node1=$(mktemp)
   for node in 1 0; do
+    pin=(); [ "$placement" = free ] || pin=(taskset -c "$node")
     local cmd=(timeout -k 10 300 env BRAID_IB_HCA=rxe$node BRAID_SOCKET_IFNAME=veth$node
-               BRAID_SECRET=ib-guest-bench-two-hosts-secret taskset -c $node
+               BRAID_SECRET=ib-guest-bench-two-hosts-secret "${pin[@]}"
                "$braidrun" --nnodes 2 --node-rank $node --nproc-per-node 1 --no-prefix
                --rdzv-endpoint 10.99.0.1:"$port" --
                env BRAID_TRANSPORT="$TRANSPORT" "$perf" -T 60 --result-rows "$@")
     if [ "$node" = 1 ]; then "${cmd[@]}" > "$node1" 2>&1 & continue; fi
-    out=$("${cmd[@]}" 2>&1) || status1=failed
+    out=$("${cmd[@]}" 2>&1) || failed=yes
   done
-  wait $! || status1=failed
-  if [ -z "${status1:-}" ]; then
+  wait $! || failed=yes
+  if [ -z "$failed" ]; then
     awk -F'\t' -v f="$field" -v s="$scale" '$1 == "RESULT" { print $f * s }' <<< "$out" >> "$results/$file"
   else
     echo "ib_guest: braid-perf $* as two braidruns failed:" >&2
@@ -121,14 +127,19 @@ pingpong_run() {
 for round in $(seq "$ROUNDS"); do
   echo "ib_guest: round $round of $ROUNDS" >&2
   # ib_write_bw: column 4 is "BW average[Gb/sec]"; ib_write_lat: column 5 is t_typical (median).
-  perftest write_bw 4 ib_write_bw 18600 4194304 -n 20 --report_gbits -F
+  bandwidth=; [ "$ROWS" = latency ] || bandwidth=yes
+  [ -z "$bandwidth" ] || perftest write_bw 4 ib_write_bw 18600 4194304 -n 20 --report_gbits -F
   # Broadcast: field 10 is algbw in GB/s; x8 gives Gbit/s, as perftest prints.
-  [ -n "$braid_missing" ] || braid broadcast 10 8 29610 --op broadcast -b 4M -e 4M -n 10 -w 2
+  [ -n "$braid_missing" ] || [ -z "$bandwidth" ] || braid broadcast 10 8 29610 --op broadcast -b 4M -e 4M -n 10 -w 2
   perftest write_lat 5 ib_write_lat 18601 8 -n 1000 -F
   # Sendrecv: field 7 is the median time in us of an 8 B exchange, both ranks sending at once.
   [ -n "$braid_missing" ] || braid sendrecv 7 1 29611 --op sendrecv -b 8 -e 8 -n 200 -w 20
-  # The same with each rank on a "host" of its own: two braidruns, one rank and one vCPU each.
-  [ -n "$braid_missing" ] || braid_two sendrecv_two 7 1 29615 --op sendrecv -b 8 -e 8 -n 200 -w 20
+  # The same with each rank on a "host" of its own: two braidruns, one rank and one vCPU each,
+  # then with each rank free on both vCPUs (braidrun's binding of a node's only rank).
+  if [ -z "$braid_missing" ]; then
+    braid_two sendrecv_two 7 1 29615 pin --op sendrecv -b 8 -e 8 -n 200 -w 20
+    braid_two sendrecv_two_free 7 1 29616 free --op sendrecv -b 8 -e 8 -n 200 -w 20
+  fi
   # The same for an 8 B all_reduce on 2 ranks (one exchange each way).
   [ -n "$braid_missing" ] || braid all_reduce_8 7 1 29613 --op all_reduce -b 8 -e 8 -n 200 -w 20
   # The same sendrecv as a loop with no barrier between operations (--barrier 0), as perftest's
@@ -138,13 +149,13 @@ for round in $(seq "$ROUNDS"); do
   fi
   # The transport alone: field 2 is the median half round trip in us (how it waited and what
   # it posted per message on stderr's copy of its readable lines).
-  if [ -z "$braid_missing" ] && [ "$TRANSPORT" = ib ] && [ -x "$pingpong" ]; then
+  if [ -z "$braid_missing" ] && [ -n "$bandwidth" ] && [ "$TRANSPORT" = ib ] && [ -x "$pingpong" ]; then
     pingpong_run pingpong
     if grep -q -- --capacity "$pingpong"; then pingpong_run pingpong_roomy --capacity 65600; fi
     if grep -q -- --exchange "$pingpong"; then pingpong_run exchange --exchange; fi
   fi
   # All-reduce: field 11 is busbw in GB/s.
-  [ -n "$braid_missing" ] || braid all_reduce 11 8 29612 --op all_reduce -b 4M -e 4M -n 10 -w 2
+  [ -n "$braid_missing" ] || [ -z "$bandwidth" ] || braid all_reduce 11 8 29612 --op all_reduce -b 4M -e 4M -n 10 -w 2
 done
 
 # best (max, or min for latencies) and median of a file of numbers: "best median count"
@@ -184,6 +195,8 @@ row "braid-perf sendrecv 8 B (median time)" sendrecv "" us "$na"
 ratio "  braid / ib_write_lat" sendrecv write_lat ""
 row "  the same, two braidruns (a rank and vCPU each)" sendrecv_two "" us "$na"
 ratio "  braid / ib_write_lat" sendrecv_two write_lat ""
+row "  two braidruns, ranks free on both vCPUs" sendrecv_two_free "" us "$na"
+ratio "  braid / ib_write_lat" sendrecv_two_free write_lat ""
 row "braid-perf all_reduce 8 B (median time)" all_reduce_8 "" us "$na"
 ratio "  braid / ib_write_lat" all_reduce_8 write_lat ""
 row "braid-perf sendrecv 8 B, loop (--barrier 0)" sendrecv_loop "" us "${na:-n/a (braid-perf without --barrier)}"
