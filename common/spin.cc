@@ -11,9 +11,7 @@ namespace {
 
 std::atomic<int> g_spinners{0};
 std::atomic<long> g_yields{0};
-// Every spinner yields on each pass: the node is oversubscribed (set_ranks_on_node) or the spin
-// rule said so (yield_in_spins).
-std::atomic<bool> g_spins_yield{false};
+std::atomic<bool> g_node_oversubscribed{false};
 std::atomic<int> g_waiters{0};
 std::atomic<int> g_shared_cpu_peers{0};
 thread_local bool t_background = false;
@@ -51,9 +49,8 @@ WaitScope::WaitScope() { g_waiters.fetch_add(1, std::memory_order_relaxed); }
 WaitScope::~WaitScope() { g_waiters.fetch_sub(1, std::memory_order_relaxed); }
 
 void set_ranks_on_node(int ranks) {
-  if (ranks > online_cpus()) g_spins_yield.store(true, std::memory_order_relaxed);
+  if (ranks > online_cpus()) g_node_oversubscribed.store(true, std::memory_order_relaxed);
 }
-void yield_in_spins() { g_spins_yield.store(true, std::memory_order_relaxed); }
 
 SharedCpuPeer::SharedCpuPeer() { g_shared_cpu_peers.fetch_add(1, std::memory_order_relaxed); }
 SharedCpuPeer::~SharedCpuPeer() { g_shared_cpu_peers.fetch_sub(1, std::memory_order_relaxed); }
@@ -74,7 +71,7 @@ SpinScope::SpinScope() { g_spinners.fetch_add(1, std::memory_order_relaxed); }
 SpinScope::~SpinScope() { g_spinners.fetch_sub(1, std::memory_order_relaxed); }
 
 bool SpinScope::yields() const {
-  return spinning_threads() > usable_cpus() || g_spins_yield.load(std::memory_order_relaxed) ||
+  return spinning_threads() > usable_cpus() || g_node_oversubscribed.load(std::memory_order_relaxed) ||
          cpu_sharing_peers() > 0;
 }
 

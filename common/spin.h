@@ -67,10 +67,6 @@ bool step_off_cpu(int cpu);
 // Ranks on this node (LOCAL_WORLD_SIZE), told by the runtime: above the number of online CPUs
 // every spinner yields. Once a value above the CPU count has been told, it stays so.
 void set_ranks_on_node(int ranks);
-// From now on every spinner of this process yields on each pass, as when the node is
-// oversubscribed: the runtime's spin rule found ranks that may share this rank's CPUs and chose
-// to spin over them anyway (runtime/links/spin_policy.h: peers reached over ib).
-void yield_in_spins();
 
 // Held while a peer process is confined to the same single CPU as this one (the tcp transport
 // decides it per connection, transport/common/host_identity.h, and holds one for as long as the

@@ -48,10 +48,6 @@ struct Capabilities {
   // Its waits see where each peer last ran and stop spinning while a peer is queued on the
   // waiter's own CPU (shm), so ranks free to share CPUs may spin over it (spin_policy.h).
   bool watches_peer_cpu = false;
-  // Its waits poll completions in memory the other side (a NIC, or the kernel on the sender's
-  // behalf) writes: a pass costs no system call and finds a completion without any wake-up, so
-  // ranks free to share CPUs may spin over it if every pass yields the CPU (ib; spin_policy.h).
-  bool polls_in_memory = false;
 };
 
 // A registered byte range; handle is transport-specific (an ib MR key; 0 for tcp).

@@ -160,10 +160,9 @@ Result<std::unique_ptr<PeerLinks>> PeerLinks::connect(const LinkSetup& s, Store&
   RETURN_IF_ERROR(links->connect_peers(s, all, choice.value(), brought.up, brought.families, deadline));
   for (size_t r = 0; r < all.size(); ++r) {
     links->hosts_.push_back(all[r].host);
-    const bool peer = static_cast<int>(r) != s.rank && links->owned_[r] != nullptr;
-    const transport::Capabilities caps =
-        peer ? links->transports_[links->transport_of_[r]]->capabilities() : transport::Capabilities{};
-    links->rank_cpus_.push_back({all[r].host, all[r].cpus, peer && caps.watches_peer_cpu, peer && caps.polls_in_memory});
+    const bool watched = static_cast<int>(r) != s.rank && links->owned_[r] != nullptr &&
+                         links->transports_[links->transport_of_[r]]->capabilities().watches_peer_cpu;
+    links->rank_cpus_.push_back({all[r].host, all[r].cpus, watched});
   }
   std::vector<int> order = collectives::ring_order(links->hosts_);
   if (s.env.ring_order == "host" && !collectives::is_identity(order)) links->ring_order_ = std::make_shared<const std::vector<int>>(std::move(order));

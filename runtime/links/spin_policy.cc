@@ -59,12 +59,6 @@ SpinChoice choose_spin(const SpinInputs& in) {
   const bool watched = in.local_ranks - in.watched_ranks <= 1;
   const std::string over_shm = "every other rank on this host is reached over shm, whose waits stop spinning while"
                                " the peer is queued on the waiter's CPU" + hint;
-  // The others reached over shm or over a transport whose waits poll memory (ib), some over the
-  // latter: a spin that yields on each pass lets a peer stacked on this CPU run at once, and
-  // sees a completion from a peer on another CPU without a wake-up.
-  const bool polled = in.polled_ranks > 0 && in.local_ranks - in.watched_ranks - in.polled_ranks <= 1;
-  const std::string over_ib = "every other rank on this host is reached over shm or a transport polled in memory"
-                              " (ib): spinners yield the CPU on each pass" + hint;
   if (in.sharing_ranks > 0) {
     if (in.sharing_ranks == 1) {
       return {in.default_us, "no other rank on this host may run on this rank's " +
@@ -74,7 +68,6 @@ SpinChoice choose_spin(const SpinInputs& in) {
         std::to_string(in.sharing_ranks) + " ranks on this host share " + plural(in.sharing_cpus, "CPU");
     if (yielding) return {in.default_us, shared + " (" + std::to_string(in.local_ranks) + " ranks" + outnumber + ")"};
     if (watched) return {in.default_us, shared + "; " + over_shm};
-    if (polled) return {in.default_us, shared + "; " + over_ib, true};
     return {0, shared + hint};
   }
   // Masks unknown: binding gives each rank its share of the CPUs, and no more.
@@ -86,7 +79,6 @@ SpinChoice choose_spin(const SpinInputs& in) {
   }
   if (yielding) return {in.default_us, local + outnumber};
   if (watched) return {in.default_us, local + "; " + over_shm};
-  if (polled) return {in.default_us, local + "; " + over_ib, true};
   return {0, local + ", each free to run on " + plural(in.affinity_cpus, "CPU") + " of " +
                  std::to_string(in.online_cpus) + hint};
 }
@@ -95,7 +87,6 @@ void count_sharing(const std::vector<RankCpus>& all, int rank, SpinInputs& in) {
   const RankCpus& me = all[static_cast<size_t>(rank)];
   in.local_ranks = 0;
   in.watched_ranks = 0;
-  in.polled_ranks = 0;
   in.sharing_ranks = 0;
   bool known = transport::cpu_count(me.cpus) > 0;
   transport::CpuMask together{};
@@ -103,7 +94,6 @@ void count_sharing(const std::vector<RankCpus>& all, int rank, SpinInputs& in) {
     if (r.host != me.host) continue;
     ++in.local_ranks;
     if (&r != &me && r.watched) ++in.watched_ranks;
-    if (&r != &me && r.polled && !r.watched) ++in.polled_ranks;
     if (transport::cpu_count(r.cpus) == 0) known = false;
     bool meets = false;
     for (size_t w = 0; w < me.cpus.size(); ++w) meets = meets || (me.cpus[w] & r.cpus[w]) != 0;
@@ -175,7 +165,6 @@ SpinChoice settle_spin(const std::vector<RankCpus>& all, const Env& env, int ran
   // What LOCAL_WORLD_SIZE told common/spin.h may be missing (mp.spawn) or count another group.
   set_ranks_on_node(in.local_ranks);
   SpinChoice c = choose_spin(in);
-  if (c.yields) yield_in_spins();
   log_once(c);
   lower_settled(c.spin_us);
   return c;

@@ -27,14 +27,6 @@
 //     The shm transport's waits see where each peer last polled (Capabilities::watches_peer_cpu)
 //     and stop spinning while a peer is queued on the waiter's own CPU, so a stacked pair costs
 //     a sleep, as spin 0 would, and a pair on two CPUs answers without a wake-up per step;
-//   - ranks share CPUs, and every other rank of this host is reached over shm or over a transport
-//     whose waits poll completions in memory (Capabilities::polls_in_memory: ib, forced between
-//     ranks of one host, as the Soft-RoCE guest's two "hosts" on one kernel are), some over the
-//     latter: spin the default, and every spinner yields its CPU on each pass (the choice's
-//     `yields`, which settle_spin hands to common/spin.h). A peer stacked on the waiter's CPU then
-//     runs at once, and one on another CPU is seen without a wake-up, which sleeping would pay
-//     per message (a wake-up from the other CPU: tens of microseconds, milliseconds when the
-//     machine is loaded or emulated);
 //   - ranks share CPUs otherwise (some reached over tcp): spin 0, sleep at once ("spin 0 us: 2
 //     ranks on this host share 2 CPUs"): there a spinner pauses on its CPU and keeps a peer
 //     stacked on it waiting;
@@ -61,7 +53,6 @@ struct SpinInputs {
   int default_us = 50;             // when the rule keeps spinning
   int local_ranks = 1;             // ranks of the communicator on this host, this one included
   int watched_ranks = 0;           // of those, the ones reached over a transport that watches (RankCpus::watched)
-  int polled_ranks = 0;            // of those, the ones reached over one whose waits poll memory (RankCpus::polled)
   // Of those, the ranks whose CPUs intersect this rank's, this one included, and the CPUs of
   // their masks together; sharing_ranks 0: some local rank's mask is unknown.
   int sharing_ranks = 0;
@@ -72,8 +63,7 @@ struct SpinInputs {
 
 struct SpinChoice {
   int spin_us = 50;
-  std::string why;      // for the INFO line: "4 ranks on this host share 2 CPUs"
-  bool yields = false;  // every spinner must yield its CPU on each pass (common/spin.h, yield_in_spins)
+  std::string why;  // for the INFO line: "4 ranks on this host share 2 CPUs"
 };
 
 // The rule above. Pure.
@@ -86,9 +76,6 @@ struct RankCpus {
   // This rank reaches it over a transport that stops spinning while it waits on the same CPU
   // (Capabilities::watches_peer_cpu): it need not be counted as one that may share CPUs.
   bool watched = false;
-  // This rank reaches it over a transport whose waits poll completions in memory
-  // (Capabilities::polls_in_memory): it may share CPUs with a spinner that yields on each pass.
-  bool polled = false;
 };
 
 // local_ranks, sharing_ranks and sharing_cpus of `in` for rank `rank` of `all` (pure).
@@ -109,8 +96,7 @@ RankCpus local_rank_cpus();
 // Decides for rank `rank` from every rank's CPUs (all[rank] is this rank's; PeerLinks keeps
 // them from the links cards it exchanged, so no store round of its own; with `all` empty, only
 // this rank's own are counted), logs the choice at
-// INFO (once per process and value), tells common/spin.h the ranks on this host (and to yield in
-// every spin when the choice says so: yield_in_spins), and lowers
+// INFO (once per process and value), tells common/spin.h the ranks on this host, and lowers
 // the process's wait spin (wait_spin_us) to it. The caller gives the choice to the transports
 // (PeerLinks::set_spin_us) and its own waits before the first collective.
 SpinChoice settle_spin(const std::vector<RankCpus>& all, const Env& env, int rank);

@@ -97,7 +97,6 @@ Capabilities IbTransport::capabilities() const {
   c.zero_copy_send = true;
   c.needs_registration = false;  // the registration cache does it
   c.max_in_flight = kCtsEntries;
-  c.polls_in_memory = true;  // the CQs: mapped memory the provider writes, read without a system call
   return c;
 }
 

@@ -9,8 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "common/spin.h"
-
 namespace braid {
 namespace {
 
@@ -25,15 +23,12 @@ struct Case {
   int online_cpus;
   int want_us;
   const char* want_why;  // a part of the reason
-  bool want_yields = false;  // every spinner yields on each pass (SpinChoice::yields)
 };
 
 RankCpus on(const char* host, std::initializer_list<size_t> cpus) { return {host, cpu_mask_of(cpus)}; }
 RankCpus unknown_on(const char* host) { return {host, transport::CpuMask{}}; }
 // A rank reached over shm, whose waits watch where it runs (Capabilities::watches_peer_cpu).
 RankCpus shm_on(const char* host, std::initializer_list<size_t> cpus) { return {host, cpu_mask_of(cpus), true}; }
-// A rank reached over ib, whose waits poll its completions in memory (Capabilities::polls_in_memory).
-RankCpus ib_on(const char* host, std::initializer_list<size_t> cpus) { return {host, cpu_mask_of(cpus), false, true}; }
 
 SpinChoice decide(const Case& c) {
   SpinInputs in;
@@ -78,25 +73,6 @@ TEST(SpinPolicy, Table) {
        "reached over shm"},
       {"3 ranks free, one reached over tcp: the rule decides", {on("a", {0, 1}), shm_on("a", {0, 1}), on("a", {0, 1})}, 0,
        {}, 2, 4, 0, "3 ranks on this host share 2 CPUs"},
-      // Ranks of one kernel reached over ib (BRAID_TRANSPORT=ib; the Soft-RoCE guest's two
-      // "hosts", one braidrun each, whose single rank braidrun leaves free on every CPU): polled,
-      // with a spin that gives the CPU away on each pass, not asleep with a wake-up per message.
-      {"2 ranks free on 2 CPUs over ib: spin, yielding", {ib_on("a", {0, 1}), ib_on("a", {0, 1})}, 0, {}, 2, 2, 50,
-       "2 ranks on this host share 2 CPUs; every other rank on this host is reached over shm or a transport polled"
-       " in memory (ib): spinners yield the CPU on each pass", true},
-      {"2 ranks on CPU 0 over ib: a stacked peer runs at each pass", {ib_on("a", {0}), ib_on("a", {0})}, 1, {}, 1, 2, 50,
-       "2 ranks on this host share 1 CPU; every other rank", true},
-      {"free over ib and over shm: yielding", {on("a", {0, 1}), shm_on("a", {0, 1}), ib_on("a", {0, 1})}, 0, {}, 2, 4,
-       50, "3 ranks on this host share 2 CPUs; every other rank on this host is reached over shm or", true},
-      {"free over ib and over tcp: the tcp rule", {on("a", {0, 1}), ib_on("a", {0, 1}), on("a", {0, 1})}, 0, {}, 2, 4,
-       0, "3 ranks on this host share 2 CPUs;"},
-      {"bound to a CPU each over ib (taskset per braidrun): no yield", {ib_on("a", {0}), ib_on("a", {1})}, 0, {}, 1, 2,
-       50, "no other rank"},
-      {"over ib to other hosts only: the only rank", {on("a", {0, 1}), ib_on("b", {0, 1})}, 0, {}, 2, 2, 50,
-       "the only rank"},
-      {"unknown masks, over ib", {unknown_on("a"), {"a", transport::CpuMask{}, false, true}}, 0, {}, 2000, 2000, 50,
-       "2 ranks on this host; every other rank on this host is reached over shm or a transport polled", true},
-      {"over ib but set: kept, no yield", {ib_on("a", {0, 1}), ib_on("a", {0, 1})}, 0, 0, 2, 2, 0, "BRAID_SPIN_US is set"},
       {"a peer over shm, one more on another host", {on("a", {0, 1}), shm_on("a", {0, 1}), on("b", {0, 1})}, 0, {}, 2,
        2, 50, "reached over shm"},
       {"over shm but set: kept", {on("a", {0, 1}), shm_on("a", {0, 1})}, 0, 0, 2, 2, 0, "BRAID_SPIN_US is set"},
@@ -118,7 +94,6 @@ TEST(SpinPolicy, Table) {
     SCOPED_TRACE(c.what);
     const SpinChoice got = decide(c);
     EXPECT_EQ(got.spin_us, c.want_us);
-    EXPECT_EQ(got.yields, c.want_yields);
     EXPECT_NE(got.why.find(c.want_why), std::string::npos) << got.why;
     if (!c.explicit_us) {
       EXPECT_NE(got.why.find("set BRAID_SPIN_US to override"), std::string::npos) << got.why;
@@ -136,31 +111,6 @@ TEST(SpinPolicy, CountsOnlyThisHostsRanksWhoseCpusMeet) {
   count_sharing({on("a", {0, 1}), shm_on("a", {0, 1}), shm_on("b", {0, 1}), on("a", {1})}, 0, in);
   EXPECT_EQ(in.local_ranks, 3);
   EXPECT_EQ(in.watched_ranks, 1) << "only this host's ranks count";
-  count_sharing({on("a", {0, 1}), ib_on("a", {0, 1}), ib_on("b", {0, 1}), shm_on("a", {1})}, 0, in);
-  EXPECT_EQ(in.local_ranks, 3);
-  EXPECT_EQ(in.polled_ranks, 1) << "only this host's ranks count";
-  EXPECT_EQ(in.watched_ranks, 1);
-}
-
-// What settle_spin does with a yielding choice: from then on every spinner of the process gives
-// its CPU away on each pass (common/spin.h), so a peer stacked on this CPU runs at once.
-TEST(SpinPolicy, SettlingOnAYieldingSpinMakesSpinnersYield) {
-  {
-    SpinScope spinning;
-    ASSERT_FALSE(spinning.yields()) << "a spinner of this test yields before the rule ran";
-  }
-  RankCpus me = local_rank_cpus();
-  ASSERT_GT(transport::cpu_count(me.cpus), 0u) << "this process's CPU mask is unknown";
-  RankCpus peer = me;
-  peer.polled = true;  // the same host and CPUs, reached over ib
-  const SpinChoice c = settle_spin({me, peer}, Env{}, 0);
-  EXPECT_EQ(c.spin_us, Env{}.spin_us) << c.why;
-  EXPECT_TRUE(c.yields) << c.why;
-  SpinScope spinning;
-  EXPECT_TRUE(spinning.yields());
-  const long before = spin_yields();
-  spinning.pause();
-  EXPECT_EQ(spin_yields(), before + 1);
 }
 
 TEST(SpinPolicy, CardRoundTrips) {
