@@ -184,28 +184,29 @@ ratio() {  # label braid-file perftest-file order
 }
 
 na=${braid_missing:+n/a ($braid_missing)}
+skip=; [ "$ROWS" != latency ] || skip="not run (ROWS=latency)"
 echo
 echo "Soft-RoCE (rdma_rxe) in the emulated guest: rxe0 <-> rxe1, $ROUNDS interleaved rounds, braid over $TRANSPORT"
 printf '%-44s %10s %10s %8s %5s\n' "" best median unit runs
-row "ib_write_bw 4 MiB (BW average)" write_bw -r Gbit/s
-row "braid-perf broadcast 4 MiB, 2 ranks (algbw)" broadcast -r Gbit/s "$na"
+row "ib_write_bw 4 MiB (BW average)" write_bw -r Gbit/s "$skip"
+row "braid-perf broadcast 4 MiB, 2 ranks (algbw)" broadcast -r Gbit/s "${na:-$skip}"
 ratio "  braid / ib_write_bw" broadcast write_bw -r
 row "ib_write_lat 8 B (t_typical)" write_lat "" us
 row "braid-perf sendrecv 8 B (median time)" sendrecv "" us "$na"
 ratio "  braid / ib_write_lat" sendrecv write_lat ""
-row "  the same, two braidruns (a rank and vCPU each)" sendrecv_two "" us "$na"
+row "  two braidruns, a rank and vCPU each" sendrecv_two "" us "$na"
 ratio "  braid / ib_write_lat" sendrecv_two write_lat ""
-row "  two braidruns, ranks free on both vCPUs" sendrecv_two_free "" us "$na"
+row "  two braidruns, ranks free on 2 vCPUs" sendrecv_two_free "" us "$na"
 ratio "  braid / ib_write_lat" sendrecv_two_free write_lat ""
 row "braid-perf all_reduce 8 B (median time)" all_reduce_8 "" us "$na"
 ratio "  braid / ib_write_lat" all_reduce_8 write_lat ""
 row "braid-perf sendrecv 8 B, loop (--barrier 0)" sendrecv_loop "" us "${na:-n/a (braid-perf without --barrier)}"
 ratio "  braid / ib_write_lat" sendrecv_loop write_lat ""
-row "ib transport ping-pong 8 B (half round trip)" pingpong "" us "${na:-n/a (ib_pingpong_bench not built, or not over ib)}"
+row "ib transport ping-pong 8 B (half round trip)" pingpong "" us "${na:-${skip:-n/a (ib_pingpong_bench not built, or not over ib)}}"
 ratio "  transport / ib_write_lat" pingpong write_lat ""
-row "the same into 64 KiB receives" pingpong_roomy "" us "${na:-n/a (ib_pingpong_bench without --capacity)}"
+row "the same into 64 KiB receives" pingpong_roomy "" us "${na:-${skip:-n/a (ib_pingpong_bench without --capacity)}}"
 ratio "  transport / ib_write_lat" pingpong_roomy write_lat ""
-row "ib transport exchange 8 B (one iteration)" exchange "" us "${na:-n/a (ib_pingpong_bench without --exchange)}"
+row "ib transport exchange 8 B (one iteration)" exchange "" us "${na:-${skip:-n/a (ib_pingpong_bench without --exchange)}}"
 ratio "  transport / ib_write_lat" exchange write_lat ""
-row "braid-perf all_reduce 4 MiB (busbw)" all_reduce -r Gbit/s "$na"
+row "braid-perf all_reduce 4 MiB (busbw)" all_reduce -r Gbit/s "${na:-$skip}"
 ratio "  braid busbw / ib_write_bw" all_reduce write_bw -r
