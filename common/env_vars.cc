@@ -70,9 +70,9 @@ constexpr EnvVar kVars[] = {
     {"BRAID_SPIN_US", integer, "", "", 0, 100000,
      "Microseconds a waiter spins before sleeping. Unset: 50, except 0 (sleep at once) in a communicator where "
      "another rank of this host may run on one of this rank's CPUs (affinity masks meet: ranks not bound apart) "
-     "and some rank of this host is reached over tcp; over shm the wait itself sees a peer queued on the waiter's "
-     "CPU and steps off it (docs/shm.md, Waiting). BRAID_DEBUG=INFO says which. Set (50 included), it is used as "
-     "it is: docs/performance.md."},
+     "and some other rank of this host is reached over another transport than shm (tcp, ib); over shm the wait "
+     "itself sees a peer queued on the waiter's CPU and steps off it (docs/shm.md, Waiting). BRAID_DEBUG=INFO says "
+     "which. Set (50 included), it is used as it is: docs/performance.md."},
     {"BRAID_SHM_CMA", choice, "auto", "0|1|auto", 0, 0,
      "shm: how large messages move where ptrace rules allow reading the peer's memory. auto: in one copy (cross-memory "
      "attach) when larger than the ring and (mostly) held in huge pages, the sender moving the message's 2 MiB ranges "
