@@ -1,6 +1,7 @@
 // braidrun_test_rank: the program braidrun's tests launch as ranks. Runs its arguments as a
 // script of actions, in order; "action@R" runs only on RANK R, "action#N" only in round N
-// (TORCHELASTIC_RESTART_COUNT=N), "action@R#N" only on rank R in round N:
+// (TORCHELASTIC_RESTART_COUNT=N), "action@R#N" only on rank R in round N, "action~W" only when
+// WORLD_SIZE is W (with --nnodes MIN:MAX, membership changes leave the restart count alone):
 //   env                print the torchrun variables braidrun set, on one line
 //   print TEXT         print TEXT on stdout        eprint TEXT   the same on stderr
 //   halves TEXT        print TEXT as two writes 50 ms apart, then '\n'
@@ -114,7 +115,11 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string action = argv[i];
     int only = -1;
-    std::string only_round;
+    std::string only_round, only_world;
+    if (auto tilde = action.find('~'); tilde != std::string::npos) {
+      only_world = action.substr(tilde + 1);
+      action.resize(tilde);
+    }
     if (auto hash = action.find('#'); hash != std::string::npos) {
       only_round = action.substr(hash + 1);
       action.resize(hash);
@@ -133,6 +138,7 @@ int main(int argc, char** argv) {
     i += n;
     if (only >= 0 && only != rank) continue;
     if (!only_round.empty() && only_round != round) continue;
+    if (!only_world.empty() && only_world != env_or("WORLD_SIZE", "")) continue;
     if (action == "env") {
       std::printf("RANK=%s LOCAL_RANK=%s WORLD_SIZE=%s LOCAL_WORLD_SIZE=%s GROUP_RANK=%s GROUP_WORLD_SIZE=%s "
                   "ROLE_RANK=%s ROLE_WORLD_SIZE=%s MASTER_ADDR=%s MASTER_PORT=%s TORCHELASTIC_RUN_ID=%s "
