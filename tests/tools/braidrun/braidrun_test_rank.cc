@@ -12,8 +12,9 @@
 //                      as far as its "pidfile" (whatever a loaded machine makes of their start)
 //   store-set KEY VAL  set KEY in braid's store at MASTER_ADDR:BRAID_STORE_PORT
 //   store-get KEY      get KEY (waits) and print "got KEY=VALUE"
-//   stale-check DIR    in round 0, keep this rank's store address and job id in DIR; in a later
-//                      round, try them as a process left over from round 0 would, and print
+//   stale-check DIR    in round 0 (BRAID_JOB_ID's /round<R>, else the restart count), keep
+//                      this rank's store address and job id in DIR; in a later round, try
+//                      them as a process left over from round 0 would, and print
 //                      "stale old-store=gone|reached new-store=refused|joined|error"
 //   secret             print where the job's secret came from: "secret_file=PATH file_mode=600
 //                      dir_mode=700 secret_env=unset job_id=ID cmdline_has_secret=no"
@@ -188,7 +189,11 @@ int main(int argc, char** argv) {
     } else if (action == "store-set") {
       store()->set(a1, a2);
     } else if (action == "stale-check") {
-      stale_check(a1, rank, round);
+      // The round: BRAID_JOB_ID's "/round<R>" when braidrun gives one (a membership change
+      // starts a round without a restart), else the restart count.
+      const std::string job = env_or("BRAID_JOB_ID", "");
+      const size_t at = job.rfind("/round");
+      stale_check(a1, rank, at == std::string::npos ? round : job.substr(at + 6));
     } else if (action == "secret") {
       print_secret();
     } else if (action == "store-get") {
