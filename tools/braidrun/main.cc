@@ -155,6 +155,10 @@ int run(int argc, char** argv) {
           (rdzv.serving() ? ", served here" : "") +
           (o.max_restarts > 0 ? "; the ranks' store of round 0 is on port " + std::to_string(rdzv.ranks_port()) : "") +
           "; MASTER_PORT " + std::to_string(rdzv.torch_port()) + " is kept free for rank 0's torch store)");
+    } else if (round > 0) {
+      say("round " + std::to_string(round) + ": starting ranks " + std::to_string(first_rank) + ".." +
+          std::to_string(first_rank + o.nproc_per_node - 1) + " of " + std::to_string(world) +
+          " (the ranks' store on port " + std::to_string(rdzv.ranks_port()) + ")");
     }
     std::vector<RankSpec> specs;
     for (int local = 0; local < o.nproc_per_node; ++local) {
