@@ -81,8 +81,10 @@ Status NodeRendezvous::form_elastic_round(bool first) {
     RETURN_IF_ERROR(ask<bool>("opening round " + std::to_string(round_),
                               "the job's store at " + store_->address() + " to open round " + std::to_string(round_),
                               [store = round_key("store"), port = std::to_string(round_server_->port()),
+                               restarts = round_key("restarts"), count = std::to_string(restart_count_),
                                state = round_key("state"), at = key("round_at"), round = std::to_string(round_)](TcpStore& s) {
                                 s.set(store, port);
+                                s.set(restarts, count);
                                 s.compare_set(state, "", "open:0");
                                 s.set(at, round);
                                 return true;
@@ -192,10 +194,15 @@ Status NodeRendezvous::form_elastic_round(bool first) {
   if (serving()) {
     ranks_port_ = round_server_->port();
   } else {
-    ASSIGN_OR_RETURN(std::string port, ask<std::string>("reading the store of round " + std::to_string(round_),
-                                                        "the job's store at " + store_->address(),
-                                                        [k = round_key("store")](TcpStore& s) { return s.get(k); }));
-    ranks_port_ = static_cast<uint16_t>(std::atoi(port.c_str()));
+    // The round's store, and the job's count of restarts so far as node 0 (in every round, so it
+    // saw every failure) counts them: a node that joined late takes it up.
+    ASSIGN_OR_RETURN(std::string v, ask<std::string>("reading the store of round " + std::to_string(round_),
+                                                     "the job's store at " + store_->address(),
+                                                     [port = round_key("store"), restarts = round_key("restarts")](TcpStore& s) {
+                                                       return s.get(port) + "\n" + s.get(restarts);
+                                                     }));
+    ranks_port_ = static_cast<uint16_t>(std::atoi(v.c_str()));
+    restart_count_ = std::atoi(v.c_str() + v.find('\n') + 1);
   }
   peer_beats_ = std::make_shared<std::map<int, PeerBeat>>();
   for (int id : members_) {

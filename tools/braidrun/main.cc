@@ -201,7 +201,7 @@ int run(int argc, char** argv) {
         outcome.failure = "cannot start ranks: " + started.message();
         say("error: " + started.message());
       } else {
-        outcome = supervisor.run([&] { return rdzv.poll_job(); });
+        outcome = supervisor.run([&] { return rdzv.poll_job(/*beat_only=*/supervisor.stopping()); });
       }
     }
     report_failure(outcome, /*ends_job=*/!rounds_reported);

@@ -42,6 +42,8 @@
 //   round/<R>/waiting     counter: nodes that found round R closed without them wait for R+1;
 //                         while R runs with fewer than MAX nodes, a member seeing it ends R
 //                         ("rejoin" in round/<R>/failed: a membership change, not a restart)
+//   round/<R>/restarts    restarts spent before round R, as node 0 counts them: every member
+//                         takes it up (TORCHELASTIC_RESTART_COUNT), a node that joined late too
 //   ended                 a node ended the job (it left): nodes forming a round give up
 // A node whose heartbeat stood still for keep_alive_interval x keep_alive_max_attempt while its
 // round ran is lost: a member that sees it writes round/<R>/failed (a failure, counted as a
@@ -113,8 +115,10 @@ class NodeRendezvous {
   const std::string& ranks_job_id() const { return ranks_job_id_; }
 
   // Called every supervisor tick: bumps this node's heartbeat and returns a stop request once
-  // any node reported a failure in this round (or the store is gone).
-  std::optional<ExternalStop> poll_job();
+  // any node reported a failure in this round (or the store is gone). `beat_only`: this node's
+  // ranks are already being stopped; only the heartbeat matters (it records nothing, so that
+  // this node's own failure, reported once its ranks ended, is the round's).
+  std::optional<ExternalStop> poll_job(bool beat_only = false);
 
   // How the round ended for this node: start every rank again, or exit with `exit_code`.
   struct RoundEnd {

@@ -220,7 +220,7 @@ Status NodeRendezvous::meet_fixed_round() {
 // The store is asked on a helper thread, one question at a time: a store that stopped
 // answering must not stop braidrun from relaying its ranks' output and obeying SIGINT/SIGTERM
 // (the call itself ends with the store's timeout, which then stops the job).
-std::optional<ExternalStop> NodeRendezvous::poll_job() {
+std::optional<ExternalStop> NodeRendezvous::poll_job(bool beat_only) {
   if (nnodes_ == 1) return std::nullopt;
   if (poll_ && !poll_->done.load(std::memory_order_acquire)) return std::nullopt;
   if (poll_) {
@@ -237,7 +237,7 @@ std::optional<ExternalStop> NodeRendezvous::poll_job() {
   if (beat) last_beat_ = Clock::now();
   // Elastic: the other members' heartbeats (a node lost ends the round, as a failure) and nodes
   // waiting to join (they end it too, while the round has room for them).
-  std::shared_ptr<std::map<int, PeerBeat>> peers = elastic() ? peer_beats_ : nullptr;
+  std::shared_ptr<std::map<int, PeerBeat>> peers = elastic() && !beat_only ? peer_beats_ : nullptr;
   const bool room = group_world_size() < nnodes_;
   std::thread([p, store = store_, beat, heartbeat = key("heartbeat/" + std::to_string(node_rank_)),
                failed = round_key("failed"), peers, room, waiting = round_key("waiting"), beats_prefix = key("heartbeat/"),

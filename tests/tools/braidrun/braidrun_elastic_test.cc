@@ -212,6 +212,50 @@ TEST(BraidrunElastic, ANodeArrivingLaterJoinsAtTheNextRound) {
       << ra.out << ra.err;
 }
 
+// A node joining after a restart takes up the job's restart count: in the round it joins, its
+// ranks see the same TORCHELASTIC_RESTART_COUNT as node 0's.
+TEST(BraidrunElastic, ANodeJoiningLateTakesUpTheRestartCount) {
+  TempDir pids;
+  const int port = free_port();
+  // Round 0: rank 1 fails. Round 1 (restart 1, a world of 2): runs until ended. Round 2 (a world
+  // of 4): prints and ends.
+  const auto flags = with_rank(node_flags(port, "1:2", "2", "0.5"), {"env", "exit@1#0", "3", "sleep#0", "30",
+                                                                       "pidfile~2", pids.path(), "sleep~2", "30"});
+  BraidrunProcess a(flags);
+  ASSERT_EQ(read_pidfiles(pids.path(), 2, 30).size(), 2u) << "round 1 did not start";
+  BraidrunProcess b(flags);
+  RunResult ra = a.wait(60), rb = b.wait(60);
+  ASSERT_FALSE(ra.timed_out || rb.timed_out) << ra.err << rb.err;
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  auto round2 = round_env(ra.out + rb.out, 2);
+  ASSERT_EQ(round2.size(), 4u) << ra.out << rb.out << ra.err << rb.err;
+  for (const auto& [rank, e] : round2) EXPECT_EQ(e.at("TORCHELASTIC_RESTART_COUNT"), "1") << "rank " << rank;
+  EXPECT_TRUE(contains(ra.err, "every rank succeeded in round 2, after 1 restart(s)")) << ra.err;
+}
+
+// A node stopping its ranks for longer than the keep-alive (a rank ignores SIGTERM; --grace-s 2
+// against a keep-alive of 1 s) still beats: the others do not take it for lost, and the round's
+// failure is its rank's.
+TEST(BraidrunElastic, ANodeStoppingItsRanksIsNotTakenForLost) {
+  const int port = free_port();
+  auto flags = node_flags(port, "1:2", "1");
+  flags.insert(flags.end(), {"--grace-s", "2"});
+  flags = with_rank(flags, {"env", "ignore-term@3#0", "store-set@3#0", "ready", "1", "store-get@2#0", "ready",
+                            "exit@2#0", "3", "sleep#0", "30"});
+  BraidrunProcess a(flags);
+  usleep(300 * 1000);
+  BraidrunProcess b(flags);
+  RunResult ra = a.wait(60), rb = b.wait(60);
+  ASSERT_FALSE(ra.timed_out || rb.timed_out) << ra.err << rb.err;
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  EXPECT_TRUE(contains(rb.err, "still running after the grace period; sending SIGKILL")) << rb.err;
+  EXPECT_TRUE(contains(ra.err, "round 0: rank 2 (local rank 0 on node 1, host ")) << ra.err;
+  EXPECT_FALSE(contains(ra.err + rb.err, " lost in round 0")) << ra.err << rb.err;
+  EXPECT_EQ(round_env(ra.out + rb.out, 1).size(), 4u) << ra.out << rb.out;
+}
+
 // --nnodes 2:3 with two nodes, one killed: round 1 cannot reach MIN, and the error (within
 // --rdzv-timeout-s) names the node that did not come back.
 TEST(BraidrunElastic, BelowMinNodesTheErrorNamesTheMissingNode) {
