@@ -4,12 +4,13 @@
 //
 // A round ends on every node once its ranks ended. It failed when a node wrote round/<R>/failed
 // (the first failure wins the compare_set; with --nnodes MIN:MAX a lost node and a node
-// waiting to join write it too, the latter as "rejoin"); it succeeded when every node wrote done/<n> and no
-// failure is recorded. A node reads done/* before failed, and a failing node writes failed
-// before its done, so a node that finds every done set also finds any failure. With restarts
-// left and a failure that allows one, every node meets again in round R+1; otherwise every node
-// says it leaves (left/<n>) and exits, the serving one once the others have left. A node
-// waiting to meet in the next round gives up at once when another node left.
+// waiting to join write it too, the latter as "rejoin"); it succeeded when every node wrote
+// done/<n> and no failure is recorded. A node reads done/* before failed, and a failing node
+// writes failed before its done, so a node that finds every done set also finds any failure.
+// With restarts left and a failure that allows one (or a rejoin), every node meets again in
+// round R+1; otherwise every node says it leaves (left/<n>; with MIN:MAX also `ended`) and
+// exits, the serving one once the others have left. A node waiting to meet in the next round
+// gives up at once when another node left.
 #include <unistd.h>
 
 #include <cstdio>
