@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -60,6 +62,12 @@ RoundState parse_state(const std::string& v) {
   return s;
 }
 
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
 std::string list_ids(const std::vector<int>& ids) {
   std::string out;
   for (int id : ids) {
@@ -100,6 +108,7 @@ Status NodeRendezvous::form_elastic_round(bool first) {
     round_ = at;
   }
   bool counted_waiting = false;
+  std::optional<std::pair<int, RoundState>> passed_over;  // the last round that started without this node
   // When this node first saw MIN members in the round (max: not yet).
   Clock::time_point min_seen = Clock::time_point::max();
   ProgressLine progress;
@@ -139,6 +148,7 @@ Status NodeRendezvous::form_elastic_round(bool first) {
       std::optional<RoundState> next;  // the change this node asks for
       if (st.closed) {
         // Started without this node. While it has room, the running members end it for us.
+        passed_over = std::make_pair(round_, st);
         if (!counted_waiting && static_cast<int>(st.ids.size()) < nnodes_) {
           RETURN_IF_ERROR(ask<bool>("waiting for round " + std::to_string(round_ + 1), waiting_for,
                                     [k = round_key("waiting")](TcpStore& s) {
@@ -180,9 +190,15 @@ Status NodeRendezvous::form_elastic_round(bool first) {
       for (int id : previous) {
         if (std::find(joined.begin(), joined.end(), id) == joined.end()) missing.push_back(id);
       }
+      if (passed_over && previous.empty()) {
+        return timeout_error("node " + std::to_string(node_rank_) + " found no place in job '" + run_id_ + "' within " +
+                             seconds_text(rdzv_timeout_s_) + " s: round " + std::to_string(passed_over->first) +
+                             " has node(s) " + list_ids(passed_over->second.ids) + " (--nnodes MAX " +
+                             std::to_string(nnodes_) + "); a node joins at the next round when a round has room");
+      }
       const std::string gone = missing.empty() ? "" : "; nodes of the previous round missing: " + describe_nodes(missing);
       return timeout_error("round " + r + " of job '" + run_id_ + "' at " + store_->address() + " did not start within " +
-                           std::to_string(rdzv_timeout_s_) + " s: " + std::to_string(joined.size()) +
+                           seconds_text(rdzv_timeout_s_) + " s: " + std::to_string(joined.size()) +
                            " node(s) joined (" + list_ids(joined) + "), fewer than --nnodes MIN " +
                            std::to_string(min_nnodes_) + gone + ". Start more nodes, lower MIN, or raise --rdzv-timeout-s");
     }

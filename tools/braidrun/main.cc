@@ -135,7 +135,8 @@ int run(int argc, char** argv) {
       fail(met);
       rdzv.leave();
       int code = stop_signal ? 128 + stop_signal : 1;
-      if (round > 0) report_rounds(o, round, rdzv.restart_count(), code, rdzv.failure_summary());
+      // A node never let into a round (elastic) has no rounds to tell of.
+      if (round > 0 && rdzv.group_world_size() > 0) report_rounds(o, round, rdzv.restart_count(), code, rdzv.failure_summary());
       return code;
     }
     // Node and global ranks of this round: with --nnodes MIN:MAX they change with the members.

@@ -355,8 +355,9 @@ void NodeRendezvous::leave() {
   if (nnodes_ == 1) return;
   Status left = ask<bool>("leaving the job", "the job's store at " + store_->address() + " to record that node " +
                                                  std::to_string(node_rank_) + " leaves",
-                          [k = key("left/" + std::to_string(node_rank_)), ended = key("ended"), elastic = elastic(),
-                           node = std::to_string(node_rank_)](TcpStore& s) {
+                          // A node never let into a round (it found none with room) ends nothing.
+                          [k = key("left/" + std::to_string(node_rank_)), ended = key("ended"),
+                           elastic = elastic() && group_world_size() > 0, node = std::to_string(node_rank_)](TcpStore& s) {
                             s.set(k, "1");
                             if (elastic) s.compare_set(ended, "", node);
                             return true;

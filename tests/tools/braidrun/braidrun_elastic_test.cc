@@ -256,6 +256,31 @@ TEST(BraidrunElastic, ANodeStoppingItsRanksIsNotTakenForLost) {
   EXPECT_EQ(round_env(ra.out + rb.out, 1).size(), 4u) << ra.out << rb.out;
 }
 
+// A third node for --nnodes 1:2 finds no round with room: it gives up after --rdzv-timeout-s
+// saying so, and the job goes on (it restarts later without being told the job ended).
+TEST(BraidrunElastic, ANodeFindingNoPlaceGivesUpWithoutEndingTheJob) {
+  TempDir pids;
+  const int port = free_port();
+  const auto flags = with_rank(node_flags(port, "1:2", "1", "1"), {"env", "pidfile#0", pids.path(), "sleep#0", "4",
+                                                                     "exit@1#0", "3"});
+  BraidrunProcess a(flags);
+  usleep(300 * 1000);
+  BraidrunProcess b(flags);
+  ASSERT_EQ(read_pidfiles(pids.path(), 4, 30).size(), 4u);
+  auto third = node_flags(port, "1:2", "1", "1", "1.5");
+  BraidrunProcess c(with_rank(third, {"print", "ran"}));
+  RunResult rc = c.wait(30);
+  RunResult ra = a.wait(60), rb = b.wait(60);
+  ASSERT_FALSE(ra.timed_out || rb.timed_out || rc.timed_out) << ra.err << rb.err << rc.err;
+  EXPECT_NE(rc.exit_code, 0) << rc.err;
+  EXPECT_TRUE(contains(rc.err, "node 2 found no place in job 'none' within 1.5")) << rc.err;
+  EXPECT_TRUE(contains(rc.err, "round 0 has node(s) 0, 1 (--nnodes MAX 2)")) << rc.err;
+  EXPECT_FALSE(contains(rc.out, "ran")) << rc.out;
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  EXPECT_EQ(round_env(ra.out + rb.out, 1).size(), 4u) << ra.out << rb.out << ra.err;
+}
+
 // --nnodes 2:3 with two nodes, one killed: round 1 cannot reach MIN, and the error (within
 // --rdzv-timeout-s) names the node that did not come back.
 TEST(BraidrunElastic, BelowMinNodesTheErrorNamesTheMissingNode) {
