@@ -2,7 +2,8 @@
 // round and the job goes on with the others, ranks renumbered; a node arriving while a round
 // runs joins at the next one without spending a restart; below MIN nodes the round never starts
 // and the error names the nodes missing. Real braidrun processes on 127.0.0.1, one per "node",
-// the rank helper (and braid-perf, when built) as ranks; short keep-alive and last-call times.
+// the rank helper (and braid-perf, when built) as ranks; short keep-alive (2 s) and last-call
+// times.
 #include <signal.h>
 #include <unistd.h>
 
@@ -26,7 +27,7 @@ bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
-// A node's flags: --nnodes `range` on 127.0.0.1:`port`, a node lost after 1 s of silence, a
+// A node's flags: --nnodes `range` on 127.0.0.1:`port`, a node lost after 2 s of silence, a
 // round waiting `last_call` s for more nodes once MIN are in.
 std::vector<std::string> node_flags(int port, const std::string& range, const std::string& max_restarts,
                                     const std::string& last_call = "1", const std::string& rdzv_timeout = "20") {
@@ -37,7 +38,7 @@ std::vector<std::string> node_flags(int port, const std::string& range, const st
           "--max-restarts",   max_restarts,
           "--monitor-interval", "0.1",
           "--grace-s",        "1",
-          "--rdzv-conf",      "last_call_timeout=" + last_call + ",keep_alive_interval=0.25,keep_alive_max_attempt=4"};
+          "--rdzv-conf",      "last_call_timeout=" + last_call + ",keep_alive_interval=0.5,keep_alive_max_attempt=4"};
 }
 
 std::vector<std::string> with_rank(std::vector<std::string> flags, const std::vector<std::string>& actions) {
@@ -107,7 +108,7 @@ TEST(BraidrunElastic, AKilledNodeIsLeftOutAndTheJobFinishesOnTheOther) {
   RunResult ra = a->wait(60);
   ASSERT_FALSE(ra.timed_out) << ra.err;
   EXPECT_EQ(ra.exit_code, 0) << ra.out << ra.err;
-  // Bounded: the keep-alive (1 s), the grace, the last call (1 s) and the start, well within 20 s.
+  // Bounded: the keep-alive (2 s), the grace, the last call (1 s) and the start, well within 20 s.
   EXPECT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(20));
   auto round0 = round_env(ra.out, 0), round1 = round_env(ra.out, 1);
   ASSERT_EQ(round0.size(), 2u) << ra.out;
@@ -234,13 +235,13 @@ TEST(BraidrunElastic, ANodeJoiningLateTakesUpTheRestartCount) {
   EXPECT_TRUE(contains(ra.err, "every rank succeeded in round 2, after 1 restart(s)")) << ra.err;
 }
 
-// A node stopping its ranks for longer than the keep-alive (a rank ignores SIGTERM; --grace-s 2
-// against a keep-alive of 1 s) still beats: the others do not take it for lost, and the round's
+// A node stopping its ranks for longer than the keep-alive (a rank ignores SIGTERM; --grace-s 3
+// against a keep-alive of 2 s) still beats: the others do not take it for lost, and the round's
 // failure is its rank's.
 TEST(BraidrunElastic, ANodeStoppingItsRanksIsNotTakenForLost) {
   const int port = free_port();
   auto flags = node_flags(port, "1:2", "1");
-  flags.insert(flags.end(), {"--grace-s", "2"});
+  flags.insert(flags.end(), {"--grace-s", "3"});
   flags = with_rank(flags, {"env", "ignore-term@3#0", "store-set@3#0", "ready", "1", "store-get@2#0", "ready",
                             "exit@2#0", "3", "sleep#0", "30"});
   BraidrunProcess a(flags);

@@ -173,7 +173,7 @@ TEST(BraidrunNetns, AKilledNodeIsLeftOutAndTheJobFinishesOnTheOtherHost) {
   const std::vector<std::string> args = {
       "--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-endpoint", "10.77.0.1:29504", "--rdzv-timeout-s", "20",
       "--max-restarts", "1", "--monitor-interval", "0.1", "--grace-s", "1", "--rdzv-conf",
-      "last_call_timeout=1,keep_alive_interval=0.25,keep_alive_max_attempt=4", "--", "sh", "-c", script};
+      "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=4", "--", "sh", "-c", script};
   BraidrunProcess a(args, hosts.exec_in(0));
   usleep(300 * 1000);
   auto b = std::make_unique<BraidrunProcess>(args, hosts.exec_in(1));
