@@ -107,7 +107,6 @@ Status NodeRendezvous::form_elastic_round(bool first) {
                                       }));
     round_ = at;
   }
-  bool counted_waiting = false;
   std::optional<std::pair<int, RoundState>> passed_over;  // the last round that started without this node
   // When this node first saw MIN members in the round (max: not yet).
   Clock::time_point min_seen = Clock::time_point::max();
@@ -148,8 +147,10 @@ Status NodeRendezvous::form_elastic_round(bool first) {
       std::optional<RoundState> next;  // the change this node asks for
       if (st.closed) {
         // Started without this node. While it has room, the running members end it for us.
+        // Left out, this node is no member any more: giving up would end nothing (leave()).
         passed_over = std::make_pair(round_, st);
-        if (!counted_waiting && static_cast<int>(st.ids.size()) < nnodes_) {
+        members_.clear();
+        if (static_cast<int>(st.ids.size()) < nnodes_) {
           RETURN_IF_ERROR(ask<bool>("waiting for round " + std::to_string(round_ + 1), waiting_for,
                                     [k = round_key("waiting")](TcpStore& s) {
                                       s.add(k, 1);
@@ -159,7 +160,6 @@ Status NodeRendezvous::form_elastic_round(bool first) {
           say("round " + r + " runs with node(s) " + list_ids(st.ids) + "; node " + std::to_string(node_rank_) +
               " joins the next round");
         }
-        counted_waiting = false;
         min_seen = Clock::time_point::max();
         ++round_;
         continue;
@@ -190,7 +190,7 @@ Status NodeRendezvous::form_elastic_round(bool first) {
       for (int id : previous) {
         if (std::find(joined.begin(), joined.end(), id) == joined.end()) missing.push_back(id);
       }
-      if (passed_over && previous.empty()) {
+      if (passed_over) {
         return timeout_error("node " + std::to_string(node_rank_) + " found no place in job '" + run_id_ + "' within " +
                              seconds_text(rdzv_timeout_s_) + " s: round " + std::to_string(passed_over->first) +
                              " has node(s) " + list_ids(passed_over->second.ids) + " (--nnodes MAX " +

@@ -44,8 +44,8 @@
 //                         ("rejoin" in round/<R>/failed: a membership change, not a restart)
 //   round/<R>/restarts    restarts spent before round R, as node 0 counts them: every member
 //                         takes it up (TORCHELASTIC_RESTART_COUNT), a node that joined late too
-//   ended                 a node of some round ended the job (it left): nodes forming a round
-//                         give up (a node that never got into a round ends nothing)
+//   ended                 a member of the latest round it formed ended the job (it left): nodes
+//                         forming a round give up (a node left out of a round ends nothing)
 // A node whose heartbeat stood still for keep_alive_interval x keep_alive_max_attempt while its
 // round ran is lost: a member that sees it writes round/<R>/failed (a failure, counted as a
 // restart) and round/<R>/failure/<id>, and the next round forms without it. Below MIN nodes,
