@@ -91,8 +91,9 @@ Status ShmConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
   if (recvs_.size() >= kMaxInFlight) {
     return invalid_argument("more than " + std::to_string(kMaxInFlight) + " receives outstanding from " + who());
   }
+  // A message already waiting is read by the next poll, not here: an operation posts its
+  // receives before its sends, and a peer waiting for our send should not wait for this copy.
   recvs_.push_back(Recv{static_cast<unsigned char*>(data), capacity, cookie});
-  if (recvs_.size() == 1 && read_records()) notify_peer();  // a message already waiting lands now
   return Status::ok();
 }
 

@@ -399,6 +399,25 @@ TEST(ShmRing, SmallMessagesOneAtATimeReuseTheStartOfTheRing) {
   transfer_all_at_once(link, {msg, 1, msg, 64, msg, 0, msg});
 }
 
+// An operation posts its receives before its sends. A receive posted while its message already
+// waits must not copy it there and then: the peer may be waiting for the send that follows, and
+// the copy would come first. The message is read by the next poll instead.
+TEST(ShmRing, AReceivePostedOnAWaitingMessageLeavesTheCopyToThePoll) {
+  TransportOptions o;
+  o.secret = secret("shm transport test secret 0123456789");
+  Link link;
+  ASSERT_TRUE(make_link("shm", o, o, link).is_ok());
+  std::vector<unsigned char> out(4096), in(4096, 0);
+  fill(out, 9);
+  ASSERT_TRUE(link.cb->post_send(out.data(), out.size(), 1).is_ok());
+  ASSERT_TRUE(link.ca->post_recv(in.data(), in.size(), 2).is_ok());
+  EXPECT_TRUE(std::all_of(in.begin(), in.end(), [](unsigned char b) { return b == 0; }))
+      << "post_recv copied the waiting message before returning";
+  ASSERT_TRUE(link.drive([&] { return link.done_a.size() == 1 && link.done_b.size() == 1; }));
+  ASSERT_TRUE(link.done_a[0].status.is_ok()) << link.done_a[0].status.message();
+  EXPECT_TRUE(check(in.data(), in.size(), 9));
+}
+
 // Pins the calling thread to `cpu` for the scope's lifetime.
 class PinnedTo {
  public:
