@@ -418,6 +418,26 @@ TEST(ShmRing, AReceivePostedOnAWaitingMessageLeavesTheCopyToThePoll) {
   EXPECT_TRUE(check(in.data(), in.size(), 9));
 }
 
+// ... and the poll after it takes that message even when it also has a finished send to return
+// (a small send completes as it is posted): both completions come from one poll, so an
+// operation that posted its receive and then its send learns of both in one pass.
+TEST(ShmRing, OnePollReturnsAFinishedSendAndAMessageThatArrived) {
+  TransportOptions o;
+  o.secret = secret("shm transport test secret 0123456789");
+  Link link;
+  ASSERT_TRUE(make_link("shm", o, o, link).is_ok());
+  std::vector<unsigned char> to_a(4096), to_b(4096), in(4096, 0);
+  fill(to_a, 4);
+  ASSERT_TRUE(link.cb->post_send(to_a.data(), to_a.size(), 1).is_ok());  // waits in a's ring
+  ASSERT_TRUE(link.ca->post_recv(in.data(), in.size(), 2).is_ok());
+  ASSERT_TRUE(link.ca->post_send(to_b.data(), to_b.size(), 3).is_ok());  // finished as posted
+  std::vector<Completion> got;
+  ASSERT_TRUE(link.a->poll(got, 0us).is_ok());
+  ASSERT_EQ(got.size(), 2u) << "the poll returned the send's completion without taking the message";
+  for (const Completion& c : got) EXPECT_TRUE(c.status.is_ok()) << c.status.message();
+  EXPECT_TRUE(check(in.data(), in.size(), 4));
+}
+
 // Pins the calling thread to `cpu` for the scope's lifetime.
 class PinnedTo {
  public:
