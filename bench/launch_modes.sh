@@ -18,7 +18,10 @@
 # out of place, max over ranks; mpi_bench's median, in place, max over ranks; its warm-up is
 # iterations/10, at least 2). Rounds interleave every cell, so a noisy machine hits each alike.
 # Last column: braid / Open MPI (below 1: braid is faster). mpi_bench takes -n as its iteration
-# count. Output: the table on stdout and in $OUT/table.md, every run's output in $OUT/runs.log.
+# count. The floor column (2-rank modes) is bench/shm_exchange_floor.c: the same exchange with
+# nothing but the data's own movement (copy in, read, reduce), timed the same way, in the same
+# round: what this machine allows at all. Output: the table on stdout and in $OUT/table.md, every
+# run's output in $OUT/runs.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILDS=${BUILDS:-braid=build}
@@ -38,6 +41,11 @@ if command -v mpicc >/dev/null && command -v mpirun >/dev/null && [ -f "$ANCHORS
   mpicc -O2 -o "$OUT/mpi_bench" "$ANCHORS/src/mpi_bench.c" -lm && mpi_bench="$OUT/mpi_bench"
 else
   log "Open MPI not installed: its column is left out (BRAID_SETUP_ANCHORS=1 scripts/setup.sh installs it)"
+fi
+
+floor_bench=""
+if command -v cc >/dev/null; then
+  cc -O2 -o "$OUT/shm_exchange_floor" bench/shm_exchange_floor.c && floor_bench="$OUT/shm_exchange_floor"
 fi
 
 busy_pids=()
@@ -98,6 +106,14 @@ run_mpi() {  # mode iters -> median us
   printf '%s\n' "$out" | awk -F'\t' '$1 == "RESULT" { print $7; found = 1 } END { if (!found) print "fail" }'
 }
 
+run_floor() {  # mode iters warmup -> median us
+  local out bind=1
+  [ "$1" = unbound ] && bind=0
+  out=$(timeout 300 "$floor_bench" --bytes "$SIZE" --iters "$2" --warmup "$3" --bind "$bind" 2>&1) || true
+  printf '%s\n' "$out" | sed "s/^/floor $1 -n $2: /" >> "$OUT/runs.log"
+  printf '%s\n' "$out" | awk -F'\t' '$1 == "RESULT" { print $5; found = 1 } END { if (!found) print "fail" }'
+}
+
 log "load before: $(cat /proc/loadavg)"
 for load in $LOADS; do
   [ "$load" = busy ] && start_busy
@@ -109,6 +125,7 @@ for load in $LOADS; do
           cell "$load" "$mode" "$n" "${build%%=*}" "$(run_braid "${build%%=*}" "${build#*=}" "$mode" "$n" "$w")"
         done
         [ -z "$mpi_bench" ] || cell "$load" "$mode" "$n" "Open MPI" "$(run_mpi "$mode" "$n")"
+        [ -z "$floor_bench" ] || [ "$mode" = 4ranks ] || cell "$load" "$mode" "$n" "floor" "$(run_floor "$mode" "$n" "$w")"
       done
     done
     log "$load: round $round of $ROUNDS done"
@@ -127,7 +144,7 @@ for line in open(cells):
 def med(vals):
     ok = [float(v) for v in vals if v != "fail"]
     return statistics.median(ok) if ok else None
-libs = builds + (["Open MPI"] if any(k[3] == "Open MPI" for k in runs) else [])
+libs = builds + [x for x in ("Open MPI", "floor") if any(k[3] == x for k in runs)]
 names = {"bound": "2 ranks, bound (braidrun / mpirun default)",
          "unbound": "2 ranks, unbound (--cpu-bind none / --bind-to none)",
          "4ranks": "4 ranks on this host"}

@@ -120,10 +120,11 @@ Result<bool> Executor::try_start(size_t i) {
   }
   Status s;
   if (framed() && framing_->is_first_recv(st.recv_peer, i)) {
+    // A reducing step only reads what it received: inline data is reduced from where it arrived.
     s = framing_->post_first_recv(*peers_[static_cast<size_t>(st.recv_peer)], st.recv_peer, land, st.dst.bytes,
                                   make_cookie(options_.op_id, i, false),
                                   make_cookie(options_.op_id, steps_.size() + static_cast<size_t>(st.recv_peer), false),
-                                  outstanding_);
+                                  outstanding_, /*may_keep=*/!direct_recv(st));
   } else {
     s = peers_[static_cast<size_t>(st.recv_peer)]->post_recv(land, st.dst.bytes, make_cookie(options_.op_id, i, false));
     if (s.is_ok()) ++outstanding_;
@@ -139,7 +140,8 @@ void Executor::compute(const Step& st, size_t i) {
     case StepKind::recv_reduce:
     case StepKind::recv_reduce_send: {
       std::byte* dst = at(st.dst);
-      const std::byte* slot = slots_.get() + (i % window_) * slot_bytes_;
+      const std::byte* slot = framed() && framing_->keeps_data(st.recv_peer, i) ? framing_->kept_data(st.recv_peer)
+                                                                                  : slots_.get() + (i % window_) * slot_bytes_;
       const size_t n = st.dst.bytes / esize;
       if (st.src.bytes != 0 && at(st.src) != dst) {
         reduce_to(dst, at(st.src), slot, n, options_.dtype, options_.op);

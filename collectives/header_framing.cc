@@ -24,6 +24,7 @@ void HeaderFraming::restart() {
   ops_ = 0;
   reverse_posted_ = !reverse_;
   for (PeerHeader& h : peers_) {  // first_send/first_recv follow the steps, which are the same
+    h.inline_recv = false;
     h.land = nullptr;
     h.header_recv_done = false;
   }
@@ -50,12 +51,14 @@ Status HeaderFraming::post_first_send(transport::Connection& conn, int peer, con
 }
 
 Status HeaderFraming::post_first_recv(transport::Connection& conn, int peer, std::byte* land, size_t bytes,
-                                      uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding) {
+                                      uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding,
+                                      bool may_keep) {
   PeerHeader& h = peers_[static_cast<size_t>(peer)];
   const size_t capacity = header_bytes_ + kInlineHeaderMax;
   if (h.in == nullptr) h.in = take_bytes(capacity);  // not zeroed: only received bytes are read
   if (bytes <= kInlineHeaderMax) {
-    h.land = land;
+    h.inline_recv = true;
+    h.land = may_keep ? nullptr : land;
     RETURN_IF_ERROR(conn.post_recv(h.in.get(), capacity, data_cookie));
     ++outstanding;
     return Status::ok();
@@ -122,7 +125,7 @@ Status HeaderFraming::finish_inline_recv(int peer, const transport::Completion& 
     *wrong_size = c.bytes - std::min(c.bytes, header_bytes_);
     return Status::ok();
   }
-  if (expected != 0) std::memcpy(h.land, h.in.get() + header_bytes_, expected);
+  if (expected != 0 && h.land != nullptr) std::memcpy(h.land, h.in.get() + header_bytes_, expected);
   return Status::ok();
 }
 

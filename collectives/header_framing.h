@@ -5,6 +5,9 @@
 // A first message of at most kInlineHeaderMax bytes carries the header inline, staged through a
 // copy: still one message, so a small operation pays no extra send or receive. A larger one gets
 // it as a message of its own just before it. Both sides decide alike from the message's size.
+// The data of an inline first message is copied to where the receive asked once the header
+// passed, or, for a receive whose data is only read (reduced from), left where it arrived
+// (kept_data) so that a small reduction reads it without a copy first.
 // Where a schedule only receives from a peer (it only sends to us), a header-only message goes
 // back to it, so a rank that only sends (a broadcast root) still learns of a mismatch.
 //
@@ -48,7 +51,11 @@ class HeaderFraming {
   bool is_first_send(int peer, size_t step) const { return of(peer).first_send == step; }
   bool is_first_recv(int peer, size_t step) const { return of(peer).first_recv == step; }
   // `step` is `peer`'s first receive and was posted with its header inline.
-  bool inline_recv(int peer, size_t step) const { return of(peer).first_recv == step && of(peer).land != nullptr; }
+  bool inline_recv(int peer, size_t step) const { return of(peer).first_recv == step && of(peer).inline_recv; }
+  // `step` is `peer`'s first receive, its data inline and left where it arrived: after
+  // finish_inline_recv, kept_data(peer) holds it until restart().
+  bool keeps_data(int peer, size_t step) const { return inline_recv(peer, step) && of(peer).land == nullptr; }
+  const std::byte* kept_data(int peer) const { return of(peer).in.get() + header_bytes_; }
   // Header-only messages posted and not completed.
   size_t ops() const { return ops_; }
   // The header-only replies are still to be posted (post_reverse).
@@ -58,9 +65,10 @@ class HeaderFraming {
   // step's; `header_cookie` a header-only message's. Failures come back as the transport said.
   Status post_first_send(transport::Connection& conn, int peer, const std::byte* data, size_t bytes,
                          uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding);
-  // Posts the receive of `peer`'s first message, whose data lands at `land` (`bytes`).
+  // Posts the receive of `peer`'s first message, whose data lands at `land` (`bytes`). With
+  // `may_keep`, data that comes inline stays where it arrived instead (keeps_data).
   Status post_first_recv(transport::Connection& conn, int peer, std::byte* land, size_t bytes, uint64_t data_cookie,
-                         uint64_t header_cookie, size_t& outstanding);
+                         uint64_t header_cookie, size_t& outstanding, bool may_keep = false);
   // Posts the header-only replies (see the top), once per run; nothing when built without them.
   Status post_reverse(const std::vector<transport::Connection*>& peers, CookieFor cookie, size_t& outstanding);
 
@@ -85,7 +93,8 @@ class HeaderFraming {
     // A first receive takes up to header + kInlineHeaderMax bytes whatever it expects, so the
     // header of any first (or stale) message a disagreeing peer sends can still be read.
     PooledBytes in;
-    std::byte* land = nullptr;  // where an inline first receive's data goes once checked
+    bool inline_recv = false;   // the first receive takes the header inline
+    std::byte* land = nullptr;  // where its data goes once checked; null: it stays in `in`
     bool header_recv_done = false;
   };
   const PeerHeader& of(int peer) const { return peers_[static_cast<size_t>(peer)]; }

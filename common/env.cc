@@ -158,6 +158,9 @@ Result<Env> Env::parse(const EnvLookup& lookup) {
   if (const char* v = lookup("BRAID_PEER_TIMEOUT_S")) {
     ASSIGN_OR_RETURN(e.peer_timeout_s, parse_env_seconds("BRAID_PEER_TIMEOUT_S", v));
   }
+  if (const char* v = lookup("BRAID_SHRINK_TIMEOUT_S")) {
+    ASSIGN_OR_RETURN(e.shrink_timeout_s, parse_env_seconds("BRAID_SHRINK_TIMEOUT_S", v));
+  }
   if (const char* v = lookup("BRAID_PORT_RANGE")) {
     std::string s = v;
     size_t dash = s.find('-');

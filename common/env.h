@@ -54,6 +54,9 @@ struct Env {
   bool rendezvous_timeout_set = false;
   // BRAID_PEER_TIMEOUT_S: a silent peer (no FIN, no RST) is declared lost after this. Default 30.
   double peer_timeout_s = 30;
+  // BRAID_SHRINK_TIMEOUT_S: how long Communicator::shrink() waits for the other survivors to
+  // call it (runtime/bootstrap/shrink.h). Default 5.
+  double shrink_timeout_s = 5;
   // BRAID_PORT_RANGE: "lo-hi" ports the transport listens on; empty = any (port 0).
   uint16_t port_lo = 0, port_hi = 0;
   // BRAID_DEBUG: WARN | INFO | TRACE. Default WARN.

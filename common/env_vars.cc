@@ -58,6 +58,10 @@ constexpr EnvVar kVars[] = {
      "\"braid\", which takes torch's timeout= as gloo does. Set (300 included), it wins over torch's timeout."},
     {"BRAID_PEER_TIMEOUT_S", seconds, "30", "", 0, 0,
      "A silent peer (no FIN, no RST) is declared lost after this many seconds."},
+    {"BRAID_SHRINK_TIMEOUT_S", seconds, "5", "", 0, 0,
+     "How long Communicator::shrink() waits for the other survivors of a failure to call it, in seconds. The rank "
+     "the failure named (dead or silent) is not waited for; once every other rank has called it, the survivors go "
+     "on at once. A rank that calls it later is left out (docs/fault_tolerance.md)."},
     {"BRAID_DEBUG", choice, "WARN", "WARN|INFO|TRACE", 0, 0,
      "Diagnostics on stderr (any case). INFO: the version, features and one line per communicator; TRACE: every "
      "operation."},
@@ -66,9 +70,9 @@ constexpr EnvVar kVars[] = {
     {"BRAID_SPIN_US", integer, "", "", 0, 100000,
      "Microseconds a waiter spins before sleeping. Unset: 50, except 0 (sleep at once) in a communicator where "
      "another rank of this host may run on one of this rank's CPUs (affinity masks meet: ranks not bound apart) "
-     "and some rank of this host is reached over tcp; over shm the wait itself sees a peer queued on the waiter's "
-     "CPU and steps off it (docs/shm.md, Waiting). BRAID_DEBUG=INFO says which. Set (50 included), it is used as "
-     "it is: docs/performance.md."},
+     "and some other rank of this host is reached over another transport than shm (tcp, ib); over shm the wait "
+     "itself sees a peer queued on the waiter's CPU and steps off it (docs/shm.md, Waiting). BRAID_DEBUG=INFO says "
+     "which. Set (50 included), it is used as it is: docs/performance.md."},
     {"BRAID_SHM_CMA", choice, "auto", "0|1|auto", 0, 0,
      "shm: how large messages move where ptrace rules allow reading the peer's memory. auto: in one copy (cross-memory "
      "attach) when larger than the ring and (mostly) held in huge pages, the sender moving the message's 2 MiB ranges "

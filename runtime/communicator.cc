@@ -131,6 +131,10 @@ Communicator Communicator::split(int color, int key) {
   return Communicator(value_or_raise(impl().split(color, key)));
 }
 
+Communicator Communicator::shrink(const std::vector<int>& exclude) {
+  return Communicator(value_or_raise(impl().shrink(exclude)));
+}
+
 Communicator Communicator::new_group(const std::vector<int>& ranks) {
   CommunicatorImpl& self = impl();
   std::vector<bool> seen(static_cast<size_t>(self.size()), false);

@@ -25,7 +25,10 @@ struct CommunicatorConfig {
   std::shared_ptr<Store> board_store;        // the same namespace on a connection of its own (or null: store)
   bool board_bounded = false;                // board_store's timeout is the failure-report bound
   int store_rank = -1;                       // the rank whose process serves the store, or -1
-  std::unique_ptr<TcpStoreServer> server;    // when this rank serves the job's store
+  // When this rank serves the job's store; shared with the communicators shrink() makes from
+  // this one, which meet through the same store and may outlive it.
+  std::shared_ptr<TcpStoreServer> server;
+  bool shrunk = false;                       // made by shrink() (it shares `server` with the old one)
   // The program handed the store in (from_store, e.g. torch's): whoever serves it may exit
   // before the other ranks leave, which is then no trouble at all.
   bool foreign_store = false;

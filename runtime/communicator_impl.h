@@ -79,9 +79,14 @@ class CommunicatorImpl {
   Work group_end() { return queue_.close_group(); }
   // Collective over this communicator; nullptr for color kNoColor (bootstrap/split.h).
   Result<std::unique_ptr<CommunicatorImpl>> split(int color, int key);
+  // Ends this communicator, then makes one of the ranks that go on (communicator_shrink.cc,
+  // bootstrap/shrink.h); nullptr for a rank in `exclude`.
+  Result<std::unique_ptr<CommunicatorImpl>> shrink(const std::vector<int>& exclude);
 
  private:
   explicit CommunicatorImpl(CommunicatorConfig config);
+  // shrink()'s error when the store cannot be reached (`what`: the store's own message).
+  Status shrink_store_gone(const std::string& what) const;
   // Stages device buffers; throws as CommDevice::stage does.
   std::unique_ptr<DeviceStaging> stage_device(collectives::CollectiveArgs& args,
                                               const std::shared_ptr<detail::WorkState>& work);
@@ -99,6 +104,7 @@ class CommunicatorImpl {
   OpRunner runner_;
   ProgressThread progress_;
   uint64_t split_count_ = 0;  // caller's thread: splits are collective calls
+  uint64_t shrink_count_ = 0;  // caller's thread: this rank's shrink() calls (bootstrap/shrink.h)
 
   friend Result<std::unique_ptr<CommunicatorImpl>> make_communicator_impl(CommunicatorConfig config);
 };

@@ -170,6 +170,27 @@ class Communicator {
   // Every rank calls it with the same list; the listed ranks get a communicator ranked in list
   // order, the others a non-member handle.
   Communicator new_group(const std::vector<int>& ranks);
+  // Going on without some ranks, as ULFM's MPIX_Comm_shrink and NCCL's ncclCommShrink:
+  // returns a new communicator of this one's ranks but the failed or excluded ones, renumbered
+  // in their old order (old ranks 0, 2, 3 become 0, 1, 2), with its own connections.
+  //   - It first ends this communicator on this rank as abort() does (pending operations end with
+  //     an error; the other ranks' operations on it fail within a second or so), whatever its
+  //     state: a planned shrink ends a healthy communicator too.
+  //   - After a failure, every survivor calls shrink(): they agree through the job's store on who
+  //     is alive. The rank the failure named as dead or silent is not waited for; any other rank
+  //     is waited for up to BRAID_SHRINK_TIMEOUT_S (default 5 s) after this rank's call. A rank
+  //     that calls it later than that (stopped, busy) gets ErrorCode::aborted and can never join.
+  //   - shrink(exclude) leaves the listed ranks out as well (a planned exclusion): as with
+  //     ncclCommShrink, the ranks not listed call it with the same list; a listed rank need not
+  //     call it, and if it does, it gets a non-member handle at once (its communicator ended too).
+  // Throws invalid_argument for a bad list (a rank out of range or listed twice, or the rank that
+  // serves the store in-process, without which the others could not meet), peer_lost when the
+  // store is gone (rank 0 served it and died with it: serve it outside the ranks, as a launcher
+  // does, or give from_store one), aborted when this rank came too late and was left out, and
+  // what making the new communicator throws (a member that died after it agreed: call shrink()
+  // again). Call it from the thread that makes this communicator's calls, as split().
+  // docs/fault_tolerance.md walks through it.
+  Communicator shrink(const std::vector<int>& exclude = {});
   // False for a non-member handle (and a moved-from communicator): every other call throws.
   bool is_member() const { return impl_ != nullptr; }
 

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "runtime/communicator_config.h"
@@ -27,5 +28,14 @@ std::vector<int64_t> split_card(int color, int key);
 // Pure: the same inputs give the same child on every rank. `color` must not be kNoColor.
 CommunicatorConfig split_config(const CommunicatorConfig& parent, uint64_t n, int color,
                                 const std::vector<int64_t>& all);
+
+// A child of `parent` made of `members` (parent ranks, in the child's rank order; this rank among
+// them), `hosts[i]` the host hash of members[i], meeting in the namespace `prefix` inside the
+// parent's. What split_config and shrink_config (shrink.h) share. Pure.
+CommunicatorConfig child_config(const CommunicatorConfig& parent, const std::string& prefix,
+                                const std::vector<int>& members, const std::vector<int64_t>& hosts);
+
+// The hash of this host's name that cards carry: ranks with equal hashes count as one host.
+int64_t host_hash();
 
 }  // namespace braid

@@ -17,6 +17,10 @@ bool HandOff::queued(bool idle_before, const std::shared_ptr<detail::WorkState>&
   }
   idle_work_ = work.get();
   work->timed = true;
+  // The operation goes back to its caller now, unless the progress thread is woken first (the
+  // queue then notes the return again after the wake-up: WorkState::note_returned).
+  work->wait_times.returned_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
+                                     std::memory_order_relaxed);
   idle_times_ = std::shared_ptr<detail::WorkState::WaitTimes>(work, &work->wait_times);  // no allocation
   if (!callers_wait_) return true;  // the caller computes meanwhile: start it at once
   grace_until_ = now + tick_;

@@ -62,8 +62,10 @@ Work OpQueue::push(collectives::CollectiveArgs&& args, const std::shared_ptr<det
     queue_.push_back(std::move(op));
     wake = queued(idle, work);
   }
-  if (wake) wake_progress();
-  work->note_returned();
+  if (wake) {
+    wake_progress();
+    work->note_returned();  // after the wake-up, which is not the caller's time (hand_off.h)
+  }
   return Work(work);
 }
 
@@ -155,8 +157,10 @@ Work OpQueue::close_group() {
     queue_.push_back(std::move(g));
     wake = queued(idle, work);  // a group is handed off like any operation
   }
-  if (wake) wake_progress();
-  work->note_returned();
+  if (wake) {
+    wake_progress();
+    work->note_returned();  // after the wake-up, which is not the caller's time (hand_off.h)
+  }
   return Work(work);
 }
 

@@ -335,7 +335,9 @@ void CommFailure::leave_store() {
   // The board's connection has the failure-report bound; the program's may wait minutes.
   Store& store = failed && cfg_.board_bounded ? *cfg_.board_store : *cfg_.store;
   try {
-    const bool lingering = cfg_.server != nullptr;
+    // The rank serving the store waits for the others - unless a communicator shrink() made
+    // from this one still holds the server: that one waits for its own ranks when it goes.
+    const bool lingering = cfg_.server != nullptr && (cfg_.shrunk || cfg_.server.use_count() == 1);
     if (braid::leave_store(store, cfg_.rank, cfg_.size, lingering) < cfg_.size && lingering) {
       const double bound = !failed ? std::min(cfg_.env.rendezvous_timeout_s, 60.0) : 3.0;
       Deadline deadline = Deadline::after_seconds(bound);

@@ -83,6 +83,9 @@ Result<BroughtUp> bring_up(const LinkSetup& s, Store& store, const RankCpus& loc
   b.mine.cpus = local.cpus;
   b.mine.setting = s.env.transport;
   for (const TransportPick& w : wishes) {
+    // A second engine of a family already up ("tcp,tcp-poll") is its fallback: a peer is reached
+    // through one listener of each family, the first.
+    if (std::find(b.families.begin(), b.families.end(), w.family) != b.families.end()) continue;
     auto made = transport::create_transport(w.create, options);
     if (!made.is_ok()) {
       if (wishes.size() == 1) return give_up(s, store, b.mine, made.status());  // the one transport asked for
@@ -192,7 +195,10 @@ Status PeerLinks::connect_peers(const LinkSetup& s, const std::vector<PublishedL
     if (r > s.rank) {
       const std::string* address = nullptr;
       for (const auto& a : all[static_cast<size_t>(r)].addresses) {
-        if (a.family == family) address = &a.address;
+        if (a.family == family) {
+          address = &a.address;
+          break;
+        }
       }
       ASSIGN_OR_RETURN(c, up[t]->connect(*address, who, deadline));
     } else {

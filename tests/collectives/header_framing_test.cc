@@ -142,14 +142,15 @@ class HeaderFramingTest : public ::testing::Test {
   }
 
   // Posts rank 0's first message (`out`) and rank 1's receive of it into `land` (out.size()
-  // bytes), with the header-only replies first where they are pending.
-  void post(const std::vector<unsigned char>& out, std::byte* land) {
+  // bytes), with the header-only replies first where they are pending. may_keep: as a reducing
+  // step posts it (inline data may stay where it arrived).
+  void post(const std::vector<unsigned char>& out, std::byte* land, bool may_keep = false) {
     ASSERT_NO_FATAL_FAILURE(sender_.post_reverse_if_pending());
     ASSERT_NO_FATAL_FAILURE(receiver_.post_reverse_if_pending());
     receiver_.expected = out.size();
     ASSERT_TRUE(receiver_.framing
                     ->post_first_recv(*receiver_.conn, sender_.rank, land, out.size(), kDataCookie, kHeaderCookie,
-                                      receiver_.outstanding)
+                                      receiver_.outstanding, may_keep)
                     .is_ok());
     ASSERT_TRUE(sender_.framing
                     ->post_first_send(*sender_.conn, receiver_.rank, reinterpret_cast<const std::byte*>(out.data()),
@@ -230,6 +231,31 @@ struct Landing {
 };
 
 std::vector<unsigned char> bytes_of(const Header& h) { return {h.begin(), h.end()}; }
+
+// A receive whose data is only read (a reducing step) leaves inline data where it arrived:
+// the landing area stays untouched and kept_data() holds the message, with no copy between the
+// two. Data too large to come inline still lands where the receive asked.
+TEST_F(HeaderFramingTest, AReceiveThatOnlyReadsItsDataKeepsInlineDataWhereItArrived) {
+  for (size_t bytes : {size_t{1}, size_t{4096}, HeaderFraming::kInlineHeaderMax, HeaderFraming::kInlineHeaderMax + 1}) {
+    SCOPED_TRACE("bytes " + std::to_string(bytes));
+    ASSERT_NO_FATAL_FAILURE(start());
+    frame(/*reverse=*/false);
+    const std::vector<unsigned char> out = message(bytes, 5);
+    Landing in(bytes);
+    ASSERT_NO_FATAL_FAILURE(post(out, in.land(), /*may_keep=*/true));
+    ASSERT_NO_FATAL_FAILURE(finish());
+    for (const Status& s : receiver_.results) EXPECT_TRUE(s.is_ok()) << s.message();
+    if (bytes <= HeaderFraming::kInlineHeaderMax) {
+      EXPECT_TRUE(receiver_.framing->keeps_data(sender_.rank, kStep));
+      EXPECT_TRUE(in.untouched()) << "the data was copied to the landing area";
+      EXPECT_EQ(std::memcmp(receiver_.framing->kept_data(sender_.rank), out.data(), bytes), 0);
+    } else {
+      EXPECT_FALSE(receiver_.framing->keeps_data(sender_.rank, kStep));
+      EXPECT_TRUE(in.holds(out));
+      EXPECT_TRUE(in.guards_untouched());
+    }
+  }
+}
 
 // Up to kInlineHeaderMax: the header travels in front of the data in the one message.
 TEST_F(HeaderFramingTest, SmallFirstMessageCarriesItsHeaderInline) {

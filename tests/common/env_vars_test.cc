@@ -108,6 +108,7 @@ const Rejected kRejected[] = {
     {"BRAID_TIMEOUT_S", "10s", "positive number of seconds"},
     {"BRAID_RENDEZVOUS_TIMEOUT_S", "0", "positive number of seconds"},
     {"BRAID_PEER_TIMEOUT_S", "-3", "positive number of seconds"},
+    {"BRAID_SHRINK_TIMEOUT_S", "0", "positive number of seconds"},
     {"BRAID_DEBUG", "LOUD", "WARN, INFO, TRACE"},
     {"BRAID_CALLER_PROGRESS", "yes", "0, 1"},
     {"BRAID_SHM_DISABLE", "yes", "0, 1"},

@@ -188,6 +188,38 @@ def subgroups():
     report(ok=True)
 
 
+def shrink(mode):
+    """mode "dies": the last rank exits after the first all_reduce; the others shrink() once
+    theirs fail. mode "exclude": after three all_reduces every rank calls shrink([last]), the
+    last one included (it gets None). Each member checks an all_reduce on the new communicator
+    and reports its new rank, size and the old ranks gathered over it."""
+    comm = braid.init()
+    r, size = comm.rank, comm.size
+    last = size - 1
+    x = np.ones(1 << 12, np.float32)
+    comm.all_reduce(x)
+    if mode == "dies" and r == last:
+        os._exit(0)
+    failed = None
+    if mode == "dies":
+        failed = error_of(lambda: [comm.all_reduce(x) for _ in range(1 << 20)])
+    else:
+        for _ in range(3):
+            comm.all_reduce(x)
+    new = comm.shrink([last] if mode == "exclude" else [])
+    if new is None:
+        report(member=False, state=comm.state)
+        return
+    y = np.full(5, new.rank + 1, np.int64)
+    new.all_reduce(y)
+    olds = np.zeros(new.size, np.int64)
+    new.all_gather(np.array([r], np.int64), olds)
+    report(member=True, failed=failed, rank=new.rank, size=new.size, sum=int(y[0]), olds=olds.tolist(),
+           old_state=comm.state)
+    new.close()
+    comm.close()
+
+
 def groups():
     """Every rank sends to every other and receives from each in one group (batch_isend_irecv),
     then two all_reduce calls coalesced in a group; blocking calls are refused inside one."""
@@ -227,7 +259,7 @@ def url(address):
 
 
 SCENARIOS = {f.__name__: f for f in [collectives, torch_tensors, async_ops, interrupt, gil, mismatch, peer_exits,
-                                      timeout, abort, subgroups, groups, url]}
+                                      timeout, abort, subgroups, shrink, groups, url]}
 
 if __name__ == "__main__":
     SCENARIOS[sys.argv[1]](*sys.argv[2:])

@@ -91,3 +91,22 @@ def test_init_whose_peer_never_comes_times_out():
     out = run_init({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
                     "BRAID_RENDEZVOUS_TIMEOUT_S": "2", "BRAID_SECRET": "0123456789abcdef0123"})
     assert out.startswith("TimeoutError rendezvous: rank 0 waited 2 s") and "for rank 1" in out, out
+
+
+def test_shrink_after_a_rank_died_renumbers_the_others():
+    # Rank 2 of 3 exits: ranks 0 and 1 see the error, shrink, and go on as ranks 0 and 1 of 2.
+    ranks = run_ranks(3, "shrink", "dies", env={"BRAID_TIMEOUT_S": "30"})
+    assert ranks.codes[:2] == [0, 0], ranks.describe()
+    for r in range(2):
+        res = ranks.result(r)
+        assert res["failed"]["type"] == "PeerLostError" and "rank 2" in res["failed"]["message"], res
+        assert (res["rank"], res["size"], res["sum"], res["olds"]) == (r, 2, 3, [0, 1]), res
+        assert res["old_state"] == "aborted" or res["old_state"] == "failed", res
+
+
+def test_shrink_with_exclude_leaves_the_listed_rank_out():
+    ranks = run_ranks(4, "shrink", "exclude", env={"BRAID_TIMEOUT_S": "30"}).check_ok()
+    for r in range(3):
+        res = ranks.result(r)
+        assert (res["rank"], res["size"], res["sum"], res["olds"]) == (r, 3, 6, [0, 1, 2]), res
+    assert ranks.result(3) == {"member": False, "state": "aborted"}, ranks.describe()

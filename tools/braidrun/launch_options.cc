@@ -40,21 +40,47 @@ Result<double> parse_seconds(const std::string& flag, const std::string& v, bool
   return x;
 }
 
-Status elastic_refused(const std::string& what) {
-  return invalid_argument(what + ": elastic node counts (MIN:MAX with MIN < MAX) are not supported yet; give a " +
-                          "fixed --nnodes N (restarts of a fixed set of nodes work: --max-restarts N)");
-}
-
-Result<int> parse_nnodes(const std::string& v) {
+// "N" or "MIN:MAX" into o.min_nnodes and o.nnodes.
+Status parse_nnodes(const std::string& v, LaunchOptions& o) {
   auto colon = v.find(':');
   if (colon == std::string::npos) {
     ASSIGN_OR_RETURN(int64_t n, parse_int("nnodes", v, 1, kMaxNodes));
-    return static_cast<int>(n);
+    o.min_nnodes = o.nnodes = static_cast<int>(n);
+    return Status::ok();
   }
   ASSIGN_OR_RETURN(int64_t lo, parse_int("nnodes", v.substr(0, colon), 1, kMaxNodes));
   ASSIGN_OR_RETURN(int64_t hi, parse_int("nnodes", v.substr(colon + 1), 1, kMaxNodes));
-  if (lo != hi) return elastic_refused("--nnodes " + v);
-  return static_cast<int>(lo);
+  if (lo > hi) return bad("--nnodes " + v + ": MIN is larger than MAX (expected MIN:MAX, e.g. 1:4)");
+  o.min_nnodes = static_cast<int>(lo);
+  o.nnodes = static_cast<int>(hi);
+  return Status::ok();
+}
+
+// --rdzv-conf "key=value,key=value", as torchrun takes it. The keys braidrun acts on must hold
+// numbers; other keys (torchrun's timeout, read_timeout, is_host, ...) are accepted and ignored,
+// so pasted torchrun lines work.
+Status parse_rdzv_conf(const std::string& v, LaunchOptions& o) {
+  for (size_t from = 0; from <= v.size();) {
+    size_t comma = v.find(',', from);
+    if (comma == std::string::npos) comma = v.size();
+    const std::string item = v.substr(from, comma - from);
+    from = comma + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) return bad("--rdzv-conf '" + v + "': '" + item + "' is not key=value");
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "last_call_timeout") {
+      ASSIGN_OR_RETURN(o.last_call_s, parse_seconds("rdzv-conf last_call_timeout", value, /*zero_ok=*/true));
+    } else if (key == "keep_alive_interval") {
+      ASSIGN_OR_RETURN(o.keep_alive_interval_s, parse_seconds("rdzv-conf keep_alive_interval", value, /*zero_ok=*/false));
+    } else if (key == "keep_alive_max_attempt") {
+      ASSIGN_OR_RETURN(int64_t n, parse_int("rdzv-conf keep_alive_max_attempt", value, 1, 1000));
+      o.keep_alive_max_attempt = static_cast<int>(n);
+    } else if (key == "join_timeout") {
+      ASSIGN_OR_RETURN(o.join_timeout_s, parse_seconds("rdzv-conf join_timeout", value, /*zero_ok=*/false));
+    }
+  }
+  return Status::ok();
 }
 
 Result<int> parse_nproc(const std::string& v) {
@@ -120,6 +146,7 @@ const FlagSpec* find_flag(const std::string& name) {
 struct Seen {
   bool nnodes = false;
   std::optional<std::string> rdzv_endpoint;
+  bool rdzv_timeout = false;
   std::optional<std::string> master_addr;
   std::optional<uint16_t> master_port;
 };
@@ -128,7 +155,7 @@ Status apply(const std::string& flag, const std::string& v, LaunchOptions& o, Se
   if (flag == "nproc-per-node") {
     ASSIGN_OR_RETURN(o.nproc_per_node, parse_nproc(v));
   } else if (flag == "nnodes") {
-    ASSIGN_OR_RETURN(o.nnodes, parse_nnodes(v));
+    RETURN_IF_ERROR(parse_nnodes(v, o));
     seen.nnodes = true;
   } else if (flag == "node-rank") {
     ASSIGN_OR_RETURN(int64_t r, parse_int(flag, v, 0, kMaxNodes - 1));
@@ -175,12 +202,15 @@ Status apply(const std::string& flag, const std::string& v, LaunchOptions& o, Se
     ASSIGN_OR_RETURN(o.grace_s, parse_seconds(flag, v, /*zero_ok=*/true));
   } else if (flag == "rdzv-timeout-s") {
     ASSIGN_OR_RETURN(o.rdzv_timeout_s, parse_seconds(flag, v, /*zero_ok=*/false));
+    seen.rdzv_timeout = true;
+  } else if (flag == "rdzv-conf") {
+    RETURN_IF_ERROR(parse_rdzv_conf(v, o));
   } else if (flag == "help") {
     o.help = true;
   } else if (flag == "version") {
     o.version = true;
   }
-  // rdzv-conf, role, no-python: accepted so pasted torchrun lines work; they change nothing
+  // role, no-python: accepted so pasted torchrun lines work; they change nothing
   // here (braidrun never implies Python and has one role).
   return Status::ok();
 }
@@ -250,6 +280,19 @@ Result<LaunchOptions> parse_launch_options(const std::vector<std::string>& args,
     o.endpoint_host = "127.0.0.1";
     o.endpoint_port = 0;
   }
+  // torchrun's join_timeout, unless --rdzv-timeout-s says otherwise.
+  if (o.join_timeout_s && !seen.rdzv_timeout) o.rdzv_timeout_s = *o.join_timeout_s;
+  if (o.elastic() && o.rdzv_backend == LaunchOptions::RdzvBackend::etcd) {
+    return bad("--nnodes " + std::to_string(o.min_nnodes) + ":" + std::to_string(o.nnodes) +
+               " with --rdzv-backend etcd is not supported yet: elastic rounds are opened by node 0, which " +
+               "also serves the ranks' store, so losing it would still end the job. Use --rdzv-backend etcd " +
+               "with a fixed --nnodes N (and --max-restarts), or --nnodes MIN:MAX with --rdzv-backend c10d");
+  }
+  if (o.elastic() && o.node_rank) {
+    return bad("--node-rank with --nnodes " + std::to_string(o.min_nnodes) + ":" + std::to_string(o.nnodes) +
+               ": with a range of node counts, nodes are numbered anew each round (the node serving the store " +
+               "is 0, the others in order of arrival), as under torchrun's c10d rendezvous; drop --node-rank");
+  }
   if (o.node_rank && *o.node_rank >= o.nnodes) {
     return bad("--node-rank " + std::to_string(*o.node_rank) + " is out of range for --nnodes " +
                std::to_string(o.nnodes) + " (valid: 0.." + std::to_string(o.nnodes - 1) + ")");
@@ -272,7 +315,8 @@ implied.
 
 torchrun flags (--a-b and --a_b, "--flag value" and "--flag=value"):
   --nproc-per-node N     ranks on this node (also auto|cpu = number of CPUs). Default 1
-  --nnodes N             nodes in the job ("N:N" accepted; a range MIN:MAX is refused). Default 1
+  --nnodes N|MIN:MAX     nodes in the job. Default 1. With a range, each round starts with
+                         MIN..MAX nodes (see "Elastic node counts" below)
   --node-rank R          this node's rank; omitted: the node that can bind the endpoint is 0,
                          the others are numbered in arrival order
   --master-addr HOST     store host when no --rdzv-endpoint. Default 127.0.0.1
@@ -288,7 +332,10 @@ torchrun flags (--a-b and --a_b, "--flag value" and "--flag=value"):
                          again, up to N times (see below). Default 0
   --monitor-interval S   how often braidrun asks the job's store whether another node failed
                          (its own ranks' exits it sees at once). Default 0.25
-  --rdzv-conf, --role, --no-python   accepted and ignored
+  --rdzv-conf K=V,...    last_call_timeout (s, default 30), join_timeout (s: --rdzv-timeout-s),
+                         keep_alive_interval (s, default 5), keep_alive_max_attempt (default 3);
+                         other keys are accepted and ignored
+  --role, --no-python    accepted and ignored
 
 braidrun flags:
   --no-prefix            do not put "[rank N] " in front of each output line
@@ -325,6 +372,17 @@ in an etcd v3 cluster, which outlives any node and any one member, instead of in
 braidrun (with c10d, losing that node ends the job). Node 0 serves each round's store for the
 ranks at its address towards etcd. Give each job its own --rdzv-id: a job that did not end
 cleanly leaves its keys in etcd.
+Elastic node counts (--nnodes MIN:MAX), as torchrun's c10d rendezvous: the node serving the
+store opens each round; once MIN nodes joined it, the round waits last_call_timeout for more
+and starts at once when MAX joined. Node and global ranks are renumbered contiguously each
+round (GROUP_RANK by order of arrival in the job; WORLD_SIZE and GROUP_WORLD_SIZE follow). A
+node whose heartbeat stood still for keep_alive_interval x keep_alive_max_attempt is lost: the
+round ends (counted as a failure, like a failed rank) and the next one starts without it while
+MIN nodes remain. A node that arrives while a round runs with fewer than MAX nodes makes the
+running nodes stop their ranks and meet again with it; that membership change is not counted
+as a restart (TORCHELASTIC_RESTART_COUNT stays). Losing the node that serves the store ends
+the job. --nnodes MIN:MAX is refused with --rdzv-backend etcd for now (node 0 still opens every
+round); etcd takes a fixed --nnodes N.
 )";
 }
 

@@ -17,7 +17,11 @@ namespace braid::braidrun {
 
 struct LaunchOptions {
   int nproc_per_node = 1;
+  // --nnodes MIN:MAX (or N, which is N:N): a round starts with MIN..MAX nodes. `nnodes` is MAX.
   int nnodes = 1;
+  int min_nnodes = 1;
+  // A range of node counts: rounds form as torchrun's c10d rendezvous forms them (node_rendezvous.h).
+  bool elastic() const { return min_nnodes < nnodes; }
   std::optional<int> node_rank;  // unset: the serving node is 0, the others come in arrival order
   // Where the job's store lives: --rdzv-endpoint, else --master-addr:--master-port.
   std::string endpoint_host = "127.0.0.1";
@@ -41,6 +45,14 @@ struct LaunchOptions {
   // rank gets its own share of the CPUs braidrun may use (as Open MPI binds by default).
   bool cpu_bind = true;
   double rdzv_timeout_s = 300;
+  // From --rdzv-conf (torchrun's names). last_call_timeout: once MIN nodes are in a round, how
+  // long it waits for more (up to MAX) before it starts. keep_alive_interval x
+  // keep_alive_max_attempt: how long a node's heartbeat may stand still before the others
+  // take it for lost (with --nnodes MIN:MAX).
+  double last_call_s = 30;
+  double keep_alive_interval_s = 5;
+  int keep_alive_max_attempt = 3;
+  std::optional<double> join_timeout_s;  // --rdzv-conf join_timeout: rdzv_timeout_s, unless given
   bool help = false;
   bool version = false;
   std::vector<std::string> program;  // program and its arguments; empty only with help or version

@@ -45,12 +45,15 @@ void report_failure(const JobOutcome& outcome, bool ends_job) {
   write_all(STDERR_FILENO, text);
 }
 
-// With --max-restarts, how the job went: every failure of every round, one line each.
-void report_rounds(const LaunchOptions& o, int round, int exit_code, const std::vector<std::string>& failures) {
-  const std::string restarts = std::to_string(round) + " restart(s) (--max-restarts " + std::to_string(o.max_restarts) + ")";
+// With --max-restarts (or --nnodes MIN:MAX), how the job went: every failure of every round,
+// one line each. `restarts`: failures restarted from (membership changes are not counted).
+void report_rounds(const LaunchOptions& o, int round, int restarts_done, int exit_code,
+                   const std::vector<std::string>& failures) {
+  const std::string restarts =
+      std::to_string(restarts_done) + " restart(s) (--max-restarts " + std::to_string(o.max_restarts) + ")";
   std::string text;
   if (exit_code == 0) {
-    if (round == 0) return;
+    if (restarts_done == 0) return;
     text = "braidrun: every rank succeeded in round " + std::to_string(round) + ", after " + restarts + "; earlier failures:\n";
   } else {
     text = "braidrun: job failed after " + restarts + "; every failure:\n";
@@ -121,21 +124,32 @@ int run(int argc, char** argv) {
     return stop_signal ? 128 + stop_signal : 1;
   }
   NodeRendezvous& rdzv = **joined;
-  const int first_rank = rdzv.node_rank() * o.nproc_per_node;
-  const int world = o.nnodes * o.nproc_per_node;
   std::vector<std::string> base_env = current_environ();
   const std::vector<int> cpus = o.cpu_bind ? allowed_cpus() : std::vector<int>{};
+  const bool rounds_reported = o.max_restarts > 0 || o.elastic();
 
-  for (int round = 0;; ++round) {
-    Status met = rdzv.meet_round(round);
+  for (;;) {
+    Status met = rdzv.meet_round();
+    const int round = rdzv.round();
     if (!met.is_ok()) {
       fail(met);
       rdzv.leave();
       int code = stop_signal ? 128 + stop_signal : 1;
-      if (round > 0) report_rounds(o, round, code, rdzv.failure_summary());
+      // A node never let into a round (elastic) has no rounds to tell of.
+      if (round > 0 && rdzv.group_world_size() > 0) report_rounds(o, round, rdzv.restart_count(), code, rdzv.failure_summary());
       return code;
     }
-    if (o.nnodes > 1 && round == 0) {
+    // Node and global ranks of this round: with --nnodes MIN:MAX they change with the members.
+    const int first_rank = rdzv.group_rank() * o.nproc_per_node;
+    const int world = rdzv.group_world_size() * o.nproc_per_node;
+    if (o.elastic()) {
+      say("round " + std::to_string(round) + ": node " + std::to_string(rdzv.node_rank()) + " is node " +
+          std::to_string(rdzv.group_rank()) + " of " + std::to_string(rdzv.group_world_size()) + " (--nnodes " +
+          std::to_string(o.min_nnodes) + ":" + std::to_string(o.nnodes) + "): starting ranks " +
+          std::to_string(first_rank) + ".." + std::to_string(first_rank + o.nproc_per_node - 1) + " of " +
+          std::to_string(world) + " (the ranks' store on port " + std::to_string(rdzv.ranks_port()) + ", MASTER_PORT " +
+          std::to_string(rdzv.torch_port()) + ")");
+    } else if (o.nnodes > 1 && round == 0) {
       say("node " + std::to_string(rdzv.node_rank()) + " of " + std::to_string(o.nnodes) + ": starting ranks " +
           std::to_string(first_rank) + ".." + std::to_string(first_rank + o.nproc_per_node - 1) + " of " +
           std::to_string(world) +
@@ -148,6 +162,10 @@ int run(int argc, char** argv) {
                ? "; the ranks' store of round 0 is on port " + std::to_string(rdzv.ranks_port())
                : "") +
           "; MASTER_PORT " + std::to_string(rdzv.torch_port()) + " is kept free for rank 0's torch store)");
+    } else if (round > 0) {
+      say("round " + std::to_string(round) + ": starting ranks " + std::to_string(first_rank) + ".." +
+          std::to_string(first_rank + o.nproc_per_node - 1) + " of " + std::to_string(world) +
+          " (the ranks' store on port " + std::to_string(rdzv.ranks_port()) + ")");
     }
     std::vector<RankSpec> specs;
     for (int local = 0; local < o.nproc_per_node; ++local) {
@@ -155,13 +173,13 @@ int run(int argc, char** argv) {
                       .local_rank = local,
                       .world_size = world,
                       .local_world_size = o.nproc_per_node,
-                      .node_rank = rdzv.node_rank(),
-                      .nnodes = o.nnodes,
+                      .node_rank = rdzv.group_rank(),
+                      .nnodes = rdzv.group_world_size(),
                       .master_addr = rdzv.master_addr(),
                       .master_port = rdzv.torch_port(),
                       .store_port = rdzv.ranks_port(),
                       .run_id = o.run_id,
-                      .restart_count = round,
+                      .restart_count = rdzv.restart_count(),
                       .max_restarts = o.max_restarts,
                       .job_id = rdzv.ranks_job_id(),
                       .secret_file = trust->file ? trust->file->path() : ""};
@@ -190,17 +208,22 @@ int run(int argc, char** argv) {
         outcome.failure = "cannot start ranks: " + started.message();
         say("error: " + started.message());
       } else {
-        outcome = supervisor.run([&] { return rdzv.poll_job(); });
+        outcome = supervisor.run([&] { return rdzv.poll_job(/*beat_only=*/supervisor.stopping()); });
       }
     }
-    report_failure(outcome, /*ends_job=*/o.max_restarts == 0);
+    report_failure(outcome, /*ends_job=*/!rounds_reported);
     NodeRendezvous::RoundEnd end = rdzv.end_round(outcome);
-    if (end.restart) {
-      say("round " + std::to_string(round) + " failed; starting every rank again (restart " + std::to_string(round + 1) +
-          " of " + std::to_string(o.max_restarts) + ")");
+    if (end.rejoin) {
+      say("round " + std::to_string(round) + " ended for a membership change (a node is waiting to join); starting " +
+          "every rank again in the next round (not counted as a restart)");
       continue;
     }
-    if (o.max_restarts > 0) report_rounds(o, round, end.exit_code, rdzv.failure_summary());
+    if (end.restart) {
+      say("round " + std::to_string(round) + " failed; starting every rank again (restart " +
+          std::to_string(rdzv.restart_count()) + " of " + std::to_string(o.max_restarts) + ")");
+      continue;
+    }
+    if (rounds_reported) report_rounds(o, round, rdzv.restart_count(), end.exit_code, rdzv.failure_summary());
     return end.exit_code;
   }
 }

@@ -114,6 +114,15 @@ Result<std::unique_ptr<NodeRendezvous>> NodeRendezvous::join(const LaunchOptions
   r->signal_fd_ = signal_fd;
   r->prefix_ = "braidrun/" + o.run_id + "/";
   r->nnodes_ = o.nnodes;
+  r->min_nnodes_ = o.min_nnodes;
+  r->nproc_per_node_ = o.nproc_per_node;
+  r->last_call_s_ = o.last_call_s;
+  const auto seconds = [](double s) {
+    return std::chrono::duration_cast<milliseconds>(std::chrono::duration<double>(s));
+  };
+  // Beats at least once a second, and at least once per keep-alive interval.
+  r->beat_every_ = std::min(milliseconds(1000), seconds(o.keep_alive_interval_s));
+  r->lost_after_ = seconds(o.keep_alive_interval_s * o.keep_alive_max_attempt);
   r->grace_s_ = o.grace_s;
   r->monitor_interval_s_ = o.monitor_interval_s;
   r->rdzv_timeout_s_ = o.rdzv_timeout_s;
@@ -123,7 +132,10 @@ Result<std::unique_ptr<NodeRendezvous>> NodeRendezvous::join(const LaunchOptions
   r->etcd_ = o.rdzv_backend == LaunchOptions::RdzvBackend::etcd;
   RETURN_IF_ERROR(r->etcd_ ? r->connect_etcd(o) : r->serve_or_connect(o, auth, signal_fd));
   RETURN_IF_ERROR(r->take_node_rank(o));
+  if (o.elastic()) return r;  // each round forms itself (elastic_rounds.cc)
   RETURN_IF_ERROR(r->wait_for_nodes(o, signal_fd));
+  for (int n = 0; n < o.nnodes; ++n) r->members_.push_back(n);
+  r->group_rank_ = r->node_rank_;
   return r;
 }
 
@@ -270,7 +282,7 @@ Status NodeRendezvous::take_node_rank(const LaunchOptions& o) {
                                              "the job's store at " + store_->address() + " to hand out a node rank",
                                              [k = key("next_node")](Store& s) { return s.add(k, 1); }));
     if (etcd_) --n;  // no serving node took 0: the first to come gets it
-    if (n >= o.nnodes) {
+    if (n >= o.nnodes && !o.elastic()) {
       return invalid_argument("more braidruns joined job '" + o.run_id + "' at " + store_->address() + " than --nnodes " +
                               std::to_string(o.nnodes) + " (this one would be node " + std::to_string(n) + ")");
     }
@@ -353,6 +365,50 @@ Status NodeRendezvous::wait_for_nodes(const LaunchOptions& o, int signal_fd) {
       return invalid_argument("nodes disagree on --max-restarts: " + describe_node(r, n) + " has " +
                               std::to_string(n.max_restarts) + " but node " + std::to_string(node_rank_) +
                               " (this one) has " + std::to_string(o.max_restarts) + "; give every node the same");
+    }
+  }
+  return Status::ok();
+}
+
+std::string NodeRendezvous::describe_nodes(const std::vector<int>& ids) {
+  std::vector<std::string> keys;
+  for (int id : ids) keys.push_back(key("node/" + std::to_string(id)));
+  auto infos = ask<std::vector<std::string>>("reading nodes", "the job's store at " + store_->address() + " to describe nodes",
+                                             [keys](Store& s) {
+                                               std::vector<std::string> v;
+                                               for (const std::string& k : keys) v.push_back(s.check({k}) ? s.get(k) : "");
+                                               return v;
+                                             });
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const std::string info = infos.is_ok() ? (*infos)[i] : "";
+    out += (out.empty() ? "" : ", ") + (info.empty() ? "node " + std::to_string(ids[i])
+                                                     : describe_node(ids[i], parse_node_info(info)));
+  }
+  return out;
+}
+
+Status NodeRendezvous::check_members_agree() {
+  std::vector<std::string> keys;
+  for (int id : members_) keys.push_back(key("node/" + std::to_string(id)));
+  ASSIGN_OR_RETURN(std::vector<std::string> infos,
+                   ask<std::vector<std::string>>("reading the round's nodes", "the job's store at " + store_->address(),
+                                                 [keys](Store& s) {
+                                                   std::vector<std::string> v;
+                                                   for (const std::string& k : keys) v.push_back(s.get(k));
+                                                   return v;
+                                                 }));
+  for (size_t i = 0; i < members_.size(); ++i) {
+    const NodeInfo n = parse_node_info(infos[i]);
+    if (n.nproc != nproc_per_node_) {
+      return invalid_argument("nodes disagree on --nproc-per-node: " + describe_node(members_[i], n) + " has " +
+                              std::to_string(n.nproc) + " but node " + std::to_string(node_rank_) + " (this one) has " +
+                              std::to_string(nproc_per_node_) + "; every node must start the same number of ranks");
+    }
+    if (n.max_restarts != max_restarts_) {
+      return invalid_argument("nodes disagree on --max-restarts: " + describe_node(members_[i], n) + " has " +
+                              std::to_string(n.max_restarts) + " but node " + std::to_string(node_rank_) +
+                              " (this one) has " + std::to_string(max_restarts_) + "; give every node the same");
     }
   }
   return Status::ok();

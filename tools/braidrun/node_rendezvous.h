@@ -39,7 +39,34 @@
 // did not end cleanly leaves them; a new --rdzv-id avoids them).
 // With c10d, the other nodes' braidruns end the job when the serving node's store is gone, and
 // say that it was that node's and that --rdzv-backend etcd outlives it.
-// node_rendezvous.cc joins the job; node_rounds.cc runs the rounds.
+//
+// With --nnodes MIN:MAX (elastic), rounds form as torchrun's c10d rendezvous forms them, and a
+// node's rank in the job ("node id": 0 for the serving node, then next_node in arrival order,
+// never reused) is not its rank in a round (GROUP_RANK: its place among the round's node ids,
+// sorted). Every round has a store of its own for the ranks, as with --max-restarts. More keys:
+//   round_at              the newest round node 0 opened: where a node arriving late looks first
+//   round/<R>/state       "open:<id>,<id>,..." while round R takes nodes, then "closed:<ids>":
+//                         its members. Node 0 opens it (so rank 0 is always at MASTER_ADDR);
+//                         every change is a compare_set of the whole value. A member closes it
+//                         when MAX joined, or last_call_timeout after it saw MIN joined
+//   round/<R>/waiting     counter: nodes that found round R closed without them wait for R+1;
+//                         while R runs with fewer than MAX nodes, a member seeing it ends R
+//                         ("rejoin" in round/<R>/failed: a membership change, not a restart)
+//   round/<R>/restarts    restarts spent before round R, as node 0 counts them: every member
+//                         takes it up (TORCHELASTIC_RESTART_COUNT), a node that joined late too
+//   ended                 a member of the latest round it formed ended the job (it left): nodes
+//                         forming a round give up (a node left out of a round ends nothing)
+// A node whose heartbeat stood still for keep_alive_interval x keep_alive_max_attempt while its
+// round ran is lost: a member that sees it writes round/<R>/failed (a failure, counted as a
+// restart) and round/<R>/failure/<id>, and the next round forms without it. Below MIN nodes,
+// the round never starts: forming it ends at --rdzv-timeout-s with the missing nodes named.
+// Only the Store's calls are used (set, get, add, check, compare_set), so EtcdStore could hold
+// these keys too; but node 0 opens each round and serves its store for the ranks, so the rounds
+// would still end with node 0. Until a surviving node can take that part over, braidrun refuses
+// --nnodes MIN:MAX with --rdzv-backend etcd (launch_options.cc).
+//
+// node_rendezvous.cc joins the job; node_rounds.cc runs the rounds; elastic_rounds.cc forms an
+// elastic round.
 #pragma once
 
 #include <atomic>
@@ -83,10 +110,18 @@ class NodeRendezvous {
   const std::string& master_addr() const { return master_addr_; }
   uint16_t master_port() const { return master_port_; }
 
-  // Every node meets for round `round` (0, then one more per restart), bounded by
-  // --rdzv-timeout-s and SIGINT/SIGTERM; with --max-restarts the serving node first opens the
-  // round's store for the ranks (and closes the previous round's).
-  Status meet_round(int round);
+  // Every node meets for the next round (0 first, then one more per restart or membership
+  // change), bounded by --rdzv-timeout-s and SIGINT/SIGTERM; with --max-restarts or --nnodes
+  // MIN:MAX the serving node first opens the round's store for the ranks (and closes the
+  // previous round's). With MIN:MAX, a node arriving late starts at the newest round.
+  Status meet_round();
+  int round() const { return round_; }
+  // Failures restarted from so far: TORCHELASTIC_RESTART_COUNT (membership changes not counted).
+  int restart_count() const { return restart_count_; }
+  // This node's rank among the round's nodes (GROUP_RANK), and how many there are.
+  int group_rank() const { return group_rank_; }
+  int group_world_size() const { return static_cast<int>(members_.size()); }
+  bool elastic() const { return min_nnodes_ < nnodes_; }
   // What this round's ranks get as BRAID_STORE_PORT and BRAID_JOB_ID ("" for BRAID_JOB_ID:
   // leave it), and as MASTER_PORT (free for rank 0's torch store).
   uint16_t ranks_port() const { return ranks_port_; }
@@ -94,12 +129,15 @@ class NodeRendezvous {
   const std::string& ranks_job_id() const { return ranks_job_id_; }
 
   // Called every supervisor tick: bumps this node's heartbeat and returns a stop request once
-  // any node reported a failure in this round (or the store is gone).
-  std::optional<ExternalStop> poll_job();
+  // any node reported a failure in this round (or the store is gone). `beat_only`: this node's
+  // ranks are already being stopped; only the heartbeat matters (it records nothing, so that
+  // this node's own failure, reported once its ranks ended, is the round's).
+  std::optional<ExternalStop> poll_job(bool beat_only = false);
 
   // How the round ended for this node: start every rank again, or exit with `exit_code`.
   struct RoundEnd {
     bool restart = false;
+    bool rejoin = false;  // restart for a membership change: not counted as a restart
     int exit_code = 0;
   };
   // Records how this node's ranks ended in this round. With --max-restarts, waits for the
@@ -119,6 +157,18 @@ class NodeRendezvous {
   NodeRendezvous() = default;
   std::string round_key(const std::string& k) const { return key("round/" + std::to_string(round_) + "/" + k); }
   Status start_round_store();
+  // Fixed --nnodes: waits for every node in round round_.
+  Status meet_fixed_round();
+  // --nnodes MIN:MAX: forms round round_ (or a later one, when this node arrives too late for
+  // it; `first`: this node's first round, which it finds from round_at): members_, group_rank_
+  // and the round's store (elastic_rounds.cc).
+  Status form_elastic_round(bool first);
+  // "node 1 (host h, braidrun pid 7), node 3 (...)" from their node/<id> keys.
+  std::string describe_nodes(const std::vector<int>& ids);
+  // The nodes of the round agree on --nproc-per-node and --max-restarts.
+  Status check_members_agree();
+  // Elastic: records that node `n` of this round is lost (round/<R>/failed, failure/<n>).
+  Status report_lost(int n, double silent_s);
   // Node 0 keeps a free port for this round's torch store and tells the others (torch_port_).
   Status share_torch_port();
   // After this node's report: waits until the round failed somewhere (`restart` when that
@@ -162,7 +212,24 @@ class NodeRendezvous {
   std::string master_addr_;
   uint16_t master_port_ = 0;
   int node_rank_ = 0;
-  int nnodes_ = 1;
+  int nnodes_ = 1;  // MAX of --nnodes MIN:MAX
+  int min_nnodes_ = 1;
+  double last_call_s_ = 30;
+  std::chrono::milliseconds beat_every_{1000};
+  // Elastic: a node whose heartbeat stood still this long is lost.
+  std::chrono::milliseconds lost_after_{15000};
+  int nproc_per_node_ = 1;
+  int restart_count_ = 0;
+  bool met_once_ = false;
+  std::vector<int> members_;  // node ids of this round, sorted (fixed: 0..nnodes-1)
+  int group_rank_ = 0;
+  // Elastic: the other members' heartbeats as the last poll saw them, and since when; used by
+  // one poll thread at a time, and by the main thread only between them.
+  struct PeerBeat {
+    int64_t beats = -1;
+    Clock::time_point changed{};
+  };
+  std::shared_ptr<std::map<int, PeerBeat>> peer_beats_;
   double grace_s_ = 5;
   double monitor_interval_s_ = 0.25;
   double rdzv_timeout_s_ = 300;

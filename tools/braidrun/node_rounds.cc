@@ -3,14 +3,17 @@
 // in node_rendezvous.h.
 //
 // A round ends on every node once its ranks ended. It failed when a node wrote round/<R>/failed
-// (the first failure wins the compare_set); it succeeded when every node wrote done/<n> and no
-// failure is recorded. A node reads done/* before failed, and a failing node writes failed
-// before its done, so a node that finds every done set also finds any failure. With restarts
-// left and a failure that allows one, every node meets again in round R+1; otherwise every node
-// says it leaves (left/<n>) and exits, the serving one once the others have left. A node
-// waiting to meet in the next round gives up at once when another node left.
+// (the first failure wins the compare_set; with --nnodes MIN:MAX a lost node and a node
+// waiting to join write it too, the latter as "rejoin"); it succeeded when every node wrote
+// done/<n> and no failure is recorded. A node reads done/* before failed, and a failing node
+// writes failed before its done, so a node that finds every done set also finds any failure.
+// With restarts left and a failure that allows one (or a rejoin), every node meets again in
+// round R+1; otherwise every node says it leaves (left/<n>; with MIN:MAX also `ended`) and
+// exits, the serving one once the others have left. A node waiting to meet in the next round
+// gives up at once when another node left.
 #include <unistd.h>
 
+#include <cstdio>
 #include <set>
 #include <thread>
 
@@ -24,20 +27,23 @@ namespace {
 using std::chrono::milliseconds;
 
 constexpr milliseconds kLookEvery{100};
-constexpr std::chrono::seconds kBeatEvery{1};
 
 void say(const std::string& line) { write_all(STDERR_FILENO, "braidrun: " + line + "\n"); }
 
-// round/<R>/failed: "<exit code>\n<restart|stop>\n<what failed>".
+// round/<R>/failed: "<exit code>\n<restart|stop|rejoin>\n<what failed>". rejoin: the round
+// ended for a membership change, which restarts every rank without counting as a restart.
 struct FailedValue {
   int exit_code = 1;
   bool restart = false;
+  bool rejoin = false;
   std::string what;
 };
 
 std::string format_failed(int exit_code, bool restart, const std::string& what) {
   return std::to_string(exit_code) + "\n" + (restart ? "restart" : "stop") + "\n" + what;
 }
+
+std::string format_rejoin(const std::string& what) { return "0\nrejoin\n" + what; }
 
 FailedValue parse_failed(const std::string& v) {
   FailedValue f;
@@ -49,9 +55,26 @@ FailedValue parse_failed(const std::string& v) {
     f.what = a == std::string::npos ? v : v.substr(a + 1);
     return f;
   }
-  f.restart = v.compare(a + 1, b - a - 1, "restart") == 0;
+  f.rejoin = v.compare(a + 1, b - a - 1, "rejoin") == 0;
+  f.restart = f.rejoin || v.compare(a + 1, b - a - 1, "restart") == 0;
   f.what = v.substr(b + 1);
   return f;
+}
+
+// "node 2 (host h, braidrun pid 77) lost in round 1: no heartbeat for 1.5 s", for the failure
+// records; `node_key` is the node's node/<n> key.
+std::string lost_node_text(Store& s, const std::string& node_key, int n, int round, double silent_s) {
+  std::string who = "node " + std::to_string(n);
+  if (s.check({node_key})) {
+    const std::string info = s.get(node_key);  // "<host>\n<pid>\n..."
+    const size_t nl = info.find('\n');
+    const size_t nl2 = nl == std::string::npos ? nl : info.find('\n', nl + 1);
+    who += " (host " + info.substr(0, nl) +
+           (nl == std::string::npos ? "" : ", braidrun pid " + info.substr(nl + 1, nl2 - nl - 1)) + ")";
+  }
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.1f", silent_s);
+  return who + " lost in round " + std::to_string(round) + ": no heartbeat for " + secs + " s";
 }
 
 std::string local_hostname() {
@@ -63,7 +86,7 @@ std::string local_hostname() {
 }  // namespace
 
 void NodeRendezvous::beat(Store& store) {
-  if (Clock::now() - last_beat_ < kBeatEvery) return;
+  if (Clock::now() - last_beat_ < beat_every_) return;
   last_beat_ = Clock::now();
   store.add(key("heartbeat/" + std::to_string(node_rank_)), 1);
 }
@@ -105,9 +128,21 @@ Status NodeRendezvous::share_torch_port() {
   return Status::ok();
 }
 
-Status NodeRendezvous::meet_round(int round) {
-  round_ = round;
+Status NodeRendezvous::meet_round() {
+  const bool first = !met_once_;
+  if (met_once_) ++round_;
+  met_once_ = true;
   poll_.reset();  // a question of the previous round still in flight answers nobody
+  if (elastic()) {
+    RETURN_IF_ERROR(form_elastic_round(first));
+    RETURN_IF_ERROR(check_members_agree());
+    return share_torch_port();
+  }
+  return meet_fixed_round();
+}
+
+Status NodeRendezvous::meet_fixed_round() {
+  const int round = round_;
   if (max_restarts_ == 0 && !etcd_) {
     ranks_port_ = master_port_;
     ranks_job_id_ = auth_.job_id;
@@ -140,7 +175,7 @@ Status NodeRendezvous::meet_round(int round) {
   for (;;) {
     if (auto sig = take_stop_signal(signal_fd_)) return aborted_by(*sig);
     progress.tick(waiting_for);
-    const bool beat_now = Clock::now() - last_beat_ >= kBeatEvery;
+    const bool beat_now = Clock::now() - last_beat_ >= beat_every_;
     if (beat_now) last_beat_ = Clock::now();
     // -1: every node is here; a node rank: that node left the job (it ended it, e.g. on SIGTERM,
     // while this one saw a failure that allows a restart), so it will not come; else -2.
@@ -186,32 +221,66 @@ Status NodeRendezvous::meet_round(int round) {
 // The store is asked on a helper thread, one question at a time: a store that stopped
 // answering must not stop braidrun from relaying its ranks' output and obeying SIGINT/SIGTERM
 // (the call itself ends with the store's timeout, which then stops the job).
-std::optional<ExternalStop> NodeRendezvous::poll_job() {
+std::optional<ExternalStop> NodeRendezvous::poll_job(bool beat_only) {
   if (nnodes_ == 1) return std::nullopt;
   if (poll_ && !poll_->done.load(std::memory_order_acquire)) return std::nullopt;
   if (poll_) {
     std::shared_ptr<PendingPoll> p = std::move(poll_);
     if (!p->status.is_ok()) return ExternalStop{"lost the job's store (" + explain_store_loss(p->status).message() + ")", 1};
     if (p->stop) {
-      seen_failures_[round_].push_back(p->stop->reason);
+      if (p->stop->exit_code != 0) seen_failures_[round_].push_back(p->stop->reason);
       return p->stop;
     }
   }
   auto p = std::make_shared<PendingPoll>();
   poll_ = p;
-  const bool beat = Clock::now() - last_beat_ >= kBeatEvery;
+  const bool beat = Clock::now() - last_beat_ >= beat_every_;
   if (beat) last_beat_ = Clock::now();
+  // Elastic: the other members' heartbeats (a node lost ends the round, as a failure) and nodes
+  // waiting to join (they end it too, while the round has room for them).
+  std::shared_ptr<std::map<int, PeerBeat>> peers = elastic() && !beat_only ? peer_beats_ : nullptr;
+  const bool room = group_world_size() < nnodes_;
   std::thread([p, store = store_, beat, heartbeat = key("heartbeat/" + std::to_string(node_rank_)),
-               failed = round_key("failed")] {
+               failed = round_key("failed"), peers, room, waiting = round_key("waiting"), beats_prefix = key("heartbeat/"),
+               failure_prefix = round_key("failure/"), node_prefix = key("node/"), lost_after = lost_after_, round = round_] {
     p->status = store_call("checking the job", [&] {
       if (beat) store->add(heartbeat, 1);
+      if (peers && !store->check({failed})) {
+        for (auto& [n, b] : *peers) {
+          const int64_t now_beats = store->add(beats_prefix + std::to_string(n), 0);
+          if (now_beats != b.beats) b.beats = now_beats, b.changed = Clock::now();
+          if (Clock::now() - b.changed <= lost_after) continue;
+          const std::string why = lost_node_text(*store, node_prefix + std::to_string(n), n, round,
+                                                 std::chrono::duration<double>(Clock::now() - b.changed).count());
+          if (store->compare_set(failed, "", format_failed(1, true, why)) == format_failed(1, true, why)) {
+            store->set(failure_prefix + std::to_string(n), why);
+          }
+          break;
+        }
+        if (room && !store->check({failed}) && store->add(waiting, 0) > 0) {
+          store->compare_set(failed, "", format_rejoin("a node is waiting to join round " + std::to_string(round + 1)));
+        }
+      }
       if (!store->check({failed})) return;
       FailedValue f = parse_failed(store->get(failed));
-      p->stop = ExternalStop{f.what, f.exit_code};
+      p->stop = ExternalStop{f.what, f.rejoin ? 0 : f.exit_code};
     });
     p->done.store(true, std::memory_order_release);
   }).detach();
   return std::nullopt;
+}
+
+Status NodeRendezvous::report_lost(int n, double silent_s) {
+  return ask<bool>("reporting a lost node", "the job's store at " + store_->address() + " to record that node " +
+                                                std::to_string(n) + " is lost",
+                   [failed = round_key("failed"), failure = round_key("failure/" + std::to_string(n)),
+                    node = key("node/" + std::to_string(n)), n, round = round_, silent_s](Store& s) {
+                     const std::string why = lost_node_text(s, node, n, round, silent_s);
+                     const std::string v = format_failed(1, true, why);
+                     if (s.compare_set(failed, "", v) == v) s.set(failure, why);
+                     return true;
+                   })
+      .status();
 }
 
 Status NodeRendezvous::report_stop(int code, const std::string& why) {
@@ -260,13 +329,18 @@ NodeRendezvous::RoundEnd NodeRendezvous::end_round(const JobOutcome& outcome) {
       return {.restart = false, .exit_code = code};
     }
   }
-  const bool restarts_left = round_ < max_restarts_;
-  if (nnodes_ == 1) return {.restart = rank_failed && restarts_left, .exit_code = code};
-  // With restarts, every node learns how the round ended, even in the last round: a node whose
-  // ranks all succeeded then exits with the code of a failure elsewhere, as the serving node does.
-  if (max_restarts_ > 0 && !stopped && reported.is_ok()) {
+  const bool restarts_left = restart_count_ < max_restarts_;
+  if (nnodes_ == 1) {
+    if (rank_failed && restarts_left) ++restart_count_;
+    return {.restart = rank_failed && restarts_left, .exit_code = code};
+  }
+  // With restarts (or elastic rounds), every node learns how the round ended, even in the last
+  // round: a node whose ranks all succeeded then exits with the code of a failure elsewhere, as
+  // the serving node does.
+  if ((max_restarts_ > 0 || elastic()) && !stopped && reported.is_ok()) {
     RoundEnd e = wait_round_outcome(code);
-    if (e.restart && restarts_left) {
+    if (e.rejoin || (e.restart && restarts_left)) {
+      if (!e.rejoin) ++restart_count_;
       round_server_.reset();  // the round's ranks are gone or going: their store goes now
       return e;
     }
@@ -281,8 +355,11 @@ void NodeRendezvous::leave() {
   if (nnodes_ == 1) return;
   Status left = ask<bool>("leaving the job", "the job's store at " + store_->address() + " to record that node " +
                                                  std::to_string(node_rank_) + " leaves",
-                          [k = key("left/" + std::to_string(node_rank_))](Store& s) {
+                          // A node never let into a round (it found none with room) ends nothing.
+                          [k = key("left/" + std::to_string(node_rank_)), ended = key("ended"),
+                           elastic = elastic() && group_world_size() > 0, node = std::to_string(node_rank_)](Store& s) {
                             s.set(k, "1");
+                            if (elastic) s.compare_set(ended, "", node);
                             return true;
                           })
                     .status();
@@ -291,8 +368,10 @@ void NodeRendezvous::leave() {
 
 NodeRendezvous::RoundEnd NodeRendezvous::wait_round_outcome(int code) {
   const std::string me = "node " + std::to_string(node_rank_);
-  const auto stale_after = std::chrono::duration_cast<milliseconds>(
-      std::chrono::duration<double>(grace_s_ + 30 + 3 * monitor_interval_s_));
+  // Elastic: a peer lost ends the round like a failed rank; otherwise the job ends.
+  const auto stale_after = elastic() ? lost_after_
+                                     : std::chrono::duration_cast<milliseconds>(
+                                           std::chrono::duration<double>(grace_s_ + 30 + 3 * monitor_interval_s_));
   struct Look {
     std::optional<std::string> failed;
     std::map<int, int64_t> beats;  // nodes not done yet: their heartbeat
@@ -302,14 +381,14 @@ NodeRendezvous::RoundEnd NodeRendezvous::wait_round_outcome(int code) {
     Clock::time_point changed = Clock::now();
   };
   std::map<int, Peer> peers;
-  for (int n = 0; n < nnodes_; ++n) {
+  for (int n : members_) {
     if (n != node_rank_) peers[n] = Peer{};
   }
   const std::string waiting_for = "the other nodes to end round " + std::to_string(round_) + " (store " +
                                   store_->address() + ")";
   ProgressLine progress;
   for (;;) {
-    const bool beat_now = Clock::now() - last_beat_ >= kBeatEvery;
+    const bool beat_now = Clock::now() - last_beat_ >= beat_every_;
     if (beat_now) last_beat_ = Clock::now();
     std::vector<std::pair<int, std::string>> done_keys, beat_keys;
     for (const auto& [n, p] : peers) {
@@ -339,6 +418,7 @@ NodeRendezvous::RoundEnd NodeRendezvous::wait_round_outcome(int code) {
     }
     if (look->failed) {
       FailedValue f = parse_failed(*look->failed);
+      if (f.rejoin) return {.restart = true, .rejoin = true, .exit_code = 0};
       seen_failures_[round_].push_back(f.what);
       return {.restart = f.restart, .exit_code = code != 0 ? code : f.exit_code};
     }
@@ -346,6 +426,12 @@ NodeRendezvous::RoundEnd NodeRendezvous::wait_round_outcome(int code) {
     for (const auto& [n, beats] : look->beats) {
       Peer& p = peers[n];
       if (beats != p.beats) p.beats = beats, p.changed = Clock::now();
+      if (Clock::now() - p.changed > stale_after && elastic()) {
+        const double silent_s = std::chrono::duration<double>(Clock::now() - p.changed).count();
+        Status reported_lost = report_lost(n, silent_s);
+        if (!reported_lost.is_ok()) say(reported_lost.message());
+        break;  // the next look finds the failure (this one's or another's)
+      }
       if (Clock::now() - p.changed > stale_after) {
         const std::string why = "node " + std::to_string(n) + " stopped reporting during round " +
                                 std::to_string(round_) + " (its braidrun is gone?)";
@@ -376,7 +462,7 @@ int NodeRendezvous::wait_for_others_to_leave(int code) {
     bool left = false;
   };
   std::map<int, Peer> peers;
-  for (int r = 0; r < nnodes_; ++r) {
+  for (int r : members_) {
     if (r != node_rank_) peers[r] = Peer{};
   }
   bool announced = false;
@@ -422,20 +508,22 @@ int NodeRendezvous::wait_for_others_to_leave(int code) {
 
 std::vector<std::string> NodeRendezvous::failure_summary() {
   const int rounds = round_ + 1;
-  const int nnodes = nnodes_;
   auto read = ask<std::vector<std::string>>(
       "reading the job's failures", "the job's store at " + store_->address() + " to list the job's failures",
-      [rounds, nnodes, prefix = key("round/")](Store& s) {
+      [rounds, nnodes = nnodes_, elastic = elastic(), prefix = key("round/"), next_node = key("next_node")](Store& s) {
+        // Elastic node ids are handed out without bound: every one handed out so far.
+        const int ids = elastic ? static_cast<int>(s.add(next_node, 0)) + 1 : nnodes;
         std::vector<std::string> lines;
         for (int r = 0; r < rounds; ++r) {
           const std::string round = prefix + std::to_string(r) + "/";
           size_t before = lines.size();
-          for (int n = 0; n < nnodes; ++n) {
+          for (int n = 0; n < ids; ++n) {
             const std::string k = round + "failure/" + std::to_string(n);
             if (s.check({k})) lines.push_back("round " + std::to_string(r) + ": " + s.get(k));
           }
           if (lines.size() == before && s.check({round + "failed"})) {
-            lines.push_back("round " + std::to_string(r) + ": " + parse_failed(s.get(round + "failed")).what);
+            const FailedValue f = parse_failed(s.get(round + "failed"));
+            if (!f.rejoin) lines.push_back("round " + std::to_string(r) + ": " + f.what);  // not a failure
           }
         }
         return lines;

@@ -226,8 +226,11 @@ JobOutcome Supervisor::run(const TickFn& on_tick) {
       }
       continue;
     }
-    if (!stopping_ && any_running() && on_tick && now >= next_tick) {
-      if (std::optional<ExternalStop> stop = on_tick()) {
+    // Ticks go on while ranks are being stopped (braidrun's heartbeat rides on them); a stop
+    // asked for then changes nothing.
+    if (any_running() && on_tick && now >= next_tick) {
+      std::optional<ExternalStop> stop = on_tick();
+      if (stop && !stopping_) {
         outcome.cause = JobOutcome::Cause::external;
         outcome.exit_code = stop->exit_code;
         outcome.failure = stop->reason;
@@ -238,7 +241,7 @@ JobOutcome Supervisor::run(const TickFn& on_tick) {
     }
 
     int timeout = 1000;
-    if (!stopping_ && any_running()) timeout = std::min(timeout, ms_until(next_tick));
+    if (any_running()) timeout = std::min(timeout, ms_until(next_tick));
     if (stopping_ && !killed_) timeout = std::min(timeout, ms_until(kill_at_));
     if (give_up_at) timeout = std::min(timeout, ms_until(*give_up_at));
     if (drain_until) timeout = std::min(timeout, ms_until(*drain_until));

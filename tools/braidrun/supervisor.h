@@ -38,7 +38,7 @@ struct SupervisorOptions {
   // last rank exited (a grandchild may hold them open).
   std::chrono::milliseconds kill_wait{10000};
   std::chrono::milliseconds drain_wait{2000};
-  // How often on_tick runs while ranks run.
+  // How often on_tick runs while ranks run (also while they are being stopped).
   std::chrono::milliseconds tick{250};
 };
 
@@ -72,6 +72,8 @@ class Supervisor {
   // Relays output until every rank ended; returns why the job ended.
   JobOutcome run(const TickFn& on_tick);
 
+  // True once the ranks are being stopped (a failure, a signal, or an external stop).
+  bool stopping() const { return stopping_; }
   // Pids of the ranks started (for diagnostics).
   std::vector<pid_t> pids() const;
 

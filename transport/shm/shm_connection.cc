@@ -91,8 +91,9 @@ Status ShmConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
   if (recvs_.size() >= kMaxInFlight) {
     return invalid_argument("more than " + std::to_string(kMaxInFlight) + " receives outstanding from " + who());
   }
+  // A message already waiting is read by the next poll, not here: an operation posts its
+  // receives before its sends, and a peer waiting for our send should not wait for this copy.
   recvs_.push_back(Recv{static_cast<unsigned char*>(data), capacity, cookie});
-  if (recvs_.size() == 1 && read_records()) notify_peer();  // a message already waiting lands now
   return Status::ok();
 }
 
@@ -140,6 +141,7 @@ bool ShmConnection::write_sends() {
         if (room < need) return changed;  // the ring is full: the peer has not read yet
       }
       if (s.written == 0) {
+        if (head == tail_ && wrap_fits(total)) continue;  // the record now starts the next lap
         RecordHeader h;
         h.len = s.len;
         h.kind = s.cma ? RecordKind::cma : RecordKind::inline_data;
@@ -174,6 +176,20 @@ bool ShmConnection::write_sends() {
   }
   publish();
   return changed;
+}
+
+// With the ring empty, a record of `total` bytes that fits in the part of this lap already read
+// goes to the start of the next one (shm_layout.h): a wrap record here says so to the reader.
+bool ShmConnection::wrap_fits(uint64_t total) {
+  const uint64_t into_lap = tail_ % ring_;
+  if (into_lap == 0 || total > into_lap) return false;
+  RecordHeader h;
+  h.len = 0;
+  h.kind = RecordKind::wrap;
+  h.seq = send_seq_;
+  copy_in(tail_, &h, sizeof h);
+  tail_ = next_lap(tail_, ring_);
+  return true;
 }
 
 bool ShmConnection::collect_acks() {
@@ -220,13 +236,19 @@ bool ShmConnection::read_records() {
     if (!in_record_) {
       if (recvs_.empty()) break;  // the record waits for its receive
       copy_out(head_, &cur_, sizeof cur_);
-      const bool kind_ok = cur_.kind == RecordKind::inline_data || cur_.kind == RecordKind::cma;
+      const bool kind_ok = cur_.kind == RecordKind::inline_data || cur_.kind == RecordKind::cma ||
+                           (cur_.kind == RecordKind::wrap && head_ % ring_ != 0);
       if (cur_.seq != recv_seq_ || !kind_ok) {
         fail_all(protocol_error("shm connection from " + who() + ": a record with number " +
                                 std::to_string(cur_.seq) + " and kind " +
                                 std::to_string(static_cast<uint32_t>(cur_.kind)) + " where message " +
                                 std::to_string(recv_seq_) + " was due: the shared ring is corrupt"));
         return true;
+      }
+      if (cur_.kind == RecordKind::wrap) {  // the next record starts the next lap
+        head_ = next_lap(head_, ring_);
+        changed = true;
+        continue;
       }
       head_ += sizeof cur_;
       cur_read_ = sizeof cur_;

@@ -87,6 +87,8 @@ class ShmConnection final : public Connection {
   bool single_copy(const void* data, size_t bytes);
   // Messages sent single-copy so far (tests read it).
   uint64_t cma_sent() const { return cma_sent_; }
+  // Where in its lap of the outgoing ring the next record goes (tests read it).
+  uint64_t lap_offset() const { return tail_ % ring_; }
   // The descriptor that becomes readable when the peer exits (pidfd or socket).
   int liveness_fd() const { return liveness_fd_; }
   // The peer exited: fail what is left once what it wrote is delivered.
@@ -128,6 +130,7 @@ class ShmConnection final : public Connection {
   };
 
   bool write_sends();
+  bool wrap_fits(uint64_t total);
   bool read_records();
   bool read_cma_piece();
   Status cma_read_error(int err);

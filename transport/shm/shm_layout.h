@@ -19,6 +19,14 @@
 // copies). A cma record carries only the address of the sender's buffer: the receiver reads it
 // with process_vm_readv (one copy) and then counts it in cma_done, which completes the send.
 //
+// A wrap record (a header alone, len 0, seq the next message's number) sends the reader to the
+// start of the next lap: the producer writes one when it finds the ring empty and the record it
+// is about to write fits in the part of the lap already passed. Small messages then keep reusing
+// the first lines of the ring, which both caches still hold, instead of walking through all of
+// it: a line written again soon after the peer read it moves between the two CPUs cheaply, one
+// not touched for a whole lap has to be fetched from further away first (docs/performance.md,
+// "The steady cost of a small operation").
+//
 //   RecordHeader   offset size field
 //                  0      8    len   the message's bytes
 //                  8      4    kind  RecordKind
@@ -40,14 +48,14 @@
 namespace braid::transport::shm {
 
 inline constexpr uint64_t kSegmentMagic = 0x314d485344495242;  // "BRIDSHM1"
-inline constexpr uint32_t kSegmentVersion = 2;
+inline constexpr uint32_t kSegmentVersion = 3;
 inline constexpr size_t kRecordAlign = 64;
 inline constexpr size_t kRecordHeaderBytes = 32;
 inline constexpr size_t kHeaderBytes = 4096;
 inline constexpr size_t kControlBytes = 256;
 inline constexpr size_t kDataOffset = kHeaderBytes + 2 * kControlBytes;
 
-enum class RecordKind : uint32_t { inline_data = 1, cma = 2 };
+enum class RecordKind : uint32_t { inline_data = 1, cma = 2, wrap = 3 };
 
 struct RecordHeader {
   uint64_t len = 0;
@@ -96,5 +104,7 @@ inline size_t segment_bytes(size_t ring_bytes) { return kDataOffset + 2 * ring_b
 inline size_t record_bytes(size_t payload) {
   return (kRecordHeaderBytes + payload + kRecordAlign - 1) / kRecordAlign * kRecordAlign;
 }
+// The first position of the lap after the one `pos` lies in (pos itself when it starts one).
+inline uint64_t next_lap(uint64_t pos, uint64_t ring_bytes) { return (pos + ring_bytes - 1) / ring_bytes * ring_bytes; }
 
 }  // namespace braid::transport::shm

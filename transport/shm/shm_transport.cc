@@ -398,39 +398,39 @@ Status ShmTransport::poll(std::vector<Completion>& out, std::chrono::microsecond
     ssize_t r = ::read(eventfd_.get(), &drained, sizeof drained);
     (void)r;
   }
+  // Also when completions are waiting (a send that finished as it was posted): a message that
+  // arrived meanwhile is then taken in this same pass, not one pass later.
+  progress_all();
   if (ready_.empty()) {
-    progress_all();
-    if (ready_.empty()) {
-      const auto start = Clock::now();
-      const auto spin = std::chrono::microseconds(spin_allowed() ? env_.spin_us : 0);
-      const auto spin_end = start + std::min(timeout, spin);
-      if (start < spin_end) {
-        // Ranks free to run on the same CPUs get stacked on one now and then (a woken thread is
-        // often placed where its waker runs), and stay so: each wakes the other onto its own
-        // CPU. A peer queued behind this spinner cannot answer until it gives the CPU away. So
-        // the spinner steps off to another CPU it may use (once per wait), and where it may use
-        // this one only, it sleeps at once. Where spinners yield anyway (more ranks than CPUs)
-        // the yield hands the CPU over.
-        SpinScope spinning;
-        bool stepped = false;
-        while (ready_.empty() && Clock::now() < spin_end) {
-          if (!spinning.yields() && peer_on_this_cpu()) {
-            ++stacked_stops_;
-            if (!stepped && step_off_cpu(sched_getcpu())) {
-              stepped = true;
-              ++stacked_moves_;
-              continue;
-            }
-            break;
+    const auto start = Clock::now();
+    const auto spin = std::chrono::microseconds(spin_allowed() ? env_.spin_us : 0);
+    const auto spin_end = start + std::min(timeout, spin);
+    if (start < spin_end) {
+      // Ranks free to run on the same CPUs get stacked on one now and then (a woken thread is
+      // often placed where its waker runs), and stay so: each wakes the other onto its own
+      // CPU. A peer queued behind this spinner cannot answer until it gives the CPU away. So
+      // the spinner steps off to another CPU it may use (once per wait), and where it may use
+      // this one only, it sleeps at once. Where spinners yield anyway (more ranks than CPUs)
+      // the yield hands the CPU over.
+      SpinScope spinning;
+      bool stepped = false;
+      while (ready_.empty() && Clock::now() < spin_end) {
+        if (!spinning.yields() && peer_on_this_cpu()) {
+          ++stacked_stops_;
+          if (!stepped && step_off_cpu(sched_getcpu())) {
+            stepped = true;
+            ++stacked_moves_;
+            continue;
           }
-          spinning.pause();
-          progress_all();
+          break;
         }
+        spinning.pause();
+        progress_all();
       }
-      if (ready_.empty()) {
-        const auto left = std::chrono::duration_cast<std::chrono::microseconds>(start + timeout - Clock::now());
-        RETURN_IF_ERROR(sleep(std::max(left, std::chrono::microseconds(0))));
-      }
+    }
+    if (ready_.empty()) {
+      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(start + timeout - Clock::now());
+      RETURN_IF_ERROR(sleep(std::max(left, std::chrono::microseconds(0))));
     }
   }
   if (out.empty()) {

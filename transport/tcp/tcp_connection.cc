@@ -244,6 +244,15 @@ void TcpConnection::on_stream_failed(TcpStream* stream, Status status) {
 }
 
 void TcpConnection::on_stream_lost(TcpStream* stream, int err, bool sending) {
+  if (err == 0 && !sending && stream->between_frames()) {
+    // A clean end of one socket: the peer closed after its last message, whose frames (or a
+    // later message's) other sockets may still hold. The peer is gone only once every socket
+    // ended, or one ended in the middle of a frame.
+    stream->end();
+    bool all_ended = true;
+    for (const auto& s : streams_) all_ended = all_ended && s->ended();
+    if (!all_ended) return;
+  }
   std::ostringstream m;
   m << describe_peer() << " ";
   if (err == 0 || err == EPIPE) {

@@ -5,8 +5,10 @@
 // receiving side matches each incoming frame to the posted receive with the same seq and lands
 // its slice in place. Sends and receives complete in the order they were posted.
 //
-// Failure: the first socket that fails (EOF, reset, keepalive/user timeout, garbage) fails the
-// whole connection: every pending and later operation completes with that Status. Completions
+// Failure: the first socket that fails (reset, keepalive/user timeout, garbage, EOF in the middle
+// of a frame) fails the whole connection: every pending and later operation completes with that
+// Status. An EOF between frames ends only its socket: a peer that closed after sending still has
+// its frames on the other sockets received; the connection fails once every socket ended. Completions
 // of failed operations are held back until the kernel has let go of every buffer (no send or
 // receive in flight), so a caller may free a buffer as soon as its completion arrives.
 //

@@ -78,7 +78,7 @@ void TcpStream::on_sent(size_t bytes) {
 }
 
 std::span<char> TcpStream::recv_target() {
-  if (connection_->failed()) return {};
+  if (connection_->failed() || ended_) return {};
   switch (state_) {
     case RecvState::header:
       return connection_->recv_wanted() ? inbox_space() : std::span<char>();

@@ -71,6 +71,11 @@ class TcpStream {
 
   // --- failures, reported by engines: EOF, or a socket error (errno) while sending/receiving
   void on_eof();
+  // EOF came between two frames: everything the peer sent on this socket has been read, and
+  // nothing more is read from it (recv_target is empty from then on).
+  bool ended() const { return ended_; }
+  bool between_frames() const { return state_ == RecvState::header && inbox_begin_ == inbox_end_; }
+  void end() { ended_ = true; }
   void on_error(int err, bool sending);
 
   // Engine bookkeeping: kernel operations in flight and the engine's handle for the stream.
@@ -110,6 +115,7 @@ class TcpStream {
   msghdr msg_{};
 
   RecvState state_ = RecvState::header;
+  bool ended_ = false;
   FrameHeader header_;
   bool seen_frame_ = false;
   uint64_t last_seq_ = 0;  // of the last frame header read, once seen_frame_

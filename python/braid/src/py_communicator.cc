@@ -74,6 +74,17 @@ py::object PyCommunicator::new_group(const std::vector<int>& ranks) {
   return wrap(std::move(sub));
 }
 
+py::object PyCommunicator::shrink(const std::vector<int>& exclude) {
+  get("shrink");
+  Communicator next = [&] {
+    py::gil_scoped_release nogil;
+    CommHolder::Use use(*holder_);
+    if (use.comm() == nullptr) throw std::invalid_argument("shrink: the communicator was closed by another thread");
+    return use.comm()->shrink(exclude);
+  }();
+  return wrap(std::move(next));
+}
+
 void bind_communicator(py::module_& m) {
   py::class_<PyCommunicator, std::shared_ptr<PyCommunicator>> cls(m, "Communicator",
       "A group of ranks and the collectives they run together (braid.init() makes one). Every "
@@ -94,6 +105,12 @@ void bind_communicator(py::module_& m) {
       .def("new_group", &PyCommunicator::new_group, py::arg("ranks"),
            "Every rank calls it with the same list; listed ranks get a Communicator ranked in list "
            "order, the others None.")
+      .def("shrink", &PyCommunicator::shrink, py::arg("exclude") = std::vector<int>{},
+           "After a failure, every surviving rank calls it: they agree through the store on who is "
+           "alive and get a new Communicator of those ranks, renumbered in their old order. Ranks in "
+           "exclude are left out too (a planned exclusion; they need not call it, and get None if "
+           "they do). Ends this communicator first. A rank that comes later than "
+           "BRAID_SHRINK_TIMEOUT_S after the others raises AbortedError (docs/fault_tolerance.md).")
       .def("group_start", [](PyCommunicator& c) { c.get("group_start").group_start(); },
            "The *_async calls until group_end() run as one unit: send/recv all at once "
            "(batch_isend_irecv), all_reduce calls coalesced. Blocking calls are refused inside.")

@@ -41,6 +41,9 @@ class PyCommunicator {
   // split() and new_group(): wait for the other ranks without the GIL.
   py::object split(int color, std::optional<int> key);
   py::object new_group(const std::vector<int>& ranks);
+  // shrink(): the new communicator of the ranks that go on (None for an excluded rank), waiting
+  // for the other survivors without the GIL.
+  py::object shrink(const std::vector<int>& exclude);
 
  private:
   struct Pending {

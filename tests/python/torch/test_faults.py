@@ -82,6 +82,27 @@ def test_rank_killed_mid_training_names_it(transport):
         assert "finished" not in lines, lines[-5:]
 
 
+def test_survivors_rebuild_the_group_after_shrink():
+    """The recipe of docs/fault_tolerance.md: rank 2 of 3 dies mid-loop; ranks 0 and 1 destroy
+    the group, shrink a braid.Communicator of the job, and go on in a new group of 2 built in a
+    fresh prefix of the job's store (served here by the test, as a launcher's agent would)."""
+    import torch.distributed as dist
+    world, victim = 3, 2
+    store_port = free_port()
+    store = dist.TCPStore("127.0.0.1", store_port, world, is_master=True, wait_for_workers=False)
+    url = f"tcp://127.0.0.1:{free_port()}"
+    results = run_ranks(lambda r: [worker("shrink_worker.py"), str(r), str(world), str(store_port), url, str(victim)],
+                        world, env_for_rank=lambda r: dict(BRAID_TIMEOUT_S=30))
+    del store
+    rc, out = results[victim]
+    assert rc == 1, out
+    for r in range(world - 1):
+        rc, out = results[r]
+        assert rc == 0, out
+        assert any(l.startswith("raised: ") and "rank 2" in l for l in out.splitlines()), out
+        assert f"after rank={r} size=2 sum=3 olds=[0, 1]" in out.splitlines(), out
+
+
 def start_init(sizes, url, env_for_rank=None, timeout_s=5):
     """Starts init_worker.py as len(sizes) ranks, rank r saying world size sizes[r]."""
     return start_ranks(lambda r: [worker("init_worker.py"), str(r), str(sizes[r]), url, str(timeout_s)],

@@ -404,6 +404,24 @@ TEST(Comm, EverySettingThatDiffersIsNamed) {
   }
 }
 
+// Two engines of one family in a list: the second is the first's fallback ("tcp,tcp-poll": io_uring,
+// else epoll), and the ranks meet on the same listener. (Each rank once listened on both and a
+// connecting rank picked the peer's last tcp address while the peer accepted on its first: the
+// handshake waited out the rendezvous bound.)
+TEST(Comm, ATransportListedTwiceInOneFamilyConnects) {
+  for (const char* list : {"tcp,tcp-poll", "tcp-poll,tcp"}) {
+    int port = testing::free_port();
+    std::vector<std::unique_ptr<Subprocess>> ranks;
+    for (int r = 0; r < 2; ++r) {
+      auto env = testing::rank_env(port, r, 2, kJobEnv);
+      env["BRAID_TRANSPORT"] = list;
+      env["BRAID_RENDEZVOUS_TIMEOUT_S"] = "20";
+      ranks.push_back(std::make_unique<Subprocess>(std::vector<std::string>{testing::binary_from_env("COMM_RANK"), "sum"}, env));
+    }
+    for (auto& p : ranks) EXPECT_EQ(p->wait(kBound), 0) << list << ": " << p->output();
+  }
+}
+
 // A destroyed communicator's store keys are deleted: creating and destroying communicators (and
 // splits of them) on one store, again and again, leaves the store's key count where it was.
 TEST(Comm, DestroyedCommunicatorsLeaveNoKeys) {

@@ -1,11 +1,14 @@
 // Two braidruns in two network namespaces (two "hosts" joined by a veth pair) forming one job.
 // Needs root for `ip netns`; skipped with a message otherwise.
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <memory>
 #include <fstream>
 #include <regex>
 #include <set>
@@ -56,6 +59,10 @@ TEST(BraidrunNetns, TwoNodesInTwoNamespacesFormOneJob) {
   EXPECT_EQ(ranks_a, (std::set<std::string>{"0", "1"})) << ra.out << ra.err;
   EXPECT_EQ(ranks_b, (std::set<std::string>{"2", "3"})) << rb.out << rb.err;
   EXPECT_NE((ra.out + rb.out).find("[rank 0] got k3=hello-from-3"), std::string::npos) << ra.out << rb.out;
+}
+
+bool contains_text(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
 }
 
 // A secret file only this user can read, holding `secret`.
@@ -149,6 +156,47 @@ TEST(BraidrunNetns, TwoNodesInTwoNamespacesRestart) {
         << ra.out << rb.out << ra.err << rb.err;
   }
   EXPECT_NE(ra.err.find("round 0: rank 3 (local rank 1 on node 1, host "), std::string::npos) << ra.err;
+}
+
+// --nnodes 1:2 across two hosts: the whole of host 1's node (braidrun and ranks) is killed
+// while round 0 runs; host 0 goes on alone in round 1 (ranks 0..1 of 2). With braid-perf, round
+// 0 runs an all_reduce across both hosts first and round 1 one on host 0 alone, each checked.
+TEST(BraidrunNetns, AKilledNodeIsLeftOutAndTheJobFinishesOnTheOtherHost) {
+  TwoHosts hosts("brt", "10.77.0");
+  if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
+  TempDir pids;
+  const char* perf = std::getenv("BRAID_PERF");
+  const std::string perf_run = perf != nullptr && access(perf, X_OK) == 0
+                                   ? "\"" + std::string(perf) + "\" --op all_reduce -b 1K -e 64K -n 3 -w 1 || exit $?; "
+                                   : "";
+  const std::string script = perf_run + "\"" + rank_helper_path() + "\" env pidfile#0 " + pids.path() + " sleep#0 30";
+  const std::vector<std::string> args = {
+      "--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-endpoint", "10.77.0.1:29504", "--rdzv-timeout-s", "20",
+      "--max-restarts", "1", "--monitor-interval", "0.1", "--grace-s", "1", "--rdzv-conf",
+      "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=4", "--", "sh", "-c", script};
+  BraidrunProcess a(args, hosts.exec_in(0));
+  usleep(300 * 1000);
+  auto b = std::make_unique<BraidrunProcess>(args, hosts.exec_in(1));
+  auto ranks = read_pidfiles(pids.path(), 4, 30);
+  ASSERT_EQ(ranks.size(), 4u) << a.out_so_far();
+  kill(b->pid(), SIGKILL);
+  kill(ranks[2], SIGKILL);
+  kill(ranks[3], SIGKILL);
+  RunResult ra = a.wait(60);
+  ASSERT_FALSE(ra.timed_out) << ra.err;
+  EXPECT_EQ(ra.exit_code, 0) << ra.out << ra.err;
+  EXPECT_TRUE(contains_text(ra.out, "[rank 0] RANK=0 LOCAL_RANK=0 WORLD_SIZE=4 ")) << ra.out;
+  EXPECT_TRUE(contains_text(ra.out, "[rank 1] RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 GROUP_RANK=0 "
+                                    "GROUP_WORLD_SIZE=1 "))
+      << ra.out;
+  EXPECT_TRUE(contains_text(ra.err, ") lost in round 0: no heartbeat for ")) << ra.err;
+  if (!perf_run.empty()) {
+    EXPECT_TRUE(contains_text(ra.out, "[rank 0] # all_reduce, 4 ranks")) << ra.out;
+    EXPECT_TRUE(contains_text(ra.out, "[rank 0] # all_reduce, 2 ranks")) << ra.out;
+    size_t ok = 0;
+    for (size_t at = 0; (at = ra.out.find("[rank 0] # Out of bounds values : 0 OK", at)) != std::string::npos; ++at) ++ok;
+    EXPECT_EQ(ok, 2u) << "one checked all_reduce run per round: " << ra.out;
+  }
 }
 
 }  // namespace

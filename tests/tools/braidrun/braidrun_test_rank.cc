@@ -1,6 +1,7 @@
 // braidrun_test_rank: the program braidrun's tests launch as ranks. Runs its arguments as a
 // script of actions, in order; "action@R" runs only on RANK R, "action#N" only in round N
-// (TORCHELASTIC_RESTART_COUNT=N), "action@R#N" only on rank R in round N:
+// (TORCHELASTIC_RESTART_COUNT=N), "action@R#N" only on rank R in round N, "action~W" only when
+// WORLD_SIZE is W (with --nnodes MIN:MAX, membership changes leave the restart count alone):
 //   env                print the torchrun variables braidrun set, on one line
 //   print TEXT         print TEXT on stdout        eprint TEXT   the same on stderr
 //   halves TEXT        print TEXT as two writes 50 ms apart, then '\n'
@@ -11,8 +12,9 @@
 //                      as far as its "pidfile" (whatever a loaded machine makes of their start)
 //   store-set KEY VAL  set KEY in braid's store at MASTER_ADDR:BRAID_STORE_PORT
 //   store-get KEY      get KEY (waits) and print "got KEY=VALUE"
-//   stale-check DIR    in round 0, keep this rank's store address and job id in DIR; in a later
-//                      round, try them as a process left over from round 0 would, and print
+//   stale-check DIR    in round 0 (BRAID_JOB_ID's /round<R>, else the restart count), keep
+//                      this rank's store address and job id in DIR; in a later round, try
+//                      them as a process left over from round 0 would, and print
 //                      "stale old-store=gone|reached new-store=refused|joined|error"
 //   secret             print where the job's secret came from: "secret_file=PATH file_mode=600
 //                      dir_mode=700 secret_env=unset job_id=ID cmdline_has_secret=no"
@@ -114,7 +116,11 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string action = argv[i];
     int only = -1;
-    std::string only_round;
+    std::string only_round, only_world;
+    if (auto tilde = action.find('~'); tilde != std::string::npos) {
+      only_world = action.substr(tilde + 1);
+      action.resize(tilde);
+    }
     if (auto hash = action.find('#'); hash != std::string::npos) {
       only_round = action.substr(hash + 1);
       action.resize(hash);
@@ -133,6 +139,7 @@ int main(int argc, char** argv) {
     i += n;
     if (only >= 0 && only != rank) continue;
     if (!only_round.empty() && only_round != round) continue;
+    if (!only_world.empty() && only_world != env_or("WORLD_SIZE", "")) continue;
     if (action == "env") {
       std::printf("RANK=%s LOCAL_RANK=%s WORLD_SIZE=%s LOCAL_WORLD_SIZE=%s GROUP_RANK=%s GROUP_WORLD_SIZE=%s "
                   "ROLE_RANK=%s ROLE_WORLD_SIZE=%s MASTER_ADDR=%s MASTER_PORT=%s TORCHELASTIC_RUN_ID=%s "
@@ -182,7 +189,11 @@ int main(int argc, char** argv) {
     } else if (action == "store-set") {
       store()->set(a1, a2);
     } else if (action == "stale-check") {
-      stale_check(a1, rank, round);
+      // The round: BRAID_JOB_ID's "/round<R>" when braidrun gives one (a membership change
+      // starts a round without a restart), else the restart count.
+      const std::string job = env_or("BRAID_JOB_ID", "");
+      const size_t at = job.rfind("/round");
+      stale_check(a1, rank, at == std::string::npos ? round : job.substr(at + 6));
     } else if (action == "secret") {
       print_secret();
     } else if (action == "store-get") {

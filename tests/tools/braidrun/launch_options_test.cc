@@ -136,13 +136,50 @@ TEST(LaunchOptions, BadRestartsAndMonitorInterval) {
   EXPECT_NE(parse_error({"--monitor-interval", "5s", "p"}).find("'5s'"), std::string::npos);
 }
 
-// An elastic range of node counts is still refused; the message says restarts work.
-TEST(LaunchOptions, ElasticNodeCountsRefused) {
-  std::string e = parse_error({"--nnodes", "1:4", "p"});
-  EXPECT_NE(e.find("--nnodes 1:4: elastic node counts"), std::string::npos) << e;
-  EXPECT_NE(e.find("not supported yet"), std::string::npos) << e;
-  EXPECT_NE(e.find("--max-restarts N"), std::string::npos) << e;
-  EXPECT_NE(parse_error({"--nnodes=2:3", "--max-restarts", "1", "p"}).find("elastic"), std::string::npos);
+// --nnodes MIN:MAX and what --rdzv-conf sets for it, as torchrun takes them.
+TEST(LaunchOptions, ElasticNodeCounts) {
+  LaunchOptions o = parse_ok({"--nnodes", "1:4", "p"});
+  EXPECT_EQ(o.min_nnodes, 1);
+  EXPECT_EQ(o.nnodes, 4);
+  EXPECT_TRUE(o.elastic());
+  EXPECT_EQ(o.last_call_s, 30);  // torchrun's defaults
+  EXPECT_EQ(o.keep_alive_interval_s, 5);
+  EXPECT_EQ(o.keep_alive_max_attempt, 3);
+  o = parse_ok({"--nnodes=2:2", "p"});
+  EXPECT_EQ(o.min_nnodes, 2);
+  EXPECT_EQ(o.nnodes, 2);
+  EXPECT_FALSE(o.elastic());
+  o = parse_ok({"--nnodes", "3", "p"});
+  EXPECT_EQ(o.min_nnodes, 3);
+  EXPECT_FALSE(o.elastic());
+  o = parse_ok({"--nnodes", "1:2", "--rdzv_conf",
+                "last_call_timeout=0.5,keep_alive_interval=0.25,keep_alive_max_attempt=4,join_timeout=9,is_host=1", "p"});
+  EXPECT_EQ(o.last_call_s, 0.5);
+  EXPECT_EQ(o.keep_alive_interval_s, 0.25);
+  EXPECT_EQ(o.keep_alive_max_attempt, 4);
+  EXPECT_EQ(o.rdzv_timeout_s, 9);  // join_timeout
+  // --rdzv-timeout-s wins over join_timeout, in either order.
+  EXPECT_EQ(parse_ok({"--rdzv-timeout-s", "3", "--rdzv-conf", "join_timeout=9", "p"}).rdzv_timeout_s, 3);
+  EXPECT_EQ(parse_ok({"--rdzv-conf", "join_timeout=9", "--rdzv-timeout-s", "3", "p"}).rdzv_timeout_s, 3);
+  EXPECT_EQ(parse_ok({"--rdzv-conf", "last_call_timeout=0", "p"}).last_call_s, 0);
+}
+
+TEST(LaunchOptions, BadElasticNodeCounts) {
+  EXPECT_NE(parse_error({"--nnodes", "3:2", "p"}).find("--nnodes 3:2: MIN is larger than MAX"), std::string::npos);
+  EXPECT_NE(parse_error({"--nnodes", "0:2", "p"}).find("--nnodes '0' must be an integer in [1, "), std::string::npos);
+  EXPECT_NE(parse_error({"--nnodes", "1:", "p"}).find("--nnodes ''"), std::string::npos);
+  EXPECT_NE(parse_error({"--nnodes", ":2", "p"}).find("--nnodes ''"), std::string::npos);
+  EXPECT_NE(parse_error({"--nnodes", "1:x", "p"}).find("--nnodes 'x'"), std::string::npos);
+  // Ranks of nodes are given anew each round: a fixed --node-rank has no meaning there.
+  std::string e = parse_error({"--nnodes", "1:2", "--node-rank", "0", "p"});
+  EXPECT_NE(e.find("--node-rank with --nnodes 1:2"), std::string::npos) << e;
+  EXPECT_NE(parse_error({"--standalone", "--nnodes", "1:2", "p"}).find("one node"), std::string::npos);
+  EXPECT_NE(parse_error({"--rdzv-conf", "last_call_timeout=soon", "p"}).find("last_call_timeout 'soon'"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--rdzv-conf", "keep_alive_interval=0", "p"}).find("positive"), std::string::npos);
+  EXPECT_NE(parse_error({"--rdzv-conf", "keep_alive_max_attempt=0", "p"}).find("keep_alive_max_attempt"),
+            std::string::npos);
+  EXPECT_NE(parse_error({"--rdzv-conf", "last_call_timeout", "p"}).find("is not key=value"), std::string::npos);
 }
 
 TEST(LaunchOptions, HelpDocumentsRestarts) {
@@ -182,6 +219,16 @@ TEST(LaunchOptions, EtcdBackendTakesTheMembersList) {
   EXPECT_NE(parse_error({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h1:2379,:5", "p"}).find("no host"),
             std::string::npos);
   EXPECT_NE(parse_error({"--rdzv-backend", "etcd", "--standalone", "p"}).find("--standalone"), std::string::npos);
+}
+
+TEST(LaunchOptions, EtcdWithARangeOfNodeCountsIsRefusedNamingWhatWorks) {
+  const std::string e = parse_error({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h1:2379", "--nnodes", "1:2", "p"});
+  EXPECT_NE(e.find("--nnodes 1:2 with --rdzv-backend etcd is not supported"), std::string::npos) << e;
+  EXPECT_NE(e.find("fixed --nnodes N"), std::string::npos) << e;
+  EXPECT_NE(e.find("--rdzv-backend c10d"), std::string::npos) << e;
+  // Each alone, and etcd with MIN == MAX, still parse.
+  EXPECT_TRUE(parse_ok({"--nnodes", "1:2", "p"}).elastic());
+  EXPECT_EQ(parse_ok({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h1", "--nnodes", "2:2", "p"}).nnodes, 2);
 }
 
 TEST(LaunchOptions, Help) {

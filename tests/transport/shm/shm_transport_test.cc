@@ -16,6 +16,7 @@
 #include "common/job_secret.h"
 #include "tests/support/subprocess.h"
 #include "tests/transport/transport_link.h"
+#include "transport/shm/shm_connection.h"
 #include "transport/shm/shm_layout.h"
 #include "transport/shm/shm_setup.h"
 #include "transport/shm/shm_transport.h"
@@ -307,6 +308,26 @@ void send_each(Link& link, const std::vector<size_t>& sizes) {
   }
 }
 
+// Posts every size at once (the ring is not empty between them), then checks bytes and order.
+void transfer_all_at_once(Link& link, const std::vector<size_t>& sizes) {
+  std::vector<std::vector<unsigned char>> out(sizes.size()), in(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    out[i].resize(sizes[i]);
+    fill(out[i], i + 7);
+    in[i].assign(sizes[i], 0);
+    ASSERT_TRUE(link.ca->post_recv(in[i].data(), in[i].size(), i).is_ok());
+    ASSERT_TRUE(link.cb->post_send(out[i].data(), out[i].size(), i).is_ok());
+  }
+  ASSERT_TRUE(link.drive([&] { return link.done_a.size() == sizes.size() && link.done_b.size() == sizes.size(); }));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ASSERT_TRUE(link.done_a[i].status.is_ok()) << link.done_a[i].status.message();
+    EXPECT_EQ(link.done_a[i].cookie, i);
+    EXPECT_TRUE(check(in[i].data(), sizes[i], i + 7)) << "message " << i << " of " << sizes[i] << " bytes differs";
+  }
+  link.done_a.clear();
+  link.done_b.clear();
+}
+
 TEST(ShmRingBytes, ConnectionsUseTheConfiguredRingOnBothEnds) {
   for (size_t ring : {size_t{64} << 10, size_t{1} << 20}) {
     TransportOptions o;
@@ -355,6 +376,66 @@ TEST(ShmRing, AFreshConnectionsFirstLapTakesNoPageFaults) {
   const long ring_pages = static_cast<long>(o.env.shm_ring_bytes / 4096);
   EXPECT_LT(faults, ring_pages / 8) << faults << " page faults in one lap of a ring of " << ring_pages
                                     << " pages: the rings were not mapped when the connection was made";
+}
+
+// Small messages that find the ring empty reuse its first lines rather than walking the whole
+// ring (shm_layout.h, the wrap record): one message at a time, each read before the next, never
+// gets past the first two records of a lap. Mixed sizes, a message too large to go back to the
+// start and back-to-back messages (the ring not empty) still arrive whole and in order.
+TEST(ShmRing, SmallMessagesOneAtATimeReuseTheStartOfTheRing) {
+  TransportOptions o;
+  o.secret = secret("shm transport test secret 0123456789");
+  Link link;
+  ASSERT_TRUE(make_link("shm", o, o, link).is_ok());
+  auto* sender = dynamic_cast<shm::ShmConnection*>(link.cb.get());
+  ASSERT_NE(sender, nullptr);
+  const size_t msg = 4096, record = shm::record_bytes(msg);
+  for (size_t i = 0; i < 3 * o.env.shm_ring_bytes / record && !::testing::Test::HasFatalFailure(); ++i) {
+    send_each(link, {i % 3 == 0 ? 1 : msg});
+    ASSERT_LT(sender->lap_offset(), 2 * record) << "message " << i << " went to byte " << sender->lap_offset()
+                                                << " of the lap: small messages walk the whole ring";
+  }
+  send_each(link, {1, 200 << 10, 3, msg, 0, (1u << 20) + 5, msg});
+  transfer_all_at_once(link, {msg, 1, msg, 64, msg, 0, msg});
+}
+
+// An operation posts its receives before its sends. A receive posted while its message already
+// waits must not copy it there and then: the peer may be waiting for the send that follows, and
+// the copy would come first. The message is read by the next poll instead.
+TEST(ShmRing, AReceivePostedOnAWaitingMessageLeavesTheCopyToThePoll) {
+  TransportOptions o;
+  o.secret = secret("shm transport test secret 0123456789");
+  Link link;
+  ASSERT_TRUE(make_link("shm", o, o, link).is_ok());
+  std::vector<unsigned char> out(4096), in(4096, 0);
+  fill(out, 9);
+  ASSERT_TRUE(link.cb->post_send(out.data(), out.size(), 1).is_ok());
+  ASSERT_TRUE(link.ca->post_recv(in.data(), in.size(), 2).is_ok());
+  EXPECT_TRUE(std::all_of(in.begin(), in.end(), [](unsigned char b) { return b == 0; }))
+      << "post_recv copied the waiting message before returning";
+  ASSERT_TRUE(link.drive([&] { return link.done_a.size() == 1 && link.done_b.size() == 1; }));
+  ASSERT_TRUE(link.done_a[0].status.is_ok()) << link.done_a[0].status.message();
+  EXPECT_TRUE(check(in.data(), in.size(), 9));
+}
+
+// ... and the poll after it takes that message even when it also has a finished send to return
+// (a small send completes as it is posted): both completions come from one poll, so an
+// operation that posted its receive and then its send learns of both in one pass.
+TEST(ShmRing, OnePollReturnsAFinishedSendAndAMessageThatArrived) {
+  TransportOptions o;
+  o.secret = secret("shm transport test secret 0123456789");
+  Link link;
+  ASSERT_TRUE(make_link("shm", o, o, link).is_ok());
+  std::vector<unsigned char> to_a(4096), to_b(4096), in(4096, 0);
+  fill(to_a, 4);
+  ASSERT_TRUE(link.cb->post_send(to_a.data(), to_a.size(), 1).is_ok());  // waits in a's ring
+  ASSERT_TRUE(link.ca->post_recv(in.data(), in.size(), 2).is_ok());
+  ASSERT_TRUE(link.ca->post_send(to_b.data(), to_b.size(), 3).is_ok());  // finished as posted
+  std::vector<Completion> got;
+  ASSERT_TRUE(link.a->poll(got, 0us).is_ok());
+  ASSERT_EQ(got.size(), 2u) << "the poll returned the send's completion without taking the message";
+  for (const Completion& c : got) EXPECT_TRUE(c.status.is_ok()) << c.status.message();
+  EXPECT_TRUE(check(in.data(), in.size(), 4));
 }
 
 // Pins the calling thread to `cpu` for the scope's lifetime.

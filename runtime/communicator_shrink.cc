@@ -1,0 +1,85 @@
+// CommunicatorImpl::shrink: end this communicator, agree through its store on the ranks that go
+// on (bootstrap/shrink.h), and make their communicator.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/bootstrap/shrink.h"
+#include "runtime/communicator_impl.h"
+#include "runtime/failure/failure_board.h"
+
+namespace braid {
+namespace {
+
+// The rank the failure on `board` names as dead or silent (a lost peer, or the one a timeout's
+// report blames); -1 when none, or when the failure was of another kind (an abort, a mismatch:
+// the rank it names is alive and will call shrink too).
+int named_failed_rank(FailureBoard& board) {
+  const std::optional<Failure> f = board.read();
+  if (!f) return -1;
+  if (f->code == ErrorCode::peer_lost) return f->culprit;
+  if (f->code != ErrorCode::timeout) return -1;
+  if (f->culprit >= 0) return f->culprit;
+  const std::optional<TimeoutReport> report = board.wait_report(Deadline::after(std::chrono::seconds(0)));
+  return report ? report->culprit : -1;
+}
+
+Status bad_exclude(int r, int size, bool twice) {
+  return invalid_argument("shrink: excluded rank " + std::to_string(r) +
+                          (twice ? " is listed twice" : " is not in [0, " + std::to_string(size) + ")"));
+}
+
+}  // namespace
+
+// Why the survivors cannot agree: the store is gone, most likely with the rank that served it.
+Status CommunicatorImpl::shrink_store_gone(const std::string& what) const {
+  const std::string who = cfg_.store_rank >= 0 && cfg_.store_rank != cfg_.rank
+                              ? "rank " + std::to_string(cfg_.store_rank) + " served it in its own process and is gone with it"
+                              : "its server is gone";
+  return Status(ErrorCode::peer_lost,
+                "shrink on rank " + std::to_string(cfg_.rank) + ": the store at " + cfg_.store->address() +
+                    " cannot be reached (" + what + "): " + who +
+                    ". The survivors agree on a new communicator through the store, so none can be made. For "
+                    "shrink to outlive any rank, serve the store outside the ranks: a launcher's (braidrun serves "
+                    "one) or a process of its own, handed to Communicator::from_store");
+}
+
+Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::shrink(const std::vector<int>& exclude) {
+  ShrinkRound round{.rank = cfg_.rank, .size = cfg_.size};
+  round.excluded.assign(static_cast<size_t>(cfg_.size), false);
+  round.suspected.assign(static_cast<size_t>(cfg_.size), false);
+  for (int r : exclude) {
+    if (r < 0 || r >= cfg_.size) return bad_exclude(r, cfg_.size, false);
+    if (round.excluded[static_cast<size_t>(r)]) return bad_exclude(r, cfg_.size, true);
+    round.excluded[static_cast<size_t>(r)] = true;
+  }
+  if (cfg_.store_rank >= 0 && round.excluded[static_cast<size_t>(cfg_.store_rank)]) {
+    return invalid_argument("shrink: rank " + std::to_string(cfg_.store_rank) +
+                            " cannot be excluded: it serves the store (at " + cfg_.store->address() +
+                            ") that the new communicator meets through. Run the job under braidrun, whose store "
+                            "outlives every rank");
+  }
+  round.attempt = ++shrink_count_;
+  round.window = std::chrono::milliseconds(static_cast<int64_t>(cfg_.env.shrink_timeout_s * 1000));
+  abort("shrink() called on rank " + std::to_string(cfg_.rank));
+  if (round.excluded[static_cast<size_t>(cfg_.rank)]) return std::unique_ptr<CommunicatorImpl>();
+
+  // The board's connection bounds each call by the failure-report bound; a store the program
+  // handed in has only its own.
+  const std::shared_ptr<Store> ns = cfg_.board_bounded ? cfg_.board_store : cfg_.store;
+  FailureBoard board(ns, cfg_.rank, cfg_.size);
+  const int suspect = named_failed_rank(board);
+  if (board.store_unreachable()) return shrink_store_gone(board.store_problem());
+  if (suspect >= 0 && suspect != cfg_.rank) round.suspected[static_cast<size_t>(suspect)] = true;
+  Result<ShrinkMembers> members = Status(ErrorCode::internal, "shrink: no agreement");
+  try {
+    members = agree_on_members(*ns, round);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::timeout || e.code() == ErrorCode::peer_lost) return shrink_store_gone(e.what());
+    throw;
+  }
+  if (!members.is_ok()) return members.status();
+  return make_communicator_impl(shrink_config(cfg_, round.attempt, members.value()));
+}
+
+}  // namespace braid
