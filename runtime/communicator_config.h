@@ -9,11 +9,17 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "braid/store.h"
 #include "common/env.h"
+#include "runtime/bootstrap/job_lease.h"
 
 namespace braid {
+
+struct CommunicatorConfig;
+// The job rank of this communicator's rank `r`.
+int job_rank_of(const CommunicatorConfig& cfg, int r);
 
 struct CommunicatorConfig {
   int rank = 0;
@@ -25,10 +31,10 @@ struct CommunicatorConfig {
   std::shared_ptr<Store> board_store;        // the same namespace on a connection of its own (or null: store)
   bool board_bounded = false;                // board_store's timeout is the failure-report bound
   int store_rank = -1;                       // the rank whose process serves the store, or -1
-  // When this rank serves the job's store; shared with the communicators shrink() makes from
-  // this one, which meet through the same store and may outlive it.
-  std::shared_ptr<TcpStoreServer> server;
-  bool shrunk = false;                       // made by shrink() (it shares `server` with the old one)
+  // When a rank serves the job's store in its process (store_rank >= 0): this rank's lease on it,
+  // shared by all its communicators, children included (bootstrap/job_lease.h); else null.
+  std::shared_ptr<JobLease> lease;
+  std::vector<int> job_ranks;                // each rank's rank in the job (empty: the same)
   // The program handed the store in (from_store, e.g. torch's): whoever serves it may exit
   // before the other ranks leave, which is then no trouble at all.
   bool foreign_store = false;

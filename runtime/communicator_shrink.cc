@@ -79,6 +79,15 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::shrink(const std::ve
     throw;
   }
   if (!members.is_ok()) return members.status();
+  if (cfg_.lease) {  // the ranks left out are not waited for when the store's rank leaves
+    std::vector<bool> in(static_cast<size_t>(cfg_.size), false);
+    for (int m : members.value().members) in[static_cast<size_t>(m)] = true;
+    for (int r = 0; r < cfg_.size; ++r) {
+      if (!in[static_cast<size_t>(r)]) cfg_.lease->let_go(job_rank_of(cfg_, r));
+    }
+    cfg_.lease->settled();
+    failure_.settled_by_shrink();
+  }
   return make_communicator_impl(shrink_config(cfg_, round.attempt, members.value()));
 }
 

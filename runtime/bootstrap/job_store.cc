@@ -165,7 +165,11 @@ CommunicatorConfig job_config(std::shared_ptr<Store> store, std::unique_ptr<TcpS
   cfg.board_bounded = cfg.board_store != nullptr;
   // Without a launcher rank 0 serves the store: when it stops answering, so did rank 0.
   if (job.store_port != 0 && !job.agent_store) cfg.store_rank = 0;
-  cfg.server = std::move(server);
+  if (cfg.store_rank >= 0) {
+    const std::shared_ptr<Store>& lease_ns = cfg.board_bounded ? cfg.board_store : cfg.store;
+    cfg.lease = std::make_shared<JobLease>(lease_ns, job.rank, job.size, std::move(server),
+                                           std::min(env.rendezvous_timeout_s, 60.0));
+  }
   cfg.foreign_store = job.foreign_store;
   cfg.master_addr = job.master_addr;
   cfg.env = env;

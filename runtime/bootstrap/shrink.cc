@@ -110,8 +110,6 @@ Result<ShrinkMembers> agree_on_members(Store& ns, const ShrinkRound& round) {
 
 CommunicatorConfig shrink_config(const CommunicatorConfig& parent, uint64_t attempt, const ShrinkMembers& m) {
   CommunicatorConfig cfg = child_config(parent, "shrink" + std::to_string(attempt), m.members, m.hosts);
-  cfg.server = parent.server;
-  cfg.shrunk = true;
   return cfg;
 }
 

@@ -22,6 +22,10 @@ uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
 
 }  // namespace
 
+int job_rank_of(const CommunicatorConfig& cfg, int r) {
+  return cfg.job_ranks.empty() ? r : cfg.job_ranks[static_cast<size_t>(r)];
+}
+
 int64_t host_hash() {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
@@ -63,7 +67,9 @@ CommunicatorConfig child_config(const CommunicatorConfig& parent, const std::str
     if (same_host && r < parent.rank) ++cfg.local_rank;
     if (same_host) ++cfg.local_size;
     if (parent.store_rank >= 0 && r == parent.store_rank) cfg.store_rank = i;  // the store's server, by its rank here
+    cfg.job_ranks.push_back(job_rank_of(parent, r));
   }
+  cfg.lease = parent.lease;  // the store must outlive this child too, on every rank (job_lease.h)
   cfg.comm_id = fnv1a(prefix, parent.comm_id * 1099511628211ull + 1);
   cfg.store = std::make_shared<PrefixStore>(prefix, parent.store);
   cfg.board_store = std::make_shared<PrefixStore>(prefix, parent.board_store ? parent.board_store : parent.store);

@@ -319,32 +319,28 @@ void CommFailure::wait_until_ended() {
   }
 }
 
-// A rank that finishes early may leave; only the rank serving the store must stay until
-// every rank is done with it (bounded), or the late ones would lose their store. After a
-// failure some ranks may never come: the wait is then short. What this communicator kept in
-// the store goes as its ranks leave (leave_store).
+// A rank that finishes early may leave. What this communicator kept in the store goes as its
+// ranks leave (leave_store). The rank serving the store must stay until every rank of the job
+// is done with it - with every communicator, children of other colors included - or the late
+// ones would lose their store: its lease sees to that when its last communicator goes
+// (bootstrap/job_lease.h). A failure that no shrink() settled makes that wait short.
 void CommFailure::leave_store() {
   if (!cfg_.store) return;
   const bool failed = state() != CommState::ok;
   // After a failure the store may be what failed (its server stopped or dead): the failure
   // board found out already, at the cost of one bounded call, and then nothing is asked of it.
+  if (failed && cfg_.lease && !settled_by_shrink_.load()) cfg_.lease->failure_seen();
   if (failed && board_.store_unreachable()) {
+    if (cfg_.lease) cfg_.lease->store_gone();
     BRAID_LOG(warn) << "rank " << cfg_.rank << " leaving without telling the store: " << store_trouble();
     return;
   }
   // The board's connection has the failure-report bound; the program's may wait minutes.
   Store& store = failed && cfg_.board_bounded ? *cfg_.board_store : *cfg_.store;
   try {
-    // The rank serving the store waits for the others - unless a communicator shrink() made
-    // from this one still holds the server: that one waits for its own ranks when it goes.
-    const bool lingering = cfg_.server != nullptr && (cfg_.shrunk || cfg_.server.use_count() == 1);
-    if (braid::leave_store(store, cfg_.rank, cfg_.size, lingering) < cfg_.size && lingering) {
-      const double bound = !failed ? std::min(cfg_.env.rendezvous_timeout_s, 60.0) : 3.0;
-      Deadline deadline = Deadline::after_seconds(bound);
-      while (!everyone_left(store, cfg_.size) && !deadline.expired()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-    }
+    // The rank serving the store does not wait here: its lease, which ends with its last
+    // communicator, waits for every rank of the job (bootstrap/job_lease.h).
+    braid::leave_store(store, cfg_.rank, cfg_.size, false);
   } catch (const Error& e) {
     // A store the program handed in (torch's lives in its rank 0) may go first at a clean exit.
     if (!failed && cfg_.foreign_store) {

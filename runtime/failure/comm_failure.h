@@ -82,6 +82,9 @@ class CommFailure {
   // The destructor's: this rank leaves the job's store, bounded (and without a word when the
   // store is what failed).
   void leave_store();
+  // shrink() made a communicator of the survivors from this one: its failure is settled, and
+  // does not shorten the store's lease (bootstrap/job_lease.h).
+  void settled_by_shrink() { settled_by_shrink_.store(true); }
 
  private:
   void end(CommState state, Status s) EXCLUDES(state_mu_);
@@ -102,6 +105,7 @@ class CommFailure {
   FailureBoard board_;
   std::atomic<CommState> state_{CommState::ok};
   std::atomic<bool> abort_requested_{false};
+  std::atomic<bool> settled_by_shrink_{false};
   mutable Mutex state_mu_;
   Status failure_ GUARDED_BY(state_mu_);  // the reason state_ is not ok
   std::string abort_reason_ GUARDED_BY(state_mu_);

@@ -24,6 +24,10 @@
 //   comm_rank first_ops     - a fresh communicator's 4 KiB all_reduces: after 5, prints the page
 //                             faults the process took in the next 300 (a communicator that
 //                             sets up lazily, page by page, pays them in its first operations)
+//   comm_rank split_drop_parent - split by rank parity and destroy the parent on every rank at once
+//                             (comm = comm.split(...)); ranks other than 0 wait a moment, then
+//                             each child runs an all_reduce and a further split that meets
+//                             through the store, and is destroyed; exit 6 on a wrong sum
 //   comm_rank churn ROUNDS  - on the job's communicator, creates and destroys ROUNDS communicators
 //                             (and a split of each) on its store; rank 0 prints the store's key
 //                             count after the first round and after the last
@@ -272,6 +276,19 @@ int main(int argc, char** argv) {
       std::printf("rank %d: first_ops %ld page faults in 300 operations, %zu wrong\n", r,
                   after.ru_minflt - before.ru_minflt, wrong);
       return wrong == 0 ? 0 : 6;
+    }
+    if (mode == "split_drop_parent") {
+      comm = comm.split(r % 2, r);
+      // Rank 0 (serving the store in-process) drops its parent first; the others come later.
+      if (r != 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      int32_t v = r, want = 0;
+      for (int q = r % 2; q < n; q += 2) want += q;
+      comm.all_reduce(&v, 1, braid::DType::i32, braid::Op::sum);
+      braid::Communicator grand = comm.split(0, -comm.rank());
+      int32_t g = r;
+      grand.all_reduce(&g, 1, braid::DType::i32, braid::Op::sum);
+      std::printf("rank %d used its child after the parent went: sums %d %d\n", r, v, g);
+      return v == want && g == want ? 0 : 6;
     }
     if (mode == "churn") {
       const int rounds = argc > 2 ? std::stoi(argv[2]) : 10;

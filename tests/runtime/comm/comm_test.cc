@@ -162,6 +162,18 @@ TEST(Comm, RankZeroMayLeaveFirst) {
   for (auto& p : ranks) EXPECT_EQ(p->wait(kBound), 0) << p->output();
 }
 
+// comm = comm.split(...) on every rank: rank 0's parent, which started the store's server, goes
+// first, while the children (its own and the other color's, which rank 0 is not in) still meet
+// through the store. Every rank's children keep it up.
+TEST(Comm, SplitChildrenOutliveTheirParent) {
+  auto ranks = testing::start_ranks(4, comm_job("split_drop_parent"));
+  for (auto& p : ranks) {
+    EXPECT_EQ(p->wait(kBound), 0) << p->output();
+    EXPECT_NE(p->output().find("used its child after the parent went"), std::string::npos) << p->output();
+    EXPECT_EQ(p->output().find("the store is gone"), std::string::npos) << p->output();
+  }
+}
+
 // torch hands braid its store, served in its rank 0, which may exit first at a clean end: the
 // others leave without a warning (only an INFO line says the store went first).
 TEST(Comm, AProgramsStoreMayGoFirstWithoutAWarning) {

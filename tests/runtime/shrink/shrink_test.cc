@@ -14,6 +14,7 @@
 
 #include "tests/support/rank_job.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/two_hosts.h"
 
 namespace braid {
 namespace {
@@ -172,6 +173,32 @@ TEST(Shrink, StoppedRankThatComesBackGetsAnErrorNeverAResult) {
   const std::string refused = line_of(out, "SHRINK_FAILED", 2);
   EXPECT_TRUE(has(refused, "code=aborted") && has(refused, "without this rank")) << out;
   expect_went_on(procs, {0, 1, 3});
+}
+
+// Two namespace hosts, ranks placed round-robin as launchers number them (host 0: ranks 0 and 2,
+// rank 0 serving the store; host 1: ranks 1 and 3). Host 1's two ranks are killed at once: ranks
+// 0 and 2 agree across the loss of a whole host and go on as ranks 0 and 1 of two.
+TEST(Shrink, AcrossTwoNamespaceHostsOneHostsRanksKilled) {
+  testing::TwoHosts hosts("bsk", "10.81.0");
+  if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
+  testing::RankJob job{.argv = {testing::binary_from_env("SHRINK_RANK"), "--drop-old"},
+                       .env = {{"BRAID_RENDEZVOUS_TIMEOUT_S", "120"}, {"BRAID_TIMEOUT_S", "30"}},
+                       .master_addr = hosts.address(0)};
+  job.per_rank = [&](int r, testing::EnvMap& env, std::vector<std::string>& argv) {
+    for (const auto& [k, v] : hosts.round_robin_env(r, kRanks, std::stoi(env["MASTER_PORT"]))) env[k] = v;
+    std::vector<std::string> in_host = hosts.exec_in(r % 2);
+    argv.insert(argv.begin(), in_host.begin(), in_host.end());
+  };
+  auto procs = testing::start_ranks(kRanks, job);
+  ASSERT_TRUE(wait_for(procs, {0, 1, 2, 3}, "READY")) << procs[0]->output() << procs[1]->output();
+  std::this_thread::sleep_for(milliseconds(200));
+  procs[1]->kill(SIGKILL);
+  procs[3]->kill(SIGKILL);
+  expect_went_on(procs, {0, 2});
+  for (int r : {0, 2}) {
+    const std::string failed = line_of(procs[static_cast<size_t>(r)]->output(), "FAILED", r);
+    EXPECT_TRUE(has(failed, "rank 1") || has(failed, "rank 3")) << failed;
+  }
 }
 
 // kill -9 of rank 0, which served the store: no agreement is possible, and every survivor is
