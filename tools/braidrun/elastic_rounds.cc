@@ -32,8 +32,6 @@ using std::chrono::milliseconds;
 
 constexpr milliseconds kLookEvery{50};
 
-void say(const std::string& line) { write_all(STDERR_FILENO, "braidrun: " + line + "\n"); }
-
 // round/<R>/state: "open:<id>,<id>,..." or "closed:<id>,...".
 struct RoundState {
   bool closed = false;

@@ -23,8 +23,6 @@
 namespace braid::braidrun {
 namespace {
 
-void say(const std::string& line) { write_all(STDERR_FILENO, "braidrun: " + line + "\n"); }
-
 int fail(const Status& s) {
   say("error: " + s.message());
   return 1;

@@ -28,8 +28,6 @@ using std::chrono::milliseconds;
 
 constexpr milliseconds kLookEvery{100};
 
-void say(const std::string& line) { write_all(STDERR_FILENO, "braidrun: " + line + "\n"); }
-
 // round/<R>/failed: "<exit code>\n<restart|stop|rejoin>\n<what failed>". rejoin: the round
 // ended for a membership change, which restarts every rank without counting as a restart.
 struct FailedValue {

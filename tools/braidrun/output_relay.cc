@@ -16,6 +16,8 @@ bool write_all(int fd, const std::string& data) {
   return true;
 }
 
+void say(const std::string& line) { write_all(STDERR_FILENO, "braidrun: " + line + "\n"); }
+
 RankOutput::RankOutput(int rank, bool prefix, RelayTargets targets, int log_fd)
     : prefix_(prefix ? "[rank " + std::to_string(rank) + "] " : ""), targets_(targets), log_fd_(log_fd) {}
 

@@ -55,4 +55,7 @@ class RankOutput {
 // (EPIPE, EBADF...), which braidrun tolerates: a closed terminal must not stop the job.
 bool write_all(int fd, const std::string& data);
 
+// One line of braidrun's own on stderr, "braidrun: " in front.
+void say(const std::string& line);
+
 }  // namespace braid::braidrun

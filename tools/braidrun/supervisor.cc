@@ -31,8 +31,6 @@ struct Supervisor::Rank {
 
 namespace {
 
-void say(const std::string& line) { write_all(STDERR_FILENO, "braidrun: " + line + "\n"); }
-
 int ms_until(steady_clock::time_point t) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t - steady_clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(ms, 0, 1000));
