@@ -1,11 +1,15 @@
 #include "tools/braidrun/rank_env.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
+#include <string_view>
 #include <utility>
 
 extern char** environ;
@@ -53,9 +57,53 @@ std::vector<std::string> build_rank_env(const std::vector<std::string>& base, co
   return out;
 }
 
+namespace {
+
+// The inode of this process's pid namespace: a pid names a process only inside it. 0 when /proc
+// does not say (then nothing is swept: a pid's liveness could not be judged).
+uint64_t pid_namespace() {
+  struct stat st {};
+  if (::stat("/proc/self/ns/pid", &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_ino);
+}
+
+// Removes what braidruns that were killed (SIGKILL runs no destructor) left in `tmp`: the
+// directories "braidrun-secret-<pidns>-<pid>-*" of this user and pid namespace whose braidrun is
+// gone. A directory of a live braidrun, another user's, another namespace's or one that is not a
+// plain directory is left alone; a failure to remove one is not braidrun's concern.
+void sweep_secrets_of_killed_braidruns(const std::string& tmp, uint64_t pidns) {
+  if (pidns == 0) return;
+  DIR* d = ::opendir(tmp.c_str());
+  if (d == nullptr) return;
+  const std::string prefix = "braidrun-secret-" + std::to_string(pidns) + "-";
+  while (const dirent* e = ::readdir(d)) {
+    std::string_view name(e->d_name);
+    if (!name.starts_with(prefix)) continue;
+    std::string_view rest = name.substr(prefix.size());
+    pid_t pid = 0;
+    auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
+    if (ec != std::errc() || end == rest.data() || *end != '-' || pid <= 0) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    const std::string dir = tmp + "/" + std::string(name);
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid()) continue;
+    ::unlink((dir + "/secret").c_str());
+    ::rmdir(dir.c_str());
+  }
+  ::closedir(d);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<SecretFile>> SecretFile::create(const std::string& secret) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/braidrun-secret-XXXXXX";
+  const char* tmp_env = std::getenv("TMPDIR");
+  const std::string tmp = tmp_env && *tmp_env ? tmp_env : "/tmp";
+  const uint64_t pidns = pid_namespace();
+  sweep_secrets_of_killed_braidruns(tmp, pidns);
+  // The name says whose directory it is (pid namespace and braidrun's pid), so that a later
+  // braidrun can tell a killed braidrun's leftover from a running job's.
+  std::string templ =
+      tmp + "/braidrun-secret-" + std::to_string(pidns) + "-" + std::to_string(::getpid()) + "-XXXXXX";
   // mkdtemp makes the directory with mode 0700: nobody else can even look up the file's name.
   if (mkdtemp(templ.data()) == nullptr) {
     return system_error("braidrun: cannot make a private directory for the job's secret (" + templ + ")", errno);

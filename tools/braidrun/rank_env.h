@@ -41,8 +41,9 @@ struct RankIdentity {
 std::vector<std::string> build_rank_env(const std::vector<std::string>& base, const RankIdentity& id);
 
 // The job's secret in a file (mode 0600) inside a directory of its own (mode 0700) that only
-// this user can enter; both are removed when this object goes, at braidrun's exit. A SIGKILLed
-// braidrun leaves them behind, in $TMPDIR (or /tmp), still readable by this user only.
+// this user can enter, in $TMPDIR (or /tmp); both are removed when this object goes, at braidrun's
+// exit. A SIGKILLed braidrun leaves them behind (readable by this user only); the next braidrun of
+// this user that makes its own removes them, once the braidrun they belonged to is gone.
 class SecretFile {
  public:
   static Result<std::unique_ptr<SecretFile>> create(const std::string& secret);

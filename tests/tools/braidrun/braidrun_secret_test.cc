@@ -1,13 +1,18 @@
 // braidrun's job secret: a fresh one per job, handed to the ranks as a file only this user can
 // read (never on a command line), used by braidrun's own store, and gone when the job is.
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <memory>
+#include <optional>
 #include <regex>
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "braid/error.h"
 #include "braid/store.h"
@@ -26,6 +31,40 @@ bool exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
 }
+
+// The secret directories in `tmp` made by the braidrun of pid `pid` ("braidrun-secret-<pid
+// namespace>-<pid>-XXXXXX").
+std::vector<std::string> secret_dirs_of(const std::string& tmp, pid_t pid) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(tmp.c_str());
+  if (d == nullptr) return out;
+  const std::string mark = "-" + std::to_string(pid) + "-";
+  while (const dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name.starts_with("braidrun-secret-") && name.find(mark) != std::string::npos) out.push_back(tmp + "/" + name);
+  }
+  ::closedir(d);
+  return out;
+}
+
+// TMPDIR set for the braidruns this test starts, and put back after.
+class ScopedTmpdir {
+ public:
+  explicit ScopedTmpdir(const std::string& dir) {
+    if (const char* v = std::getenv("TMPDIR")) old_ = v;
+    ::setenv("TMPDIR", dir.c_str(), 1);
+  }
+  ~ScopedTmpdir() {
+    if (old_) {
+      ::setenv("TMPDIR", old_->c_str(), 1);
+    } else {
+      ::unsetenv("TMPDIR");
+    }
+  }
+
+ private:
+  std::optional<std::string> old_;
+};
 
 TEST(BraidrunSecret, RanksGetAPrivateSecretFileThatIsGoneAfterTheJob) {
   auto r = run_braidrun({"--standalone", "--nproc-per-node", "2", "--rdzv-id", "run-42", rank_helper_path(), "secret",
@@ -70,6 +109,32 @@ TEST(BraidrunSecret, ItsStoreRefusesAClientWithoutTheSecret) {
   EXPECT_EQ(refused->code(), ErrorCode::unauthenticated) << refused->what();
   auto r = job.wait(30);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+}
+
+TEST(BraidrunSecret, ASecretLeftByAKilledBraidrunIsRemovedByTheNextButALiveJobsIsKept) {
+  braid::testing::TempDir tmp;
+  ScopedTmpdir scoped(tmp.path());
+  auto started = [&](BraidrunProcess& job) {
+    for (int i = 0; i < 500; ++i) {
+      if (!secret_dirs_of(tmp.path(), job.pid()).empty()) return true;
+      std::this_thread::sleep_for(10ms);
+    }
+    return false;
+  };
+  auto killed = std::make_unique<BraidrunProcess>(std::vector<std::string>{
+      "--standalone", "--nproc-per-node", "1", rank_helper_path(), "sleep", "30"});
+  BraidrunProcess live({"--standalone", "--nproc-per-node", "1", rank_helper_path(), "sleep", "30"});
+  ASSERT_TRUE(started(*killed));
+  ASSERT_TRUE(started(live));
+  const std::string killed_dir = secret_dirs_of(tmp.path(), killed->pid()).front();
+  const std::string live_dir = secret_dirs_of(tmp.path(), live.pid()).front();
+  killed.reset();  // SIGKILL, reaped: its destructor never ran
+  ASSERT_TRUE(exists(killed_dir + "/secret")) << "a SIGKILLed braidrun cannot remove its own secret";
+
+  auto r = run_braidrun({"--standalone", "--nproc-per-node", "1", rank_helper_path(), "sleep", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_FALSE(exists(killed_dir)) << "the next braidrun left a killed braidrun's secret behind";
+  EXPECT_TRUE(exists(live_dir + "/secret")) << "the next braidrun removed a running job's secret";
 }
 
 }  // namespace
