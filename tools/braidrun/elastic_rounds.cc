@@ -80,7 +80,7 @@ std::string list_ids(const std::vector<int>& ids) {
 Status NodeRendezvous::form_elastic_round(bool first) {
   const std::vector<int> previous = members_;  // for the error naming who did not come back
   const Deadline deadline = Deadline::after_seconds(rdzv_timeout_s_);
-  if (node_rank_ == 0) {
+  if (node_rank_ == 0 && !etcd_) {
     ranks_job_id_ = (auth_.job_id.empty() ? run_id_ : auth_.job_id) + "/round" + std::to_string(round_);
     RETURN_IF_ERROR(start_round_store());
     // The round's store first: whoever sees the round open may read it.
@@ -134,6 +134,20 @@ Status NodeRendezvous::form_elastic_round(bool first) {
     if (!look.ended.empty()) {
       return Status(ErrorCode::aborted, "round " + r + " of job '" + run_id_ + "' cannot start: node " + look.ended +
                                             " ended the job (see its output)");
+    }
+    if (!look.state && etcd_) {
+      // etcd: no node serves the job, so the first node to look opens the round, once the
+      // previous one ended (a node waiting for a running round must not open the next alone).
+      const std::string previous_failed =
+          round_ == 0 ? "" : key("round/" + std::to_string(round_ - 1) + "/failed");
+      ASSIGN_OR_RETURN(bool opened, ask<bool>("opening round " + r, waiting_for,
+                                              [state = round_key("state"), at = key("round_at"), round = r,
+                                               previous_failed, v = "open:" + std::to_string(node_rank_)](Store& s) {
+                                                if (!previous_failed.empty() && !s.check({previous_failed})) return false;
+                                                if (s.compare_set(state, "", v) == v) s.set(at, round);
+                                                return true;
+                                              }));
+      if (opened) continue;  // look again at once: this node's opening or another's won
     }
     if (look.state) {
       RoundState st = parse_state(*look.state);
@@ -204,7 +218,29 @@ Status NodeRendezvous::form_elastic_round(bool first) {
   }
   std::sort(members_.begin(), members_.end());
   group_rank_ = static_cast<int>(std::find(members_.begin(), members_.end(), node_rank_) - members_.begin());
+  peer_beats_ = std::make_shared<std::map<int, PeerBeat>>();
+  for (int id : members_) {
+    if (id != node_rank_) (*peer_beats_)[id] = PeerBeat{.beats = -1, .changed = Clock::now()};
+  }
   ranks_job_id_ = (auth_.job_id.empty() ? run_id_ : auth_.job_id) + "/round" + std::to_string(round_);
+  if (etcd_) {
+    ASSIGN_OR_RETURN(RoundLead lead, settle_round_leader());
+    if (lead == RoundLead::started) return Status::ok();
+    // The leader was lost before it opened the round's store: the round failed before its ranks
+    // started, and the next one forms without it (counted as a restart, as a lost node is).
+    if (lead == RoundLead::failed) {
+      if (restart_count_ >= max_restarts_) {
+        return Status(ErrorCode::aborted, "round " + std::to_string(round_) + " of job '" + run_id_ +
+                                              "' failed before its ranks started, and no restarts are left (--max-restarts " +
+                                              std::to_string(max_restarts_) + ")");
+      }
+      ++restart_count_;
+    }
+    say("round " + std::to_string(round_) + " failed before its ranks started; node " + std::to_string(node_rank_) +
+        " meets the others in the next round");
+    ++round_;
+    return form_elastic_round(false);
+  }
   if (serving()) {
     ranks_port_ = round_server_->port();
   } else {
@@ -217,10 +253,6 @@ Status NodeRendezvous::form_elastic_round(bool first) {
                                                      }));
     ranks_port_ = static_cast<uint16_t>(std::atoi(v.c_str()));
     restart_count_ = std::atoi(v.c_str() + v.find('\n') + 1);
-  }
-  peer_beats_ = std::make_shared<std::map<int, PeerBeat>>();
-  for (int id : members_) {
-    if (id != node_rank_) (*peer_beats_)[id] = PeerBeat{.beats = -1, .changed = Clock::now()};
   }
   return Status::ok();
 }

@@ -145,7 +145,12 @@ int run(int argc, char** argv) {
           std::to_string(rdzv.group_rank()) + " of " + std::to_string(rdzv.group_world_size()) + " (--nnodes " +
           std::to_string(o.min_nnodes) + ":" + std::to_string(o.nnodes) + "): starting ranks " +
           std::to_string(first_rank) + ".." + std::to_string(first_rank + o.nproc_per_node - 1) + " of " +
-          std::to_string(world) + " (the ranks' store on port " + std::to_string(rdzv.ranks_port()) + ", MASTER_PORT " +
+          std::to_string(world) + " (" +
+          (o.rdzv_backend == LaunchOptions::RdzvBackend::etcd
+               ? "round leader node " + std::to_string(rdzv.round_leader()) +
+                     (rdzv.round_leader() == rdzv.node_rank() ? " (here)" : "") + " at " + rdzv.master_addr() + ": "
+               : "") +
+          "the ranks' store on port " + std::to_string(rdzv.ranks_port()) + ", MASTER_PORT " +
           std::to_string(rdzv.torch_port()) + ")");
     } else if (o.nnodes > 1 && round == 0) {
       say("node " + std::to_string(rdzv.node_rank()) + " of " + std::to_string(o.nnodes) + ": starting ranks " +

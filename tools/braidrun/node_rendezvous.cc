@@ -243,17 +243,19 @@ Status NodeRendezvous::explain_store_loss(const Status& s) {
 }
 
 void NodeRendezvous::forget_job() {
-  if (!etcd_ || !serving_ || !store_) return;
+  if (!etcd_ || !store_) return;
   // A client of its own with a short bound: an etcd gone by now must not hold up braidrun's exit.
   auto etcd = std::make_unique<EtcdStore>(etcd_members_, EtcdStoreOptions{.timeout = std::chrono::seconds(3),
                                                                           .request_timeout = std::chrono::seconds(3),
                                                                           .member_timeout = std::chrono::seconds(1)});
-  std::vector<std::string> left;
-  for (int n = 0; n < nnodes_; ++n) {
-    if (n != node_rank_) left.push_back(key("left/" + std::to_string(n)));
-  }
-  // Only once the others are gone: a node still running must find the job's keys.
+  // Whichever node leaves last removes them: every other node id the job handed out has left
+  // (or, elastic, was found lost). A node still running must find the job's keys.
   (void)store_call("removing the job's keys", [&] {
+    const int ids = elastic() ? static_cast<int>(etcd->add(key("next_node"), 0)) : nnodes_;
+    std::vector<std::string> left;
+    for (int n = 0; n < ids; ++n) {
+      if (n != node_rank_) left.push_back(key("left/" + std::to_string(n)));
+    }
     if (etcd->check(left)) etcd->delete_prefix(prefix_);
   });
 }
@@ -286,7 +288,12 @@ Status NodeRendezvous::take_node_rank(const LaunchOptions& o) {
     }
     node_rank_ = static_cast<int>(n);
   }
-  if (etcd_ && node_rank_ == 0) RETURN_IF_ERROR(announce_node0_address());
+  if (etcd_ && elastic()) {
+    // Any node may lead a round: each knows the address its round's store would be served on.
+    ASSIGN_OR_RETURN(serve_host_, dynamic_cast<EtcdStore&>(*store_).local_address());
+  } else if (etcd_ && node_rank_ == 0) {
+    RETURN_IF_ERROR(announce_node0_address());
+  }
   std::string info = hostname() + "\n" + std::to_string(getpid()) + "\n" + std::to_string(o.nproc_per_node) + "\n" +
                      std::to_string(o.max_restarts);
   ASSIGN_OR_RETURN(std::string now,

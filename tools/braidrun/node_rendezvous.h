@@ -121,6 +121,8 @@ class NodeRendezvous {
   // This node's rank among the round's nodes (GROUP_RANK), and how many there are.
   int group_rank() const { return group_rank_; }
   int group_world_size() const { return static_cast<int>(members_.size()); }
+  // The node id of the round's GROUP_RANK 0 (with etcd and MIN:MAX, the round's leader).
+  int round_leader() const { return members_.empty() ? 0 : members_.front(); }
   bool elastic() const { return min_nnodes_ < nnodes_; }
   // What this round's ranks get as BRAID_STORE_PORT and BRAID_JOB_ID ("" for BRAID_JOB_ID:
   // leave it), and as MASTER_PORT (free for rank 0's torch store).
@@ -163,6 +165,12 @@ class NodeRendezvous {
   // it; `first`: this node's first round, which it finds from round_at): members_, group_rank_
   // and the round's store (elastic_rounds.cc).
   Status form_elastic_round(bool first);
+  // etcd, elastic: the round's leader (its lowest node id, GROUP_RANK 0) serves the round's store
+  // for the ranks, keeps its MASTER_PORT and records both with its address and the restarts so
+  // far (round/<R>/leader); the others wait for that record. `failed`: the round failed before
+  // it started (its leader lost); `rejoin`: it ended for a membership change meanwhile.
+  enum class RoundLead { started, failed, rejoin };
+  Result<RoundLead> settle_round_leader();
   // "node 1 (host h, braidrun pid 7), node 3 (...)" from their node/<id> keys.
   std::string describe_nodes(const std::vector<int>& ids);
   // The nodes of the round agree on --nproc-per-node and --max-restarts.

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
+#include <memory>
 #include <regex>
 #include <string>
 #include <vector>
@@ -126,6 +128,100 @@ TEST_F(BraidrunEtcd, Node0LostWithAFixedNodeCountEndsTheJobWithASummary) {
       "braidrun:   round 0: rank [23] \\(local rank [01] on node 1, host [^)]+\\): ");
   EXPECT_TRUE(std::regex_search(rb.err, summary)) << rb.err;
   EXPECT_TRUE(wait_pids_gone(started, 10).empty());
+}
+
+// A node's flags for --nnodes `range` in etcd: a node lost after 2 s of silence, a round
+// waiting 1 s for more nodes once MIN are in.
+std::vector<std::string> elastic_etcd_flags(const EtcdCluster& c, const std::string& run_id, const std::string& range,
+                                            const std::string& max_restarts) {
+  return {"--nnodes", range, "--nproc-per-node", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint", c.endpoints(),
+          "--rdzv-id", run_id, "--rdzv-timeout-s", "30", "--max-restarts", max_restarts, "--monitor-interval", "0.1",
+          "--grace-s", "1", "--rdzv-conf", "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=4"};
+}
+
+// The rank helper's "env" lines of round `round` of job `run_id` (BRAID_JOB_ID "<id>/round<R>"),
+// by RANK: each a map of variable to value.
+std::map<int, std::map<std::string, std::string>> round_env(const std::string& out, const std::string& run_id,
+                                                            int round) {
+  std::map<int, std::map<std::string, std::string>> by_rank;
+  static const std::regex field(R"(([A-Z_]+)=(\S*))");
+  for (const std::string& line : lines_of(out)) {
+    if (!contains(line, "] RANK=")) continue;
+    std::map<std::string, std::string> e;
+    for (std::sregex_iterator it(line.begin(), line.end(), field), end; it != end; ++it) e[(*it)[1]] = (*it)[2];
+    if (e["BRAID_JOB_ID"] == run_id + "/round" + std::to_string(round)) by_rank[std::stoi(e["RANK"])] = e;
+  }
+  return by_rank;
+}
+
+// The ranks' script for the node-loss cases: round 0 prints its variables, writes its pidfile
+// and waits; the next round prints them, meets in the round's store (rank 0 sets a key every
+// rank reads) and, with braid-perf built, runs an all_reduce that braid-perf checks.
+std::vector<std::string> node_loss_script(const std::string& pids, int next_round_restarts) {
+  const char* perf = std::getenv("BRAID_PERF");
+  const bool with_perf = perf != nullptr && access(perf, X_OK) == 0;
+  const std::string next = std::to_string(next_round_restarts);
+  return {"--", "sh", "-c",
+          "\"" + rank_helper_path() + "\" env pidfile#0 " + pids + " sleep#0 30 store-set@0#" + next + " k v1 store-get#" +
+              next + " k || exit $?; " +
+              (with_perf ? "if [ \"$TORCHELASTIC_RESTART_COUNT\" = " + next + " ]; then \"" + std::string(perf) +
+                               "\" --op all_reduce -b 1K -e 64K -f 8 -n 3 -w 1 || exit $?; fi"
+                         : "")};
+}
+
+// --nnodes 1:2 in etcd: node 0 (the first braidrun, which led round 0 and would have served the
+// c10d store) is killed with its ranks while round 0 runs. Node 1 finds it lost, ends round 0 (a
+// failure: one restart), opens round 1 alone and leads it: its ranks are 0..1 of 2, GROUP_RANK 0,
+// MASTER_ADDR its own, the round's store its own; they meet there and run a checked all_reduce,
+// and node 1 exits 0, removing the job's keys (node 0 counts as gone once found lost).
+TEST_F(BraidrunEtcd, ElasticNode0LostTheJobFinishesOnTheOtherNode) {
+  TempDir pids;
+  const auto flags = plus(elastic_etcd_flags(*cluster_, "elastic-node0", "1:2", "1"), node_loss_script(pids.path(), 1));
+  auto a = std::make_unique<BraidrunProcess>(flags);
+  usleep(300 * 1000);  // so that this one takes node id 0
+  auto b = std::make_unique<BraidrunProcess>(flags);
+  auto ranks = read_pidfiles(pids.path(), 4, 30);
+  ASSERT_EQ(ranks.size(), 4u) << a->out_so_far() << b->out_so_far();
+  ASSERT_TRUE(contains(a->out_so_far(), "[rank 0] RANK=0")) << "node 0 is not the first braidrun: " << a->out_so_far();
+  const pid_t node0 = a->pid();
+  kill(node0, SIGKILL);
+  kill(ranks[0], SIGKILL);
+  kill(ranks[1], SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  RunResult rb = b->wait(60);
+  ASSERT_FALSE(rb.timed_out) << rb.out << rb.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.out << rb.err;
+  // The keep-alive (2 s), the grace, the last call (1 s) and the start: well within 30 s.
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(30)) << rb.err;
+  EXPECT_TRUE(contains(rb.err, "node 0 (host ")) << rb.err;
+  EXPECT_TRUE(contains(rb.err, ") lost in round 0: no heartbeat for ")) << rb.err;
+  EXPECT_TRUE(contains(rb.err, "round 1: node 1 is node 0 of 1 (--nnodes 1:2): starting ranks 0..1 of 2 (round "
+                               "leader node 1 (here) at 127.0.0.1: the ranks' store on port "))
+      << rb.err;
+  auto round0 = round_env(rb.out, "elastic-node0", 0), round1 = round_env(rb.out, "elastic-node0", 1);
+  ASSERT_EQ(round0.size(), 2u) << rb.out;
+  ASSERT_EQ(round1.size(), 2u) << rb.out;
+  EXPECT_EQ(round0.at(2).at("GROUP_RANK"), "1");
+  for (const auto& [rank, e] : round1) {
+    EXPECT_LT(rank, 2);
+    EXPECT_EQ(e.at("WORLD_SIZE"), "2");
+    EXPECT_EQ(e.at("GROUP_RANK"), "0");
+    EXPECT_EQ(e.at("GROUP_WORLD_SIZE"), "1");
+    EXPECT_EQ(e.at("MASTER_ADDR"), "127.0.0.1");
+    EXPECT_EQ(e.at("TORCHELASTIC_RESTART_COUNT"), "1");
+    // Not round 0's store or MASTER_PORT: node 1's own.
+    EXPECT_NE(e.at("BRAID_STORE_PORT"), round0.at(2).at("BRAID_STORE_PORT"));
+  }
+  EXPECT_TRUE(contains(rb.out, "[rank 0] got k=v1")) << rb.out;
+  EXPECT_TRUE(contains(rb.out, "[rank 1] got k=v1")) << rb.out;
+  const char* perf = std::getenv("BRAID_PERF");
+  if (perf != nullptr && access(perf, X_OK) == 0) {  // braid-perf's rank 0 reports every rank's check
+    EXPECT_TRUE(contains(rb.out, "[rank 0] # Out of bounds values : 0 OK")) << rb.out << rb.err;
+    EXPECT_TRUE(contains(rb.out, "[rank 0] # all_reduce, 2 ranks")) << rb.out;
+  }
+  EXPECT_TRUE(contains(rb.err, "every rank succeeded in round 1, after 1 restart(s)")) << rb.err;
+  EXPECT_EQ(etcd_client(*cluster_)->num_keys(), 0) << "the last node to leave removes the job's keys";
+  EXPECT_TRUE(wait_pids_gone(ranks, 5).empty());
 }
 
 // Two hosts (network namespaces): etcd member 0 on host 0, members 1 and 2 on host 1; node 0 is
