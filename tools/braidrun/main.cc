@@ -124,7 +124,7 @@ int run(int argc, char** argv) {
   NodeRendezvous& rdzv = **joined;
   std::vector<std::string> base_env = current_environ();
   const std::vector<int> cpus = o.cpu_bind ? allowed_cpus() : std::vector<int>{};
-  const bool rounds_reported = o.max_restarts > 0 || o.elastic();
+  const bool rounds_reported = o.max_restarts > 0 || rdzv.elastic();
 
   for (;;) {
     Status met = rdzv.meet_round();
@@ -140,7 +140,7 @@ int run(int argc, char** argv) {
     // Node and global ranks of this round: with --nnodes MIN:MAX they change with the members.
     const int first_rank = rdzv.group_rank() * o.nproc_per_node;
     const int world = rdzv.group_world_size() * o.nproc_per_node;
-    if (o.elastic()) {
+    if (rdzv.elastic()) {
       say("round " + std::to_string(round) + ": node " + std::to_string(rdzv.node_rank()) + " is node " +
           std::to_string(rdzv.group_rank()) + " of " + std::to_string(rdzv.group_world_size()) + " (--nnodes " +
           std::to_string(o.min_nnodes) + ":" + std::to_string(o.nnodes) + "): starting ranks " +

@@ -128,9 +128,10 @@ Result<std::unique_ptr<NodeRendezvous>> NodeRendezvous::join(const LaunchOptions
   r->run_id_ = o.run_id;
   r->auth_ = auth;
   r->etcd_ = o.rdzv_backend == LaunchOptions::RdzvBackend::etcd;
+  r->formed_rounds_ = o.elastic() || (r->etcd_ && o.nnodes > 1 && !o.node_rank);
   RETURN_IF_ERROR(r->etcd_ ? r->connect_etcd(o) : r->serve_or_connect(o, auth, signal_fd));
   RETURN_IF_ERROR(r->take_node_rank(o));
-  if (o.elastic()) return r;  // each round forms itself (elastic_rounds.cc)
+  if (r->elastic()) return r;  // each round forms itself (elastic_rounds.cc)
   RETURN_IF_ERROR(r->wait_for_nodes(o, signal_fd));
   for (int n = 0; n < o.nnodes; ++n) r->members_.push_back(n);
   r->group_rank_ = r->node_rank_;
@@ -282,7 +283,7 @@ Status NodeRendezvous::take_node_rank(const LaunchOptions& o) {
                                              "the job's store at " + store_->address() + " to hand out a node rank",
                                              [k = key("next_node")](Store& s) { return s.add(k, 1); }));
     if (etcd_) --n;  // no serving node took 0: the first to come gets it
-    if (n >= o.nnodes && !o.elastic()) {
+    if (n >= o.nnodes && !elastic()) {
       return invalid_argument("more braidruns joined job '" + o.run_id + "' at " + store_->address() + " than --nnodes " +
                               std::to_string(o.nnodes) + " (this one would be node " + std::to_string(n) + ")");
     }

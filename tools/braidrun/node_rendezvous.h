@@ -123,7 +123,10 @@ class NodeRendezvous {
   int group_world_size() const { return static_cast<int>(members_.size()); }
   // The node id of the round's GROUP_RANK 0 (with etcd and MIN:MAX, the round's leader).
   int round_leader() const { return members_.empty() ? 0 : members_.front(); }
-  bool elastic() const { return min_nnodes_ < nnodes_; }
+  // Rounds form as with --nnodes MIN:MAX (elastic_rounds.cc): with a range, and with etcd for a
+  // fixed --nnodes N without --node-rank (N:N, as torchrun: a lost node's replacement joins the
+  // next round under a new node id).
+  bool elastic() const { return formed_rounds_; }
   // What this round's ranks get as BRAID_STORE_PORT and BRAID_JOB_ID ("" for BRAID_JOB_ID:
   // leave it), and as MASTER_PORT (free for rank 0's torch store).
   uint16_t ranks_port() const { return ranks_port_; }
@@ -222,6 +225,7 @@ class NodeRendezvous {
   int node_rank_ = 0;
   int nnodes_ = 1;  // MAX of --nnodes MIN:MAX
   int min_nnodes_ = 1;
+  bool formed_rounds_ = false;  // elastic()
   double last_call_s_ = 30;
   std::chrono::milliseconds beat_every_{1000};
   // Elastic: a node whose heartbeat stood still this long is lost.

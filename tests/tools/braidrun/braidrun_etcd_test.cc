@@ -224,6 +224,60 @@ TEST_F(BraidrunEtcd, ElasticNode0LostTheJobFinishesOnTheOtherNode) {
   EXPECT_TRUE(wait_pids_gone(ranks, 5).empty());
 }
 
+// A fixed --nnodes 2 in etcd without --node-rank forms its rounds as 2:2 (torchrun's way): node 0
+// is killed with its ranks, node 1 finds it lost and waits in round 1 for a second node, and a
+// replacement braidrun started for the lost node joins round 1 under a new node id (2). Node 1,
+// the lowest id, leads round 1: ranks 0..1 and the round's store are its; the replacement's are
+// 2..3. All four meet in that store and run a checked all_reduce; both exit 0.
+TEST_F(BraidrunEtcd, FixedNodeCountNode0LostAReplacementJoinsTheNextRound) {
+  TempDir pids;
+  const auto flags = plus(elastic_etcd_flags(*cluster_, "fixed-node0", "2", "1"), node_loss_script(pids.path(), 1));
+  auto a = std::make_unique<BraidrunProcess>(flags);
+  usleep(300 * 1000);  // so that this one takes node id 0
+  auto b = std::make_unique<BraidrunProcess>(flags);
+  auto ranks = read_pidfiles(pids.path(), 4, 30);
+  ASSERT_EQ(ranks.size(), 4u) << a->out_so_far() << b->out_so_far();
+  ASSERT_TRUE(contains(a->out_so_far(), "[rank 0] RANK=0")) << "node 0 is not the first braidrun: " << a->out_so_far();
+  kill(a->pid(), SIGKILL);
+  kill(ranks[0], SIGKILL);
+  kill(ranks[1], SIGKILL);
+  BraidrunProcess c(flags);  // the replacement
+  RunResult rb = b->wait(90), rc = c.wait(90);
+  ASSERT_FALSE(rb.timed_out || rc.timed_out) << rb.err << rc.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.out << rb.err;
+  EXPECT_EQ(rc.exit_code, 0) << rc.out << rc.err;
+  EXPECT_TRUE(contains(rb.err, ") lost in round 0: no heartbeat for ")) << rb.err;
+  EXPECT_TRUE(contains(rb.err, "round 1: node 1 is node 0 of 2 (--nnodes 2:2): starting ranks 0..1 of 4 (round "
+                               "leader node 1 (here) at 127.0.0.1"))
+      << rb.err;
+  EXPECT_TRUE(contains(rc.err, "round 1: node 2 is node 1 of 2 (--nnodes 2:2): starting ranks 2..3 of 4 (round "
+                               "leader node 1 at 127.0.0.1"))
+      << rc.err;
+  auto on_b = round_env(rb.out, "fixed-node0", 1), on_c = round_env(rc.out, "fixed-node0", 1);
+  ASSERT_EQ(on_b.size(), 2u) << rb.out;
+  ASSERT_EQ(on_c.size(), 2u) << rc.out;
+  for (auto* by_rank : {&on_b, &on_c}) {
+    for (const auto& [rank, e] : *by_rank) {
+      EXPECT_EQ(e.at("GROUP_RANK"), rank < 2 ? "0" : "1");
+      EXPECT_EQ(e.at("WORLD_SIZE"), "4");
+      EXPECT_EQ(e.at("TORCHELASTIC_RESTART_COUNT"), "1");
+      EXPECT_EQ(e.at("BRAID_STORE_PORT"), on_b.begin()->second.at("BRAID_STORE_PORT"));
+      EXPECT_EQ(e.at("MASTER_PORT"), on_b.begin()->second.at("MASTER_PORT"));
+    }
+  }
+  EXPECT_TRUE(on_b.count(0) && on_b.count(1) && on_c.count(2) && on_c.count(3)) << rb.out << rc.out;
+  for (int rank : {0, 1, 2, 3}) {
+    EXPECT_TRUE(contains(rb.out + rc.out, "[rank " + std::to_string(rank) + "] got k=v1")) << rb.out << rc.out;
+  }
+  const char* perf = std::getenv("BRAID_PERF");
+  if (perf != nullptr && access(perf, X_OK) == 0) {
+    EXPECT_TRUE(contains(rb.out, "[rank 0] # Out of bounds values : 0 OK")) << rb.out << rb.err;
+    EXPECT_TRUE(contains(rb.out, "[rank 0] # all_reduce, 4 ranks")) << rb.out;
+  }
+  EXPECT_EQ(etcd_client(*cluster_)->num_keys(), 0) << "the last node to leave removes the job's keys";
+  EXPECT_TRUE(wait_pids_gone(ranks, 5).empty());
+}
+
 // Two hosts (network namespaces): etcd member 0 on host 0, members 1 and 2 on host 1; node 0 is
 // host 1's braidrun, so the ranks' MASTER_ADDR must be host 1's address as seen on the way to
 // etcd. Member 0 (the one every braidrun asks first) is killed, then a rank: the job restarts
