@@ -244,20 +244,22 @@ Status NodeRendezvous::explain_store_loss(const Status& s) {
 }
 
 void NodeRendezvous::forget_job() {
-  if (!etcd_ || !store_) return;
+  if (!etcd_ || !store_ || !registered_) return;
   // A client of its own with a short bound: an etcd gone by now must not hold up braidrun's exit.
   auto etcd = std::make_unique<EtcdStore>(etcd_members_, EtcdStoreOptions{.timeout = std::chrono::seconds(3),
                                                                           .request_timeout = std::chrono::seconds(3),
                                                                           .member_timeout = std::chrono::seconds(1)});
-  // Whichever node leaves last removes them: every other node id the job handed out has left
-  // (or, elastic, was found lost). A node still running must find the job's keys.
+  // Whichever node goes last removes them: this node reads nothing more, and every other node id
+  // the job handed out is gone too (or was found lost). gone/<n> comes after everything node n
+  // reads (its failure summary included), so no node still running loses the job's keys.
   (void)store_call("removing the job's keys", [&] {
+    etcd->set(key("gone/" + std::to_string(node_rank_)), "1");
     const int ids = elastic() ? static_cast<int>(etcd->add(key("next_node"), 0)) : nnodes_;
-    std::vector<std::string> left;
+    std::vector<std::string> gone;
     for (int n = 0; n < ids; ++n) {
-      if (n != node_rank_) left.push_back(key("left/" + std::to_string(n)));
+      if (n != node_rank_) gone.push_back(key("gone/" + std::to_string(n)));
     }
-    if (etcd->check(left)) etcd->delete_prefix(prefix_);
+    if (etcd->check(gone)) etcd->delete_prefix(prefix_);
   });
 }
 
@@ -304,6 +306,7 @@ Status NodeRendezvous::take_node_rank(const LaunchOptions& o) {
                                     [k = key("node/" + std::to_string(node_rank_)), info](Store& s) {
                                       return s.compare_set(k, "", info);
                                     }));
+  registered_ = now == info;
   if (now != info) {
     return invalid_argument(
         "--node-rank " + std::to_string(node_rank_) + " is already taken by " +

@@ -198,7 +198,8 @@ class NodeRendezvous {
   // A failed call to the job's store, with what it means when it is the c10d store of another
   // node that went away: the job cannot outlive that node, and etcd would have let it.
   Status explain_store_loss(const Status& s);
-  // etcd, node 0, every node left: removes the job's keys (best effort).
+  // etcd: records that this node is gone (gone/<r>) and, when every other node is too, removes
+  // the job's keys (best effort).
   void forget_job();
   Status take_node_rank(const LaunchOptions& o);
   // etcd, node 0: serves the ranks' stores on its address towards etcd and records it.
@@ -215,6 +216,7 @@ class NodeRendezvous {
   std::shared_ptr<Store> store_;  // shared: a call left behind on a signal keeps it alive
   bool serving_ = false;
   bool etcd_ = false;         // --rdzv-backend etcd: store_ is an EtcdStore
+  bool registered_ = false;   // this node's node/<r> is its own
   std::vector<etcd::Endpoint> etcd_members_;
   std::string store_node_;    // c10d: which node serves the job's store, for messages
   bool told_store_lost_ = false;

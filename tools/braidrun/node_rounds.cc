@@ -317,7 +317,7 @@ std::optional<ExternalStop> NodeRendezvous::poll_job(bool beat_only) {
   std::thread([p, store = store_, beat, heartbeat = key("heartbeat/" + std::to_string(node_rank_)),
                failed = round_key("failed"), peers, room, waiting = round_key("waiting"), beats_prefix = key("heartbeat/"),
                failure_prefix = round_key("failure/"), node_prefix = key("node/"), lost_after = lost_after_, round = round_,
-               left_prefix = etcd_ ? key("left/") : std::string()] {
+               gone_prefix = etcd_ ? key("gone/") : std::string()] {
     p->status = store_call("checking the job", [&] {
       if (beat) store->add(heartbeat, 1);
       if (peers && !store->check({failed})) {
@@ -330,7 +330,7 @@ std::optional<ExternalStop> NodeRendezvous::poll_job(bool beat_only) {
           if (store->compare_set(failed, "", format_failed(1, true, why)) == format_failed(1, true, why)) {
             store->set(failure_prefix + std::to_string(n), why);
           }
-          if (!left_prefix.empty()) store->set(left_prefix + std::to_string(n), "lost");  // see report_lost
+          if (!gone_prefix.empty()) store->set(gone_prefix + std::to_string(n), "lost");  // see report_lost
           break;
         }
         if (room && !store->check({failed}) && store->add(waiting, 0) > 0) {
@@ -351,13 +351,13 @@ Status NodeRendezvous::report_lost(int n, double silent_s) {
                                                 std::to_string(n) + " is lost",
                    [failed = round_key("failed"), failure = round_key("failure/" + std::to_string(n)),
                     node = key("node/" + std::to_string(n)), n, round = round_, silent_s,
-                    left = etcd_ ? key("left/" + std::to_string(n)) : std::string()](Store& s) {
+                    gone = etcd_ ? key("gone/" + std::to_string(n)) : std::string()](Store& s) {
                      const std::string why = lost_node_text(s, node, n, round, silent_s);
                      const std::string v = format_failed(1, true, why);
                      if (s.compare_set(failed, "", v) == v) s.set(failure, why);
-                     // etcd: a lost node will not say it left; the last node to leave removes the
-                     // job's keys once every node left or was lost.
-                     if (!left.empty()) s.set(left, "lost");
+                     // etcd: a lost node will not say it is gone; the last node to go removes the
+                     // job's keys once every other node is gone or was found lost.
+                     if (!gone.empty()) s.set(gone, "lost");
                      return true;
                    })
       .status();

@@ -274,6 +274,13 @@ TEST_F(BraidrunEtcd, FixedNodeCountNode0LostAReplacementJoinsTheNextRound) {
     EXPECT_TRUE(contains(rb.out, "[rank 0] # Out of bounds values : 0 OK")) << rb.out << rb.err;
     EXPECT_TRUE(contains(rb.out, "[rank 0] # all_reduce, 4 ranks")) << rb.out;
   }
+  // Both summaries list round 0's loss: neither node removed the job's keys while the other
+  // still read them.
+  for (const RunResult* r : {&rb, &rc}) {
+    EXPECT_TRUE(contains(r->err, "every rank succeeded in round 1, after 1 restart(s) (--max-restarts 1); earlier "
+                                 "failures:\nbraidrun:   round 0: node 0 (host "))
+        << r->err;
+  }
   EXPECT_EQ(etcd_client(*cluster_)->num_keys(), 0) << "the last node to leave removes the job's keys";
   EXPECT_TRUE(wait_pids_gone(ranks, 5).empty());
 }
@@ -315,6 +322,45 @@ TEST(BraidrunEtcdNetns, TwoHostsMeetInEtcdAndOutliveAMember) {
   }
   EXPECT_TRUE(contains(r1.err, "round 0 failed; starting every rank again (restart 1 of 1)")) << r1.err;
   EXPECT_TRUE(wait_pids_gone(started, 5).empty());
+}
+
+// Two hosts (network namespaces), --nnodes 1:2: etcd member 0 on host 0, members 1 and 2 on host
+// 1. Node 0 runs on host 1 and leads round 0 (MASTER_ADDR host 1's address); it is killed with
+// its ranks. Node 1, on host 0, leads round 1 alone: MASTER_ADDR is then host 0's address, and
+// its ranks meet in its store and finish the job.
+TEST(BraidrunEtcdNetns, ElasticNode0LostOnOneHostTheOtherHostLeadsTheNextRound) {
+  BRAID_SKIP_WITHOUT_ETCD();
+  ::braid::testing::TwoHosts hosts("bre", "10.81.0");
+  if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
+  EtcdCluster cluster(30, {{hosts.ns(0), hosts.address(0)}, {hosts.ns(1), hosts.address(1)},
+                           {hosts.ns(1), hosts.address(1)}});
+  ASSERT_TRUE(cluster.up()) << cluster.error();
+  TempDir pids;
+  const auto flags = plus(elastic_etcd_flags(cluster, "netns-elastic", "1:2", "1"), node_loss_script(pids.path(), 1));
+  auto node0 = std::make_unique<BraidrunProcess>(flags, hosts.exec_in(1));
+  usleep(300 * 1000);  // so that this one takes node id 0
+  auto node1 = std::make_unique<BraidrunProcess>(flags, hosts.exec_in(0));
+  auto ranks = read_pidfiles(pids.path(), 4, 30);
+  ASSERT_EQ(ranks.size(), 4u) << node0->out_so_far() << node1->out_so_far();
+  ASSERT_TRUE(contains(node0->out_so_far(), "[rank 0] RANK=0")) << node0->out_so_far();
+  kill(node0->pid(), SIGKILL);
+  kill(ranks[0], SIGKILL);
+  kill(ranks[1], SIGKILL);
+  RunResult r1 = node1->wait(60);
+  ASSERT_FALSE(r1.timed_out) << r1.err;
+  EXPECT_EQ(r1.exit_code, 0) << r1.out << r1.err;
+  auto round0 = round_env(r1.out, "netns-elastic", 0), round1 = round_env(r1.out, "netns-elastic", 1);
+  ASSERT_EQ(round0.size(), 2u) << r1.out;
+  ASSERT_EQ(round1.size(), 2u) << r1.out;
+  for (const auto& [rank, e] : round0) EXPECT_EQ(e.at("MASTER_ADDR"), hosts.address(1)) << r1.out;
+  for (const auto& [rank, e] : round1) {
+    EXPECT_EQ(e.at("MASTER_ADDR"), hosts.address(0)) << r1.out;
+    EXPECT_EQ(e.at("GROUP_RANK"), "0");
+    EXPECT_EQ(e.at("WORLD_SIZE"), "2");
+  }
+  EXPECT_TRUE(contains(r1.out, "[rank 0] got k=v1") && contains(r1.out, "[rank 1] got k=v1")) << r1.out << r1.err;
+  EXPECT_TRUE(contains(r1.err, "every rank succeeded in round 1, after 1 restart(s)")) << r1.err;
+  EXPECT_TRUE(wait_pids_gone(ranks, 5).empty());
 }
 
 // One node through etcd, without --rdzv-id: it runs, says to give each job its own id, and
