@@ -1,13 +1,15 @@
 // Forming a round with --nnodes MIN:MAX, as torchrun's c10d rendezvous forms one (its
 // DynamicRendezvousHandler). The keys are listed in node_rendezvous.h.
 //
-// Words: a node's id is its rank in the job (0 serves the store; the others take ids in
-// arrival order, never reused); a round's members are the node ids it started with; a node
-// that found a round closed without it is waiting (for the next round).
+// Words: a node's id is its rank in the job (0 serves the store, with etcd the first to arrive;
+// the others take ids in arrival order, never reused); a round's members are the node ids it
+// started with; a node that found a round closed without it is waiting (for the next round).
 //
 // A round's membership is one value, round/<R>/state, and every change to it is a compare_set
 // of the whole value, so two nodes changing it at once cannot both win: the loser reads the new
-// value and decides again. Node 0 opens the round ("open:0"); a node finding it open with room
+// value and decides again. Node 0 opens the round ("open:0"; with etcd, the first node to look
+// once the previous round failed, and the round's leader is settled after it closed: see
+// settle_round_leader below); a node finding it open with room
 // adds itself; a member closes it ("closed:<ids>") once MAX nodes joined, or once
 // last_call_timeout passed since it first saw MIN of them (each member keeps its own clock:
 // the earliest to see MIN closes first, never sooner than last_call_timeout after MIN joined).
@@ -255,6 +257,82 @@ Status NodeRendezvous::form_elastic_round(bool first) {
     restart_count_ = std::atoi(v.c_str() + v.find('\n') + 1);
   }
   return Status::ok();
+}
+
+Result<NodeRendezvous::RoundLead> NodeRendezvous::settle_round_leader() {
+  const int leader = members_.front();
+  const std::string r = std::to_string(round_);
+  const std::string lead_key = round_key("leader");
+  if (leader == node_rank_) {
+    RETURN_IF_ERROR(start_round_store());
+    torch_port_hold_.reset();  // the previous round's rank 0 is gone: its port goes back
+    ASSIGN_OR_RETURN(torch_port_hold_, PortReservation::any_free());
+    torch_port_ = torch_port_hold_->port();
+    ranks_port_ = round_server_->port();
+    master_addr_ = serve_host_;
+    RETURN_IF_ERROR(ask<bool>("leading round " + r, "the job's store at " + store_->address() + " to record round " + r +
+                                                        "'s leader",
+                              [lead_key, v = serve_host_ + "\n" + std::to_string(ranks_port_) + "\n" +
+                                             std::to_string(torch_port_) + "\n" + std::to_string(restart_count_)](Store& s) {
+                                s.set(lead_key, v);
+                                return true;
+                              })
+                        .status());
+    return RoundLead::started;
+  }
+  round_server_.reset();
+  torch_port_hold_.reset();
+  const std::string waiting_for = "node " + std::to_string(leader) + ", the leader of round " + r +
+                                  ", to open the round's store (store " + store_->address() + ")";
+  const Deadline deadline = Deadline::after_seconds(rdzv_timeout_s_);
+  int64_t leader_beats = -1;
+  Clock::time_point changed = Clock::now();
+  ProgressLine progress;
+  for (;;) {
+    if (auto sig = take_stop_signal(signal_fd_)) return aborted_by(*sig);
+    progress.tick(waiting_for);
+    const bool beat_now = Clock::now() - last_beat_ >= beat_every_;
+    if (beat_now) last_beat_ = Clock::now();
+    struct Look {
+      std::optional<std::string> lead, failed;
+      int64_t beats = 0;
+    };
+    ASSIGN_OR_RETURN(Look look, ask<Look>("waiting for round " + r + "'s leader", waiting_for,
+                                          [beat_now, mine = key("heartbeat/" + std::to_string(node_rank_)), lead_key,
+                                           failed = round_key("failed"),
+                                           theirs = key("heartbeat/" + std::to_string(leader))](Store& s) {
+                                            Look l;
+                                            if (beat_now) s.add(mine, 1);
+                                            if (s.check({lead_key})) l.lead = s.get(lead_key);
+                                            if (!l.lead && s.check({failed})) l.failed = s.get(failed);
+                                            l.beats = s.add(theirs, 0);
+                                            return l;
+                                          }));
+    if (look.lead) {
+      const std::string& v = *look.lead;  // "<address>\n<store port>\n<MASTER_PORT>\n<restarts>"
+      const size_t a = v.find('\n'), b = v.find('\n', a + 1), c = v.find('\n', b + 1);
+      if (a == std::string::npos || b == std::string::npos || c == std::string::npos) {
+        return Status(ErrorCode::internal, "round " + r + "'s leader record is malformed: '" + v + "'");
+      }
+      master_addr_ = v.substr(0, a);
+      ranks_port_ = static_cast<uint16_t>(std::atoi(v.c_str() + a + 1));
+      torch_port_ = static_cast<uint16_t>(std::atoi(v.c_str() + b + 1));
+      restart_count_ = std::atoi(v.c_str() + c + 1);  // a node that joined late takes it up
+      return RoundLead::started;
+    }
+    if (look.failed) return is_rejoin_record(*look.failed) ? RoundLead::rejoin : RoundLead::failed;
+    if (look.beats != leader_beats) leader_beats = look.beats, changed = Clock::now();
+    if (Clock::now() - changed > lost_after_) {
+      Status reported = report_lost(leader, std::chrono::duration<double>(Clock::now() - changed).count());
+      if (!reported.is_ok()) return reported;
+      continue;  // the next look finds the round failed (this report or another's)
+    }
+    if (deadline.expired()) {
+      return timeout_error("round " + r + " of job '" + run_id_ + "': " + waiting_for + " did not within " +
+                           std::to_string(rdzv_timeout_s_) + " s");
+    }
+    std::this_thread::sleep_for(kLookEvery);
+  }
 }
 
 }  // namespace braid::braidrun

@@ -31,12 +31,24 @@
 // BRAID_STORE_PORT, at the same MASTER_ADDR.
 // With --rdzv-backend etcd the same keys live in an etcd v3 cluster (EtcdStore; --rdzv-endpoint
 // lists its members) and no braidrun serves the job's store, so no node's loss takes the
-// rendezvous with it. Node ranks come from next_node (0.. in arrival order) unless given; node
-// 0 then plays the serving node's part for the ranks: it writes
+// rendezvous with it. Node ranks come from next_node (0.. in arrival order) unless given. With
+// a fixed --nnodes N and --node-rank (or one node), node 0 plays the serving node's part for the
+// ranks: it writes
 //   master_addr    node 0's address on its route to etcd: the ranks' MASTER_ADDR
-// before its node/0, opens each round's store for the ranks (round/<R>/store, also without
-// --max-restarts), and, once every node left, deletes the job's keys from etcd (a job that
-// did not end cleanly leaves them; a new --rdzv-id avoids them).
+// before its node/0 and opens each round's store for the ranks (round/<R>/store, also without
+// --max-restarts). Otherwise the rounds form as elastic rounds (below; a fixed --nnodes N as
+// N:N, as torchrun's rendezvous does, so a lost node's replacement joins the next round under a
+// new node id), and each round has a leader instead: the lowest node id among its members
+// (GROUP_RANK 0, so rank 0 runs there). Once the round closed, the leader serves the round's
+// store for the ranks and keeps its MASTER_PORT, on its own address towards etcd, and writes
+//   round/<R>/leader   "<address>\n<store port>\n<MASTER_PORT>\n<restarts so far>"
+// which the other members wait for (a leader whose heartbeat stands still meanwhile is lost:
+// the round fails before it starts, and the next one forms without it). Nothing after round 0
+// needs node 0. When a node's braidrun is done with the job's keys (its summary printed) it
+// writes
+//   gone/<r>           node r reads nothing more; "lost" when another node found it lost
+// and the node that finds every other node id gone removes the job's keys from etcd (a job
+// that did not end cleanly leaves them; a new --rdzv-id avoids them).
 // With c10d, the other nodes' braidruns end the job when the serving node's store is gone, and
 // say that it was that node's and that --rdzv-backend etcd outlives it.
 //
@@ -44,7 +56,8 @@
 // node's rank in the job ("node id": 0 for the serving node, then next_node in arrival order,
 // never reused) is not its rank in a round (GROUP_RANK: its place among the round's node ids,
 // sorted). Every round has a store of its own for the ranks, as with --max-restarts. More keys:
-//   round_at              the newest round node 0 opened: where a node arriving late looks first
+//   round_at              the newest round node 0 (etcd: any node) opened: where a node arriving
+//                         late looks first
 //   round/<R>/state       "open:<id>,<id>,..." while round R takes nodes, then "closed:<ids>":
 //                         its members. Node 0 opens it (so rank 0 is always at MASTER_ADDR);
 //                         every change is a compare_set of the whole value. A member closes it
@@ -60,10 +73,11 @@
 // round ran is lost: a member that sees it writes round/<R>/failed (a failure, counted as a
 // restart) and round/<R>/failure/<id>, and the next round forms without it. Below MIN nodes,
 // the round never starts: forming it ends at --rdzv-timeout-s with the missing nodes named.
-// Only the Store's calls are used (set, get, add, check, compare_set), so EtcdStore could hold
-// these keys too; but node 0 opens each round and serves its store for the ranks, so the rounds
-// would still end with node 0. Until a surviving node can take that part over, braidrun refuses
-// --nnodes MIN:MAX with --rdzv-backend etcd (launch_options.cc).
+// Only the Store's calls are used (set, get, add, check, compare_set), so EtcdStore holds these
+// keys too; there no node serves the store, so the first node to look opens a round (once the
+// previous round failed: a node waiting for a running round must not open the next alone),
+// round_at is the newest round any node opened, and round/<R>/restarts is replaced by the
+// leader's record.
 //
 // node_rendezvous.cc joins the job; node_rounds.cc runs the rounds; elastic_rounds.cc forms an
 // elastic round.
@@ -278,6 +292,10 @@ Result<T> NodeRendezvous::ask(const std::string& what, const std::string& waitin
   if (!s.is_ok()) return explain_store_loss(s);
   return *out;
 }
+
+// True when `failed_value`, a round/<R>/failed value, records a membership change ("rejoin"),
+// not a failure.
+bool is_rejoin_record(const std::string& failed_value);
 
 // Reads pending signals from `signal_fd`; returns SIGINT or SIGTERM if one came (SIGCHLD is
 // dropped: no rank runs while this is used).

@@ -83,6 +83,8 @@ std::string local_hostname() {
 
 }  // namespace
 
+bool is_rejoin_record(const std::string& failed_value) { return parse_failed(failed_value).rejoin; }
+
 void NodeRendezvous::beat(Store& store) {
   if (Clock::now() - last_beat_ < beat_every_) return;
   last_beat_ = Clock::now();
@@ -137,82 +139,6 @@ Status NodeRendezvous::meet_round() {
     return etcd_ ? Status::ok() : share_torch_port();  // etcd: the round's leader keeps it
   }
   return meet_fixed_round();
-}
-
-Result<NodeRendezvous::RoundLead> NodeRendezvous::settle_round_leader() {
-  const int leader = members_.front();
-  const std::string r = std::to_string(round_);
-  const std::string lead_key = round_key("leader");
-  if (leader == node_rank_) {
-    RETURN_IF_ERROR(start_round_store());
-    torch_port_hold_.reset();  // the previous round's rank 0 is gone: its port goes back
-    ASSIGN_OR_RETURN(torch_port_hold_, PortReservation::any_free());
-    torch_port_ = torch_port_hold_->port();
-    ranks_port_ = round_server_->port();
-    master_addr_ = serve_host_;
-    RETURN_IF_ERROR(ask<bool>("leading round " + r, "the job's store at " + store_->address() + " to record round " + r +
-                                                        "'s leader",
-                              [lead_key, v = serve_host_ + "\n" + std::to_string(ranks_port_) + "\n" +
-                                             std::to_string(torch_port_) + "\n" + std::to_string(restart_count_)](Store& s) {
-                                s.set(lead_key, v);
-                                return true;
-                              })
-                        .status());
-    return RoundLead::started;
-  }
-  round_server_.reset();
-  torch_port_hold_.reset();
-  const std::string waiting_for = "node " + std::to_string(leader) + ", the leader of round " + r +
-                                  ", to open the round's store (store " + store_->address() + ")";
-  const Deadline deadline = Deadline::after_seconds(rdzv_timeout_s_);
-  int64_t leader_beats = -1;
-  Clock::time_point changed = Clock::now();
-  ProgressLine progress;
-  for (;;) {
-    if (auto sig = take_stop_signal(signal_fd_)) return aborted_by(*sig);
-    progress.tick(waiting_for);
-    const bool beat_now = Clock::now() - last_beat_ >= beat_every_;
-    if (beat_now) last_beat_ = Clock::now();
-    struct Look {
-      std::optional<std::string> lead, failed;
-      int64_t beats = 0;
-    };
-    ASSIGN_OR_RETURN(Look look, ask<Look>("waiting for round " + r + "'s leader", waiting_for,
-                                          [beat_now, mine = key("heartbeat/" + std::to_string(node_rank_)), lead_key,
-                                           failed = round_key("failed"),
-                                           theirs = key("heartbeat/" + std::to_string(leader))](Store& s) {
-                                            Look l;
-                                            if (beat_now) s.add(mine, 1);
-                                            if (s.check({lead_key})) l.lead = s.get(lead_key);
-                                            if (!l.lead && s.check({failed})) l.failed = s.get(failed);
-                                            l.beats = s.add(theirs, 0);
-                                            return l;
-                                          }));
-    if (look.lead) {
-      const std::string& v = *look.lead;  // "<address>\n<store port>\n<MASTER_PORT>\n<restarts>"
-      const size_t a = v.find('\n'), b = v.find('\n', a + 1), c = v.find('\n', b + 1);
-      if (a == std::string::npos || b == std::string::npos || c == std::string::npos) {
-        return Status(ErrorCode::internal, "round " + r + "'s leader record is malformed: '" + v + "'");
-      }
-      master_addr_ = v.substr(0, a);
-      ranks_port_ = static_cast<uint16_t>(std::atoi(v.c_str() + a + 1));
-      torch_port_ = static_cast<uint16_t>(std::atoi(v.c_str() + b + 1));
-      restart_count_ = std::atoi(v.c_str() + c + 1);  // a node that joined late takes it up
-      return RoundLead::started;
-    }
-    if (look.failed) return parse_failed(*look.failed).rejoin ? RoundLead::rejoin : RoundLead::failed;
-    if (look.beats != leader_beats) leader_beats = look.beats, changed = Clock::now();
-    if (Clock::now() - changed > lost_after_) {
-      Status reported = report_lost(leader, std::chrono::duration<double>(Clock::now() - changed).count());
-      if (!reported.is_ok()) return reported;
-      continue;  // the next look finds the round failed (this report or another's)
-    }
-    if (deadline.expired()) {
-      return timeout_error("round " + r + " of job '" + run_id_ + "': " + waiting_for + " did not within " +
-                           std::to_string(rdzv_timeout_s_) + " s");
-    }
-    std::this_thread::sleep_for(kLookEvery);
-  }
 }
 
 Status NodeRendezvous::meet_fixed_round() {
