@@ -363,12 +363,13 @@ signal. SIGINT/SIGTERM to braidrun end the job without a restart.
 
 Rendezvous in etcd (--rdzv-backend etcd --rdzv-endpoint h1:2379,h2:2379,h3:2379): the nodes meet
 in an etcd v3 cluster, which outlives any node and any one member, instead of in node 0's
-braidrun (with c10d, losing that node ends the job). With a fixed --nnodes N, node 0 serves each
-round's store for the ranks at its address towards etcd. With --nnodes MIN:MAX, each round has
-a leader, the lowest node id among its members (GROUP_RANK 0): it serves that round's store for
-the ranks and keeps its MASTER_PORT, at its own address (MASTER_ADDR), so losing any node,
-node 0 included, leaves the others a next round while MIN remain. Give each job its own
---rdzv-id: a job that did not end cleanly leaves its keys in etcd.
+braidrun (with c10d, losing that node ends the job). With --node-rank (a fixed --nnodes N), node
+0 serves each round's store for the ranks at its address towards etcd. Without it, rounds form
+as with --nnodes MIN:MAX (a fixed N as N:N, so a braidrun started again for a lost node joins
+the next round), and each round has a leader, the lowest node id among its members (GROUP_RANK
+0): it serves that round's store for the ranks and keeps its MASTER_PORT, at its own address
+(MASTER_ADDR), so losing any node, node 0 included, leaves the others a next round while MIN
+remain. Give each job its own --rdzv-id: a job that did not end cleanly leaves its keys in etcd.
 Elastic node counts (--nnodes MIN:MAX), as torchrun's c10d rendezvous: the node serving the
 store opens each round (with etcd, the first node to look); once MIN nodes joined it, the round waits last_call_timeout for more
 and starts at once when MAX joined. Node and global ranks are renumbered contiguously each

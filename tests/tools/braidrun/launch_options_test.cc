@@ -229,7 +229,7 @@ TEST(LaunchOptions, EtcdTakesARangeOfNodeCounts) {
   EXPECT_EQ(o.nnodes, 2);
   EXPECT_EQ(o.rdzv_backend, LaunchOptions::RdzvBackend::etcd);
   EXPECT_EQ(parse_ok({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h1", "--nnodes", "2:2", "p"}).nnodes, 2);
-  EXPECT_NE(launch_usage().find("the lowest node id among its members (GROUP_RANK 0)"), std::string::npos);
+  EXPECT_NE(launch_usage().find("each round has a leader, the lowest node id among its members"), std::string::npos);
 }
 
 TEST(LaunchOptions, Help) {
