@@ -238,8 +238,9 @@ Status NodeRendezvous::form_elastic_round(bool first) {
       }
       ++restart_count_;
     }
-    say("round " + std::to_string(round_) + " failed before its ranks started; node " + std::to_string(node_rank_) +
-        " meets the others in the next round");
+    say("round " + std::to_string(round_) +
+        (lead == RoundLead::failed ? " failed" : " ended for a membership change") + " before its ranks started; node " +
+        std::to_string(node_rank_) + " meets the others in the next round");
     ++round_;
     return form_elastic_round(false);
   }

@@ -371,15 +371,15 @@ the next round), and each round has a leader, the lowest node id among its membe
 (MASTER_ADDR), so losing any node, node 0 included, leaves the others a next round while MIN
 remain. Give each job its own --rdzv-id: a job that did not end cleanly leaves its keys in etcd.
 Elastic node counts (--nnodes MIN:MAX), as torchrun's c10d rendezvous: the node serving the
-store opens each round (with etcd, the first node to look); once MIN nodes joined it, the round waits last_call_timeout for more
-and starts at once when MAX joined. Node and global ranks are renumbered contiguously each
-round (GROUP_RANK by order of arrival in the job; WORLD_SIZE and GROUP_WORLD_SIZE follow). A
-node whose heartbeat stood still for keep_alive_interval x keep_alive_max_attempt is lost: the
-round ends (counted as a failure, like a failed rank) and the next one starts without it while
-MIN nodes remain. A node that arrives while a round runs with fewer than MAX nodes makes the
-running nodes stop their ranks and meet again with it; that membership change is not counted
-as a restart (TORCHELASTIC_RESTART_COUNT stays). With c10d, losing the node that serves the
-store ends the job; with etcd, no node's loss does.
+store opens each round (with etcd, the first node to look); once MIN nodes joined it, the round
+waits last_call_timeout for more and starts at once when MAX joined. Node and global ranks are
+renumbered contiguously each round (GROUP_RANK by order of arrival in the job; WORLD_SIZE and
+GROUP_WORLD_SIZE follow). A node whose heartbeat stood still for keep_alive_interval x
+keep_alive_max_attempt is lost: the round ends (counted as a failure, like a failed rank) and
+the next one starts without it while MIN nodes remain. A node that arrives while a round runs
+with fewer than MAX nodes makes the running nodes stop their ranks and meet again with it; that
+membership change is not counted as a restart (TORCHELASTIC_RESTART_COUNT stays). With c10d,
+losing the node that serves the store ends the job; with etcd, no node's loss does.
 )";
 }
 
