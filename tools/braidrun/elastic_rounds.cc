@@ -329,8 +329,9 @@ Result<NodeRendezvous::RoundLead> NodeRendezvous::settle_round_leader() {
       continue;  // the next look finds the round failed (this report or another's)
     }
     if (deadline.expired()) {
-      return timeout_error("round " + r + " of job '" + run_id_ + "': " + waiting_for + " did not within " +
-                           std::to_string(rdzv_timeout_s_) + " s");
+      return timeout_error("round " + r + " of job '" + run_id_ + "': its leader, " + describe_nodes({leader}) +
+                           ", did not open the round's store within " + seconds_text(rdzv_timeout_s_) +
+                           " s while still beating (store " + store_->address() + "); raise --rdzv-timeout-s");
     }
     std::this_thread::sleep_for(kLookEvery);
   }

@@ -133,10 +133,11 @@ TEST_F(BraidrunEtcd, Node0LostWithAFixedNodeCountEndsTheJobWithASummary) {
 // A node's flags for --nnodes `range` in etcd: a node lost after 2 s of silence, a round
 // waiting 1 s for more nodes once MIN are in.
 std::vector<std::string> elastic_etcd_flags(const EtcdCluster& c, const std::string& run_id, const std::string& range,
-                                            const std::string& max_restarts) {
+                                            const std::string& max_restarts, const std::string& last_call = "1") {
   return {"--nnodes", range, "--nproc-per-node", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint", c.endpoints(),
           "--rdzv-id", run_id, "--rdzv-timeout-s", "30", "--max-restarts", max_restarts, "--monitor-interval", "0.1",
-          "--grace-s", "1", "--rdzv-conf", "last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=4"};
+          "--grace-s", "1", "--rdzv-conf",
+          "last_call_timeout=" + last_call + ",keep_alive_interval=0.5,keep_alive_max_attempt=4"};
 }
 
 // The rank helper's "env" lines of round `round` of job `run_id` (BRAID_JOB_ID "<id>/round<R>"),
@@ -221,6 +222,55 @@ TEST_F(BraidrunEtcd, ElasticNode0LostTheJobFinishesOnTheOtherNode) {
   }
   EXPECT_TRUE(contains(rb.err, "every rank succeeded in round 1, after 1 restart(s)")) << rb.err;
   EXPECT_EQ(etcd_client(*cluster_)->num_keys(), 0) << "the last node to leave removes the job's keys";
+  EXPECT_TRUE(wait_pids_gone(ranks, 5).empty());
+}
+
+// Waits (up to `timeout_s`) until `p`'s stderr holds `text`.
+bool wait_for_err(const BraidrunProcess& p, const std::string& text, double timeout_s) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (!contains(p.err_so_far(), text)) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// The leader lost between a round's closing and its record: --nnodes 1:3 with two nodes and a
+// last call of 3 s. A rank of round 0 is killed; both nodes join round 1, and while its last call
+// runs node 0's braidrun is frozen (SIGSTOP). Node 1 closes round 1 with both, so node 0 leads
+// it, but never records its store: node 1 finds it lost, round 1 fails before any rank started
+// (a restart), and node 1 leads round 2 alone and finishes the job.
+TEST_F(BraidrunEtcd, ElasticLeaderLostBeforeItOpensTheRoundsStore) {
+  TempDir pids;
+  const auto flags =
+      plus(elastic_etcd_flags(*cluster_, "leader-frozen", "1:3", "2", "3"), node_loss_script(pids.path(), 2));
+  auto a = std::make_unique<BraidrunProcess>(flags);
+  usleep(300 * 1000);  // so that this one takes node id 0
+  auto b = std::make_unique<BraidrunProcess>(flags);
+  auto ranks = read_pidfiles(pids.path(), 4, 30);
+  ASSERT_EQ(ranks.size(), 4u) << a->out_so_far() << b->out_so_far();
+  ASSERT_TRUE(contains(a->out_so_far(), "[rank 0] RANK=0")) << "node 0 is not the first braidrun: " << a->out_so_far();
+  kill(ranks[2], SIGKILL);
+  ASSERT_TRUE(wait_for_err(*a, "round 0 failed; starting every rank again", 20)) << a->err_so_far();
+  usleep(1000 * 1000);  // node 0 joined round 1; its last call (3 s) runs
+  ASSERT_EQ(kill(a->pid(), SIGSTOP), 0);
+  RunResult rb = b->wait(60);
+  kill(a->pid(), SIGKILL);
+  ASSERT_FALSE(rb.timed_out) << rb.out << rb.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.out << rb.err;
+  EXPECT_TRUE(contains(rb.err, ") lost in round 1: no heartbeat for ")) << rb.err;
+  EXPECT_TRUE(contains(rb.err, "round 1 failed before its ranks started; node 1 meets the others in the next round"))
+      << rb.err;
+  EXPECT_TRUE(contains(rb.err, "round 2: node 1 is node 0 of 1 (--nnodes 1:3): starting ranks 0..1 of 2 (round "
+                               "leader node 1 (here)"))
+      << rb.err;
+  EXPECT_EQ(round_env(rb.out, "leader-frozen", 1).size(), 0u) << "no rank of round 1 started: " << rb.out;
+  auto round2 = round_env(rb.out, "leader-frozen", 2);
+  ASSERT_EQ(round2.size(), 2u) << rb.out;
+  for (const auto& [rank, e] : round2) EXPECT_EQ(e.at("TORCHELASTIC_RESTART_COUNT"), "2");
+  EXPECT_TRUE(contains(rb.out, "[rank 0] got k=v1") && contains(rb.out, "[rank 1] got k=v1")) << rb.out;
+  EXPECT_TRUE(contains(rb.err, "every rank succeeded in round 2, after 2 restart(s)")) << rb.err;
+  a->wait(10);
   EXPECT_TRUE(wait_pids_gone(ranks, 5).empty());
 }
 
