@@ -1,7 +1,10 @@
 // braidrun --rdzv-backend etcd: two braidruns on 127.0.0.1 meet in a real 3-member etcd cluster
 // and run a checked collective; the job survives the loss of an etcd member (and restarts
-// through the others); node 0's braidrun lost with a fixed node count ends the job with a
-// summary; and with c10d, losing the store's node ends the job naming that node and etcd.
+// through the others); node 0's braidrun lost with --node-rank and a fixed node count ends the
+// job with a summary; without --node-rank, node 0 lost is survived: the next round's leader is
+// another node (--nnodes 1:2, on one host and across two namespace hosts; a fixed --nnodes 2
+// with a replacement braidrun; a leader frozen before it records its round's store); and with
+// c10d, losing the store's node ends the job naming that node and etcd.
 #include <signal.h>
 #include <unistd.h>
 
