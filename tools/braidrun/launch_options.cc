@@ -282,12 +282,6 @@ Result<LaunchOptions> parse_launch_options(const std::vector<std::string>& args,
   }
   // torchrun's join_timeout, unless --rdzv-timeout-s says otherwise.
   if (o.join_timeout_s && !seen.rdzv_timeout) o.rdzv_timeout_s = *o.join_timeout_s;
-  if (o.elastic() && o.rdzv_backend == LaunchOptions::RdzvBackend::etcd) {
-    return bad("--nnodes " + std::to_string(o.min_nnodes) + ":" + std::to_string(o.nnodes) +
-               " with --rdzv-backend etcd is not supported yet: elastic rounds are opened by node 0, which " +
-               "also serves the ranks' store, so losing it would still end the job. Use --rdzv-backend etcd " +
-               "with a fixed --nnodes N (and --max-restarts), or --nnodes MIN:MAX with --rdzv-backend c10d");
-  }
   if (o.elastic() && o.node_rank) {
     return bad("--node-rank with --nnodes " + std::to_string(o.min_nnodes) + ":" + std::to_string(o.nnodes) +
                ": with a range of node counts, nodes are numbered anew each round (the node serving the store " +
@@ -369,20 +363,23 @@ signal. SIGINT/SIGTERM to braidrun end the job without a restart.
 
 Rendezvous in etcd (--rdzv-backend etcd --rdzv-endpoint h1:2379,h2:2379,h3:2379): the nodes meet
 in an etcd v3 cluster, which outlives any node and any one member, instead of in node 0's
-braidrun (with c10d, losing that node ends the job). Node 0 serves each round's store for the
-ranks at its address towards etcd. Give each job its own --rdzv-id: a job that did not end
-cleanly leaves its keys in etcd.
+braidrun (with c10d, losing that node ends the job). With --node-rank (a fixed --nnodes N), node
+0 serves each round's store for the ranks at its address towards etcd. Without it, rounds form
+as with --nnodes MIN:MAX (a fixed N as N:N, so a braidrun started again for a lost node joins
+the next round), and each round has a leader, the lowest node id among its members (GROUP_RANK
+0): it serves that round's store for the ranks and keeps its MASTER_PORT, at its own address
+(MASTER_ADDR), so losing any node, node 0 included, leaves the others a next round while MIN
+remain. Give each job its own --rdzv-id: a job that did not end cleanly leaves its keys in etcd.
 Elastic node counts (--nnodes MIN:MAX), as torchrun's c10d rendezvous: the node serving the
-store opens each round; once MIN nodes joined it, the round waits last_call_timeout for more
-and starts at once when MAX joined. Node and global ranks are renumbered contiguously each
-round (GROUP_RANK by order of arrival in the job; WORLD_SIZE and GROUP_WORLD_SIZE follow). A
-node whose heartbeat stood still for keep_alive_interval x keep_alive_max_attempt is lost: the
-round ends (counted as a failure, like a failed rank) and the next one starts without it while
-MIN nodes remain. A node that arrives while a round runs with fewer than MAX nodes makes the
-running nodes stop their ranks and meet again with it; that membership change is not counted
-as a restart (TORCHELASTIC_RESTART_COUNT stays). Losing the node that serves the store ends
-the job. --nnodes MIN:MAX is refused with --rdzv-backend etcd for now (node 0 still opens every
-round); etcd takes a fixed --nnodes N.
+store opens each round (with etcd, the first node to look); once MIN nodes joined it, the round
+waits last_call_timeout for more and starts at once when MAX joined. Node and global ranks are
+renumbered contiguously each round (GROUP_RANK by order of arrival in the job; WORLD_SIZE and
+GROUP_WORLD_SIZE follow). A node whose heartbeat stood still for keep_alive_interval x
+keep_alive_max_attempt is lost: the round ends (counted as a failure, like a failed rank) and
+the next one starts without it while MIN nodes remain. A node that arrives while a round runs
+with fewer than MAX nodes makes the running nodes stop their ranks and meet again with it; that
+membership change is not counted as a restart (TORCHELASTIC_RESTART_COUNT stays). With c10d,
+losing the node that serves the store ends the job; with etcd, no node's loss does.
 )";
 }
 

@@ -124,7 +124,7 @@ int run(int argc, char** argv) {
   NodeRendezvous& rdzv = **joined;
   std::vector<std::string> base_env = current_environ();
   const std::vector<int> cpus = o.cpu_bind ? allowed_cpus() : std::vector<int>{};
-  const bool rounds_reported = o.max_restarts > 0 || o.elastic();
+  const bool rounds_reported = o.max_restarts > 0 || rdzv.elastic();
 
   for (;;) {
     Status met = rdzv.meet_round();
@@ -140,12 +140,17 @@ int run(int argc, char** argv) {
     // Node and global ranks of this round: with --nnodes MIN:MAX they change with the members.
     const int first_rank = rdzv.group_rank() * o.nproc_per_node;
     const int world = rdzv.group_world_size() * o.nproc_per_node;
-    if (o.elastic()) {
+    if (rdzv.elastic()) {
       say("round " + std::to_string(round) + ": node " + std::to_string(rdzv.node_rank()) + " is node " +
           std::to_string(rdzv.group_rank()) + " of " + std::to_string(rdzv.group_world_size()) + " (--nnodes " +
           std::to_string(o.min_nnodes) + ":" + std::to_string(o.nnodes) + "): starting ranks " +
           std::to_string(first_rank) + ".." + std::to_string(first_rank + o.nproc_per_node - 1) + " of " +
-          std::to_string(world) + " (the ranks' store on port " + std::to_string(rdzv.ranks_port()) + ", MASTER_PORT " +
+          std::to_string(world) + " (" +
+          (o.rdzv_backend == LaunchOptions::RdzvBackend::etcd
+               ? "round leader node " + std::to_string(rdzv.round_leader()) +
+                     (rdzv.round_leader() == rdzv.node_rank() ? " (here)" : "") + " at " + rdzv.master_addr() + ": "
+               : "") +
+          "the ranks' store on port " + std::to_string(rdzv.ranks_port()) + ", MASTER_PORT " +
           std::to_string(rdzv.torch_port()) + ")");
     } else if (o.nnodes > 1 && round == 0) {
       say("node " + std::to_string(rdzv.node_rank()) + " of " + std::to_string(o.nnodes) + ": starting ranks " +

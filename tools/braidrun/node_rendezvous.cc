@@ -128,9 +128,10 @@ Result<std::unique_ptr<NodeRendezvous>> NodeRendezvous::join(const LaunchOptions
   r->run_id_ = o.run_id;
   r->auth_ = auth;
   r->etcd_ = o.rdzv_backend == LaunchOptions::RdzvBackend::etcd;
+  r->formed_rounds_ = o.elastic() || (r->etcd_ && o.nnodes > 1 && !o.node_rank);
   RETURN_IF_ERROR(r->etcd_ ? r->connect_etcd(o) : r->serve_or_connect(o, auth, signal_fd));
   RETURN_IF_ERROR(r->take_node_rank(o));
-  if (o.elastic()) return r;  // each round forms itself (elastic_rounds.cc)
+  if (r->elastic()) return r;  // each round forms itself (elastic_rounds.cc)
   RETURN_IF_ERROR(r->wait_for_nodes(o, signal_fd));
   for (int n = 0; n < o.nnodes; ++n) r->members_.push_back(n);
   r->group_rank_ = r->node_rank_;
@@ -243,18 +244,22 @@ Status NodeRendezvous::explain_store_loss(const Status& s) {
 }
 
 void NodeRendezvous::forget_job() {
-  if (!etcd_ || !serving_ || !store_) return;
+  if (!etcd_ || !store_ || !registered_) return;
   // A client of its own with a short bound: an etcd gone by now must not hold up braidrun's exit.
   auto etcd = std::make_unique<EtcdStore>(etcd_members_, EtcdStoreOptions{.timeout = std::chrono::seconds(3),
                                                                           .request_timeout = std::chrono::seconds(3),
                                                                           .member_timeout = std::chrono::seconds(1)});
-  std::vector<std::string> left;
-  for (int n = 0; n < nnodes_; ++n) {
-    if (n != node_rank_) left.push_back(key("left/" + std::to_string(n)));
-  }
-  // Only once the others are gone: a node still running must find the job's keys.
+  // Whichever node goes last removes them: this node reads nothing more, and every other node id
+  // the job handed out is gone too (or was found lost). gone/<n> comes after everything node n
+  // reads (its failure summary included), so no node still running loses the job's keys.
   (void)store_call("removing the job's keys", [&] {
-    if (etcd->check(left)) etcd->delete_prefix(prefix_);
+    etcd->set(key("gone/" + std::to_string(node_rank_)), "1");
+    const int ids = elastic() ? static_cast<int>(etcd->add(key("next_node"), 0)) : nnodes_;
+    std::vector<std::string> gone;
+    for (int n = 0; n < ids; ++n) {
+      if (n != node_rank_) gone.push_back(key("gone/" + std::to_string(n)));
+    }
+    if (etcd->check(gone)) etcd->delete_prefix(prefix_);
   });
 }
 
@@ -280,13 +285,18 @@ Status NodeRendezvous::take_node_rank(const LaunchOptions& o) {
                                              "the job's store at " + store_->address() + " to hand out a node rank",
                                              [k = key("next_node")](Store& s) { return s.add(k, 1); }));
     if (etcd_) --n;  // no serving node took 0: the first to come gets it
-    if (n >= o.nnodes && !o.elastic()) {
+    if (n >= o.nnodes && !elastic()) {
       return invalid_argument("more braidruns joined job '" + o.run_id + "' at " + store_->address() + " than --nnodes " +
                               std::to_string(o.nnodes) + " (this one would be node " + std::to_string(n) + ")");
     }
     node_rank_ = static_cast<int>(n);
   }
-  if (etcd_ && node_rank_ == 0) RETURN_IF_ERROR(announce_node0_address());
+  if (etcd_ && elastic()) {
+    // Any node may lead a round: each knows the address its round's store would be served on.
+    ASSIGN_OR_RETURN(serve_host_, dynamic_cast<EtcdStore&>(*store_).local_address());
+  } else if (etcd_ && node_rank_ == 0) {
+    RETURN_IF_ERROR(announce_node0_address());
+  }
   std::string info = hostname() + "\n" + std::to_string(getpid()) + "\n" + std::to_string(o.nproc_per_node) + "\n" +
                      std::to_string(o.max_restarts);
   ASSIGN_OR_RETURN(std::string now,
@@ -296,6 +306,7 @@ Status NodeRendezvous::take_node_rank(const LaunchOptions& o) {
                                     [k = key("node/" + std::to_string(node_rank_)), info](Store& s) {
                                       return s.compare_set(k, "", info);
                                     }));
+  registered_ = now == info;
   if (now != info) {
     return invalid_argument(
         "--node-rank " + std::to_string(node_rank_) + " is already taken by " +

@@ -31,12 +31,24 @@
 // BRAID_STORE_PORT, at the same MASTER_ADDR.
 // With --rdzv-backend etcd the same keys live in an etcd v3 cluster (EtcdStore; --rdzv-endpoint
 // lists its members) and no braidrun serves the job's store, so no node's loss takes the
-// rendezvous with it. Node ranks come from next_node (0.. in arrival order) unless given; node
-// 0 then plays the serving node's part for the ranks: it writes
+// rendezvous with it. Node ranks come from next_node (0.. in arrival order) unless given. With
+// a fixed --nnodes N and --node-rank (or one node), node 0 plays the serving node's part for the
+// ranks: it writes
 //   master_addr    node 0's address on its route to etcd: the ranks' MASTER_ADDR
-// before its node/0, opens each round's store for the ranks (round/<R>/store, also without
-// --max-restarts), and, once every node left, deletes the job's keys from etcd (a job that
-// did not end cleanly leaves them; a new --rdzv-id avoids them).
+// before its node/0 and opens each round's store for the ranks (round/<R>/store, also without
+// --max-restarts). Otherwise the rounds form as elastic rounds (below; a fixed --nnodes N as
+// N:N, as torchrun's rendezvous does, so a lost node's replacement joins the next round under a
+// new node id), and each round has a leader instead: the lowest node id among its members
+// (GROUP_RANK 0, so rank 0 runs there). Once the round closed, the leader serves the round's
+// store for the ranks and keeps its MASTER_PORT, on its own address towards etcd, and writes
+//   round/<R>/leader   "<address>\n<store port>\n<MASTER_PORT>\n<restarts so far>"
+// which the other members wait for (a leader whose heartbeat stands still meanwhile is lost:
+// the round fails before it starts, and the next one forms without it). Nothing after round 0
+// needs node 0. When a node's braidrun is done with the job's keys (its summary printed) it
+// writes
+//   gone/<r>           node r reads nothing more; "lost" when another node found it lost
+// and the node that finds every other node id gone removes the job's keys from etcd (a job
+// that did not end cleanly leaves them; a new --rdzv-id avoids them).
 // With c10d, the other nodes' braidruns end the job when the serving node's store is gone, and
 // say that it was that node's and that --rdzv-backend etcd outlives it.
 //
@@ -44,7 +56,8 @@
 // node's rank in the job ("node id": 0 for the serving node, then next_node in arrival order,
 // never reused) is not its rank in a round (GROUP_RANK: its place among the round's node ids,
 // sorted). Every round has a store of its own for the ranks, as with --max-restarts. More keys:
-//   round_at              the newest round node 0 opened: where a node arriving late looks first
+//   round_at              the newest round node 0 (etcd: any node) opened: where a node arriving
+//                         late looks first
 //   round/<R>/state       "open:<id>,<id>,..." while round R takes nodes, then "closed:<ids>":
 //                         its members. Node 0 opens it (so rank 0 is always at MASTER_ADDR);
 //                         every change is a compare_set of the whole value. A member closes it
@@ -60,10 +73,11 @@
 // round ran is lost: a member that sees it writes round/<R>/failed (a failure, counted as a
 // restart) and round/<R>/failure/<id>, and the next round forms without it. Below MIN nodes,
 // the round never starts: forming it ends at --rdzv-timeout-s with the missing nodes named.
-// Only the Store's calls are used (set, get, add, check, compare_set), so EtcdStore could hold
-// these keys too; but node 0 opens each round and serves its store for the ranks, so the rounds
-// would still end with node 0. Until a surviving node can take that part over, braidrun refuses
-// --nnodes MIN:MAX with --rdzv-backend etcd (launch_options.cc).
+// Only the Store's calls are used (set, get, add, check, compare_set), so EtcdStore holds these
+// keys too; there no node serves the store, so the first node to look opens a round (once the
+// previous round failed: a node waiting for a running round must not open the next alone),
+// round_at is the newest round any node opened, and round/<R>/restarts is replaced by the
+// leader's record.
 //
 // node_rendezvous.cc joins the job; node_rounds.cc runs the rounds; elastic_rounds.cc forms an
 // elastic round.
@@ -121,7 +135,12 @@ class NodeRendezvous {
   // This node's rank among the round's nodes (GROUP_RANK), and how many there are.
   int group_rank() const { return group_rank_; }
   int group_world_size() const { return static_cast<int>(members_.size()); }
-  bool elastic() const { return min_nnodes_ < nnodes_; }
+  // The node id of the round's GROUP_RANK 0 (with etcd and MIN:MAX, the round's leader).
+  int round_leader() const { return members_.empty() ? 0 : members_.front(); }
+  // Rounds form as with --nnodes MIN:MAX (elastic_rounds.cc): with a range, and with etcd for a
+  // fixed --nnodes N without --node-rank (N:N, as torchrun: a lost node's replacement joins the
+  // next round under a new node id).
+  bool elastic() const { return formed_rounds_; }
   // What this round's ranks get as BRAID_STORE_PORT and BRAID_JOB_ID ("" for BRAID_JOB_ID:
   // leave it), and as MASTER_PORT (free for rank 0's torch store).
   uint16_t ranks_port() const { return ranks_port_; }
@@ -163,6 +182,12 @@ class NodeRendezvous {
   // it; `first`: this node's first round, which it finds from round_at): members_, group_rank_
   // and the round's store (elastic_rounds.cc).
   Status form_elastic_round(bool first);
+  // etcd, elastic: the round's leader (its lowest node id, GROUP_RANK 0) serves the round's store
+  // for the ranks, keeps its MASTER_PORT and records both with its address and the restarts so
+  // far (round/<R>/leader); the others wait for that record. `failed`: the round failed before
+  // it started (its leader lost); `rejoin`: it ended for a membership change meanwhile.
+  enum class RoundLead { started, failed, rejoin };
+  Result<RoundLead> settle_round_leader();
   // "node 1 (host h, braidrun pid 7), node 3 (...)" from their node/<id> keys.
   std::string describe_nodes(const std::vector<int>& ids);
   // The nodes of the round agree on --nproc-per-node and --max-restarts.
@@ -187,7 +212,8 @@ class NodeRendezvous {
   // A failed call to the job's store, with what it means when it is the c10d store of another
   // node that went away: the job cannot outlive that node, and etcd would have let it.
   Status explain_store_loss(const Status& s);
-  // etcd, node 0, every node left: removes the job's keys (best effort).
+  // etcd: records that this node is gone (gone/<r>) and, when every other node is too, removes
+  // the job's keys (best effort).
   void forget_job();
   Status take_node_rank(const LaunchOptions& o);
   // etcd, node 0: serves the ranks' stores on its address towards etcd and records it.
@@ -204,6 +230,7 @@ class NodeRendezvous {
   std::shared_ptr<Store> store_;  // shared: a call left behind on a signal keeps it alive
   bool serving_ = false;
   bool etcd_ = false;         // --rdzv-backend etcd: store_ is an EtcdStore
+  bool registered_ = false;   // this node's node/<r> is its own
   std::vector<etcd::Endpoint> etcd_members_;
   std::string store_node_;    // c10d: which node serves the job's store, for messages
   bool told_store_lost_ = false;
@@ -214,6 +241,7 @@ class NodeRendezvous {
   int node_rank_ = 0;
   int nnodes_ = 1;  // MAX of --nnodes MIN:MAX
   int min_nnodes_ = 1;
+  bool formed_rounds_ = false;  // elastic()
   double last_call_s_ = 30;
   std::chrono::milliseconds beat_every_{1000};
   // Elastic: a node whose heartbeat stood still this long is lost.
@@ -264,6 +292,10 @@ Result<T> NodeRendezvous::ask(const std::string& what, const std::string& waitin
   if (!s.is_ok()) return explain_store_loss(s);
   return *out;
 }
+
+// True when `failed_value`, a round/<R>/failed value, records a membership change ("rejoin"),
+// not a failure.
+bool is_rejoin_record(const std::string& failed_value);
 
 // Reads pending signals from `signal_fd`; returns SIGINT or SIGTERM if one came (SIGCHLD is
 // dropped: no rank runs while this is used).

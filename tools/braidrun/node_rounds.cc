@@ -83,6 +83,8 @@ std::string local_hostname() {
 
 }  // namespace
 
+bool is_rejoin_record(const std::string& failed_value) { return parse_failed(failed_value).rejoin; }
+
 void NodeRendezvous::beat(Store& store) {
   if (Clock::now() - last_beat_ < beat_every_) return;
   last_beat_ = Clock::now();
@@ -134,7 +136,7 @@ Status NodeRendezvous::meet_round() {
   if (elastic()) {
     RETURN_IF_ERROR(form_elastic_round(first));
     RETURN_IF_ERROR(check_members_agree());
-    return share_torch_port();
+    return etcd_ ? Status::ok() : share_torch_port();  // etcd: the round's leader keeps it
   }
   return meet_fixed_round();
 }
@@ -240,7 +242,8 @@ std::optional<ExternalStop> NodeRendezvous::poll_job(bool beat_only) {
   const bool room = group_world_size() < nnodes_;
   std::thread([p, store = store_, beat, heartbeat = key("heartbeat/" + std::to_string(node_rank_)),
                failed = round_key("failed"), peers, room, waiting = round_key("waiting"), beats_prefix = key("heartbeat/"),
-               failure_prefix = round_key("failure/"), node_prefix = key("node/"), lost_after = lost_after_, round = round_] {
+               failure_prefix = round_key("failure/"), node_prefix = key("node/"), lost_after = lost_after_, round = round_,
+               gone_prefix = etcd_ ? key("gone/") : std::string()] {
     p->status = store_call("checking the job", [&] {
       if (beat) store->add(heartbeat, 1);
       if (peers && !store->check({failed})) {
@@ -253,6 +256,7 @@ std::optional<ExternalStop> NodeRendezvous::poll_job(bool beat_only) {
           if (store->compare_set(failed, "", format_failed(1, true, why)) == format_failed(1, true, why)) {
             store->set(failure_prefix + std::to_string(n), why);
           }
+          if (!gone_prefix.empty()) store->set(gone_prefix + std::to_string(n), "lost");  // see report_lost
           break;
         }
         if (room && !store->check({failed}) && store->add(waiting, 0) > 0) {
@@ -272,10 +276,14 @@ Status NodeRendezvous::report_lost(int n, double silent_s) {
   return ask<bool>("reporting a lost node", "the job's store at " + store_->address() + " to record that node " +
                                                 std::to_string(n) + " is lost",
                    [failed = round_key("failed"), failure = round_key("failure/" + std::to_string(n)),
-                    node = key("node/" + std::to_string(n)), n, round = round_, silent_s](Store& s) {
+                    node = key("node/" + std::to_string(n)), n, round = round_, silent_s,
+                    gone = etcd_ ? key("gone/" + std::to_string(n)) : std::string()](Store& s) {
                      const std::string why = lost_node_text(s, node, n, round, silent_s);
                      const std::string v = format_failed(1, true, why);
                      if (s.compare_set(failed, "", v) == v) s.set(failure, why);
+                     // etcd: a lost node will not say it is gone; the last node to go removes the
+                     // job's keys once every other node is gone or was found lost.
+                     if (!gone.empty()) s.set(gone, "lost");
                      return true;
                    })
       .status();

@@ -1,13 +1,18 @@
 // braidrun --rdzv-backend etcd: two braidruns on 127.0.0.1 meet in a real 3-member etcd cluster
 // and run a checked collective; the job survives the loss of an etcd member (and restarts
-// through the others); node 0's braidrun lost with a fixed node count ends the job with a
-// summary; and with c10d, losing the store's node ends the job naming that node and etcd.
+// through the others); node 0's braidrun lost with --node-rank and a fixed node count ends the
+// job with a summary; without --node-rank, node 0 lost is survived: the next round's leader is
+// another node (--nnodes 1:2, on one host and across two namespace hosts; a fixed --nnodes 2
+// with a replacement braidrun; a leader frozen before it records its round's store); and with
+// c10d, losing the store's node ends the job naming that node and etcd.
 #include <signal.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
+#include <memory>
 #include <regex>
 #include <string>
 #include <vector>
@@ -128,6 +133,211 @@ TEST_F(BraidrunEtcd, Node0LostWithAFixedNodeCountEndsTheJobWithASummary) {
   EXPECT_TRUE(wait_pids_gone(started, 10).empty());
 }
 
+// A node's flags for --nnodes `range` in etcd: a node lost after 2 s of silence, a round
+// waiting 1 s for more nodes once MIN are in.
+std::vector<std::string> elastic_etcd_flags(const EtcdCluster& c, const std::string& run_id, const std::string& range,
+                                            const std::string& max_restarts, const std::string& last_call = "1") {
+  return {"--nnodes", range, "--nproc-per-node", "2", "--rdzv-backend", "etcd", "--rdzv-endpoint", c.endpoints(),
+          "--rdzv-id", run_id, "--rdzv-timeout-s", "30", "--max-restarts", max_restarts, "--monitor-interval", "0.1",
+          "--grace-s", "1", "--rdzv-conf",
+          "last_call_timeout=" + last_call + ",keep_alive_interval=0.5,keep_alive_max_attempt=4"};
+}
+
+// The rank helper's "env" lines of round `round` of job `run_id` (BRAID_JOB_ID "<id>/round<R>"),
+// by RANK: each a map of variable to value.
+std::map<int, std::map<std::string, std::string>> round_env(const std::string& out, const std::string& run_id,
+                                                            int round) {
+  std::map<int, std::map<std::string, std::string>> by_rank;
+  static const std::regex field(R"(([A-Z_]+)=(\S*))");
+  for (const std::string& line : lines_of(out)) {
+    if (!contains(line, "] RANK=")) continue;
+    std::map<std::string, std::string> e;
+    for (std::sregex_iterator it(line.begin(), line.end(), field), end; it != end; ++it) e[(*it)[1]] = (*it)[2];
+    if (e["BRAID_JOB_ID"] == run_id + "/round" + std::to_string(round)) by_rank[std::stoi(e["RANK"])] = e;
+  }
+  return by_rank;
+}
+
+// The ranks' script for the node-loss cases: round 0 prints its variables, writes its pidfile
+// and waits; the next round prints them, meets in the round's store (rank 0 sets a key every
+// rank reads) and, with braid-perf built, runs an all_reduce that braid-perf checks.
+std::vector<std::string> node_loss_script(const std::string& pids, int next_round_restarts) {
+  const char* perf = std::getenv("BRAID_PERF");
+  const bool with_perf = perf != nullptr && access(perf, X_OK) == 0;
+  const std::string next = std::to_string(next_round_restarts);
+  return {"--", "sh", "-c",
+          "\"" + rank_helper_path() + "\" env pidfile#0 " + pids + " sleep#0 30 store-set@0#" + next + " k v1 store-get#" +
+              next + " k || exit $?; " +
+              (with_perf ? "if [ \"$TORCHELASTIC_RESTART_COUNT\" = " + next + " ]; then \"" + std::string(perf) +
+                               "\" --op all_reduce -b 1K -e 64K -f 8 -n 3 -w 1 || exit $?; fi"
+                         : "")};
+}
+
+// --nnodes 1:2 in etcd: node 0 (the first braidrun, which led round 0 and would have served the
+// c10d store) is killed with its ranks while round 0 runs. Node 1 finds it lost, ends round 0 (a
+// failure: one restart), opens round 1 alone and leads it: its ranks are 0..1 of 2, GROUP_RANK 0,
+// MASTER_ADDR its own, the round's store its own; they meet there and run a checked all_reduce,
+// and node 1 exits 0, removing the job's keys (node 0 counts as gone once found lost).
+TEST_F(BraidrunEtcd, ElasticNode0LostTheJobFinishesOnTheOtherNode) {
+  TempDir pids;
+  const auto flags = plus(elastic_etcd_flags(*cluster_, "elastic-node0", "1:2", "1"), node_loss_script(pids.path(), 1));
+  auto a = std::make_unique<BraidrunProcess>(flags);
+  usleep(300 * 1000);  // so that this one takes node id 0
+  auto b = std::make_unique<BraidrunProcess>(flags);
+  auto ranks = read_pidfiles(pids.path(), 4, 30);
+  ASSERT_EQ(ranks.size(), 4u) << a->out_so_far() << b->out_so_far();
+  ASSERT_TRUE(contains(a->out_so_far(), "[rank 0] RANK=0")) << "node 0 is not the first braidrun: " << a->out_so_far();
+  const pid_t node0 = a->pid();
+  kill(node0, SIGKILL);
+  kill(ranks[0], SIGKILL);
+  kill(ranks[1], SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  RunResult rb = b->wait(60);
+  ASSERT_FALSE(rb.timed_out) << rb.out << rb.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.out << rb.err;
+  // The keep-alive (2 s), the grace, the last call (1 s) and the start: well within 30 s.
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(30)) << rb.err;
+  EXPECT_TRUE(contains(rb.err, "node 0 (host ")) << rb.err;
+  EXPECT_TRUE(contains(rb.err, ") lost in round 0: no heartbeat for ")) << rb.err;
+  EXPECT_TRUE(contains(rb.err, "round 1: node 1 is node 0 of 1 (--nnodes 1:2): starting ranks 0..1 of 2 (round "
+                               "leader node 1 (here) at 127.0.0.1: the ranks' store on port "))
+      << rb.err;
+  auto round0 = round_env(rb.out, "elastic-node0", 0), round1 = round_env(rb.out, "elastic-node0", 1);
+  ASSERT_EQ(round0.size(), 2u) << rb.out;
+  ASSERT_EQ(round1.size(), 2u) << rb.out;
+  EXPECT_EQ(round0.at(2).at("GROUP_RANK"), "1");
+  for (const auto& [rank, e] : round1) {
+    EXPECT_LT(rank, 2);
+    EXPECT_EQ(e.at("WORLD_SIZE"), "2");
+    EXPECT_EQ(e.at("GROUP_RANK"), "0");
+    EXPECT_EQ(e.at("GROUP_WORLD_SIZE"), "1");
+    EXPECT_EQ(e.at("MASTER_ADDR"), "127.0.0.1");
+    EXPECT_EQ(e.at("TORCHELASTIC_RESTART_COUNT"), "1");
+    // Not round 0's store or MASTER_PORT: node 1's own.
+    EXPECT_NE(e.at("BRAID_STORE_PORT"), round0.at(2).at("BRAID_STORE_PORT"));
+  }
+  EXPECT_TRUE(contains(rb.out, "[rank 0] got k=v1")) << rb.out;
+  EXPECT_TRUE(contains(rb.out, "[rank 1] got k=v1")) << rb.out;
+  const char* perf = std::getenv("BRAID_PERF");
+  if (perf != nullptr && access(perf, X_OK) == 0) {  // braid-perf's rank 0 reports every rank's check
+    EXPECT_TRUE(contains(rb.out, "[rank 0] # Out of bounds values : 0 OK")) << rb.out << rb.err;
+    EXPECT_TRUE(contains(rb.out, "[rank 0] # all_reduce, 2 ranks")) << rb.out;
+  }
+  EXPECT_TRUE(contains(rb.err, "every rank succeeded in round 1, after 1 restart(s)")) << rb.err;
+  EXPECT_EQ(etcd_client(*cluster_)->num_keys(), 0) << "the last node to leave removes the job's keys";
+  EXPECT_TRUE(wait_pids_gone(ranks, 5).empty());
+}
+
+// Waits (up to `timeout_s`) until `p`'s stderr holds `text`.
+bool wait_for_err(const BraidrunProcess& p, const std::string& text, double timeout_s) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (!contains(p.err_so_far(), text)) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+// The leader lost between a round's closing and its record: --nnodes 1:3 with two nodes and a
+// last call of 3 s. A rank of round 0 is killed; both nodes join round 1, and while its last call
+// runs node 0's braidrun is frozen (SIGSTOP). Node 1 closes round 1 with both, so node 0 leads
+// it, but never records its store: node 1 finds it lost, round 1 fails before any rank started
+// (a restart), and node 1 leads round 2 alone and finishes the job.
+TEST_F(BraidrunEtcd, ElasticLeaderLostBeforeItOpensTheRoundsStore) {
+  TempDir pids;
+  const auto flags =
+      plus(elastic_etcd_flags(*cluster_, "leader-frozen", "1:3", "2", "3"), node_loss_script(pids.path(), 2));
+  auto a = std::make_unique<BraidrunProcess>(flags);
+  usleep(300 * 1000);  // so that this one takes node id 0
+  auto b = std::make_unique<BraidrunProcess>(flags);
+  auto ranks = read_pidfiles(pids.path(), 4, 30);
+  ASSERT_EQ(ranks.size(), 4u) << a->out_so_far() << b->out_so_far();
+  ASSERT_TRUE(contains(a->out_so_far(), "[rank 0] RANK=0")) << "node 0 is not the first braidrun: " << a->out_so_far();
+  kill(ranks[2], SIGKILL);
+  ASSERT_TRUE(wait_for_err(*a, "round 0 failed; starting every rank again", 20)) << a->err_so_far();
+  usleep(1000 * 1000);  // node 0 joined round 1; its last call (3 s) runs
+  ASSERT_EQ(kill(a->pid(), SIGSTOP), 0);
+  RunResult rb = b->wait(60);
+  kill(a->pid(), SIGKILL);
+  ASSERT_FALSE(rb.timed_out) << rb.out << rb.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.out << rb.err;
+  EXPECT_TRUE(contains(rb.err, ") lost in round 1: no heartbeat for ")) << rb.err;
+  EXPECT_TRUE(contains(rb.err, "round 1 failed before its ranks started; node 1 meets the others in the next round"))
+      << rb.err;
+  EXPECT_TRUE(contains(rb.err, "round 2: node 1 is node 0 of 1 (--nnodes 1:3): starting ranks 0..1 of 2 (round "
+                               "leader node 1 (here)"))
+      << rb.err;
+  EXPECT_EQ(round_env(rb.out, "leader-frozen", 1).size(), 0u) << "no rank of round 1 started: " << rb.out;
+  auto round2 = round_env(rb.out, "leader-frozen", 2);
+  ASSERT_EQ(round2.size(), 2u) << rb.out;
+  for (const auto& [rank, e] : round2) EXPECT_EQ(e.at("TORCHELASTIC_RESTART_COUNT"), "2");
+  EXPECT_TRUE(contains(rb.out, "[rank 0] got k=v1") && contains(rb.out, "[rank 1] got k=v1")) << rb.out;
+  EXPECT_TRUE(contains(rb.err, "every rank succeeded in round 2, after 2 restart(s)")) << rb.err;
+  a->wait(10);
+  EXPECT_TRUE(wait_pids_gone(ranks, 5).empty());
+}
+
+// A fixed --nnodes 2 in etcd without --node-rank forms its rounds as 2:2 (torchrun's way): node 0
+// is killed with its ranks, node 1 finds it lost and waits in round 1 for a second node, and a
+// replacement braidrun started for the lost node joins round 1 under a new node id (2). Node 1,
+// the lowest id, leads round 1: ranks 0..1 and the round's store are its; the replacement's are
+// 2..3. All four meet in that store and run a checked all_reduce; both exit 0.
+TEST_F(BraidrunEtcd, FixedNodeCountNode0LostAReplacementJoinsTheNextRound) {
+  TempDir pids;
+  const auto flags = plus(elastic_etcd_flags(*cluster_, "fixed-node0", "2", "1"), node_loss_script(pids.path(), 1));
+  auto a = std::make_unique<BraidrunProcess>(flags);
+  usleep(300 * 1000);  // so that this one takes node id 0
+  auto b = std::make_unique<BraidrunProcess>(flags);
+  auto ranks = read_pidfiles(pids.path(), 4, 30);
+  ASSERT_EQ(ranks.size(), 4u) << a->out_so_far() << b->out_so_far();
+  ASSERT_TRUE(contains(a->out_so_far(), "[rank 0] RANK=0")) << "node 0 is not the first braidrun: " << a->out_so_far();
+  kill(a->pid(), SIGKILL);
+  kill(ranks[0], SIGKILL);
+  kill(ranks[1], SIGKILL);
+  BraidrunProcess c(flags);  // the replacement
+  RunResult rb = b->wait(90), rc = c.wait(90);
+  ASSERT_FALSE(rb.timed_out || rc.timed_out) << rb.err << rc.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.out << rb.err;
+  EXPECT_EQ(rc.exit_code, 0) << rc.out << rc.err;
+  EXPECT_TRUE(contains(rb.err, ") lost in round 0: no heartbeat for ")) << rb.err;
+  EXPECT_TRUE(contains(rb.err, "round 1: node 1 is node 0 of 2 (--nnodes 2:2): starting ranks 0..1 of 4 (round "
+                               "leader node 1 (here) at 127.0.0.1"))
+      << rb.err;
+  EXPECT_TRUE(contains(rc.err, "round 1: node 2 is node 1 of 2 (--nnodes 2:2): starting ranks 2..3 of 4 (round "
+                               "leader node 1 at 127.0.0.1"))
+      << rc.err;
+  auto on_b = round_env(rb.out, "fixed-node0", 1), on_c = round_env(rc.out, "fixed-node0", 1);
+  ASSERT_EQ(on_b.size(), 2u) << rb.out;
+  ASSERT_EQ(on_c.size(), 2u) << rc.out;
+  for (auto* by_rank : {&on_b, &on_c}) {
+    for (const auto& [rank, e] : *by_rank) {
+      EXPECT_EQ(e.at("GROUP_RANK"), rank < 2 ? "0" : "1");
+      EXPECT_EQ(e.at("WORLD_SIZE"), "4");
+      EXPECT_EQ(e.at("TORCHELASTIC_RESTART_COUNT"), "1");
+      EXPECT_EQ(e.at("BRAID_STORE_PORT"), on_b.begin()->second.at("BRAID_STORE_PORT"));
+      EXPECT_EQ(e.at("MASTER_PORT"), on_b.begin()->second.at("MASTER_PORT"));
+    }
+  }
+  EXPECT_TRUE(on_b.count(0) && on_b.count(1) && on_c.count(2) && on_c.count(3)) << rb.out << rc.out;
+  for (int rank : {0, 1, 2, 3}) {
+    EXPECT_TRUE(contains(rb.out + rc.out, "[rank " + std::to_string(rank) + "] got k=v1")) << rb.out << rc.out;
+  }
+  const char* perf = std::getenv("BRAID_PERF");
+  if (perf != nullptr && access(perf, X_OK) == 0) {
+    EXPECT_TRUE(contains(rb.out, "[rank 0] # Out of bounds values : 0 OK")) << rb.out << rb.err;
+    EXPECT_TRUE(contains(rb.out, "[rank 0] # all_reduce, 4 ranks")) << rb.out;
+  }
+  // Both summaries list round 0's loss: neither node removed the job's keys while the other
+  // still read them.
+  for (const RunResult* r : {&rb, &rc}) {
+    EXPECT_TRUE(contains(r->err, "every rank succeeded in round 1, after 1 restart(s) (--max-restarts 1); earlier "
+                                 "failures:\nbraidrun:   round 0: node 0 (host "))
+        << r->err;
+  }
+  EXPECT_EQ(etcd_client(*cluster_)->num_keys(), 0) << "the last node to leave removes the job's keys";
+  EXPECT_TRUE(wait_pids_gone(ranks, 5).empty());
+}
+
 // Two hosts (network namespaces): etcd member 0 on host 0, members 1 and 2 on host 1; node 0 is
 // host 1's braidrun, so the ranks' MASTER_ADDR must be host 1's address as seen on the way to
 // etcd. Member 0 (the one every braidrun asks first) is killed, then a rank: the job restarts
@@ -165,6 +375,45 @@ TEST(BraidrunEtcdNetns, TwoHostsMeetInEtcdAndOutliveAMember) {
   }
   EXPECT_TRUE(contains(r1.err, "round 0 failed; starting every rank again (restart 1 of 1)")) << r1.err;
   EXPECT_TRUE(wait_pids_gone(started, 5).empty());
+}
+
+// Two hosts (network namespaces), --nnodes 1:2: etcd member 0 on host 0, members 1 and 2 on host
+// 1. Node 0 runs on host 1 and leads round 0 (MASTER_ADDR host 1's address); it is killed with
+// its ranks. Node 1, on host 0, leads round 1 alone: MASTER_ADDR is then host 0's address, and
+// its ranks meet in its store and finish the job.
+TEST(BraidrunEtcdNetns, ElasticNode0LostOnOneHostTheOtherHostLeadsTheNextRound) {
+  BRAID_SKIP_WITHOUT_ETCD();
+  ::braid::testing::TwoHosts hosts("bre", "10.81.0");
+  if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
+  EtcdCluster cluster(30, {{hosts.ns(0), hosts.address(0)}, {hosts.ns(1), hosts.address(1)},
+                           {hosts.ns(1), hosts.address(1)}});
+  ASSERT_TRUE(cluster.up()) << cluster.error();
+  TempDir pids;
+  const auto flags = plus(elastic_etcd_flags(cluster, "netns-elastic", "1:2", "1"), node_loss_script(pids.path(), 1));
+  auto node0 = std::make_unique<BraidrunProcess>(flags, hosts.exec_in(1));
+  usleep(300 * 1000);  // so that this one takes node id 0
+  auto node1 = std::make_unique<BraidrunProcess>(flags, hosts.exec_in(0));
+  auto ranks = read_pidfiles(pids.path(), 4, 30);
+  ASSERT_EQ(ranks.size(), 4u) << node0->out_so_far() << node1->out_so_far();
+  ASSERT_TRUE(contains(node0->out_so_far(), "[rank 0] RANK=0")) << node0->out_so_far();
+  kill(node0->pid(), SIGKILL);
+  kill(ranks[0], SIGKILL);
+  kill(ranks[1], SIGKILL);
+  RunResult r1 = node1->wait(60);
+  ASSERT_FALSE(r1.timed_out) << r1.err;
+  EXPECT_EQ(r1.exit_code, 0) << r1.out << r1.err;
+  auto round0 = round_env(r1.out, "netns-elastic", 0), round1 = round_env(r1.out, "netns-elastic", 1);
+  ASSERT_EQ(round0.size(), 2u) << r1.out;
+  ASSERT_EQ(round1.size(), 2u) << r1.out;
+  for (const auto& [rank, e] : round0) EXPECT_EQ(e.at("MASTER_ADDR"), hosts.address(1)) << r1.out;
+  for (const auto& [rank, e] : round1) {
+    EXPECT_EQ(e.at("MASTER_ADDR"), hosts.address(0)) << r1.out;
+    EXPECT_EQ(e.at("GROUP_RANK"), "0");
+    EXPECT_EQ(e.at("WORLD_SIZE"), "2");
+  }
+  EXPECT_TRUE(contains(r1.out, "[rank 0] got k=v1") && contains(r1.out, "[rank 1] got k=v1")) << r1.out << r1.err;
+  EXPECT_TRUE(contains(r1.err, "every rank succeeded in round 1, after 1 restart(s)")) << r1.err;
+  EXPECT_TRUE(wait_pids_gone(ranks, 5).empty());
 }
 
 // One node through etcd, without --rdzv-id: it runs, says to give each job its own id, and

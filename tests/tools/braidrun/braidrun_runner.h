@@ -81,6 +81,7 @@ class BraidrunProcess {
   pid_t pid() const { return pid_; }
   // braidrun's stdout so far (it is still running).
   std::string out_so_far() const { return read_file(out_path_); }
+  std::string err_so_far() const { return read_file(err_path_); }
 
   // Waits up to `timeout_s`; then kills braidrun and reports timed_out.
   RunResult wait(double timeout_s = 60) {

@@ -221,14 +221,15 @@ TEST(LaunchOptions, EtcdBackendTakesTheMembersList) {
   EXPECT_NE(parse_error({"--rdzv-backend", "etcd", "--standalone", "p"}).find("--standalone"), std::string::npos);
 }
 
-TEST(LaunchOptions, EtcdWithARangeOfNodeCountsIsRefusedNamingWhatWorks) {
-  const std::string e = parse_error({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h1:2379", "--nnodes", "1:2", "p"});
-  EXPECT_NE(e.find("--nnodes 1:2 with --rdzv-backend etcd is not supported"), std::string::npos) << e;
-  EXPECT_NE(e.find("fixed --nnodes N"), std::string::npos) << e;
-  EXPECT_NE(e.find("--rdzv-backend c10d"), std::string::npos) << e;
-  // Each alone, and etcd with MIN == MAX, still parse.
-  EXPECT_TRUE(parse_ok({"--nnodes", "1:2", "p"}).elastic());
+// etcd takes a range of node counts: each round's leader, not node 0, serves what the ranks use.
+TEST(LaunchOptions, EtcdTakesARangeOfNodeCounts) {
+  LaunchOptions o = parse_ok({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h1:2379", "--nnodes", "1:2", "p"});
+  EXPECT_TRUE(o.elastic());
+  EXPECT_EQ(o.min_nnodes, 1);
+  EXPECT_EQ(o.nnodes, 2);
+  EXPECT_EQ(o.rdzv_backend, LaunchOptions::RdzvBackend::etcd);
   EXPECT_EQ(parse_ok({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h1", "--nnodes", "2:2", "p"}).nnodes, 2);
+  EXPECT_NE(launch_usage().find("each round has a leader, the lowest node id among its members"), std::string::npos);
 }
 
 TEST(LaunchOptions, Help) {
