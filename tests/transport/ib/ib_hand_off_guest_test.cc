@@ -113,10 +113,10 @@ TEST(IbHandOffGuest, SmallOperationsWaitedAtOnceRunOnTheCallersThread) {
 
 // The same loop, barriers and send/recv groups only, at the hand-off's own tick: each operation
 // runs on its caller's thread, and the progress thread, with nothing to take while the caller
-// holds the communicator, must not wake every tick to look (over ib each such wake-up preempted
-// the caller on its vCPU mid-operation: ~3 thread switches per iteration in the guest, and the
-// idle progress thread never touches the transport). It may look once or twice per
-// HandOff::kParked; at most 4 per kParked are allowed, where a tick is 20 per kParked.
+// holds the communicator, must not wake every tick to look (each such wake-up preempts a caller
+// that has one CPU in the middle of its operation; docs/ib.md has what it cost). It may look
+// once or twice per HandOff::kParked; at most 4 per kParked are allowed, where a tick is 20 per
+// kParked.
 TEST(IbHandOffGuest, WhileCallersRunTheirOperationsTheProgressThreadDoesNotTick) {
   SKIP_OUTSIDE_GUEST();
   auto server = TcpStoreServer::start("127.0.0.1", 0);
