@@ -20,7 +20,10 @@
 # leaves a node's only rank: free on every CPU, here the same two vCPUs for both "hosts" (one
 # kernel: the runtime sees one host, docs/ib.md).
 # ROWS=latency runs only the latency rows (ib_write_lat and braid-perf's 8 B runs), for A/B runs
-# of several builds in one boot.
+# of several builds in one boot. COUNTS=1 adds, after the rounds, what one iteration of the
+# two-braidrun sendrecv (a rank and vCPU each; a barrier and the sendrecv) costs guest-wide in
+# thread switches and system calls: perf stat -a around a run of 500 iterations and one of 3000,
+# the difference divided by 2500 (both ranks together; needs perf in the guest).
 # Prints best and median over the rounds and the ratios braid/perftest (targets: bandwidth >=
 # 0.9x ib_write_bw, latency <= 1.3x ib_write_lat). Emulation is slow and noisy: only ratios from
 # one run mean anything.
@@ -34,11 +37,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-5}
 ROWS=${ROWS:-all}
+COUNTS=${COUNTS:-0}
 BUILD_DIR=$(realpath -m "${BUILD_DIR:-build}")
 TRANSPORT=${BRAID_PERF_TRANSPORT:-ib}
 
 if [ "${1:-}" != --in-guest ]; then
-  export ROUNDS ROWS BUILD_DIR BRAID_PERF_TRANSPORT=$TRANSPORT
+  export ROUNDS ROWS COUNTS BUILD_DIR BRAID_PERF_TRANSPORT=$TRANSPORT
   exec scripts/rdma_guest.sh bash bench/ib_guest.sh --in-guest
 fi
 
@@ -157,6 +161,27 @@ for round in $(seq "$ROUNDS"); do
   # All-reduce: field 11 is busbw in GB/s.
   [ -n "$braid_missing" ] || [ -z "$bandwidth" ] || braid all_reduce 11 8 29612 --op all_reduce -b 4M -e 4M -n 10 -w 2
 done
+
+# COUNTS=1: per-iteration thread switches and system calls of the pinned two-braidrun sendrecv.
+counts() {
+  local n pid ev=context-switches,syscalls:sys_enter_futex,syscalls:sys_enter_write,syscalls:sys_enter_ioctl,syscalls:sys_enter_epoll_wait
+  for n in 500 3000; do
+    perf stat -a -x, -e "$ev" -o "$results/counts_$n" &
+    pid=$!
+    sleep 1  # perf is counting
+    braid_two counts_time 7 1 $((29620 + n / 500)) pin --op sendrecv -b 8 -e 8 -n "$n" -w 20
+    kill -INT "$pid"
+    wait "$pid" || true
+  done
+  echo
+  echo "Per iteration of the two-braidrun sendrecv (a rank and vCPU each), both ranks, guest-wide (perf stat -a, (3000 - 500 iterations) / 2500):"
+  awk -F, 'FNR == 1 { f++ } $1 ~ /^[0-9.]+$/ { v[f, $3] = $1; names[$3] = 1 }
+           END { for (e in names) printf "  %-36s %8.3f\n", e, (v[2, e] - v[1, e]) / 2500 }' \
+    "$results/counts_500" "$results/counts_3000" | sort
+}
+if [ "$COUNTS" = 1 ] && [ -z "$braid_missing" ]; then
+  if command -v perf > /dev/null; then counts; else echo "ib_guest: COUNTS=1 needs perf in the guest" >&2; fi
+fi
 
 # best (max, or min for latencies) and median of a file of numbers: "best median count"
 stats() {

@@ -25,9 +25,11 @@ bool HandOff::queued(bool idle_before, const std::shared_ptr<detail::WorkState>&
   if (!callers_wait_) return true;  // the caller computes meanwhile: start it at once
   grace_until_ = now + tick_;
   linger_until_ = now + kLinger;
-  // Awake (it looks at the queue before it waits again) or ticking: no wake-up, which would cost
-  // the caller about as much as the operation it is about to run.
-  return progress_wakes_at_ > now + tick_;
+  // Awake (it looks at the queue before it waits again), ticking, or parked behind a caller for
+  // at most kParked: no wake-up, which would cost the caller about as much as the operation it is
+  // about to run.
+  const std::chrono::microseconds looks_within = parked_ ? std::chrono::microseconds(kParked) : tick_;
+  return progress_wakes_at_ > now + looks_within;
 }
 
 void HandOff::waited(const detail::WorkState& work, int64_t waited_ns) {
@@ -50,10 +52,14 @@ void HandOff::taken_by_progress(const detail::WorkState* front) {
 }
 
 std::optional<Clock::time_point> HandOff::sleep_until(Clock::time_point now, Clock::time_point board_at,
-                                                      size_t queued) const {
+                                                      size_t queued, bool held) const {
   if (now >= board_at) return std::nullopt;
   Clock::time_point until = board_at;
-  if (queued > 0) {
+  if (held) {
+    // A caller runs operations: nothing to take until it lets go, and what it leaves queued
+    // then, release() hands over. While callers keep their operations, park (see the top).
+    if (now < linger_until_) until = std::min(until, now + kParked);
+  } else if (queued > 0) {
     // One operation left to its caller (help) until its grace ends; a second one queued
     // means the caller did not wait for the first.
     if (queued > 1 || now >= grace_until_) return std::nullopt;

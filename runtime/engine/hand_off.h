@@ -18,6 +18,16 @@
 // due within about a millisecond is costly on virtual machines (docs/performance.md). Work
 // queued behind other work gets no hand-off and streams on the progress thread.
 //
+// While a caller holds the engine (it runs an operation itself) a tick can take nothing, and a
+// tick that lands then costs the caller's CPU a wake-up and two thread switches (where a rank
+// has one CPU, the progress thread preempts the caller mid-operation). So a progress thread that
+// finds the engine held while callers keep their operations parks instead: it looks again only
+// after kParked (or when the board is due, or when work is queued behind the caller's, which
+// release() hands it), and an operation left to its caller meanwhile does not wake it. The
+// price: an operation that a caller in such a run leaves queued and does not wait for (the
+// prediction was wrong) starts up to kParked late instead of a tick, once; its caller then
+// counts as computing.
+//
 // Not thread-safe: the op queue's lock (op_queue.h) guards it.
 #pragma once
 
@@ -36,6 +46,9 @@ class HandOff {
   // For this long after an operation was left to its caller, the idle progress thread looks at
   // the queue every tick rather than sleeping until it is woken.
   static constexpr auto kLinger = std::chrono::milliseconds(50);
+  // How long a progress thread that found a caller running operations sleeps before it looks
+  // again (it is not woken for an operation left to a caller meanwhile; see the top).
+  static constexpr auto kParked = std::chrono::milliseconds(20);
 
   // `enabled`: BRAID_CALLER_PROGRESS with a positive tick.
   HandOff(bool enabled, std::chrono::microseconds tick, std::chrono::microseconds waits_at_once)
@@ -53,14 +66,22 @@ class HandOff {
   // The caller took the operation left to it.
   void taken_by_caller() { grace_until_ = {}; }
 
-  // The idle progress thread's next wake-up, `queued` operations waiting (0 while another thread
-  // runs operations); nothing when it should not sleep: the board is due at `board_at`, more than
-  // one is queued, or the one queued is past its grace. Never a wait shorter than a tick: a
-  // timer due sooner is costly to arm.
-  std::optional<Clock::time_point> sleep_until(Clock::time_point now, Clock::time_point board_at, size_t queued) const;
-  // Around the progress thread's sleep: while it sleeps, queued() knows when it wakes by itself.
-  void sleeping(Clock::time_point until) { progress_wakes_at_ = until; }
-  void awake() { progress_wakes_at_ = Clock::time_point::min(); }
+  // The idle progress thread's next wake-up, `queued` operations waiting, `held`: another
+  // thread (a caller) holds the engine; nothing when it should not sleep: the board is due at
+  // `board_at`, more than one is queued, or the one queued is past its grace. Never a wait
+  // shorter than a tick: a timer due sooner is costly to arm.
+  std::optional<Clock::time_point> sleep_until(Clock::time_point now, Clock::time_point board_at, size_t queued,
+                                               bool held = false) const;
+  // Around the progress thread's sleep: while it sleeps, queued() knows when it wakes by itself
+  // and whether it parked behind a caller (`held` as given to sleep_until).
+  void sleeping(Clock::time_point until, bool held = false) {
+    progress_wakes_at_ = until;
+    parked_ = held;
+  }
+  void awake() {
+    progress_wakes_at_ = Clock::time_point::min();
+    parked_ = false;
+  }
 
  private:
   const bool enabled_;
@@ -78,6 +99,7 @@ class HandOff {
   // When the progress thread's wait ends by itself; time_point::min() while it is not waiting
   // (it looks at the queue before it waits again).
   Clock::time_point progress_wakes_at_ = Clock::time_point::min();
+  bool parked_ = false;  // it sleeps because a caller held the engine (see the top)
 };
 
 }  // namespace braid

@@ -168,11 +168,12 @@ void OpQueue::wait_for_work(MutexLock& lock, Clock::time_point board_at) {
   for (;;) {
     if (!busy_ && (stopping_ || failure_.abort_pending())) break;
     const std::optional<Clock::time_point> until =
-        hand_off_.sleep_until(Clock::now(), board_at, busy_ ? 0 : queue_.size());
+        hand_off_.sleep_until(Clock::now(), board_at, busy_ ? 0 : queue_.size(), busy_);
     if (!until) break;
-    hand_off_.sleeping(*until);
+    hand_off_.sleeping(*until, busy_);
     cv_.wait_until(lock, *until);
     hand_off_.awake();
+    progress_wakeups_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 

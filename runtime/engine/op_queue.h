@@ -86,13 +86,16 @@ class OpQueue {
   void stop() EXCLUDES(mu_);
 
   // For tests and TRACE: operations (a group counts once) run so far on a caller's thread
-  // (blocking calls, wait()) and on the progress thread.
+  // (blocking calls, wait()) and on the progress thread, and how often the idle progress thread
+  // woke from its wait on the queue (woken, or its tick or park ended).
   struct HandOffCounts {
     uint64_t on_caller = 0;
     uint64_t on_progress_thread = 0;
+    uint64_t progress_wakeups = 0;
   };
   HandOffCounts counts() const {
-    return {ran_on_caller_.load(std::memory_order_relaxed), ran_on_progress_.load(std::memory_order_relaxed)};
+    return {ran_on_caller_.load(std::memory_order_relaxed), ran_on_progress_.load(std::memory_order_relaxed),
+            progress_wakeups_.load(std::memory_order_relaxed)};
   }
   void count_on_caller() { ran_on_caller_.fetch_add(1, std::memory_order_relaxed); }
   void count_on_progress() { ran_on_progress_.fetch_add(1, std::memory_order_relaxed); }
@@ -127,6 +130,7 @@ class OpQueue {
   std::atomic<uint64_t> enqueued_{0};
   std::atomic<uint64_t> ran_on_caller_{0};
   std::atomic<uint64_t> ran_on_progress_{0};
+  std::atomic<uint64_t> progress_wakeups_{0};
 };
 
 }  // namespace braid

@@ -42,7 +42,8 @@ void ProgressThread::main() {
   loop();
   const OpQueue::HandOffCounts ran = queue_.counts();
   BRAID_LOG(trace) << "rank " << cfg_.rank << " closing: " << ran.on_caller << " operations ran on callers' threads, "
-                   << ran.on_progress_thread << " on the progress thread";
+                   << ran.on_progress_thread << " on the progress thread; it woke " << ran.progress_wakeups
+                   << " times while idle";
   runs_.cache().clear();  // the kept runs name the connections
   failure_.close_connections({});
   links_.reset();

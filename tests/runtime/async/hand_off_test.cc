@@ -246,6 +246,40 @@ TEST(HandOff, AfterTheProgressThreadRanOneTheCallerGetsTheNextBack) {
   });
 }
 
+// While a caller runs its operations itself, one after another (each waited at once), the
+// progress thread has nothing to take: it must not wake every tick to look (where a rank has one
+// CPU, each such wake-up preempts the caller in the middle of an operation: two thread switches
+// for nothing). Operations that each last many ticks make the ticks certain; the progress
+// thread may look once or twice per HandOff::kParked, so at most 4 per kParked are allowed where
+// one per tick is 100 per kParked here.
+TEST(HandOff, WhileTheCallerRunsItsOperationsTheProgressThreadDoesNotTick) {
+  constexpr auto kTick = 200us;
+  testing::InProcessJob job(settings(kTick));
+  on_every_rank(job, [&](int r, Communicator& comm, CommunicatorImpl& impl) {
+    // 4 MiB: an all_reduce lasts several ticks. The maximum leaves the buffer as it is, so the
+    // caller does nothing between operations (between them the progress thread still ticks).
+    constexpr size_t kCount = size_t{1} << 20;
+    std::vector<float> v = ones_times_rank(r, kCount);
+    comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::max).wait();
+    const auto before = impl.hand_off_counts();
+    const auto start = std::chrono::steady_clock::now();
+    constexpr int kIters = 40;
+    for (int i = 0; i < kIters; ++i) {
+      comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::max).wait();
+      ASSERT_EQ(v[kCount - 1], static_cast<float>(kRanks)) << "rank " << r << " iteration " << i;
+    }
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    const auto after = impl.hand_off_counts();
+    const uint64_t wakeups = after.progress_wakeups - before.progress_wakeups;
+    const auto ticks = static_cast<uint64_t>(elapsed / kTick);
+    const auto allowed = static_cast<uint64_t>(4 + 4 * (elapsed / HandOff::kParked));
+    EXPECT_LE(wakeups, allowed) << "rank " << r << ": the progress thread woke " << wakeups << " times in "
+                                << std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count() << " ms ("
+                                << ticks << " ticks) while the caller ran " << kIters << " operations";
+    EXPECT_EQ(after.on_progress_thread, before.on_progress_thread) << "rank " << r;
+  });
+}
+
 // The prediction counts only the caller's own time between getting its Work back and waiting
 // for it. Waking the progress thread is not the caller's: where a wake-up costs a while (an
 // emulated CPU, a rank bound to one CPU that the woken thread takes over), counting it made a

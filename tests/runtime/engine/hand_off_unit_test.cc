@@ -112,5 +112,34 @@ TEST(HandOff, TheIdleProgressThreadTicksOverAnOperationLeftToItsCaller) {
   EXPECT_EQ(*h.sleep_until(now + HandOff::kLinger, board_at, 0), board_at);
 }
 
+// While a caller holds the engine the progress thread can take nothing: it parks for kParked
+// instead of ticking, and an operation left to a caller meanwhile does not wake it.
+TEST(HandOff, BehindACallerThatRunsItsOperationsTheProgressThreadParks) {
+  HandOff h(true, kTick, kAtOnce);
+  bool wake = true;
+  auto w = queue_on_idle(h, &wake);  // left to its caller, which takes it (held from now on)
+  EXPECT_FALSE(wake);
+  h.taken_by_caller();
+  const auto now = Clock::now();
+  const auto board_at = now + std::chrono::seconds(1);
+  const auto until = h.sleep_until(now, board_at, 0, /*held=*/true);
+  ASSERT_TRUE(until.has_value());
+  EXPECT_EQ(*until, now + HandOff::kParked);
+  EXPECT_EQ(*h.sleep_until(now, now + kTick, 0, true), now + kTick);  // the board comes first
+  // Parked: the caller's next operation on the idle engine is left to it without a wake-up.
+  h.sleeping(*until, /*held=*/true);
+  w->wait_times.returned_ns.store(ns(now));
+  h.waited(*w, ns(now + microseconds(10)));
+  queue_on_idle(h, &wake);
+  EXPECT_FALSE(wake);
+  // Not in a run of operations kept by callers (no linger): it sleeps until the board, and an
+  // operation left to a caller then wakes it, as when it sleeps past a tick.
+  HandOff cold(true, kTick, kAtOnce);
+  EXPECT_EQ(*cold.sleep_until(now, board_at, 0, true), board_at);
+  cold.sleeping(board_at, true);
+  queue_on_idle(cold, &wake);
+  EXPECT_TRUE(wake);
+}
+
 }  // namespace
 }  // namespace braid

@@ -28,6 +28,7 @@
 #include "braid/communicator.h"
 #include "braid/store.h"
 #include "runtime/communicator_impl.h"
+#include "runtime/engine/hand_off.h"
 #include "tests/support/in_process_job.h"
 #include "tests/transport/ib/soft_roce_guest.h"
 
@@ -107,6 +108,45 @@ TEST(IbHandOffGuest, SmallOperationsWaitedAtOnceRunOnTheCallersThread) {
                                          << " operations ran on the progress thread, " << on_caller
                                          << " on the caller's";
     EXPECT_GE(on_caller, 3 * kIters - kFewHandOffs) << "rank " << r;
+  });
+}
+
+// The same loop, barriers and send/recv groups only, at the hand-off's own tick: each operation
+// runs on its caller's thread, and the progress thread, with nothing to take while the caller
+// holds the communicator, must not wake every tick to look (each such wake-up preempts a caller
+// that has one CPU in the middle of its operation; docs/ib.md has what it cost). It may look
+// once or twice per HandOff::kParked; at most 4 per kParked are allowed, where a tick is 20 per
+// kParked.
+TEST(IbHandOffGuest, WhileCallersRunTheirOperationsTheProgressThreadDoesNotTick) {
+  SKIP_OUTSIDE_GUEST();
+  auto server = TcpStoreServer::start("127.0.0.1", 0);
+  constexpr int kLoop = 200;
+  run_ranks([&](int r) {
+    CommunicatorImpl* impl = nullptr;
+    Communicator comm = make_rank(*server, r, 1ms, &impl);
+    const int peer = 1 - r;
+    int64_t out = 0, in = -1;
+    comm.barrier();
+    const auto before = impl->hand_off_counts();
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < kLoop; ++i) {
+      comm.barrier();
+      out = r * 1000 + i;
+      comm.group_start();
+      comm.send_async(&out, 1, DType::i64, peer);
+      comm.recv_async(&in, 1, DType::i64, peer);
+      comm.group_end().wait();
+      ASSERT_EQ(in, peer * 1000 + i) << "rank " << r << " iteration " << i;
+    }
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    const auto after = impl->hand_off_counts();
+    const uint64_t wakeups = after.progress_wakeups - before.progress_wakeups;
+    const auto allowed = static_cast<uint64_t>(4 + 4 * (elapsed / HandOff::kParked));
+    EXPECT_LE(wakeups, allowed) << "rank " << r << ": the progress thread woke " << wakeups << " times in "
+                                << std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count()
+                                << " ms of " << kLoop << " iterations; " << after.on_caller - before.on_caller
+                                << " operations ran on the caller's thread, "
+                                << after.on_progress_thread - before.on_progress_thread << " on the progress thread";
   });
 }
 
