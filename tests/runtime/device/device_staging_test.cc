@@ -26,12 +26,14 @@
 // each on to the C library's: defined in the executable, it stands in for libc's everywhere.
 namespace {
 std::atomic<int> loader_scans{0};
+thread_local int loader_scans_here = 0;  // this thread's
 }  // namespace
 
 extern "C" int dl_iterate_phdr(int (*callback)(dl_phdr_info*, size_t, void*), void* data) {
   using Scan = int (*)(int (*)(dl_phdr_info*, size_t, void*), void*);
   static const auto real = reinterpret_cast<Scan>(dlsym(RTLD_NEXT, "dl_iterate_phdr"));
   loader_scans.fetch_add(1, std::memory_order_relaxed);
+  ++loader_scans_here;
   return real(callback, data);
 }
 
@@ -386,6 +388,25 @@ TEST(DeviceApi, AnOperationOnHostBuffersLooksForTheCudaDriverOnce) {
   ASSERT_TRUE(st.is_ok());
   EXPECT_EQ(st.value(), nullptr) << "host buffers were taken for device memory";
   EXPECT_EQ(scans, 1) << "the loaded objects were scanned for the CUDA driver " << scans << " times for one operation";
+}
+
+// ... and so is a whole operation on a communicator, out of place on host buffers (each rank runs
+// its own on its calling thread, where the scans are counted).
+TEST(DeviceApi, AnAllReduceOnHostBuffersLooksForTheCudaDriverOncePerRank) {
+  set_device_api_for_testing(nullptr);
+  if (cuda_device_api() == nullptr) GTEST_SKIP() << "built without CUDA: no driver to look for";
+  if (cuda_device_api()->in_use()) GTEST_SKIP() << "CUDA is started in this process: nothing is looked for";
+  Job job(2);
+  job.on_every_rank([&](int r) {
+    Communicator comm = job.make(r);
+    std::vector<float> in(4, static_cast<float>(r + 1)), out(4, 0);
+    comm.barrier();
+    const int before = loader_scans_here;
+    comm.all_reduce(in.data(), out.data(), in.size(), DType::f32, Op::sum);
+    const int scans = loader_scans_here - before;
+    EXPECT_EQ(out[3], 3.0f) << "rank " << r;
+    EXPECT_EQ(scans, 1) << "rank " << r << ": the loaded objects were scanned " << scans << " times for one all_reduce";
+  });
 }
 
 }  // namespace
