@@ -2,7 +2,11 @@
 # User-space instructions per small operation on the caller's side, counted by callgrind: rank 0
 # of a 2-rank braid-perf run under valgrind, only inside braid-perf's timed call (its *_async call
 # and Work::wait(), or the group of them: --toggle-collect on run_blocking), the difference
-# between a run of 3N and one of N timed iterations, divided by 2N, so warm-up cancels out.
+# between a run of 3N and one of N timed iterations, divided by the operations of 2N iterations,
+# so warm-up cancels out. braid-perf times an out-of-place and an in-place form of each
+# collective (sendrecv has only the first): an iteration is two operations, one of sendrecv.
+# (Before 2026-11-29 the script divided by 2N alone: its collective figures were per two
+# operations.)
 # Exact and repeatable where timings on these machines are not; what the instructions cost
 # depends on the machine (under the emulated guest of scripts/rdma_guest.sh they are a large
 # part of a small operation's time: docs/ib.md). Rank 0 also counts its polls while it waits for
@@ -40,7 +44,9 @@ for op in $OPS; do
     short=$(count "$op" "$N")
     long=$(count "$op" $((3 * N)))
     [ -n "$short" ] && [ -n "$long" ] || { echo "$op: a run failed" >&2; continue; }
-    per=$(((long - short) / (2 * N)))
+    forms=2
+    case $op in sendrecv | barrier) forms=1 ;; esac  # no in-place form
+    per=$(((long - short) / (2 * N * forms)))
     [ -z "$best" ] || [ "$per" -lt "$best" ] && best=$per
   done
   [ -n "$best" ] && printf '%-12s %10s %14d\n' "$op" "$BYTES" "$best"

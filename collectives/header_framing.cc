@@ -34,6 +34,11 @@ Status HeaderFraming::post_first_send(transport::Connection& conn, int peer, con
                                       uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding) {
   PeerHeader& h = peers_[static_cast<size_t>(peer)];
   const auto* header = reinterpret_cast<const std::byte*>(header_for_(peer));
+  if (bytes <= kInlineHeaderMax && header_bytes_ + bytes <= conn.capabilities().max_parts_bytes) {
+    RETURN_IF_ERROR(conn.post_send_parts(header, header_bytes_, data, bytes, data_cookie));  // no staging copy
+    ++outstanding;
+    return Status::ok();
+  }
   h.out.reserve(header_bytes_ + (bytes <= kInlineHeaderMax ? bytes : 0));  // one allocation, not two
   h.out.assign(header, header + header_bytes_);
   if (bytes <= kInlineHeaderMax) {

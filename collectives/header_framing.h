@@ -2,9 +2,11 @@
 // the check of the one in front of each peer's first message (the runtime's mismatch detection,
 // runtime/engine/op_header.h).
 //
-// A first message of at most kInlineHeaderMax bytes carries the header inline, staged through a
-// copy: still one message, so a small operation pays no extra send or receive. A larger one gets
-// it as a message of its own just before it. Both sides decide alike from the message's size.
+// A first message of at most kInlineHeaderMax bytes carries the header inline: still one
+// message, so a small operation pays no extra send or receive. It goes as a two-part send
+// (header, then the data where it is) where the connection takes one of its size
+// (Capabilities::max_parts_bytes), else staged through a copy. A larger one gets the header as a
+// message of its own just before it. Both sides decide alike from the message's size.
 // The data of an inline first message is copied to where the receive asked once the header
 // passed, or, for a receive whose data is only read (reduced from), left where it arrived
 // (kept_data) so that a small reduction reads it without a copy first.
@@ -35,6 +37,8 @@ class HeaderFraming {
  public:
   static constexpr size_t kInlineHeaderMax = 64 << 10;
   static constexpr size_t kNone = SIZE_MAX;
+  // The header for `peer`; it stays where it is, unchanged, until the sends of the run complete
+  // (a two-part send reads it from there).
   using HeaderFor = std::function<const unsigned char*(int peer)>;
   // check(peer, data, bytes, status): data/bytes is what arrived (status: the receive's).
   using HeaderCheck = std::function<Status(int peer, const unsigned char* data, size_t bytes, const Status& status)>;

@@ -1,11 +1,23 @@
 // common/deadline.h - a point in time every bounded wait is measured against.
 #pragma once
 
+#include <time.h>
+
 #include <chrono>
 
 namespace braid {
 
 using Clock = std::chrono::steady_clock;
+
+// Clock::now() from the kernel's last tick instead of the time stamp counter: at most a tick (a
+// few milliseconds) behind, for a fraction of the cost of an exact read (a clock read is a fair
+// share of a small operation on a virtual machine, docs/performance.md). For bounds of seconds
+// that small operations set and check. steady_clock is CLOCK_MONOTONIC on Linux, and so is this.
+inline Clock::time_point coarse_now() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return Clock::time_point(std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec));
+}
 
 class Deadline {
  public:
@@ -14,6 +26,11 @@ class Deadline {
     return after(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s)));
   }
   static Deadline never() { return Deadline(Clock::time_point::max()); }
+  // after_seconds from coarse_now(): up to a tick earlier than the exact one.
+  static Deadline coarse_after_seconds(double s) {
+    return Deadline(coarse_now() +
+                    std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(s)));
+  }
 
   bool expired() const { return Clock::now() >= at_; }
   Clock::time_point at() const { return at_; }

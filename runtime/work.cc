@@ -42,6 +42,7 @@ int64_t WorkState::note_wait() const {
 }
 
 Status WorkState::status() const {
+  if (done()) return status_;  // written once, before done_ (release): final once seen
   std::lock_guard<std::mutex> lock(mu_);
   return status_;
 }
@@ -90,7 +91,7 @@ void Work::wait() {
   check_not_in_open_group(*state_);
   const int64_t waited_ns = state_->note_wait();
   if (state_->runner != nullptr && !state_->done()) state_->runner->help(*state_, waited_ns);
-  state_->wait_until(Deadline::never(), detail::spin_us_setting());
+  if (!state_->done()) state_->wait_until(Deadline::never(), detail::spin_us_setting());  // often done: it ran here
   raise_if_error(state_->status());
 }
 

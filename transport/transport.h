@@ -48,6 +48,8 @@ struct Capabilities {
   // Its waits see where each peer last ran and stop spinning while a peer is queued on the
   // waiter's own CPU (shm), so ranks free to share CPUs may spin over it (spin_policy.h).
   bool watches_peer_cpu = false;
+  // Connection::post_send_parts takes messages of up to this many bytes (both parts); 0: none.
+  size_t max_parts_bytes = 0;
 };
 
 // A registered byte range; handle is transport-specific (an ib MR key; 0 for tcp).
@@ -85,6 +87,15 @@ class Connection {
 
   [[nodiscard]] virtual Status post_send(const void* data, size_t bytes, uint64_t cookie) = 0;
   [[nodiscard]] virtual Status post_recv(void* data, size_t capacity, uint64_t cookie) = 0;
+  // One message of two parts, received as if `head` and `data` were one buffer: a header in
+  // front of data without a copy to join them. Only for messages of at most
+  // capabilities().max_parts_bytes; both buffers stay valid until the completion (bytes: both
+  // parts), as post_send's.
+  [[nodiscard]] virtual Status post_send_parts(const void* head, size_t head_bytes, const void* data, size_t bytes,
+                                               uint64_t cookie) {
+    (void)head, (void)head_bytes, (void)data, (void)bytes, (void)cookie;
+    return internal_error("this connection sends no two-part messages (capabilities().max_parts_bytes is 0)");
+  }
   // Fails every outstanding operation (their completions report ErrorCode::aborted) and closes.
   virtual void close() = 0;
 

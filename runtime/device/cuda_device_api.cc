@@ -153,6 +153,7 @@ WaitValue32 wait_value32() {
 class CudaDeviceApi final : public DeviceApi {
  public:
   const char* name() const override { return "cuda"; }
+  bool in_use() override { return cuda_started(); }
 
   DevicePointer classify(const void* p) override {
     if (!cuda_started()) return {};

@@ -33,6 +33,10 @@ class DeviceApi {
 
   // Never fails: anything that is not known device memory is host memory.
   virtual DevicePointer classify(const void* p) = 0;
+  // False while no buffer of this process can be device memory (CUDA not started), so that an
+  // operation asks once for all its buffers instead of once per buffer; classify() says the same
+  // for each pointer. Cheap, but not free for CUDA (a look at the loaded objects).
+  virtual bool in_use() { return true; }
 
   // Page-locked host memory, which copies reach at full speed and asynchronously.
   virtual Result<void*> alloc_pinned(size_t bytes) = 0;

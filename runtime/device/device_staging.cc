@@ -113,7 +113,8 @@ PinnedPool& pool() {
 Result<std::unique_ptr<DeviceStaging>> DeviceStaging::stage(
     DeviceApi* api, CollectiveArgs& args, int rank, int size, void* stream,
     const std::function<std::shared_ptr<StagingPool>()>& pool) {
-  if (api == nullptr) return std::unique_ptr<DeviceStaging>();
+  // Once per operation, not per buffer: without CUDA started every buffer is host memory.
+  if (api == nullptr || !api->in_use()) return std::unique_ptr<DeviceStaging>();
   collectives::BufferExtents x = collectives::buffer_extents(args, rank, size);
   x.send *= dtype_size(args.dtype);  // bytes from here on
   x.recv *= dtype_size(args.dtype);

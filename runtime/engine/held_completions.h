@@ -12,6 +12,7 @@
 // any thread.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <utility>
@@ -40,6 +41,8 @@ class HeldCompletions {
   bool holding_ = false;
   Mutex mu_;
   std::vector<std::pair<std::shared_ptr<detail::WorkState>, Status>> held_ GUARDED_BY(mu_);
+  // held_.size(), stored under mu_ once its completions are done: 0 lets complete_last skip mu_.
+  std::atomic<size_t> held_count_{0};
 };
 
 }  // namespace braid

@@ -36,7 +36,11 @@ bool OpQueue::admit(collectives::CollectiveArgs&& args, const std::shared_ptr<de
     group_ops_.push_back(PendingOp{std::move(args), work, seq, match, {}, nullptr});
     return false;
   }
-  *out = PendingOp{std::move(args), work, seq, match, {}, nullptr};
+  // Filled in place (out is a fresh PendingOp): no whole operation built and moved over it.
+  out->args = std::move(args);
+  out->work = work;
+  out->seq = seq;
+  out->match_seq = match;
   return true;
 }
 

@@ -101,8 +101,9 @@ class OpQueue {
   void count_on_progress() { ran_on_progress_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
-  // Numbers a new operation and queues it (or, for an open group, holds it). Returns false (and
-  // completes `work` with the reason) when the communicator can no longer run it.
+  // Numbers a new operation and fills `*out` (a fresh PendingOp) with it, or, for an open group,
+  // holds it. Returns false (and completes `work` with the reason) when the communicator can no
+  // longer run it, or held it.
   bool admit(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work, PendingOp* out)
       REQUIRES(mu_);
   // After pushing `work`'s operation: the hand-off when the communicator was idle before.

@@ -12,9 +12,9 @@ collectives::RunOptions RunFactory::options(collectives::Algo algo) const {
   options.algo = algo;
   options.chunk_bytes = cfg_.env.chunk_bytes;
   options.ring_depth = links_.ring_depth();
-  options.order = links_->ring_order();
-  options.deadline = Deadline::after_seconds(cfg_.env.timeout_s);
-  return options;
+  // BRAID_TIMEOUT_S is seconds: a coarse clock read will do, at a fraction of an exact one's cost.
+  options.deadline = Deadline::coarse_after_seconds(cfg_.env.timeout_s);
+  return options;  // order: set by make() for a run it prepares, the only one that reads it
 }
 
 collectives::RunOptions RunFactory::stream_options(const PendingOp& op) const {
@@ -34,9 +34,11 @@ Result<RunFactory::MadeRun> RunFactory::make(const PendingOp& op, const collecti
     m.run = std::move(run);
     return m;
   }
+  collectives::RunOptions full = options;
+  full.order = links_->ring_order();
   ASSIGN_OR_RETURN(collectives::PreparedCollective prepared,
                    collectives::prepare_collective(op.args, cfg_.rank, cfg_.size, links_->capabilities(),
-                                                   links_->peers(), options));
+                                                   links_->peers(), full));
   log_choice(op, prepared);
   MadeRun m{nullptr, false, prepared.name, prepared.algo};
   if (prepared.executor != nullptr) {

@@ -29,7 +29,7 @@ class RunFactory {
   void set_forced_algo(collectives::Algo algo) { forced_algo_ = algo; }
   // A stream's operation: BRAID_ALGO is a preference for the whole job, so collectives that
   // have no such algorithm (all_to_all has only pairwise) keep the automatic choice instead of
-  // failing.
+  // failing. Both leave `order` null: make() sets it for a run it prepares anew.
   collectives::RunOptions stream_options(const PendingOp& op) const;
   // A group's sends and receives: BRAID_ALGO as it is; op_id is set per member.
   collectives::RunOptions group_options() const;

@@ -55,7 +55,9 @@ void StreamRunner::admit(PendingOp& op, std::unique_ptr<PendingOp> taken) {
 }
 
 void StreamRunner::complete_finished(bool last) {
-  for (auto& a : active_) {
+  const size_t oldest = oldest_;
+  for (size_t i = oldest_; i < active_.size(); ++i) {  // those before oldest_ are completed
+    StreamOp& a = active_[i];
     if (a.completed || !a.run->done()) continue;
     a.completed = true;
     failure_.note_done(std::max(failure_.done_seq(), a.op.seq), a.what);
@@ -70,7 +72,7 @@ void StreamRunner::complete_finished(bool last) {
     }
   }
   while (oldest_ < active_.size() && active_[oldest_].completed) ++oldest_;
-  if (oldest_ < active_.size()) {
+  if (oldest_ != oldest && oldest_ < active_.size()) {  // run() set them for the first
     what_ = active_[oldest_].what;
     deadline_ = active_[oldest_].deadline;
     seq_ = active_[oldest_].op.seq;

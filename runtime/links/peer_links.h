@@ -47,8 +47,8 @@ class LinkWork {
   // One completion from any connection; *ours: it belonged to this work. Every completion of a
   // poll is handed over, even after one failed, so counts of outstanding operations stay true.
   virtual Status on_completion(const transport::Completion& c, bool* ours) = 0;
-  // Before each poll, with the time read once for the pass: the deadline, an abort, the failure
-  // board. Non-OK ends drive() with it.
+  // Before each poll, with the time read once for the pass (coarse_now(): up to a tick behind):
+  // the deadline, an abort, the failure board. Non-OK ends drive() with it.
   virtual Status check(Clock::time_point now) = 0;
   // A completion no operation of this work claimed (a finished operation's): for TRACE lines.
   virtual void dropped(const transport::Completion& c) { (void)c; }

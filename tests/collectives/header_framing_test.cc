@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/job_secret.h"
 #include "tests/transport/transport_link.h"
 #include "transport/inproc/inproc_transport.h"
 
@@ -116,14 +117,17 @@ struct Rank {
 
 class HeaderFramingTest : public ::testing::Test {
  protected:
-  // A fresh link and two fresh ranks, both sending and expecting header(7).
-  void start() {
+  // A fresh link of `transport` and two fresh ranks, both sending and expecting header(7).
+  void start(const char* transport = "inproc") {
     link_.reset();  // its connections go before its transports, and both before the fabric
     fabric_ = std::make_unique<transport::inproc::Fabric>();
     link_ = std::make_unique<Link>();
     transport::TransportOptions o = transport::testing::loopback_options();
     o.inproc_fabric = fabric_.get();
-    Status s = transport::testing::make_link("inproc", o, o, *link_);
+    auto secret = auth::JobSecret::from_text("header framing test secret 0123456789", "test");
+    ASSERT_TRUE(secret.is_ok()) << secret.status().message();
+    o.secret = secret.value();
+    Status s = transport::testing::make_link(transport, o, o, *link_);
     ASSERT_TRUE(s.is_ok()) << s.message();
     sender_ = Rank{};
     sender_.rank = 0;  // the accepting end is rank 0
@@ -290,6 +294,44 @@ TEST_F(HeaderFramingTest, SmallFirstMessageCarriesItsHeaderInline) {
     for (const Status& s : receiver_.results) EXPECT_TRUE(s.is_ok()) << s.message();
     EXPECT_TRUE(in.holds(out));
     EXPECT_TRUE(in.guards_untouched());
+  }
+}
+
+// Over shm a small first message goes as one two-part message (the header, then the data where
+// it is: Connection::post_send_parts) rather than staged through a copy: the same one message
+// arrives, its header is checked, its data lands, and a differing header still fails the check
+// before any data lands. Sizes around shm's largest two-part message take either way.
+TEST_F(HeaderFramingTest, OverShmASmallFirstMessageStillCarriesItsHeaderInline) {
+  ASSERT_NO_FATAL_FAILURE(start("shm"));
+  const size_t parts = link_->ca->capabilities().max_parts_bytes;
+  ASSERT_GT(parts, kHeaderBytes + 4096) << "shm takes no two-part messages";
+  for (size_t bytes : {size_t{0}, size_t{1}, size_t{4096}, parts - kHeaderBytes, parts - kHeaderBytes + 1,
+                       HeaderFraming::kInlineHeaderMax}) {
+    for (bool differs : {false, true}) {
+      SCOPED_TRACE("bytes " + std::to_string(bytes) + (differs ? ", header differs" : ""));
+      ASSERT_NO_FATAL_FAILURE(start("shm"));
+      sender_.sends = receiver_.expects = header(40);
+      if (differs) sender_.sends[0] ^= 0x80;
+      frame(/*reverse=*/false);
+      const std::vector<unsigned char> out = message(bytes, 2);
+      Landing in(bytes);
+      ASSERT_NO_FATAL_FAILURE(post(out, in.land()));
+      EXPECT_EQ(sender_.outstanding, 1u);  // one send, no header-only message
+      ASSERT_NO_FATAL_FAILURE(finish());
+      ASSERT_EQ(link_->done_b.size(), 1u);
+      EXPECT_EQ(link_->done_b[0].bytes, kHeaderBytes + bytes);
+      ASSERT_EQ(receiver_.checks.size(), 1u);
+      EXPECT_EQ(receiver_.checks[0].header, bytes_of(sender_.sends));
+      ASSERT_EQ(receiver_.results.size(), 1u);
+      if (differs) {
+        EXPECT_EQ(receiver_.results[0].code(), ErrorCode::mismatch);
+        EXPECT_TRUE(in.untouched()) << "data landed although its header failed the check";
+      } else {
+        EXPECT_TRUE(receiver_.results[0].is_ok()) << receiver_.results[0].message();
+        EXPECT_TRUE(in.holds(out));
+        EXPECT_TRUE(in.guards_untouched());
+      }
+    }
   }
 }
 

@@ -67,19 +67,35 @@ bool ShmConnection::single_copy(const void* data, size_t bytes) {
   return worth_single_copy(s_.pages->small_bytes(data, bytes), bytes);
 }
 
-Status ShmConnection::post_send(const void* data, size_t bytes, uint64_t cookie) {
+Status ShmConnection::queue_send(Send s, bool may_copy_once) {
   if (closed_) return invalid_argument("post_send on a closed shm connection to " + who());
   if (!broken_.is_ok()) {
-    complete(true, cookie, 0, broken_);
+    complete(true, s.cookie, 0, broken_);
     return Status::ok();
   }
   if (sends_.size() + acks_.size() >= kMaxInFlight) {
     return invalid_argument("more than " + std::to_string(kMaxInFlight) + " sends outstanding to " + who());
   }
-  const bool cma = single_copy(data, bytes);
-  sends_.push_back(Send{static_cast<const unsigned char*>(data), bytes, cookie, cma});
+  if (may_copy_once) s.cma = single_copy(s.data, s.len);
+  sends_.push_back(s);
   if (sends_.size() == 1 && write_sends()) notify_peer();  // a small message leaves at once
   return Status::ok();
+}
+
+Status ShmConnection::post_send(const void* data, size_t bytes, uint64_t cookie) {
+  return queue_send(Send{static_cast<const unsigned char*>(data), bytes, cookie, /*cma=*/false}, true);
+}
+
+Status ShmConnection::post_send_parts(const void* head, size_t head_bytes, const void* data, size_t bytes,
+                                      uint64_t cookie) {
+  if (head_bytes + bytes > kMaxPartsBytes) {
+    return invalid_argument("a two-part message of " + std::to_string(head_bytes + bytes) + " bytes to " + who() +
+                            " is above the " + std::to_string(kMaxPartsBytes) + " bytes shm takes in two parts");
+  }
+  Send s{static_cast<const unsigned char*>(data), head_bytes + bytes, cookie, /*cma=*/false};
+  s.head = static_cast<const unsigned char*>(head);
+  s.head_len = head_bytes;
+  return queue_send(s, false);
 }
 
 Status ShmConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
@@ -102,6 +118,17 @@ void ShmConnection::copy_in(uint64_t pos, const void* src, size_t n) {
   const size_t first = std::min<size_t>(n, ring_ - at);
   std::memcpy(out_data_ + at, src, first);
   if (first < n) std::memcpy(out_data_, static_cast<const unsigned char*>(src) + first, n - first);
+}
+
+void ShmConnection::copy_message(uint64_t pos, const Send& s, size_t from, size_t n) {
+  if (from < s.head_len) {
+    const size_t first = std::min(n, s.head_len - from);
+    copy_in(pos, s.head + from, first);
+    pos += first;
+    from += first;
+    n -= first;
+  }
+  if (n > 0) copy_in(pos, s.data + (from - s.head_len), n);
 }
 
 void ShmConnection::copy_out(uint64_t pos, void* dst, size_t n) const {
@@ -152,7 +179,7 @@ bool ShmConnection::write_sends() {
         s.written = sizeof h;
       } else if (s.written < payload_end) {
         const size_t n = std::min<uint64_t>({room, payload_end - s.written, kChunk});
-        copy_in(tail_, s.data + (s.written - kRecordHeaderBytes), n);
+        copy_message(tail_, s, s.written - kRecordHeaderBytes, n);
         tail_ += n;
         s.written += n;
         if (n == kChunk) publish();

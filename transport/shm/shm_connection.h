@@ -4,7 +4,8 @@
 // Sends are written into the outgoing ring in order. A message goes as a cma record (the
 // receiver copies it straight from our buffer with process_vm_readv) when the peer found at
 // setup that it may read our memory and the policy (CmaPolicy, from BRAID_SHM_CMA) picks it,
-// and through the ring otherwise. Inline sends complete once their last byte is in the ring;
+// and through the ring otherwise (a two-part message, post_send_parts, always through the ring,
+// its parts copied one after the other into one record). Inline sends complete once their last byte is in the ring;
 // cma sends once the peer counted them read; completions keep the order of posting.
 // Receives take records in order; a record larger than the posted buffer is consumed and the
 // receive fails with ErrorCode::protocol. A cma record is read in pieces of kCmaPieceBytes, one
@@ -60,12 +61,16 @@ struct ShmConnectionSetup {
 class ShmConnection final : public Connection {
  public:
   static constexpr size_t kMaxInFlight = 4096;
+  // Two-part messages always go through the ring (no single copy from two buffers): only those
+  // below the size from which a message may go single-copy.
+  static constexpr size_t kMaxPartsBytes = kCmaMinBytes - 1;
 
   explicit ShmConnection(ShmConnectionSetup setup);
   ~ShmConnection() override;
 
   Status post_send(const void* data, size_t bytes, uint64_t cookie) override;
   Status post_recv(void* data, size_t capacity, uint64_t cookie) override;
+  Status post_send_parts(const void* head, size_t head_bytes, const void* data, size_t bytes, uint64_t cookie) override;
   void close() override;
   int peer_rank() const override { return s_.peer_rank; }
   const std::string& peer_address() const override { return s_.peer_address; }
@@ -73,6 +78,7 @@ class ShmConnection final : public Connection {
   Capabilities capabilities() const override {
     Capabilities c;  // as ShmTransport::capabilities()
     c.max_in_flight = kMaxInFlight;
+    c.max_parts_bytes = kMaxPartsBytes;
     return c;
   }
 
@@ -117,11 +123,13 @@ class ShmConnection final : public Connection {
  private:
   struct Send {
     const unsigned char* data;
-    size_t len;
+    size_t len;  // the whole message: head_len bytes at head, then the rest at data
     uint64_t cookie;
     bool cma;
     size_t written = 0;  // bytes of its record in the ring
     uint64_t cma_index = 0;
+    const unsigned char* head = nullptr;  // a two-part message's first part (post_send_parts)
+    size_t head_len = 0;
   };
   struct Recv {
     unsigned char* data;
@@ -129,7 +137,12 @@ class ShmConnection final : public Connection {
     uint64_t cookie;
   };
 
+  // What post_send and post_send_parts share: checks, then queues `s` (single-copy when
+  // may_copy_once and single_copy() says so) and writes it when nothing is ahead of it.
+  Status queue_send(Send s, bool may_copy_once);
   bool write_sends();
+  // n bytes of `s`'s message from byte `from` on, into the ring at pos.
+  void copy_message(uint64_t pos, const Send& s, size_t from, size_t n);
   bool wrap_fits(uint64_t total);
   bool read_records();
   bool read_cma_piece();

@@ -108,6 +108,7 @@ Capabilities ShmTransport::capabilities() const {
   Capabilities c;
   c.max_in_flight = ShmConnection::kMaxInFlight;
   c.watches_peer_cpu = true;
+  c.max_parts_bytes = ShmConnection::kMaxPartsBytes;
   return c;
 }
 

@@ -4,6 +4,7 @@
 // work queued on the stream before the call, the stream's later work waits for the operation,
 // Work::wait() means the result is in the device buffer, a failure leaves that buffer alone,
 // a stuck GPU is a bounded error naming it, and what cannot be done is refused at the call.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <link.h>
 
@@ -20,6 +21,21 @@
 #include "runtime/device/device_staging.h"
 #include "runtime/work_state.h"
 #include "tests/runtime/device/device_test_support.h"
+
+// Counts the scans of the loaded objects (the CUDA device API's look for the driver) and passes
+// each on to the C library's: defined in the executable, it stands in for libc's everywhere.
+namespace {
+std::atomic<int> loader_scans{0};
+thread_local int loader_scans_here = 0;  // this thread's
+}  // namespace
+
+extern "C" int dl_iterate_phdr(int (*callback)(dl_phdr_info*, size_t, void*), void* data) {
+  using Scan = int (*)(int (*)(dl_phdr_info*, size_t, void*), void*);
+  static const auto real = reinterpret_cast<Scan>(dlsym(RTLD_NEXT, "dl_iterate_phdr"));
+  loader_scans.fetch_add(1, std::memory_order_relaxed);
+  ++loader_scans_here;
+  return real(callback, data);
+}
 
 namespace braid {
 namespace {
@@ -351,6 +367,46 @@ TEST(DeviceApi, WithoutCudaOrATestDeviceEveryBufferIsHostMemory) {
         &driver_loaded);
     EXPECT_FALSE(driver_loaded) << "classifying a host pointer loaded the CUDA driver";
   }
+}
+
+// A small operation's every microsecond counts (docs/performance.md, "The steady cost of a small
+// operation"): whether CUDA is started is asked once per operation, not once per buffer.
+TEST(DeviceApi, AnOperationOnHostBuffersLooksForTheCudaDriverOnce) {
+  set_device_api_for_testing(nullptr);
+  if (cuda_device_api() == nullptr) GTEST_SKIP() << "built without CUDA: no driver to look for";
+  if (cuda_device_api()->in_use()) GTEST_SKIP() << "CUDA is started in this process: nothing is looked for";
+  float send[4] = {}, recv[4] = {};
+  collectives::CollectiveArgs a;
+  a.kind = collectives::Kind::all_reduce;
+  a.count = 4;
+  a.dtype = DType::f32;
+  a.send = send;
+  a.recv = recv;  // out of place: two buffers
+  const int before = loader_scans.load();
+  auto st = DeviceStaging::stage(device_api(), a, 0, 2, nullptr);
+  const int scans = loader_scans.load() - before;
+  ASSERT_TRUE(st.is_ok());
+  EXPECT_EQ(st.value(), nullptr) << "host buffers were taken for device memory";
+  EXPECT_EQ(scans, 1) << "the loaded objects were scanned for the CUDA driver " << scans << " times for one operation";
+}
+
+// ... and so is a whole operation on a communicator, out of place on host buffers (each rank runs
+// its own on its calling thread, where the scans are counted).
+TEST(DeviceApi, AnAllReduceOnHostBuffersLooksForTheCudaDriverOncePerRank) {
+  set_device_api_for_testing(nullptr);
+  if (cuda_device_api() == nullptr) GTEST_SKIP() << "built without CUDA: no driver to look for";
+  if (cuda_device_api()->in_use()) GTEST_SKIP() << "CUDA is started in this process: nothing is looked for";
+  Job job(2);
+  job.on_every_rank([&](int r) {
+    Communicator comm = job.make(r);
+    std::vector<float> in(4, static_cast<float>(r + 1)), out(4, 0);
+    comm.barrier();
+    const int before = loader_scans_here;
+    comm.all_reduce(in.data(), out.data(), in.size(), DType::f32, Op::sum);
+    const int scans = loader_scans_here - before;
+    EXPECT_EQ(out[3], 3.0f) << "rank " << r;
+    EXPECT_EQ(scans, 1) << "rank " << r << ": the loaded objects were scanned " << scans << " times for one all_reduce";
+  });
 }
 
 }  // namespace

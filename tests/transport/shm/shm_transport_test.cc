@@ -438,6 +438,53 @@ TEST(ShmRing, OnePollReturnsAFinishedSendAndAMessageThatArrived) {
   EXPECT_TRUE(check(in.data(), in.size(), 4));
 }
 
+// A header in front of data goes as one message without a copy to join them
+// (post_send_parts, collectives/header_framing.h): the receiver gets both parts as one message,
+// byte for byte and in order with plain ones, also where a record runs over the ring's end
+// (many messages in flight at once make the records walk the ring). A message above
+// max_parts_bytes is refused, naming the limit.
+TEST(ShmRing, ATwoPartMessageArrivesAsOneMessageInOrderWithPlainOnes) {
+  TransportOptions o;
+  o.secret = secret("shm transport test secret 0123456789");
+  Link link;
+  ASSERT_TRUE(make_link("shm", o, o, link).is_ok());
+  const size_t max = link.cb->capabilities().max_parts_bytes;
+  ASSERT_GT(max, 4096u) << "shm takes no two-part messages";
+  struct Message {
+    size_t head, data;  // data without a head: a plain post_send
+    bool parts;
+  };
+  const std::vector<Message> round = {{64, 4096, true}, {0, 100, true},   {7, 0, true},       {0, 3000, false},
+                                      {1, 3, true},     {64, max - 64, true}, {0, 0, false}, {33, 5, true}};
+  const size_t rounds = 20;  // all in flight at once: more than the ring holds
+  std::vector<std::vector<unsigned char>> whole(rounds * round.size()), in(whole.size());
+  for (size_t k = 0; k < whole.size(); ++k) {
+    const Message& m = round[k % round.size()];
+    whole[k].resize(m.head + m.data);
+    fill(whole[k], k);
+    in[k].assign(whole[k].size() + 8, 0);
+    ASSERT_TRUE(link.ca->post_recv(in[k].data(), in[k].size(), 1000 + k).is_ok());
+    const unsigned char* p = whole[k].data();
+    Status posted = m.parts ? link.cb->post_send_parts(p, m.head, p + m.head, m.data, 9000 + k)
+                            : link.cb->post_send(p, m.data, 9000 + k);
+    ASSERT_TRUE(posted.is_ok()) << posted.message();
+  }
+  ASSERT_TRUE(link.drive([&] { return link.done_a.size() == whole.size() && link.done_b.size() == whole.size(); }));
+  for (size_t k = 0; k < whole.size(); ++k) {
+    const Completion& got = link.done_a[k];
+    ASSERT_TRUE(got.status.is_ok()) << got.status.message();
+    EXPECT_EQ(got.cookie, 1000 + k) << "receives complete in order";
+    EXPECT_EQ(got.bytes, whole[k].size()) << "message " << k;
+    EXPECT_TRUE(check(in[k].data(), whole[k].size(), k)) << "message " << k << " differs";
+    EXPECT_EQ(link.done_b[k].cookie, 9000 + k) << "sends complete in order";
+    EXPECT_EQ(link.done_b[k].bytes, whole[k].size()) << "a two-part send completes with both parts' bytes";
+  }
+  std::vector<unsigned char> big(max + 1);
+  Status refused = link.cb->post_send_parts(big.data(), 1, big.data() + 1, max, 1);
+  EXPECT_EQ(refused.code(), ErrorCode::invalid_argument);
+  EXPECT_NE(refused.message().find(std::to_string(max)), std::string::npos) << refused.message();
+}
+
 // Pins the calling thread to `cpu` for the scope's lifetime.
 class PinnedTo {
  public:
