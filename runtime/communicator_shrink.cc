@@ -71,6 +71,11 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::shrink(const std::ve
   const int suspect = named_failed_rank(board);
   if (board.store_unreachable()) return shrink_store_gone(board.store_problem());
   if (suspect >= 0 && suspect != cfg_.rank) round.suspected[static_cast<size_t>(suspect)] = true;
+  // Every other rank whose connection had ended, without a word on the board, by the time this
+  // rank closed its own: a whole host lost takes several at once, and the failure names one.
+  for (int r : board.without_closing_mark(failure_.ended_peers())) {
+    if (r != cfg_.rank) round.suspected[static_cast<size_t>(r)] = true;
+  }
   Result<ShrinkMembers> members = Status(ErrorCode::internal, "shrink: no agreement");
   try {
     members = agree_on_members(*ns, round);

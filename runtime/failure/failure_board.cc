@@ -187,6 +187,20 @@ void FailureBoard::write_report(const TimeoutReport& report) {
   guarded([&] { store_->set("report", std::to_string(report.culprit) + "\n" + report.text); });
 }
 
+void FailureBoard::mark_closing() {
+  guarded([&] { store_->set("closing/" + std::to_string(rank_), ""); });
+}
+
+std::vector<int> FailureBoard::without_closing_mark(const std::vector<int>& ranks) {
+  std::vector<int> out;
+  for (int r : ranks) {
+    bool marked = false;
+    if (!guarded([&] { marked = store_->check({"closing/" + std::to_string(r)}); })) return ranks;
+    if (!marked) out.push_back(r);
+  }
+  return out;
+}
+
 std::optional<TimeoutReport> FailureBoard::wait_report(Deadline bound) {
   for (;;) {
     std::optional<std::string> raw;

@@ -417,6 +417,14 @@ void ShmConnection::close() {
   (void)n;
 }
 
+// The peer's closed flag, or its liveness descriptor readable: its process exited (pidfd), or
+// the setup's socket reached EOF (the kernel closed it with the process).
+bool ShmConnection::peer_ended() const {
+  if (peer_gone_ || header_->ends[1 - s_.self_end].closed.load(std::memory_order_acquire) != 0) return true;
+  pollfd p{liveness_fd_, POLLIN, 0};
+  return liveness_fd_ >= 0 && ::poll(&p, 1, 0) == 1;
+}
+
 std::string ShmConnection::stall_hint() const {
   if (peer_gone_) return "the shm peer " + who() + " is gone";
   if (!sends_.empty()) return "the shm ring to " + who() + " is full: that rank is not receiving";

@@ -2,6 +2,7 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -48,6 +49,18 @@ uint64_t TcpConnection::retransmissions() const {
     if (s->fd() >= 0 && getsockopt(s->fd(), IPPROTO_TCP, TCP_INFO, &info, &len) == 0) n += info.tcpi_total_retrans;
   }
   return n;
+}
+
+// POLLRDHUP: the peer's FIN arrived (even with its last bytes still unread); POLLHUP: a reset.
+// Not POLLERR, which a zero-copy notification waiting on the error queue raises too. A failed
+// connection has shut its sockets down itself (fail()), so its Status answers instead.
+bool TcpConnection::peer_ended() const {
+  if (failed()) return failed_.code() == ErrorCode::peer_lost;
+  for (const auto& s : streams_) {
+    pollfd p{s->fd(), POLLRDHUP, 0};
+    if (s->ended() || (s->fd() >= 0 && ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP)) != 0)) return true;
+  }
+  return false;
 }
 
 std::string TcpConnection::describe_peer() const {

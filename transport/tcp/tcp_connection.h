@@ -68,6 +68,7 @@ class TcpConnection final : public Connection {
   int peer_rank() const override { return peer_rank_; }
   const std::string& peer_address() const override { return peer_address_; }
   uint64_t retransmissions() const override;
+  bool peer_ended() const override;
   Capabilities capabilities() const override {
     Capabilities c;
     c.zero_copy_send = engine_->zero_copy();
