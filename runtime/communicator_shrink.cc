@@ -1,5 +1,6 @@
 // CommunicatorImpl::shrink: end this communicator, agree through its store on the ranks that go
 // on (bootstrap/shrink.h), and make their communicator.
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -71,11 +72,20 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::shrink(const std::ve
   const int suspect = named_failed_rank(board);
   if (board.store_unreachable()) return shrink_store_gone(board.store_problem());
   if (suspect >= 0 && suspect != cfg_.rank) round.suspected[static_cast<size_t>(suspect)] = true;
-  // Every other rank whose connection had ended, without a word on the board, by the time this
-  // rank closed its own: a whole host lost takes several at once, and the failure names one.
-  for (int r : board.without_closing_mark(failure_.ended_peers())) {
-    if (r != cfg_.rank) round.suspected[static_cast<size_t>(r)] = true;
-  }
+  // A rank is gone when its connection ended and it left no closing mark on the board: dead,
+  // not a survivor that closed on purpose. A whole host lost takes several at once and the
+  // failure names one; the others' sockets may close milliseconds later, so the agreement asks
+  // again while it waits. A mark, once seen, stays.
+  std::vector<bool> marked(static_cast<size_t>(cfg_.size), false);
+  round.gone = [&] {
+    std::vector<int> ended;
+    for (int r : failure_.ended_peers()) {
+      if (!marked[static_cast<size_t>(r)]) ended.push_back(r);
+    }
+    std::vector<int> out = board.without_closing_mark(ended);
+    for (int r : ended) marked[static_cast<size_t>(r)] = std::find(out.begin(), out.end(), r) == out.end();
+    return out;
+  };
   Result<ShrinkMembers> members = Status(ErrorCode::internal, "shrink: no agreement");
   try {
     members = agree_on_members(*ns, round);

@@ -76,17 +76,17 @@ void CommFailure::end(CommState state, Status s) {
 }
 
 std::vector<int> CommFailure::ended_peers() const {
+  const std::vector<int> now = links_.get() ? links_->ended_peers() : std::vector<int>{};
   MutexLock lock(state_mu_);
-  return ended_peers_;
+  std::vector<int> all;
+  std::set_union(ended_peers_.begin(), ended_peers_.end(), now.begin(), now.end(), std::back_inserter(all));
+  return all;
 }
 
 // Which connections the peers ended, asked before this rank ends them all itself.
 void CommFailure::note_ended_peers() {
-  if (!links_.get()) return;
-  const std::vector<int> now = links_->ended_peers();
+  std::vector<int> all = ended_peers();
   MutexLock lock(state_mu_);
-  std::vector<int> all;
-  std::set_union(ended_peers_.begin(), ended_peers_.end(), now.begin(), now.end(), std::back_inserter(all));
   ended_peers_ = std::move(all);
 }
 

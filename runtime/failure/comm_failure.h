@@ -72,9 +72,10 @@ class CommFailure {
   void note_failed_peer(int peer) {
     if (failed_peer_ < 0) failed_peer_ = peer;
   }
-  // The peers whose end of the connection was gone (transport::Connection::peer_ended) when
-  // this rank closed its connections, in rank order: dead, or closed on purpose by survivors
-  // (the failure board's closing marks tell which). Empty until then. For shrink().
+  // The peers whose end of the connection is gone (transport::Connection::peer_ended), in rank
+  // order: those seen when this rank closed its connections and those seen now. Dead, or
+  // survivors that closed on purpose (the failure board's closing marks tell which). For
+  // shrink(): any thread, once the communicator ended.
   std::vector<int> ended_peers() const EXCLUDES(state_mu_);
   // The last operation completed, for progress lines and timeout reports.
   void note_done(uint64_t seq, const OpLabel& what) {

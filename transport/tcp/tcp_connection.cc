@@ -1,8 +1,8 @@
 #include "transport/tcp/tcp_connection.h"
 
 #include <netinet/in.h>
+#include <fcntl.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -51,14 +51,23 @@ uint64_t TcpConnection::retransmissions() const {
   return n;
 }
 
-// POLLRDHUP: the peer's FIN arrived (even with its last bytes still unread); POLLHUP: a reset.
-// Not POLLERR, which a zero-copy notification waiting on the error queue raises too. A failed
-// connection has shut its sockets down itself (fail()), so its Status answers instead.
+namespace {
+
+// Whether the TCP state of `fd` says the peer's end is gone: its FIN or reset arrived. While it
+// lives the socket is ESTABLISHED, or FIN_WAIT1/2 once this end shut its side down (close()).
+bool peer_end_arrived(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
+  return info.tcpi_state != TCP_ESTABLISHED && info.tcpi_state != TCP_FIN_WAIT1 && info.tcpi_state != TCP_FIN_WAIT2;
+}
+
+}  // namespace
+
 bool TcpConnection::peer_ended() const {
-  if (failed()) return failed_.code() == ErrorCode::peer_lost;
+  if (failed_.code() == ErrorCode::peer_lost || peer_end_arrived(liveness_fd_.get())) return true;
   for (const auto& s : streams_) {
-    pollfd p{s->fd(), POLLRDHUP, 0};
-    if (s->ended() || (s->fd() >= 0 && ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP)) != 0)) return true;
+    if (s != nullptr && (s->ended() || peer_end_arrived(s->fd()))) return true;
   }
   return false;
 }
@@ -324,6 +333,11 @@ void TcpConnection::close() {
     }
   }
   flush_failures();
+  // fail() shut every socket down, which told the peer; one socket is kept open (a duplicate)
+  // so that peer_ended() still answers after close(), as shrink() asks.
+  for (const auto& s : streams_) {
+    if (s != nullptr && s->fd() >= 0 && liveness_fd_.get() < 0) liveness_fd_ = UniqueFd(::fcntl(s->fd(), F_DUPFD_CLOEXEC, 0));
+  }
   streams_.clear();
   shared_cpu_.reset();
 }

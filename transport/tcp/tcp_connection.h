@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/spin.h"
+#include "common/unique_fd.h"
 #include "transport/common/host_identity.h"
 #include "transport/tcp/engine.h"
 #include "transport/tcp/tcp_stream.h"
@@ -142,6 +143,7 @@ class TcpConnection final : public Connection {
   uint64_t first_recv_seq_ = 0;
   Status failed_;
   bool closed_ = false;
+  UniqueFd liveness_fd_;  // after close(): one socket, shut down, for peer_ended()
 };
 
 }  // namespace braid::transport::tcp
