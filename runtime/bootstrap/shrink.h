@@ -17,8 +17,9 @@
 // suspected; a suspect (the rank the failure named as dead or silent) is taken when it posted in
 // time, never waited for. Suspects are also found while waiting (ShrinkRound::gone: ranks whose
 // connection ended without the closing mark a survivor leaves, failure_board.h): when a whole
-// host is lost the failure names one of its ranks, and the others are found so. A survivor not in the adopted list (stopped, or later than the window)
-// gets an error: it can never join that communicator. The new one meets in the namespace
+// host is lost the failure names one of its ranks, and the others are found so. A survivor not
+// in the adopted list (stopped, or later than the window) gets an error: it can never join that
+// communicator. The new one meets in the namespace
 // "shrink<n>/" inside the old one's, with its own id and connections, as a split child does.
 #pragma once
 
