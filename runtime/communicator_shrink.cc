@@ -12,17 +12,22 @@
 namespace braid {
 namespace {
 
-// The rank the failure on `board` names as dead or silent (a lost peer, or the one a timeout's
-// report blames); -1 when none, or when the failure was of another kind (an abort, a mismatch:
-// the rank it names is alive and will call shrink too).
-int named_failed_rank(FailureBoard& board) {
+// The ranks the failure on `board` names as dead or silent: a lost peer, or the one a timeout's
+// report blames and every rank that did not answer for it (a host cut off takes several). None
+// when the failure was of another kind (an abort, a mismatch: the rank it names is alive and
+// will call shrink too).
+std::vector<int> named_failed_ranks(FailureBoard& board) {
   const std::optional<Failure> f = board.read();
-  if (!f) return -1;
-  if (f->code == ErrorCode::peer_lost) return f->culprit;
-  if (f->code != ErrorCode::timeout) return -1;
-  if (f->culprit >= 0) return f->culprit;
+  if (!f) return {};
+  if (f->code == ErrorCode::peer_lost) return {f->culprit};
+  if (f->code != ErrorCode::timeout) return {};
+  std::vector<int> out = {f->culprit};
   const std::optional<TimeoutReport> report = board.wait_report(Deadline::after(std::chrono::seconds(0)));
-  return report ? report->culprit : -1;
+  if (report) {
+    out.push_back(report->culprit);
+    out.insert(out.end(), report->silent.begin(), report->silent.end());
+  }
+  return out;
 }
 
 Status bad_exclude(int r, int size, bool twice) {
@@ -69,9 +74,11 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::shrink(const std::ve
   // handed in has only its own.
   const std::shared_ptr<Store> ns = cfg_.board_bounded ? cfg_.board_store : cfg_.store;
   FailureBoard board(ns, cfg_.rank, cfg_.size);
-  const int suspect = named_failed_rank(board);
+  const std::vector<int> suspects = named_failed_ranks(board);
   if (board.store_unreachable()) return shrink_store_gone(board.store_problem());
-  if (suspect >= 0 && suspect != cfg_.rank) round.suspected[static_cast<size_t>(suspect)] = true;
+  for (int r : suspects) {
+    if (r >= 0 && r < cfg_.size && r != cfg_.rank) round.suspected[static_cast<size_t>(r)] = true;
+  }
   // A rank is gone when its connection ended and it left no closing mark on the board: dead,
   // not a survivor that closed on purpose. A whole host lost takes several at once and the
   // failure names one; the others' sockets may close milliseconds later, so the agreement asks

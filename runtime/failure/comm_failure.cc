@@ -155,12 +155,14 @@ TimeoutReport CommFailure::timeout_report(uint64_t seq, const std::string& what)
     return {-1, o.str()};
   }
   std::string late, silent, lines, links;
+  std::vector<int> silent_ranks;
   int culprit = -1, first_late = -1;
   for (int r = 0; r < cfg_.size; ++r) {
     const auto& p = all[static_cast<size_t>(r)];
     lines += "; rank " + std::to_string(r) + ": ";
     if (!p) {
       silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+      silent_ranks.push_back(r);
       if (culprit < 0) culprit = r;
       lines += "no answer (dead, stuck without its progress thread, or cut off from the store)";
       continue;
@@ -192,7 +194,7 @@ TimeoutReport CommFailure::timeout_report(uint64_t seq, const std::string& what)
   // A rank whose progress line never came may only have been cut off from the store, by the
   // lossy link of the rank that serves it: silence then says nothing against the silent rank.
   if (lossy.rank >= 0 && lossy.rank == cfg_.store_rank) return {lossy.rank, o.str()};
-  return {culprit >= 0 ? culprit : lossy.rank >= 0 ? lossy.rank : first_late, o.str()};
+  return {culprit >= 0 ? culprit : lossy.rank >= 0 ? lossy.rank : first_late, o.str(), silent_ranks};
 }
 
 // What happened to the store, for messages: which bound expired, or that it is gone.

@@ -13,7 +13,8 @@
 //                 learned of the failure: the operation it is in (0: idle), the last one it
 //                 completed, and its connections that retransmitted ("1:40,3:2": peer:count;
 //                 "-": none)
-//   report        "<culprit>\n<text>": the timeout report, written by the rank that timed out first
+//   report        "<culprit> <silent>\n<text>": the timeout report, written by the rank that timed
+//                 out first; silent: the ranks that did not answer ("1,3"; "-": none)
 //   closing/<r>   "": rank r closes its connections on purpose (it learned of a failure, or was
 //                 aborted), written before it closes them. A peer that finds its connection to r
 //                 ended and no such key behind it knows r died (or left) without a word:
@@ -49,6 +50,7 @@ struct Failure {
 struct TimeoutReport {
   int culprit = -1;  // the first rank that did not answer, else the first late one; -1: none
   std::string text;
+  std::vector<int> silent{};  // every rank that did not answer (dead, stopped or cut off)
 };
 
 struct Progress {
