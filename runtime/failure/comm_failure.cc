@@ -114,10 +114,17 @@ void CommFailure::name_the_gone(int culprit) {
   gone_text_ = text + " unreachable";
 }
 
+// A rank that learned of a failure (or aborts) says so before it closes: its peers then tell
+// it from a dead rank (failure_board.h). A healthy communicator's destruction leaves no mark
+// (and no key behind): its rank is leaving, which its peers may count as gone.
+void CommFailure::close_after_failure(const std::vector<OpRun*>& runs) {
+  if (links_.get()) board_.mark_closing();
+  close_connections(runs);
+}
+
 void CommFailure::close_connections(const std::vector<OpRun*>& runs) {
   if (!links_.get()) return;
   note_ended_peers();
-  board_.mark_closing();
   links_->close_all();
   if (runs.empty()) return;
   auto outstanding = [&] {
@@ -258,7 +265,7 @@ Status CommFailure::on_failure(Status s, const std::string& what, uint64_t seq, 
   if (abort_requested_.load()) {
     const std::string reason = abort_reason();
     (void)board_.publish({ErrorCode::aborted, cfg_.rank, me + " aborted the communicator (" + reason + ")", cfg_.rank});
-    close_connections(runs);
+    close_after_failure(runs);
     Status out(ErrorCode::aborted, what + " on " + me + ": aborted on this rank (" + reason + ")");
     end(CommState::aborted, out);
     return out;
@@ -283,7 +290,7 @@ Status CommFailure::on_failure(Status s, const std::string& what, uint64_t seq, 
   if (s.code() == ErrorCode::peer_lost || adopted->code == ErrorCode::peer_lost) name_the_gone(adopted->culprit);
   Status out = adopted->rank == cfg_.rank ? report_own(s, what, seq, adopted->culprit, std::move(why))
                                           : report_adopted(s, what, seq, *adopted, std::move(why));
-  close_connections(runs);
+  close_after_failure(runs);
   end(CommState::failed, out);
   return out;
 }
@@ -349,7 +356,7 @@ void CommFailure::idle_check() {
   const std::string because = culprit >= 0 && culprit != cfg_.rank ? " because of rank " + std::to_string(culprit) +
                                                                          (why.empty() ? "" : " (" + why + ")")
                                                                    : "";
-  close_connections({});
+  close_after_failure({});
   end(CommState::failed, Status(f->code, "rank " + std::to_string(cfg_.rank) +
                                              ": the communicator failed while this rank was idle" + because + ": " +
                                              detail));
@@ -359,7 +366,7 @@ void CommFailure::handle_abort() {
   const std::string reason = abort_reason();
   const std::string me = "rank " + std::to_string(cfg_.rank);
   (void)board_.publish({ErrorCode::aborted, cfg_.rank, me + " aborted the communicator (" + reason + ")", cfg_.rank});
-  close_connections({});
+  close_after_failure({});
   end(CommState::aborted, Status(ErrorCode::aborted, me + ": the communicator was aborted on this rank (" + reason + ")"));
 }
 

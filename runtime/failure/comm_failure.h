@@ -100,6 +100,7 @@ class CommFailure {
   int own_culprit(const Status& s, std::string* why) const;
   void blame_store_server(int* culprit, std::string* why) const;
   std::string blame(const std::string& what, int culprit, const std::string& why) const;
+  void close_after_failure(const std::vector<OpRun*>& runs);
   void note_ended_peers() EXCLUDES(state_mu_);
   void name_the_gone(int culprit) EXCLUDES(state_mu_);
   std::string progress_text(uint64_t seq, const std::string& what, const std::string& waiting) const;
