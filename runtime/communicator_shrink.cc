@@ -1,6 +1,8 @@
 // CommunicatorImpl::shrink: end this communicator, agree through its store on the ranks that go
 // on (bootstrap/shrink.h), and make their communicator.
 #include <algorithm>
+#include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +13,11 @@
 
 namespace braid {
 namespace {
+
+// How long a rank whose connection ended after this rank closed its own may take to leave its
+// closing mark: a survivor marks as soon as it learns of the failure, from a failed operation
+// at once or from its idle progress thread's look at the failure board (once a second).
+constexpr auto kMarkGrace = std::chrono::milliseconds(2000);
 
 // The ranks the failure on `board` names as dead or silent: a lost peer, or the one a timeout's
 // report blames and every rank that did not answer for it (a host cut off takes several). None
@@ -79,18 +86,31 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::shrink(const std::ve
   for (int r : suspects) {
     if (r >= 0 && r < cfg_.size && r != cfg_.rank) round.suspected[static_cast<size_t>(r)] = true;
   }
-  // A rank is gone when its connection ended and it left no closing mark on the board: dead,
-  // not a survivor that closed on purpose. A whole host lost takes several at once and the
-  // failure names one; the others' sockets may close milliseconds later, so the agreement asks
-  // again while it waits. A mark, once seen, stays.
+  // A rank whose connection ended before this rank closed its own, and that left no closing
+  // mark on the board, is dead: a survivor closing on purpose marks first (failure_board.h).
+  // A whole host lost takes several at once and the failure names one.
+  for (int r : board.without_closing_mark(failure_.ended_before_close())) {
+    if (r != cfg_.rank) round.suspected[static_cast<size_t>(r)] = true;
+  }
+  // The others' sockets may close some milliseconds later, after this rank's close; an end then
+  // may also be a live survivor's transport answering that close, its mark still to come. Such
+  // a rank is counted dead once kMarkGrace passed without its mark. A mark, once seen, stays.
   std::vector<bool> marked(static_cast<size_t>(cfg_.size), false);
+  std::vector<std::optional<Deadline>> unmarked_until(static_cast<size_t>(cfg_.size));
   round.gone = [&] {
     std::vector<int> ended;
-    for (int r : failure_.ended_peers()) {
-      if (!marked[static_cast<size_t>(r)]) ended.push_back(r);
+    for (int r : failure_.ended_now()) {
+      if (!marked[static_cast<size_t>(r)] && !round.suspected[static_cast<size_t>(r)]) ended.push_back(r);
     }
-    std::vector<int> out = board.without_closing_mark(ended);
-    for (int r : ended) marked[static_cast<size_t>(r)] = std::find(out.begin(), out.end(), r) == out.end();
+    const std::vector<int> unmarked = board.without_closing_mark(ended);
+    std::vector<int> out;
+    for (int r : ended) {
+      const auto i = static_cast<size_t>(r);
+      marked[i] = std::find(unmarked.begin(), unmarked.end(), r) == unmarked.end();
+      if (marked[i]) continue;
+      if (!unmarked_until[i]) unmarked_until[i] = Deadline::after(kMarkGrace);
+      if (unmarked_until[i]->expired()) out.push_back(r);
+    }
     return out;
   };
   Result<ShrinkMembers> members = Status(ErrorCode::internal, "shrink: no agreement");

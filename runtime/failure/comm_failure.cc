@@ -75,18 +75,19 @@ void CommFailure::end(CommState state, Status s) {
   BRAID_LOG(warn) << "communicator " << to_string(state) << ": " << s.message();
 }
 
-std::vector<int> CommFailure::ended_peers() const {
-  const std::vector<int> now = links_.get() ? links_->ended_peers() : std::vector<int>{};
+std::vector<int> CommFailure::ended_before_close() const {
   MutexLock lock(state_mu_);
-  std::vector<int> all;
-  std::set_union(ended_peers_.begin(), ended_peers_.end(), now.begin(), now.end(), std::back_inserter(all));
-  return all;
+  return ended_peers_;
 }
+
+std::vector<int> CommFailure::ended_now() const { return links_.get() ? links_->ended_peers() : std::vector<int>{}; }
 
 // Which connections the peers ended, asked before this rank ends them all itself.
 void CommFailure::note_ended_peers() {
-  std::vector<int> all = ended_peers();
+  const std::vector<int> now = ended_now();
   MutexLock lock(state_mu_);
+  std::vector<int> all;
+  std::set_union(ended_peers_.begin(), ended_peers_.end(), now.begin(), now.end(), std::back_inserter(all));
   ended_peers_ = std::move(all);
 }
 
@@ -95,7 +96,7 @@ void CommFailure::note_ended_peers() {
 // their connections on purpose (survivors that learned of the failure first) are not gone.
 void CommFailure::name_the_gone(int culprit) {
   note_ended_peers();
-  const std::vector<int> gone = board_.without_closing_mark(ended_peers());
+  const std::vector<int> gone = board_.without_closing_mark(ended_before_close());
   if (gone.empty() || (gone.size() == 1 && gone[0] == culprit)) return;
   std::vector<std::pair<std::string, std::vector<int>>> by_host;
   for (int r : gone) {
@@ -124,7 +125,8 @@ void CommFailure::close_after_failure(const std::vector<OpRun*>& runs) {
 
 void CommFailure::close_connections(const std::vector<OpRun*>& runs) {
   if (!links_.get()) return;
-  note_ended_peers();
+  if (!links_closed_) note_ended_peers();  // once closed, an end may answer this rank's close
+  links_closed_ = true;
   links_->close_all();
   if (runs.empty()) return;
   auto outstanding = [&] {

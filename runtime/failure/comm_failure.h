@@ -72,11 +72,13 @@ class CommFailure {
   void note_failed_peer(int peer) {
     if (failed_peer_ < 0) failed_peer_ = peer;
   }
-  // The peers whose end of the connection is gone (transport::Connection::peer_ended), in rank
-  // order: those seen when this rank closed its connections and those seen now. Dead, or
-  // survivors that closed on purpose (the failure board's closing marks tell which). For
-  // shrink(): any thread, once the communicator ended.
-  std::vector<int> ended_peers() const EXCLUDES(state_mu_);
+  // The peers whose end of the connection was gone (transport::Connection::peer_ended) when
+  // this rank closed its connections, in rank order: dead, or survivors that closed on purpose
+  // (the failure board's closing marks tell which). Empty until then. Any thread.
+  std::vector<int> ended_before_close() const EXCLUDES(state_mu_);
+  // Those whose end is gone now; after this rank's close an end may also be a live peer's
+  // answer to it. For shrink(): any thread, once the communicator ended.
+  std::vector<int> ended_now() const;
   // The last operation completed, for progress lines and timeout reports.
   void note_done(uint64_t seq, const OpLabel& what) {
     done_seq_ = seq;
@@ -117,10 +119,11 @@ class CommFailure {
   mutable Mutex state_mu_;
   Status failure_ GUARDED_BY(state_mu_);  // the reason state_ is not ok
   std::string abort_reason_ GUARDED_BY(state_mu_);
-  std::vector<int> ended_peers_ GUARDED_BY(state_mu_);  // ended_peers()
+  std::vector<int> ended_peers_ GUARDED_BY(state_mu_);  // ended_before_close()
   CondVar state_cv_;
   // Only the thread that holds the engine touches these.
   int failed_peer_ = -1;
+  bool links_closed_ = false;
   // "ranks 1 and 3 on host 10.0.0.2 unreachable" when this rank's failure found more peers gone
   // than the culprit: added to the first line of its message (blame).
   std::string gone_text_;

@@ -64,8 +64,13 @@ bool peer_end_arrived(int fd) {
 
 }  // namespace
 
+// Once this end shut its sockets down (close(), or a failure of its own), an end arriving from
+// the peer may be its transport's answer to that, as well as its death: after close() it is
+// reported (the caller knows it closed), after a failure of another kind it is not.
 bool TcpConnection::peer_ended() const {
-  if (failed_.code() == ErrorCode::peer_lost || peer_end_arrived(liveness_fd_.get())) return true;
+  if (failed_.code() == ErrorCode::peer_lost) return true;
+  if (closed_) return peer_end_arrived(liveness_fd_.get());
+  if (failed()) return false;
   for (const auto& s : streams_) {
     if (s != nullptr && (s->ended() || peer_end_arrived(s->fd()))) return true;
   }
