@@ -13,8 +13,9 @@ gradients in another order than its later steps, so sums are rounded in another 
 every recovery (the fault to the next step saved after the restart, i.e. the first correct
 all_reduce after it) ends within --recovery-bound-s.
 
-Topologies: host4 (one braidrun, 4 ranks) and netns2x2 (two network namespaces joined by a
-veth pair, a braidrun with 2 ranks in each; needs root, skipped otherwise).
+Topologies: hostN (one braidrun with N ranks: host4, host8, ...) and netns2x2 (two network
+namespaces joined by a veth pair, a braidrun with 2 ranks in each; needs root, skipped
+otherwise).
 
 Each recovery is split into parts, from the lines braidrun and rank 0 print (timestamped as
 they arrive here):
@@ -200,8 +201,8 @@ class Job:
                   "--rdzv-timeout-s", "30", "--cpu-bind", "none"]
         env = dict(os.environ, BRAID_TIMEOUT_S=str(args.braid_timeout_s), BRAID_RENDEZVOUS_TIMEOUT_S="30")
         self.procs = []
-        if topology == "host4":
-            cmds = [[args.braidrun, "--standalone", "--nproc-per-node", "4", *common, *train]]
+        if topology != "netns2x2":
+            cmds = [[args.braidrun, "--standalone", "--nproc-per-node", str(ranks_of(topology)), *common, *train]]
         else:
             port = random.randint(20000, 30000)
             flags = ["--nnodes", "2", "--nproc-per-node", "2", "--rdzv-endpoint", f"{netns.addr[0]}:{port}"]
@@ -247,6 +248,11 @@ class Job:
         return "\n".join(lines.text() for _, lines in self.procs)
 
 
+def ranks_of(topology):
+    """The job's rank count: 4 for netns2x2 (2 x 2), N for hostN."""
+    return 4 if topology == "netns2x2" else int(topology[len("host"):])
+
+
 def digest(text):
     for line in text.splitlines():
         at = line.find("parameters fnv1a64 ")
@@ -282,9 +288,9 @@ def trial(args, topology, netns, tmp, want, rng, n):
         while steps_done(checkpoint) < target and not job.done() and now() - start < args.bound_s:
             time.sleep(0.002)
         ranks = job.ranks()
-        if job.done() or len(ranks) != 4:
+        if job.done() or len(ranks) != ranks_of(topology):
             break
-        victim = rng.randrange(4)
+        victim = rng.randrange(ranks_of(topology))
         kind = rng.choice(args.kinds)
         at_step = steps_done(checkpoint)
         t_fault = now()
@@ -346,7 +352,7 @@ def main():
     ap.add_argument("--trials", type=int, default=2, help="trials per topology (default 2)")
     ap.add_argument("--faults", type=int, default=2, help="faults per trial, one per round (default 2)")
     ap.add_argument("--kinds", default="kill,stop", help="kill, stop or both (default kill,stop)")
-    ap.add_argument("--topology", default="host4,netns2x2", help="host4, netns2x2 or both")
+    ap.add_argument("--topology", default="host4,netns2x2", help="comma-separated: hostN (one host, N ranks: host4, host8) and/or netns2x2")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--limit", type=int, default=3072, help="images per epoch (64 per step)")
@@ -358,6 +364,9 @@ def main():
     ap.add_argument("--json", default=None, help="also write every measurement there")
     args = ap.parse_args()
     args.kinds = args.kinds.split(",")
+    for topology in args.topology.split(","):
+        if topology != "netns2x2" and not (topology.startswith("host") and topology[4:].isdigit() and int(topology[4:]) > 0):
+            ap.error(f"unknown topology {topology!r}: hostN (N ranks on one host) or netns2x2")
     args.braidrun = os.path.join(args.build, "tools", "braidrun", "braidrun")
     args.example = os.path.join(args.build, "tools", "examples", "train_fashion_mnist")
     for exe in (args.braidrun, args.example):

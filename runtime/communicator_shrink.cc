@@ -1,5 +1,8 @@
 // CommunicatorImpl::shrink: end this communicator, agree through its store on the ranks that go
 // on (bootstrap/shrink.h), and make their communicator.
+#include <algorithm>
+#include <chrono>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,17 +14,27 @@
 namespace braid {
 namespace {
 
-// The rank the failure on `board` names as dead or silent (a lost peer, or the one a timeout's
-// report blames); -1 when none, or when the failure was of another kind (an abort, a mismatch:
-// the rank it names is alive and will call shrink too).
-int named_failed_rank(FailureBoard& board) {
+// How long a rank whose connection ended after this rank closed its own may take to leave its
+// closing mark: a survivor marks as soon as it learns of the failure, from a failed operation
+// at once or from its idle progress thread's look at the failure board (once a second).
+constexpr auto kMarkGrace = std::chrono::milliseconds(2000);
+
+// The ranks the failure on `board` names as dead or silent: a lost peer, or the one a timeout's
+// report blames and every rank that did not answer for it (a host cut off takes several). None
+// when the failure was of another kind (an abort, a mismatch: the rank it names is alive and
+// will call shrink too).
+std::vector<int> named_failed_ranks(FailureBoard& board) {
   const std::optional<Failure> f = board.read();
-  if (!f) return -1;
-  if (f->code == ErrorCode::peer_lost) return f->culprit;
-  if (f->code != ErrorCode::timeout) return -1;
-  if (f->culprit >= 0) return f->culprit;
+  if (!f) return {};
+  if (f->code == ErrorCode::peer_lost) return {f->culprit};
+  if (f->code != ErrorCode::timeout) return {};
+  std::vector<int> out = {f->culprit};
   const std::optional<TimeoutReport> report = board.wait_report(Deadline::after(std::chrono::seconds(0)));
-  return report ? report->culprit : -1;
+  if (report) {
+    out.push_back(report->culprit);
+    out.insert(out.end(), report->silent.begin(), report->silent.end());
+  }
+  return out;
 }
 
 Status bad_exclude(int r, int size, bool twice) {
@@ -68,9 +81,38 @@ Result<std::unique_ptr<CommunicatorImpl>> CommunicatorImpl::shrink(const std::ve
   // handed in has only its own.
   const std::shared_ptr<Store> ns = cfg_.board_bounded ? cfg_.board_store : cfg_.store;
   FailureBoard board(ns, cfg_.rank, cfg_.size);
-  const int suspect = named_failed_rank(board);
+  const std::vector<int> suspects = named_failed_ranks(board);
   if (board.store_unreachable()) return shrink_store_gone(board.store_problem());
-  if (suspect >= 0 && suspect != cfg_.rank) round.suspected[static_cast<size_t>(suspect)] = true;
+  for (int r : suspects) {
+    if (r >= 0 && r < cfg_.size && r != cfg_.rank) round.suspected[static_cast<size_t>(r)] = true;
+  }
+  // A rank whose connection ended before this rank closed its own, and that left no closing
+  // mark on the board, is dead: a survivor closing on purpose marks first (failure_board.h).
+  // A whole host lost takes several at once and the failure names one.
+  for (int r : board.without_closing_mark(failure_.ended_before_close())) {
+    if (r != cfg_.rank) round.suspected[static_cast<size_t>(r)] = true;
+  }
+  // The others' sockets may close some milliseconds later, after this rank's close; an end then
+  // may also be a live survivor's transport answering that close, its mark still to come. Such
+  // a rank is counted dead once kMarkGrace passed without its mark. A mark, once seen, stays.
+  std::vector<bool> marked(static_cast<size_t>(cfg_.size), false);
+  std::vector<std::optional<Deadline>> unmarked_until(static_cast<size_t>(cfg_.size));
+  round.gone = [&] {
+    std::vector<int> ended;
+    for (int r : failure_.ended_now()) {
+      if (!marked[static_cast<size_t>(r)] && !round.suspected[static_cast<size_t>(r)]) ended.push_back(r);
+    }
+    const std::vector<int> unmarked = board.without_closing_mark(ended);
+    std::vector<int> out;
+    for (int r : ended) {
+      const auto i = static_cast<size_t>(r);
+      marked[i] = std::find(unmarked.begin(), unmarked.end(), r) == unmarked.end();
+      if (marked[i]) continue;
+      if (!unmarked_until[i]) unmarked_until[i] = Deadline::after(kMarkGrace);
+      if (unmarked_until[i]->expired()) out.push_back(r);
+    }
+    return out;
+  };
   Result<ShrinkMembers> members = Status(ErrorCode::internal, "shrink: no agreement");
   try {
     members = agree_on_members(*ns, round);

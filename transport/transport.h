@@ -107,6 +107,16 @@ class Connection {
   // Packets this connection had to send again (TCP's retransmissions; 0 where there is no
   // such count). Lets a timeout report tell a lossy link from a slow rank.
   virtual uint64_t retransmissions() const { return 0; }
+  // Whether the peer's end is gone, as far as this end can tell at once, without waiting: its
+  // process exited, or its side of the connection ended (EOF, reset, a goodbye, a peer_lost
+  // failure). False while the peer may still be there, only slow or stopped. It cannot tell a
+  // peer that died from one that closed on purpose and lives on; and after this end's close(),
+  // an end may be the peer's answer to that close (tcp), so the caller weighs it less. For
+  // failure reports and shrink. tcp and shm answer after close() as well (tcp keeps one
+  // socket, shut down, until the connection is destroyed); ib only before it; a transport
+  // that cannot tell says false. After close(), any thread may ask (the owner no longer drives
+  // the connection).
+  virtual bool peer_ended() const { return false; }
   // What this connection can do. A communicator's connections may come from different
   // transports (runtime/links/peer_links.h), so the caller asks the connection, not a transport.
   // The default says nothing beyond host memory; every transport overrides it.

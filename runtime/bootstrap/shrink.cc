@@ -48,11 +48,11 @@ std::vector<int> parse_members(const std::string& v, int size) {
 }
 
 // Whether every rank this survivor waits for (neither excluded nor suspected) has posted.
-bool all_awaited_posted(Store& ns, const ShrinkRound& round) {
+bool all_awaited_posted(Store& ns, const ShrinkRound& round, const std::vector<bool>& suspected) {
   std::vector<std::string> keys;
   for (int r = 0; r < round.size; ++r) {
     const auto i = static_cast<size_t>(r);
-    if (!round.excluded[i] && !round.suspected[i]) keys.push_back(alive_key(round.attempt, r));
+    if (!round.excluded[i] && !suspected[i]) keys.push_back(alive_key(round.attempt, r));
   }
   return ns.check(keys);
 }
@@ -84,12 +84,18 @@ Result<ShrinkMembers> agree_on_members(Store& ns, const ShrinkRound& round) {
   const Deadline window = Deadline::after(round.window);
   auto poll = kFirstPoll;
   std::string list;
+  std::vector<bool> suspected = round.suspected;
   for (;;) {
     if (ns.check({members_key})) {
       list = ns.get(members_key);
       break;
     }
-    if (window.expired() || all_awaited_posted(ns, round)) {
+    if (round.gone) {
+      for (int r : round.gone()) {
+        if (r >= 0 && r < round.size && r != round.rank) suspected[static_cast<size_t>(r)] = true;
+      }
+    }
+    if (window.expired() || all_awaited_posted(ns, round, suspected)) {
       list = ns.compare_set(members_key, "", join(posted(ns, round)));
       break;
     }

@@ -15,13 +15,17 @@
 // posted by then (the excluded ones left out) with compare_set, and adopts what the store then
 // holds - its own list or one that came first. It waits for every rank neither excluded nor
 // suspected; a suspect (the rank the failure named as dead or silent) is taken when it posted in
-// time, never waited for. A survivor not in the adopted list (stopped, or later than the window)
-// gets an error: it can never join that communicator. The new one meets in the namespace
+// time, never waited for. Suspects are also found while waiting (ShrinkRound::gone: ranks whose
+// connection ended without the closing mark a survivor leaves, failure_board.h): when a whole
+// host is lost the failure names one of its ranks, and the others are found so. A survivor not
+// in the adopted list (stopped, or later than the window) gets an error: it can never join that
+// communicator. The new one meets in the namespace
 // "shrink<n>/" inside the old one's, with its own id and connections, as a split child does.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "braid/store.h"
@@ -37,6 +41,9 @@ struct ShrinkRound {
   std::vector<bool> excluded{};      // per old rank: left out by the caller (shrink(exclude))
   std::vector<bool> suspected{};     // per old rank: named dead or silent by the failure
   std::chrono::milliseconds window{5000};  // how long to wait for the others (BRAID_SHRINK_TIMEOUT_S)
+  // Old ranks known dead by now, suspected from then on; asked at each look at the store while
+  // waiting, since the ranks of a lost host go one by one. Null: none beyond `suspected`.
+  std::function<std::vector<int>()> gone{};
 };
 
 struct ShrinkMembers {

@@ -1,6 +1,7 @@
 #include "runtime/failure/comm_failure.h"
 
 #include <algorithm>
+#include <iterator>
 #include <sstream>
 #include <thread>
 
@@ -20,6 +21,16 @@ constexpr auto kDrainBound = std::chrono::seconds(2);
 constexpr auto kAbortBound = std::chrono::seconds(10);
 // How long a rank that could not read a peer's header waits for that peer's precise report.
 constexpr auto kPreciseReportWait = std::chrono::milliseconds(1500);
+
+// "3", "1 and 3", "1, 3 and 5".
+std::string list_ranks(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i > 0) s += i + 1 == ranks.size() ? " and " : ", ";
+    s += std::to_string(ranks[i]);
+  }
+  return s;
+}
 
 }  // namespace
 
@@ -64,8 +75,58 @@ void CommFailure::end(CommState state, Status s) {
   BRAID_LOG(warn) << "communicator " << to_string(state) << ": " << s.message();
 }
 
+std::vector<int> CommFailure::ended_before_close() const {
+  MutexLock lock(state_mu_);
+  return ended_peers_;
+}
+
+std::vector<int> CommFailure::ended_now() const { return links_.get() ? links_->ended_peers() : std::vector<int>{}; }
+
+// Which connections the peers ended, asked before this rank ends them all itself.
+void CommFailure::note_ended_peers() {
+  const std::vector<int> now = ended_now();
+  MutexLock lock(state_mu_);
+  std::vector<int> all;
+  std::set_union(ended_peers_.begin(), ended_peers_.end(), now.begin(), now.end(), std::back_inserter(all));
+  ended_peers_ = std::move(all);
+}
+
+// A whole host lost shows as several connections ended at once; the first one seen (the
+// culprit) leads the message, and the others are named beside it, by host. Peers that closed
+// their connections on purpose (survivors that learned of the failure first) are not gone.
+void CommFailure::name_the_gone(int culprit) {
+  note_ended_peers();
+  const std::vector<int> gone = board_.without_closing_mark(ended_before_close());
+  if (gone.empty() || (gone.size() == 1 && gone[0] == culprit)) return;
+  std::vector<std::pair<std::string, std::vector<int>>> by_host;
+  for (int r : gone) {
+    const std::string host = links_.get() ? links_->peer_host(r) : "";
+    auto at = std::find_if(by_host.begin(), by_host.end(), [&](const auto& h) { return h.first == host; });
+    if (at == by_host.end()) at = by_host.insert(by_host.end(), {host, {}});
+    at->second.push_back(r);
+  }
+  std::string text;
+  for (size_t i = 0; i < by_host.size(); ++i) {
+    const auto& [host, ranks] = by_host[i];
+    if (i > 0) text += i + 1 == by_host.size() ? " and " : ", ";
+    text += (ranks.size() == 1 ? "rank " : "ranks ") + list_ranks(ranks);
+    if (!host.empty()) text += host == "this host" ? " on this host" : " on host " + host;
+  }
+  gone_text_ = text + " unreachable";
+}
+
+// A rank that learned of a failure (or aborts) says so before it closes: its peers then tell
+// it from a dead rank (failure_board.h). A healthy communicator's destruction leaves no mark
+// (and no key behind): its rank is leaving, which its peers may count as gone.
+void CommFailure::close_after_failure(const std::vector<OpRun*>& runs) {
+  if (links_.get()) board_.mark_closing();
+  close_connections(runs);
+}
+
 void CommFailure::close_connections(const std::vector<OpRun*>& runs) {
   if (!links_.get()) return;
+  if (!links_closed_) note_ended_peers();  // once closed, an end may answer this rank's close
+  links_closed_ = true;
   links_->close_all();
   if (runs.empty()) return;
   auto outstanding = [&] {
@@ -103,12 +164,14 @@ TimeoutReport CommFailure::timeout_report(uint64_t seq, const std::string& what)
     return {-1, o.str()};
   }
   std::string late, silent, lines, links;
+  std::vector<int> silent_ranks;
   int culprit = -1, first_late = -1;
   for (int r = 0; r < cfg_.size; ++r) {
     const auto& p = all[static_cast<size_t>(r)];
     lines += "; rank " + std::to_string(r) + ": ";
     if (!p) {
       silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+      silent_ranks.push_back(r);
       if (culprit < 0) culprit = r;
       lines += "no answer (dead, stuck without its progress thread, or cut off from the store)";
       continue;
@@ -140,7 +203,7 @@ TimeoutReport CommFailure::timeout_report(uint64_t seq, const std::string& what)
   // A rank whose progress line never came may only have been cut off from the store, by the
   // lossy link of the rank that serves it: silence then says nothing against the silent rank.
   if (lossy.rank >= 0 && lossy.rank == cfg_.store_rank) return {lossy.rank, o.str()};
-  return {culprit >= 0 ? culprit : lossy.rank >= 0 ? lossy.rank : first_late, o.str()};
+  return {culprit >= 0 ? culprit : lossy.rank >= 0 ? lossy.rank : first_late, o.str(), silent_ranks};
 }
 
 // What happened to the store, for messages: which bound expired, or that it is gone.
@@ -181,8 +244,10 @@ void CommFailure::blame_store_server(int* culprit, std::string* why) const {
 // "<what> on rank R failed because of rank C (why): ", or "" when C is unknown or this rank.
 std::string CommFailure::blame(const std::string& what, int culprit, const std::string& why) const {
   if (culprit < 0 || culprit == cfg_.rank) return "";
+  std::string also = why;
+  if (!gone_text_.empty()) also += (also.empty() ? "" : "; ") + gone_text_;
   return what + " on rank " + std::to_string(cfg_.rank) + " failed because of rank " + std::to_string(culprit) +
-         (why.empty() ? "" : " (" + why + ")") + ": ";
+         (also.empty() ? "" : " (" + also + ")") + ": ";
 }
 
 std::string CommFailure::abort_reason() const {
@@ -202,7 +267,7 @@ Status CommFailure::on_failure(Status s, const std::string& what, uint64_t seq, 
   if (abort_requested_.load()) {
     const std::string reason = abort_reason();
     (void)board_.publish({ErrorCode::aborted, cfg_.rank, me + " aborted the communicator (" + reason + ")", cfg_.rank});
-    close_connections(runs);
+    close_after_failure(runs);
     Status out(ErrorCode::aborted, what + " on " + me + ": aborted on this rank (" + reason + ")");
     end(CommState::aborted, out);
     return out;
@@ -224,9 +289,10 @@ Status CommFailure::on_failure(Status s, const std::string& what, uint64_t seq, 
     }
   }
   board_.write_progress({seq, done_seq_, retransmits(), progress_text(seq, what, waiting)});
+  if (s.code() == ErrorCode::peer_lost || adopted->code == ErrorCode::peer_lost) name_the_gone(adopted->culprit);
   Status out = adopted->rank == cfg_.rank ? report_own(s, what, seq, adopted->culprit, std::move(why))
                                           : report_adopted(s, what, seq, *adopted, std::move(why));
-  close_connections(runs);
+  close_after_failure(runs);
   end(CommState::failed, out);
   return out;
 }
@@ -287,10 +353,12 @@ void CommFailure::idle_check() {
   }
   std::string why;
   blame_store_server(&culprit, &why);
+  if (f->code == ErrorCode::peer_lost) name_the_gone(culprit);
+  if (!gone_text_.empty()) why += (why.empty() ? "" : "; ") + gone_text_;
   const std::string because = culprit >= 0 && culprit != cfg_.rank ? " because of rank " + std::to_string(culprit) +
                                                                          (why.empty() ? "" : " (" + why + ")")
                                                                    : "";
-  close_connections({});
+  close_after_failure({});
   end(CommState::failed, Status(f->code, "rank " + std::to_string(cfg_.rank) +
                                              ": the communicator failed while this rank was idle" + because + ": " +
                                              detail));
@@ -300,7 +368,7 @@ void CommFailure::handle_abort() {
   const std::string reason = abort_reason();
   const std::string me = "rank " + std::to_string(cfg_.rank);
   (void)board_.publish({ErrorCode::aborted, cfg_.rank, me + " aborted the communicator (" + reason + ")", cfg_.rank});
-  close_connections({});
+  close_after_failure({});
   end(CommState::aborted, Status(ErrorCode::aborted, me + ": the communicator was aborted on this rank (" + reason + ")"));
 }
 

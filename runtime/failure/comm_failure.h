@@ -72,6 +72,13 @@ class CommFailure {
   void note_failed_peer(int peer) {
     if (failed_peer_ < 0) failed_peer_ = peer;
   }
+  // The peers whose end of the connection was gone (transport::Connection::peer_ended) when
+  // this rank closed its connections, in rank order: dead, or survivors that closed on purpose
+  // (the failure board's closing marks tell which). Empty until then. Any thread.
+  std::vector<int> ended_before_close() const EXCLUDES(state_mu_);
+  // Those whose end is gone now; after this rank's close an end may also be a live peer's
+  // answer to it. For shrink(): any thread, once the communicator ended.
+  std::vector<int> ended_now() const;
   // The last operation completed, for progress lines and timeout reports.
   void note_done(uint64_t seq, const OpLabel& what) {
     done_seq_ = seq;
@@ -95,6 +102,9 @@ class CommFailure {
   int own_culprit(const Status& s, std::string* why) const;
   void blame_store_server(int* culprit, std::string* why) const;
   std::string blame(const std::string& what, int culprit, const std::string& why) const;
+  void close_after_failure(const std::vector<OpRun*>& runs);
+  void note_ended_peers() EXCLUDES(state_mu_);
+  void name_the_gone(int culprit) EXCLUDES(state_mu_);
   std::string progress_text(uint64_t seq, const std::string& what, const std::string& waiting) const;
   Status report_own(const Status& s, const std::string& what, uint64_t seq, int culprit, std::string why);
   Status report_adopted(const Status& s, const std::string& what, uint64_t seq, const Failure& adopted,
@@ -109,9 +119,14 @@ class CommFailure {
   mutable Mutex state_mu_;
   Status failure_ GUARDED_BY(state_mu_);  // the reason state_ is not ok
   std::string abort_reason_ GUARDED_BY(state_mu_);
+  std::vector<int> ended_peers_ GUARDED_BY(state_mu_);  // ended_before_close()
   CondVar state_cv_;
   // Only the thread that holds the engine touches these.
   int failed_peer_ = -1;
+  bool links_closed_ = false;
+  // "ranks 1 and 3 on host 10.0.0.2 unreachable" when this rank's failure found more peers gone
+  // than the culprit: added to the first line of its message (blame).
+  std::string gone_text_;
   uint64_t done_seq_ = 0;
   OpLabel done_what_;
 };

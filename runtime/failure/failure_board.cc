@@ -184,7 +184,24 @@ std::vector<std::optional<Progress>> FailureBoard::collect_progress(Deadline bou
 }
 
 void FailureBoard::write_report(const TimeoutReport& report) {
-  guarded([&] { store_->set("report", std::to_string(report.culprit) + "\n" + report.text); });
+  std::string head = std::to_string(report.culprit);
+  for (size_t i = 0; i < report.silent.size(); ++i) head.append(i == 0 ? " " : ",").append(std::to_string(report.silent[i]));
+  if (report.silent.empty()) head.append(" -");
+  guarded([&] { store_->set("report", head + "\n" + report.text); });
+}
+
+void FailureBoard::mark_closing() {
+  guarded([&] { store_->set("closing/" + std::to_string(rank_), ""); });
+}
+
+std::vector<int> FailureBoard::without_closing_mark(const std::vector<int>& ranks) {
+  std::vector<int> out;
+  for (int r : ranks) {
+    bool marked = false;
+    if (!guarded([&] { marked = store_->check({"closing/" + std::to_string(r)}); })) return ranks;
+    if (!marked) out.push_back(r);
+  }
+  return out;
 }
 
 std::optional<TimeoutReport> FailureBoard::wait_report(Deadline bound) {
@@ -198,7 +215,15 @@ std::optional<TimeoutReport> FailureBoard::wait_report(Deadline bound) {
     if (raw) {
       TimeoutReport out;
       const size_t nl = raw->find('\n');
-      out.culprit = rank_or_none(std::atoi(raw->c_str()));
+      char* at = nullptr;
+      out.culprit = rank_or_none(static_cast<int>(std::strtol(raw->c_str(), &at, 10)));
+      while (*at == ' ' || *at == ',') {
+        char* end = nullptr;
+        const long r = std::strtol(at + 1, &end, 10);
+        if (end == at + 1) break;
+        if (rank_or_none(static_cast<int>(r)) >= 0) out.silent.push_back(static_cast<int>(r));
+        at = end;
+      }
       out.text = nl == std::string::npos ? *raw : raw->substr(nl + 1);
       return out;
     }

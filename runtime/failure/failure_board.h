@@ -13,7 +13,12 @@
 //                 learned of the failure: the operation it is in (0: idle), the last one it
 //                 completed, and its connections that retransmitted ("1:40,3:2": peer:count;
 //                 "-": none)
-//   report        "<culprit>\n<text>": the timeout report, written by the rank that timed out first
+//   report        "<culprit> <silent>\n<text>": the timeout report, written by the rank that timed
+//                 out first; silent: the ranks that did not answer ("1,3"; "-": none)
+//   closing/<r>   "": rank r closes its connections on purpose (it learned of a failure, or was
+//                 aborted), written before it closes them. A peer that finds its connection to r
+//                 ended and no such key behind it knows r died (or left) without a word:
+//                 written-then-closed on r's side comes before ended-then-read on the reader's.
 //
 // Every call is bounded by the store's own timeout; the communicator gives the board a
 // connection of its own with a short one (communicator.cc). The first call that gets no answer
@@ -45,6 +50,7 @@ struct Failure {
 struct TimeoutReport {
   int culprit = -1;  // the first rank that did not answer, else the first late one; -1: none
   std::string text;
+  std::vector<int> silent{};  // every rank that did not answer (dead, stopped or cut off)
 };
 
 struct Progress {
@@ -81,6 +87,11 @@ class FailureBoard {
   std::vector<std::optional<Progress>> collect_progress(Deadline bound);
   void write_report(const TimeoutReport& report);
   std::optional<TimeoutReport> wait_report(Deadline bound);
+  // This rank is about to close its connections on purpose (closing/<r> above).
+  void mark_closing();
+  // Those of `ranks` that wrote no closing mark: of ranks whose connection ended, the ones that
+  // died or left. All of `ranks` when the store cannot be read (nothing to tell them apart).
+  std::vector<int> without_closing_mark(const std::vector<int>& ranks);
   // The first store error seen ("" when none), for messages.
   const std::string& store_problem() const { return store_problem_; }
   // True once a call got no answer in time or found the connection lost; no call is made after.

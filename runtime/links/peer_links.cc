@@ -349,6 +349,26 @@ void PeerLinks::close_all() {
   }
 }
 
+std::vector<int> PeerLinks::ended_peers() const {
+  std::vector<int> out;
+  for (size_t r = 0; r < peers_.size(); ++r) {
+    if (peers_[r] != nullptr && peers_[r]->peer_ended()) out.push_back(static_cast<int>(r));
+  }
+  return out;
+}
+
+std::string PeerLinks::peer_host(int peer) const {
+  if (peer < 0 || peer >= size() || peers_[static_cast<size_t>(peer)] == nullptr) return "";
+  const auto p = static_cast<size_t>(peer), me = static_cast<size_t>(rank_);
+  if (p < hosts_.size() && me < hosts_.size() && hosts_[p] == hosts_[me]) return "this host";
+  std::string a = peers_[p]->peer_address();
+  const size_t colon = a.rfind(':');
+  if (colon != std::string::npos && colon + 1 < a.size() && a.find_first_not_of("0123456789", colon + 1) == std::string::npos) {
+    a.resize(colon);
+  }
+  return a;
+}
+
 std::vector<std::pair<int, uint64_t>> PeerLinks::retransmits() const {
   std::vector<std::pair<int, uint64_t>> out;
   for (size_t r = 0; r < peers_.size(); ++r) {

@@ -141,6 +141,12 @@ class PeerLinks {
              std::chrono::milliseconds bound);
   void close(int peer);
   void close_all();
+  // The peers whose end of the connection is gone (Connection::peer_ended), in rank order. Ask
+  // before close_all(), which ends every connection from this side.
+  std::vector<int> ended_peers() const;
+  // Where `peer` runs, for messages: "this host" when its host label is this rank's, else its
+  // address without the port ("10.0.0.2"); "" when out of range.
+  std::string peer_host(int peer) const;
   // (peer, TCP retransmissions) for every connection that had some.
   std::vector<std::pair<int, uint64_t>> retransmits() const;
   // Makes a poll() blocked on another thread return. Any thread.

@@ -199,6 +199,27 @@ TEST_P(TransportTest, PeerCloseFailsPendingReceiveAsPeerLost) {
   EXPECT_NE(link_.done_a[0].status.message().find("rank 1"), std::string::npos) << link_.done_a[0].status.message();
 }
 
+// peer_ended() (which shrink asks to tell a dead rank from a slow one): false while the peer is
+// there, this end's own close() included; true once the peer's end is gone, whether this end
+// closed before or not.
+TEST_P(TransportTest, PeerEndedSaysWhetherThePeersEndIsGone) {
+  if (GetParam() == "inproc") GTEST_SKIP() << "inproc cannot tell (peer_ended() is always false)";
+  for (bool close_first : {false, true}) {
+    SCOPED_TRACE(close_first ? "this end closed first" : "this end open");
+    join();
+    EXPECT_FALSE(link_.ca->peer_ended());
+    if (close_first) link_.ca->close();
+    std::this_thread::sleep_for(50ms);  // what this end's close sent has arrived
+    EXPECT_FALSE(link_.ca->peer_ended());
+    link_.cb.reset();
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (!link_.ca->peer_ended() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+    EXPECT_TRUE(link_.ca->peer_ended());
+    link_.ca.reset();  // connections before their transports
+    link_ = Link();
+  }
+}
+
 // A peer may send its last messages and close before this end asks for them (a rank that
 // finished its part of a collective first): they are still received; only a receive beyond
 // them fails.

@@ -80,6 +80,7 @@ class IbConnection final : public Connection {
   int peer_rank() const override { return peer_rank_; }
   const std::string& peer_address() const override { return peer_address_; }
   std::string stall_hint() const override;
+  bool peer_ended() const override;
 
   // For the transport's poll(): drains the CQ (returns how many completions it took), moves
   // what credits allow, reports what finished; arm() asks for the next CQ event.

@@ -3,6 +3,7 @@
 // docs/ib_datapath.md, "Setting up a connection", step 6).
 #include "transport/ib/ib_connection.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -55,6 +56,15 @@ void IbConnection::check_socket() {
   } else {
     fail(ErrorCode::peer_lost, "its bootstrap connection failed: " + std::string(std::strerror(err)));
   }
+}
+
+// A goodbye read, a peer_lost failure, or the bootstrap socket's end arrived (FIN or reset),
+// whether or not check_socket() has read it yet.
+bool IbConnection::peer_ended() const {
+  if (peer_said_bye_) return true;
+  if (!failure_.is_ok()) return failure_.code() == ErrorCode::peer_lost;
+  pollfd p{socket_.get(), POLLRDHUP, 0};
+  return socket_.get() >= 0 && ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP)) != 0;
 }
 
 void IbConnection::peer_closed(uint64_t received, uint64_t peer_sent) {

@@ -444,6 +444,16 @@ void ShmConnection::close() {
   (void)n;
 }
 
+// The peer's closed flag, or its liveness descriptor readable: its process exited (pidfd), or
+// the setup's socket reached EOF (the kernel closed it with the process). peer_gone_ is the
+// owner's, read only before close(), after which other threads may ask.
+bool ShmConnection::peer_ended() const {
+  if (!closed_ && peer_gone_) return true;
+  if (header_->ends[1 - s_.self_end].closed.load(std::memory_order_acquire) != 0) return true;
+  pollfd p{liveness_fd_, POLLIN, 0};
+  return liveness_fd_ >= 0 && ::poll(&p, 1, 0) == 1;
+}
+
 std::string ShmConnection::stall_hint() const {
   if (peer_gone_) return "the shm peer " + who() + " is gone";
   if (!sends_.empty()) return "the shm ring to " + who() + " is full: that rank is not receiving";

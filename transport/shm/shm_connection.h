@@ -75,6 +75,7 @@ class ShmConnection final : public Connection {
   int peer_rank() const override { return s_.peer_rank; }
   const std::string& peer_address() const override { return s_.peer_address; }
   std::string stall_hint() const override;
+  bool peer_ended() const override;
   Capabilities capabilities() const override {
     Capabilities c;  // as ShmTransport::capabilities()
     c.max_in_flight = kMaxInFlight;

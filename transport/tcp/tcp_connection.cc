@@ -1,6 +1,7 @@
 #include "transport/tcp/tcp_connection.h"
 
 #include <netinet/in.h>
+#include <fcntl.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
@@ -48,6 +49,32 @@ uint64_t TcpConnection::retransmissions() const {
     if (s->fd() >= 0 && getsockopt(s->fd(), IPPROTO_TCP, TCP_INFO, &info, &len) == 0) n += info.tcpi_total_retrans;
   }
   return n;
+}
+
+namespace {
+
+// Whether the TCP state of `fd` says the peer's end is gone: its FIN or reset arrived. While it
+// lives the socket is ESTABLISHED, or FIN_WAIT1/2 once this end shut its side down (close()).
+bool peer_end_arrived(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return false;
+  return info.tcpi_state != TCP_ESTABLISHED && info.tcpi_state != TCP_FIN_WAIT1 && info.tcpi_state != TCP_FIN_WAIT2;
+}
+
+}  // namespace
+
+// Once this end shut its sockets down (close(), or a failure of its own), an end arriving from
+// the peer may be its transport's answer to that, as well as its death: after close() it is
+// reported (the caller knows it closed), after a failure of another kind it is not.
+bool TcpConnection::peer_ended() const {
+  if (failed_.code() == ErrorCode::peer_lost) return true;
+  if (closed_) return peer_end_arrived(liveness_fd_.get());
+  if (failed()) return false;
+  for (const auto& s : streams_) {
+    if (s != nullptr && (s->ended() || peer_end_arrived(s->fd()))) return true;
+  }
+  return false;
 }
 
 std::string TcpConnection::describe_peer() const {
@@ -311,6 +338,11 @@ void TcpConnection::close() {
     }
   }
   flush_failures();
+  // fail() shut every socket down, which told the peer; one socket is kept open (a duplicate)
+  // so that peer_ended() still answers after close(), as shrink() asks.
+  for (const auto& s : streams_) {
+    if (s != nullptr && s->fd() >= 0 && liveness_fd_.get() < 0) liveness_fd_ = UniqueFd(::fcntl(s->fd(), F_DUPFD_CLOEXEC, 0));
+  }
   streams_.clear();
   shared_cpu_.reset();
 }

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/spin.h"
+#include "common/unique_fd.h"
 #include "transport/common/host_identity.h"
 #include "transport/tcp/engine.h"
 #include "transport/tcp/tcp_stream.h"
@@ -68,6 +69,7 @@ class TcpConnection final : public Connection {
   int peer_rank() const override { return peer_rank_; }
   const std::string& peer_address() const override { return peer_address_; }
   uint64_t retransmissions() const override;
+  bool peer_ended() const override;
   Capabilities capabilities() const override {
     Capabilities c;
     c.zero_copy_send = engine_->zero_copy();
@@ -141,6 +143,7 @@ class TcpConnection final : public Connection {
   uint64_t first_recv_seq_ = 0;
   Status failed_;
   bool closed_ = false;
+  UniqueFd liveness_fd_;  // after close(): one socket, shut down, for peer_ended()
 };
 
 }  // namespace braid::transport::tcp

@@ -74,6 +74,9 @@ void fuzz_failure_board(const uint8_t* data, size_t size) {
   if (!is_rank_or_none(lossy.rank) || !is_rank_or_none(lossy.a) || !is_rank_or_none(lossy.b)) __builtin_trap();
   if (auto report = board.wait_report(Deadline::after(std::chrono::milliseconds(0)))) {
     if (!is_rank_or_none(report->culprit)) __builtin_trap();
+    for (int r : report->silent) {
+      if (r < 0 || !is_rank_or_none(r)) __builtin_trap();
+    }
   }
   const Failure mine = board.publish({ErrorCode::timeout, 0, "fuzz", 1});
   if (!is_rank_or_none(mine.culprit)) __builtin_trap();

@@ -1,7 +1,9 @@
 // A rank process for the shrink tests and bench/runtime/shrink_recovery.py: checked all_reduces
 // on the job's communicator until one fails (a rank was killed or stopped) or --before of them
 // ran (a planned shrink), then Communicator::shrink(--exclude), then checked all_reduces on the
-// new communicator for --after-ms. Joins through the environment (MASTER_ADDR, RANK, ...) and
+// new communicator for --after-ms. --abort-after N: this rank aborts its communicator after N
+// all_reduces (the others' fail); --shrink-delay-ms D: it waits D ms between the failure and
+// its shrink() call (a survivor that is alive but slow). Joins through the environment (MASTER_ADDR, RANK, ...) and
 // prints one line per event; t= is CLOCK_MONOTONIC in nanoseconds, comparable across processes:
 //   READY rank=R                                  the first all_reduce was right
 //   FAILED rank=R code=CODE t=T msg=...           the old communicator failed here
@@ -24,6 +26,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/rank_flags.h"
@@ -118,6 +121,8 @@ int main(int argc, char** argv) {
   bool excluded_calls = false;
   bool drop_old = false;  // destroy the old communicator as soon as shrink returned (comm = comm.shrink())
   bool pending = false;   // start an all_reduce_async that no other rank joins, just before shrink
+  int abort_after = -1;
+  int shrink_delay_ms = 0;
   braid::testing::RankFlags("shrink_rank")
       .value("--before", &before)
       .value("--after-ms", &after_ms)
@@ -125,6 +130,8 @@ int main(int argc, char** argv) {
       .toggle("--excluded-call-shrink", &excluded_calls)
       .toggle("--drop-old", &drop_old)
       .toggle("--pending", &pending)
+      .value("--abort-after", &abort_after)
+      .value("--shrink-delay-ms", &shrink_delay_ms)
       .parse(argc, argv);
   const std::vector<int> exclude = parse_list(exclude_text);
   std::vector<int32_t> a(1 << 14);
@@ -134,12 +141,14 @@ int main(int argc, char** argv) {
     rank = comm.rank();
     try {
       for (long i = 0; i < before; ++i) {
+        if (i == abort_after) comm.abort("--abort-after " + std::to_string(abort_after));
         if (!checked_all_reduce(comm, rank, i, a)) return 4;
         if (i == 0) say("READY rank=" + std::to_string(rank));
       }
     } catch (const braid::Error& e) {
       say(error_line("FAILED", rank, e, true));
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(shrink_delay_ms));
     bool listed = false;
     for (int r : exclude) listed = listed || r == rank;
     if (listed && !excluded_calls) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdint>
 #include <cstdlib>
 
 #include <chrono>
@@ -67,6 +68,32 @@ bool wait_for(const std::vector<std::unique_ptr<Subprocess>>& procs, const std::
 
 int finish(Subprocess& p) { return p.wait(std::chrono::duration_cast<milliseconds>(kBound)); }
 
+// The t= of rank r's line `tag` (CLOCK_MONOTONIC ns, as the rank printed it); 0 when none.
+int64_t time_of(Subprocess& p, const std::string& tag, int r) {
+  const std::string line = line_of(p.output(), tag, r);
+  const size_t at = line.find(" t=");
+  return at == std::string::npos ? 0 : std::stoll(line.substr(at + 3));
+}
+
+// Rank r's shrink() call, from its old communicator's failure to shrink() returning, took less
+// than `bound`: a detection bound, asserted against a window (BRAID_SHRINK_TIMEOUT_S) twice as long.
+void expect_shrink_within(Subprocess& p, int r, seconds bound) {
+  const int64_t failed = time_of(p, "FAILED", r), shrunk = time_of(p, "SHRUNK", r);
+  ASSERT_TRUE(failed > 0 && shrunk > 0) << p.output();
+  EXPECT_LT(shrunk - failed, std::chrono::nanoseconds(bound).count())
+      << "rank " << r << "'s shrink() waited out its window for a dead rank:\n" << p.output();
+}
+
+// tcp's io_uring engine is not in a build without liburing: its epoll engine stands in.
+std::string transport_here(const std::string& name) {
+  const char* uring = std::getenv("BRAID_TEST_HAVE_IO_URING");
+  const bool have_uring = uring != nullptr && std::string(uring) == "1";
+  return name == "tcp" && !have_uring ? "tcp-poll" : name;
+}
+
+// A shrink window long enough that waiting it out for a dead rank fails expect_shrink_within.
+constexpr auto kLongWindow = seconds(20);
+
 // Every one of `survivors` (old ranks, in order) got the new communicator, ranked in the same
 // order, ran it without a wrong result and exited 0.
 void expect_went_on(std::vector<std::unique_ptr<Subprocess>>& procs, const std::vector<int>& survivors) {
@@ -97,10 +124,7 @@ void expect_went_on(std::vector<std::unique_ptr<Subprocess>>& procs, const std::
 class ShrinkOver : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ShrinkOver, KilledRankIsLeftOutAndTheOthersGoOnRenumbered) {
-  // tcp's io_uring engine is not in a build without liburing: its epoll engine stands in.
-  const char* uring = std::getenv("BRAID_TEST_HAVE_IO_URING");
-  const bool have_uring = uring != nullptr && std::string(uring) == "1";
-  const std::string transport = std::string(GetParam()) == "tcp" && !have_uring ? "tcp-poll" : GetParam();
+  const std::string transport = transport_here(GetParam());
   auto procs = start({{"BRAID_TIMEOUT_S", "30"}, {"BRAID_TRANSPORT", transport}}, {"--drop-old"});
   ASSERT_TRUE(wait_for(procs, {0, 1, 2, 3}, "READY")) << procs[0]->output();
   std::this_thread::sleep_for(milliseconds(200));
@@ -113,6 +137,46 @@ TEST_P(ShrinkOver, KilledRankIsLeftOutAndTheOthersGoOnRenumbered) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, ShrinkOver, ::testing::Values("shm", "tcp"));
+
+// kill -9 of ranks 1 and 3 at once, as when a host of two ranks is lost. Each survivor's failure
+// names the first dead rank it saw; the other's connection ended too, without the closing mark
+// a survivor leaves on the failure board, so shrink() does not wait the window for it either.
+// Rank 2 calls shrink() 2 s late, alive: it is waited for, and is in.
+class ShrinkTwoKilled : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ShrinkTwoKilled, NeitherDeadRankIsWaitedForAndASlowSurvivorIs) {
+  auto procs = start({{"BRAID_TIMEOUT_S", "30"},
+                      {"BRAID_TRANSPORT", transport_here(GetParam())},
+                      {"BRAID_SHRINK_TIMEOUT_S", std::to_string(kLongWindow.count())}},
+                     {}, [](int r, std::vector<std::string>& argv) {
+                       if (r == 2) argv.insert(argv.end(), {"--shrink-delay-ms", "2000"});
+                     });
+  ASSERT_TRUE(wait_for(procs, {0, 1, 2, 3}, "READY")) << procs[0]->output();
+  std::this_thread::sleep_for(milliseconds(200));
+  procs[1]->kill(SIGKILL);
+  procs[3]->kill(SIGKILL);
+  expect_went_on(procs, {0, 2});
+  expect_shrink_within(*procs[0], 0, kLongWindow / 2);
+  expect_shrink_within(*procs[2], 2, kLongWindow / 2);
+  for (int r : {0, 2}) {
+    const std::string failed = line_of(procs[static_cast<size_t>(r)]->output(), "FAILED", r);
+    EXPECT_TRUE(has(failed, "rank 1") || has(failed, "rank 3")) << failed;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ShrinkTwoKilled, ::testing::Values("shm", "tcp"));
+
+// Rank 2 aborts its communicator (the others' operations fail), then calls shrink() 3 s after
+// them. Its connections ended, but on purpose: its closing mark is on the failure board, so the
+// others wait for it as for any live rank, and all four go on.
+TEST(Shrink, RankThatClosedItsConnectionsOnPurposeIsWaitedFor) {
+  auto procs = start({{"BRAID_TIMEOUT_S", "30"}, {"BRAID_SHRINK_TIMEOUT_S", std::to_string(kLongWindow.count())}}, {},
+                     [](int r, std::vector<std::string>& argv) {
+                       if (r == 2) argv.insert(argv.end(), {"--abort-after", "20", "--shrink-delay-ms", "3000"});
+                     });
+  expect_went_on(procs, {0, 1, 2, 3});
+  EXPECT_TRUE(has(line_of(procs[2]->output(), "FAILED", 2), "code=aborted")) << procs[2]->output();
+}
 
 // A planned exclusion with nobody failed: ranks 0 and 2 call shrink({1, 3}); rank 3 calls it as
 // well and gets a non-member handle, rank 1 does not call it (as ncclCommShrink's excluded
@@ -179,21 +243,28 @@ TEST(Shrink, StoppedRankThatComesBackGetsAnErrorNeverAResult) {
   expect_went_on(procs, {0, 1, 3});
 }
 
-// Two namespace hosts, ranks placed round-robin as launchers number them (host 0: ranks 0 and 2,
-// rank 0 serving the store; host 1: ranks 1 and 3). Host 1's two ranks are killed at once: ranks
-// 0 and 2 agree across the loss of a whole host and go on as ranks 0 and 1 of two.
-TEST(Shrink, AcrossTwoNamespaceHostsOneHostsRanksKilled) {
-  testing::TwoHosts hosts("bsk", "10.81.0");
-  if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
+// Four ranks on two namespace hosts, placed round-robin as launchers number them (host 0: ranks
+// 0 and 2, rank 0 serving the store; host 1: ranks 1 and 3), with a long shrink window.
+std::vector<std::unique_ptr<Subprocess>> start_on_two_hosts(const testing::TwoHosts& hosts, const std::string& timeout_s) {
   testing::RankJob job{.argv = {testing::binary_from_env("SHRINK_RANK"), "--drop-old"},
-                       .env = {{"BRAID_RENDEZVOUS_TIMEOUT_S", "120"}, {"BRAID_TIMEOUT_S", "30"}},
+                       .env = {{"BRAID_RENDEZVOUS_TIMEOUT_S", "120"},
+                               {"BRAID_TIMEOUT_S", timeout_s},
+                               {"BRAID_SHRINK_TIMEOUT_S", std::to_string(kLongWindow.count())}},
                        .master_addr = hosts.address(0)};
   job.per_rank = [&](int r, testing::EnvMap& env, std::vector<std::string>& argv) {
     for (const auto& [k, v] : hosts.round_robin_env(r, kRanks, std::stoi(env["MASTER_PORT"]))) env[k] = v;
     std::vector<std::string> in_host = hosts.exec_in(r % 2);
     argv.insert(argv.begin(), in_host.begin(), in_host.end());
   };
-  auto procs = testing::start_ranks(kRanks, job);
+  return testing::start_ranks(kRanks, job);
+}
+
+// Host 1's two ranks are killed at once: ranks 0 and 2 agree across the loss of a whole host,
+// without waiting out the window for either dead rank, and go on as ranks 0 and 1 of two.
+TEST(Shrink, AcrossTwoNamespaceHostsOneHostsRanksKilled) {
+  testing::TwoHosts hosts("bsk", "10.81.0");
+  if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
+  auto procs = start_on_two_hosts(hosts, "30");
   ASSERT_TRUE(wait_for(procs, {0, 1, 2, 3}, "READY")) << procs[0]->output() << procs[1]->output();
   std::this_thread::sleep_for(milliseconds(200));
   procs[1]->kill(SIGKILL);
@@ -202,7 +273,28 @@ TEST(Shrink, AcrossTwoNamespaceHostsOneHostsRanksKilled) {
   for (int r : {0, 2}) {
     const std::string failed = line_of(procs[static_cast<size_t>(r)]->output(), "FAILED", r);
     EXPECT_TRUE(has(failed, "rank 1") || has(failed, "rank 3")) << failed;
+    // Neither dead rank of host 1 is waited for, though each failure names one first.
+    expect_shrink_within(*procs[static_cast<size_t>(r)], r, kLongWindow / 2);
   }
+}
+
+// Host 1 is cut off (its end of the veth taken down): ranks 1 and 3 live on, unreachable, and
+// their connections never end. Ranks 0 and 2 time out; the timeout report lists both as silent,
+// so shrink() waits for neither, and ranks 0 and 2 go on as two.
+TEST(Shrink, AcrossTwoNamespaceHostsOneHostCutOff) {
+  testing::TwoHosts hosts("bsc", "10.81.1");
+  if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
+  auto procs = start_on_two_hosts(hosts, "3");
+  ASSERT_TRUE(wait_for(procs, {0, 1, 2, 3}, "READY")) << procs[0]->output() << procs[1]->output();
+  std::this_thread::sleep_for(milliseconds(200));
+  ASSERT_TRUE(hosts.link_down(1));
+  expect_went_on(procs, {0, 2});
+  for (int r : {0, 2}) {
+    const std::string failed = line_of(procs[static_cast<size_t>(r)]->output(), "FAILED", r);
+    EXPECT_TRUE(has(failed, "code=timeout") && has(failed, "did not answer: 1, 3")) << failed;
+    expect_shrink_within(*procs[static_cast<size_t>(r)], r, kLongWindow / 2);
+  }
+  for (int r : {1, 3}) procs[static_cast<size_t>(r)]->kill(SIGKILL);
 }
 
 // kill -9 of rank 0, which served the store: no agreement is possible, and every survivor is
