@@ -59,9 +59,10 @@ constexpr EnvVar kVars[] = {
     {"BRAID_PEER_TIMEOUT_S", seconds, "30", "", 0, 0,
      "A silent peer (no FIN, no RST) is declared lost after this many seconds."},
     {"BRAID_SHRINK_TIMEOUT_S", seconds, "5", "", 0, 0,
-     "How long Communicator::shrink() waits for the other survivors of a failure to call it, in seconds. The rank "
-     "the failure named (dead or silent) is not waited for; once every other rank has called it, the survivors go "
-     "on at once. A rank that calls it later is left out (docs/fault_tolerance.md)."},
+     "How long Communicator::shrink() waits for the other survivors of a failure to call it, in seconds. Ranks "
+     "known dead are not waited for: the ones the failure named (dead or silent) and every peer whose connection "
+     "ended without a closing mark (a lost host's ranks). Once every other rank has called it, the survivors go on "
+     "at once. A rank that calls it later is left out (docs/fault_tolerance.md)."},
     {"BRAID_DEBUG", choice, "WARN", "WARN|INFO|TRACE", 0, 0,
      "Diagnostics on stderr (any case). INFO: the version, features and one line per communicator; TRACE: every "
      "operation."},
