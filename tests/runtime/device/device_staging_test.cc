@@ -29,7 +29,9 @@ std::atomic<int> loader_scans{0};
 thread_local int loader_scans_here = 0;  // this thread's
 }  // namespace
 
-extern "C" int dl_iterate_phdr(int (*callback)(dl_phdr_info*, size_t, void*), void* data) {
+// Not instrumented: AddressSanitizer's runtime scans the loaded objects while it starts, before
+// its shadow memory exists.
+extern "C" __attribute__((no_sanitize("address"))) int dl_iterate_phdr(int (*callback)(dl_phdr_info*, size_t, void*), void* data) {
   using Scan = int (*)(int (*)(dl_phdr_info*, size_t, void*), void*);
   static const auto real = reinterpret_cast<Scan>(dlsym(RTLD_NEXT, "dl_iterate_phdr"));
   loader_scans.fetch_add(1, std::memory_order_relaxed);
