@@ -13,6 +13,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -173,6 +174,23 @@ std::vector<std::string> node_loss_script(const std::string& pids, int next_roun
                          : "")};
 }
 
+// etcd hands out node ids in arrival order, and on a loaded machine the braidrun started second
+// may arrive first: node 0 is whichever prints rank 0's line. Swaps the two so that `a` is node
+// 0; says whether it swapped, or nothing when neither printed it within `timeout_s`.
+std::optional<bool> put_node0_first(std::unique_ptr<BraidrunProcess>& a, std::unique_ptr<BraidrunProcess>& b,
+                                    double timeout_s = 10) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    if (contains(a->out_so_far(), "[rank 0] RANK=0")) return false;
+    if (contains(b->out_so_far(), "[rank 0] RANK=0")) {
+      std::swap(a, b);
+      return true;
+    }
+    if (std::chrono::steady_clock::now() > until) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 // --nnodes 1:2 in etcd: node 0 (the first braidrun, which led round 0 and would have served the
 // c10d store) is killed with its ranks while round 0 runs. Node 1 finds it lost, ends round 0 (a
 // failure: one restart), opens round 1 alone and leads it: its ranks are 0..1 of 2, GROUP_RANK 0,
@@ -182,11 +200,11 @@ TEST_F(BraidrunEtcd, ElasticNode0LostTheJobFinishesOnTheOtherNode) {
   TempDir pids;
   const auto flags = plus(elastic_etcd_flags(*cluster_, "elastic-node0", "1:2", "1"), node_loss_script(pids.path(), 1));
   auto a = std::make_unique<BraidrunProcess>(flags);
-  usleep(300 * 1000);  // so that this one takes node id 0
+  usleep(300 * 1000);  // usually this one takes node id 0 (put_node0_first checks)
   auto b = std::make_unique<BraidrunProcess>(flags);
   auto ranks = read_pidfiles(pids.path(), 4, 30);
   ASSERT_EQ(ranks.size(), 4u) << a->out_so_far() << b->out_so_far();
-  ASSERT_TRUE(contains(a->out_so_far(), "[rank 0] RANK=0")) << "node 0 is not the first braidrun: " << a->out_so_far();
+  ASSERT_TRUE(put_node0_first(a, b).has_value()) << "no braidrun says it is node 0: " << a->out_so_far() << b->out_so_far();
   const pid_t node0 = a->pid();
   kill(node0, SIGKILL);
   kill(ranks[0], SIGKILL);
@@ -248,11 +266,11 @@ TEST_F(BraidrunEtcd, ElasticLeaderLostBeforeItOpensTheRoundsStore) {
   const auto flags =
       plus(elastic_etcd_flags(*cluster_, "leader-frozen", "1:3", "2", "3"), node_loss_script(pids.path(), 2));
   auto a = std::make_unique<BraidrunProcess>(flags);
-  usleep(300 * 1000);  // so that this one takes node id 0
+  usleep(300 * 1000);  // usually this one takes node id 0 (put_node0_first checks)
   auto b = std::make_unique<BraidrunProcess>(flags);
   auto ranks = read_pidfiles(pids.path(), 4, 30);
   ASSERT_EQ(ranks.size(), 4u) << a->out_so_far() << b->out_so_far();
-  ASSERT_TRUE(contains(a->out_so_far(), "[rank 0] RANK=0")) << "node 0 is not the first braidrun: " << a->out_so_far();
+  ASSERT_TRUE(put_node0_first(a, b).has_value()) << "no braidrun says it is node 0: " << a->out_so_far() << b->out_so_far();
   kill(ranks[2], SIGKILL);
   ASSERT_TRUE(wait_for_err(*a, "round 0 failed; starting every rank again", 20)) << a->err_so_far();
   usleep(1000 * 1000);  // node 0 joined round 1; its last call (3 s) runs
@@ -286,11 +304,11 @@ TEST_F(BraidrunEtcd, FixedNodeCountNode0LostAReplacementJoinsTheNextRound) {
   TempDir pids;
   const auto flags = plus(elastic_etcd_flags(*cluster_, "fixed-node0", "2", "1"), node_loss_script(pids.path(), 1));
   auto a = std::make_unique<BraidrunProcess>(flags);
-  usleep(300 * 1000);  // so that this one takes node id 0
+  usleep(300 * 1000);  // usually this one takes node id 0 (put_node0_first checks)
   auto b = std::make_unique<BraidrunProcess>(flags);
   auto ranks = read_pidfiles(pids.path(), 4, 30);
   ASSERT_EQ(ranks.size(), 4u) << a->out_so_far() << b->out_so_far();
-  ASSERT_TRUE(contains(a->out_so_far(), "[rank 0] RANK=0")) << "node 0 is not the first braidrun: " << a->out_so_far();
+  ASSERT_TRUE(put_node0_first(a, b).has_value()) << "no braidrun says it is node 0: " << a->out_so_far() << b->out_so_far();
   kill(a->pid(), SIGKILL);
   kill(ranks[0], SIGKILL);
   kill(ranks[1], SIGKILL);
@@ -378,9 +396,9 @@ TEST(BraidrunEtcdNetns, TwoHostsMeetInEtcdAndOutliveAMember) {
 }
 
 // Two hosts (network namespaces), --nnodes 1:2: etcd member 0 on host 0, members 1 and 2 on host
-// 1. Node 0 runs on host 1 and leads round 0 (MASTER_ADDR host 1's address); it is killed with
-// its ranks. Node 1, on host 0, leads round 1 alone: MASTER_ADDR is then host 0's address, and
-// its ranks meet in its store and finish the job.
+// 1. Node 0 (usually the braidrun on host 1, started first) leads round 0 (MASTER_ADDR its host's
+// address); it is killed with its ranks. Node 1, on the other host, leads round 1 alone:
+// MASTER_ADDR is then that host's address, and its ranks meet in its store and finish the job.
 TEST(BraidrunEtcdNetns, ElasticNode0LostOnOneHostTheOtherHostLeadsTheNextRound) {
   BRAID_SKIP_WITHOUT_ETCD();
   ::braid::testing::TwoHosts hosts("bre", "10.81.0");
@@ -391,11 +409,13 @@ TEST(BraidrunEtcdNetns, ElasticNode0LostOnOneHostTheOtherHostLeadsTheNextRound) 
   TempDir pids;
   const auto flags = plus(elastic_etcd_flags(cluster, "netns-elastic", "1:2", "1"), node_loss_script(pids.path(), 1));
   auto node0 = std::make_unique<BraidrunProcess>(flags, hosts.exec_in(1));
-  usleep(300 * 1000);  // so that this one takes node id 0
+  usleep(300 * 1000);  // usually this one takes node id 0 (put_node0_first checks)
   auto node1 = std::make_unique<BraidrunProcess>(flags, hosts.exec_in(0));
   auto ranks = read_pidfiles(pids.path(), 4, 30);
   ASSERT_EQ(ranks.size(), 4u) << node0->out_so_far() << node1->out_so_far();
-  ASSERT_TRUE(contains(node0->out_so_far(), "[rank 0] RANK=0")) << node0->out_so_far();
+  const std::optional<bool> swapped = put_node0_first(node0, node1);
+  ASSERT_TRUE(swapped.has_value()) << "no braidrun says it is node 0: " << node0->out_so_far() << node1->out_so_far();
+  const int node0_host = *swapped ? 0 : 1, node1_host = 1 - node0_host;
   kill(node0->pid(), SIGKILL);
   kill(ranks[0], SIGKILL);
   kill(ranks[1], SIGKILL);
@@ -405,9 +425,9 @@ TEST(BraidrunEtcdNetns, ElasticNode0LostOnOneHostTheOtherHostLeadsTheNextRound) 
   auto round0 = round_env(r1.out, "netns-elastic", 0), round1 = round_env(r1.out, "netns-elastic", 1);
   ASSERT_EQ(round0.size(), 2u) << r1.out;
   ASSERT_EQ(round1.size(), 2u) << r1.out;
-  for (const auto& [rank, e] : round0) EXPECT_EQ(e.at("MASTER_ADDR"), hosts.address(1)) << r1.out;
+  for (const auto& [rank, e] : round0) EXPECT_EQ(e.at("MASTER_ADDR"), hosts.address(node0_host)) << r1.out;
   for (const auto& [rank, e] : round1) {
-    EXPECT_EQ(e.at("MASTER_ADDR"), hosts.address(0)) << r1.out;
+    EXPECT_EQ(e.at("MASTER_ADDR"), hosts.address(node1_host)) << r1.out;
     EXPECT_EQ(e.at("GROUP_RANK"), "0");
     EXPECT_EQ(e.at("WORLD_SIZE"), "2");
   }
