@@ -6,7 +6,8 @@
 //   - true soon after the peer is killed -9, read from the socket's end alone (nobody drives
 //     the transport), and still true once the transport read that end and failed the connection;
 //   - true after the peer's normal close() while its process lives on, before and after the
-//     transport read its goodbye.
+//     transport read its goodbye;
+//   - after this end's own close(): false while the peer lives, true once it is killed.
 // Outside the guest it skips.
 #include <gtest/gtest.h>
 
@@ -150,6 +151,18 @@ TEST(IbPeerEndedGuest, TrueAfterThePeersNormalCloseWhileItLivesOn) {
   EXPECT_TRUE(link.connection->peer_ended());
   EXPECT_EQ(link.peer->wait(milliseconds(0)), -1) << "the peer exited; it should live on after close():\n"
                                                   << link.peer->output();
+}
+
+// After this end's close() (as shrink() asks, once the failed communicator closed its
+// connections): still false while the peer lives, true once it is killed -9.
+TEST(IbPeerEndedGuest, AfterThisEndClosedTrueOnceThePeerIsKilled) {
+  SKIP_OUTSIDE_GUEST();
+  Link link;
+  ASSERT_TRUE(connect_to_peer(&link));
+  link.connection->close();
+  EXPECT_TRUE(stays_false(link, milliseconds(500))) << "said true of a live peer after this end's close()";
+  link.peer->kill(SIGKILL);
+  EXPECT_TRUE(turns_true(link, /*drive=*/false)) << "still false " << kBound.count() << " s after kill -9";
 }
 
 }  // namespace
