@@ -111,10 +111,10 @@ class Connection {
   // process exited, or its side of the connection ended (EOF, reset, a goodbye, a peer_lost
   // failure). False while the peer may still be there, only slow or stopped. It cannot tell a
   // peer that died from one that closed on purpose and lives on; and after this end's close(),
-  // an end may be the peer's answer to that close (tcp), so the caller weighs it less. For
-  // failure reports and shrink. tcp and shm answer after close() as well (tcp keeps one
-  // socket, shut down, until the connection is destroyed); ib only before it; a transport
-  // that cannot tell says false. After close(), any thread may ask (the owner no longer drives
+  // an end may be the peer's answer to that close (tcp, ib), so the caller weighs it less. For
+  // failure reports and shrink. tcp, shm and ib answer after close() as well (tcp and ib keep
+  // one socket, shut down, until the connection is destroyed); a transport that cannot tell
+  // says false. After close(), any thread may ask (the owner no longer drives
   // the connection).
   virtual bool peer_ended() const { return false; }
   // What this connection can do. A communicator's connections may come from different

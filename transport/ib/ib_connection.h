@@ -146,6 +146,7 @@ class IbConnection final : public Connection {
   RegisteredBuffer cts_ring_, cts_staging_, eager_ring_, eager_staging_;
   ConnectionCard peer_;
   UniqueFd socket_;
+  UniqueFd closed_socket_;  // after close(): the bootstrap socket, shut down, for peer_ended()
   RecvLedger recv_;
   SendLedger send_ledger_;
   std::deque<Send> sends_;  // posted, in order, not yet reported

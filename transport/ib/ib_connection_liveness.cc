@@ -58,13 +58,23 @@ void IbConnection::check_socket() {
   }
 }
 
-// A goodbye read, a peer_lost failure, or the bootstrap socket's end arrived (FIN or reset),
-// whether or not check_socket() has read it yet.
+namespace {
+
+// The peer's end of a TCP socket arrived (FIN or reset), read or not.
+bool end_arrived(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return fd >= 0 && ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP)) != 0;
+}
+
+}  // namespace
+
+// A goodbye read, a peer_lost failure, or the bootstrap socket's end arrived, whether or not
+// check_socket() has read it yet. After close(), the end may be the peer's answer to this end's
+// goodbye (transport.h); after a failure of another kind the socket is gone and nothing is said.
 bool IbConnection::peer_ended() const {
-  if (peer_said_bye_) return true;
-  if (!failure_.is_ok()) return failure_.code() == ErrorCode::peer_lost;
-  pollfd p{socket_.get(), POLLRDHUP, 0};
-  return socket_.get() >= 0 && ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP)) != 0;
+  if (peer_said_bye_ || failure_.code() == ErrorCode::peer_lost) return true;
+  if (closed_socket_.get() >= 0) return end_arrived(closed_socket_.get());
+  return failure_.is_ok() && end_arrived(socket_.get());
 }
 
 void IbConnection::peer_closed(uint64_t received, uint64_t peer_sent) {
@@ -97,11 +107,17 @@ void IbConnection::close() {
     // Nothing else was ever written to this socket after setup: its buffer takes the goodbye at once.
     (void)::send(socket_.get(), bye, sizeof bye, MSG_DONTWAIT | MSG_NOSIGNAL);
   }
+  // The socket is shut down for writing (the peer reads its end as it would a close) but kept
+  // until destruction, so that peer_ended() still answers: shrink() asks which peers' ends
+  // arrived after this rank closed its connections (a rank that died a little later).
+  if (socket_.get() >= 0) {
+    if (shared_.unwatch) shared_.unwatch(socket_.get());
+    (void)::shutdown(socket_.get(), SHUT_WR);
+    closed_socket_ = std::move(socket_);
+  }
   if (failure_.is_ok() && (started_ || !qps_.empty())) {
     fail(ErrorCode::aborted, "the connection was closed with this operation outstanding");
   }
-  if (socket_.get() >= 0 && shared_.unwatch) shared_.unwatch(socket_.get());
-  socket_.reset();
 }
 
 }  // namespace braid::transport::ib
