@@ -118,8 +118,7 @@ Status NodeRendezvous::form_elastic_round(bool first) {
                                     std::to_string(min_nnodes_) + ":" + std::to_string(nnodes_) + ") at the store " +
                                     store_->address();
     progress.tick(waiting_for);
-    const bool beat_now = Clock::now() - last_beat_ >= beat_every_;
-    if (beat_now) last_beat_ = Clock::now();
+    const bool beat_now = beat_due();
     struct Look {
       std::string ended;               // node id that ended the job, or ""
       std::optional<std::string> state;
@@ -292,8 +291,7 @@ Result<NodeRendezvous::RoundLead> NodeRendezvous::settle_round_leader() {
   for (;;) {
     if (auto sig = take_stop_signal(signal_fd_)) return aborted_by(*sig);
     progress.tick(waiting_for);
-    const bool beat_now = Clock::now() - last_beat_ >= beat_every_;
-    if (beat_now) last_beat_ = Clock::now();
+    const bool beat_now = beat_due();
     struct Look {
       std::optional<std::string> lead, failed;
       int64_t beats = 0;

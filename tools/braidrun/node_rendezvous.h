@@ -204,6 +204,9 @@ class NodeRendezvous {
   int wait_for_others_to_leave(int code);
   // Bumps this node's heartbeat when a second has passed since the last time.
   void beat(Store& store);
+  // Whether this node's heartbeat is due (beat_every_ passed since the last); when it is, the
+  // caller bumps it in its next store call, and the next beat is counted from now.
+  bool beat_due();
   Status report_stop(int code, const std::string& why);
   Status aborted_by(int sig);
   Status serve_or_connect(const LaunchOptions& o, const StoreAuth& auth, int signal_fd);

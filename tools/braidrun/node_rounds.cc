@@ -85,10 +85,14 @@ std::string local_hostname() {
 
 bool is_rejoin_record(const std::string& failed_value) { return parse_failed(failed_value).rejoin; }
 
-void NodeRendezvous::beat(Store& store) {
-  if (Clock::now() - last_beat_ < beat_every_) return;
+bool NodeRendezvous::beat_due() {
+  if (Clock::now() - last_beat_ < beat_every_) return false;
   last_beat_ = Clock::now();
-  store.add(key("heartbeat/" + std::to_string(node_rank_)), 1);
+  return true;
+}
+
+void NodeRendezvous::beat(Store& store) {
+  if (beat_due()) store.add(key("heartbeat/" + std::to_string(node_rank_)), 1);
 }
 
 Status NodeRendezvous::start_round_store() {
@@ -175,8 +179,7 @@ Status NodeRendezvous::meet_fixed_round() {
   for (;;) {
     if (auto sig = take_stop_signal(signal_fd_)) return aborted_by(*sig);
     progress.tick(waiting_for);
-    const bool beat_now = Clock::now() - last_beat_ >= beat_every_;
-    if (beat_now) last_beat_ = Clock::now();
+    const bool beat_now = beat_due();
     // -1: every node is here; a node rank: that node left the job (it ended it, e.g. on SIGTERM,
     // while this one saw a failure that allows a restart), so it will not come; else -2.
     ASSIGN_OR_RETURN(int look, ask<int>("waiting for round " + r, waiting_for,
@@ -394,8 +397,7 @@ NodeRendezvous::RoundEnd NodeRendezvous::wait_round_outcome(int code) {
                                   store_->address() + ")";
   ProgressLine progress;
   for (;;) {
-    const bool beat_now = Clock::now() - last_beat_ >= beat_every_;
-    if (beat_now) last_beat_ = Clock::now();
+    const bool beat_now = beat_due();
     std::vector<std::pair<int, std::string>> done_keys, beat_keys;
     for (const auto& [n, p] : peers) {
       done_keys.emplace_back(n, round_key("done/" + std::to_string(n)));

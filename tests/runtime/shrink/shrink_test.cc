@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/runtime/shrink/shrink_output.h"
 #include "tests/support/rank_job.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/two_hosts.h"
@@ -29,20 +30,8 @@ constexpr int kRanks = 4;
 // Every run ends well within this on a loaded 2-core machine; a hang fails the test instead.
 constexpr auto kBound = seconds(90);
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-// Rank `rank`'s line that starts with `tag` ("" when none).
-std::string line_of(const std::string& output, const std::string& tag, int rank) {
-  const std::string want = tag + " rank=" + std::to_string(rank);
-  for (size_t at = 0; at < output.size();) {
-    size_t end = output.find('\n', at);
-    if (end == std::string::npos) end = output.size();
-    const std::string line = output.substr(at, end - at);
-    if (line.rfind(want + " ", 0) == 0 || line == want) return line;
-    at = end + 1;
-  }
-  return "";
-}
+using testing::has;
+using testing::line_of;
 
 std::vector<std::unique_ptr<Subprocess>> start(const testing::EnvMap& env, const std::vector<std::string>& args,
                                                std::function<void(int, std::vector<std::string>&)> per_rank = nullptr) {

@@ -356,25 +356,37 @@ TEST_F(BraidrunEtcd, FixedNodeCountNode0LostAReplacementJoinsTheNextRound) {
   EXPECT_TRUE(wait_pids_gone(ranks, 5).empty());
 }
 
+// Two hosts (network namespaces) and a 3-member etcd cluster across them: member 0 on host 0,
+// members 1 and 2 on host 1.
+class BraidrunEtcdNetns : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    BRAID_SKIP_WITHOUT_ETCD();
+    hosts_ = std::make_unique<::braid::testing::TwoHosts>("bre", "10.81.0");
+    if (!hosts_->error().empty()) GTEST_SKIP() << hosts_->error();
+    cluster_ = std::make_unique<EtcdCluster>(
+        30, std::vector<EtcdPlace>{{hosts_->ns(0), hosts_->address(0)},
+                                   {hosts_->ns(1), hosts_->address(1)},
+                                   {hosts_->ns(1), hosts_->address(1)}});
+    ASSERT_TRUE(cluster_->up()) << cluster_->error();
+  }
+  std::unique_ptr<::braid::testing::TwoHosts> hosts_;
+  std::unique_ptr<EtcdCluster> cluster_;  // stopped before the hosts go
+};
+
 // Two hosts (network namespaces): etcd member 0 on host 0, members 1 and 2 on host 1; node 0 is
 // host 1's braidrun, so the ranks' MASTER_ADDR must be host 1's address as seen on the way to
 // etcd. Member 0 (the one every braidrun asks first) is killed, then a rank: the job restarts
 // through host 1's members and succeeds.
-TEST(BraidrunEtcdNetns, TwoHostsMeetInEtcdAndOutliveAMember) {
-  BRAID_SKIP_WITHOUT_ETCD();
-  ::braid::testing::TwoHosts hosts("bre", "10.81.0");
-  if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
-  EtcdCluster cluster(30, {{hosts.ns(0), hosts.address(0)}, {hosts.ns(1), hosts.address(1)},
-                           {hosts.ns(1), hosts.address(1)}});
-  ASSERT_TRUE(cluster.up()) << cluster.error();
+TEST_F(BraidrunEtcdNetns, TwoHostsMeetInEtcdAndOutliveAMember) {
   TempDir pids;
   const std::vector<std::string> actions = {rank_helper_path(), "env", "pidfile#0", pids.path(), "sleep#0", "30",
                                             "store-set@0#1", "k", "v1", "store-get#1", "k"};
-  BraidrunProcess node0(plus(etcd_node_flags(cluster, "netns", 0, "1"), actions), hosts.exec_in(1));
-  BraidrunProcess node1(plus(etcd_node_flags(cluster, "netns", 1, "1"), actions), hosts.exec_in(0));
+  BraidrunProcess node0(plus(etcd_node_flags(*cluster_, "netns", 0, "1"), actions), hosts_->exec_in(1));
+  BraidrunProcess node1(plus(etcd_node_flags(*cluster_, "netns", 1, "1"), actions), hosts_->exec_in(0));
   auto started = read_pidfiles(pids.path(), 4, 30);
   ASSERT_EQ(started.size(), 4u) << node0.out_so_far();
-  cluster.kill_member(0);
+  cluster_->kill_member(0);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   ASSERT_EQ(kill(started[3], SIGKILL), 0);
   RunResult r1 = node1.wait(90), r0 = node0.wait(90);
@@ -385,7 +397,7 @@ TEST(BraidrunEtcdNetns, TwoHostsMeetInEtcdAndOutliveAMember) {
   std::regex master_addr(R"(MASTER_ADDR=(\S+))");
   int lines = 0;
   for (std::sregex_iterator it(out.begin(), out.end(), master_addr), end; it != end; ++it, ++lines) {
-    EXPECT_EQ((*it)[1], hosts.address(1)) << out;
+    EXPECT_EQ((*it)[1], hosts_->address(1)) << out;
   }
   EXPECT_EQ(lines, 8) << "4 ranks, 2 rounds: " << out;
   for (int rank : {0, 1, 2, 3}) {
@@ -399,18 +411,12 @@ TEST(BraidrunEtcdNetns, TwoHostsMeetInEtcdAndOutliveAMember) {
 // 1. Node 0 (usually the braidrun on host 1, started first) leads round 0 (MASTER_ADDR its host's
 // address); it is killed with its ranks. Node 1, on the other host, leads round 1 alone:
 // MASTER_ADDR is then that host's address, and its ranks meet in its store and finish the job.
-TEST(BraidrunEtcdNetns, ElasticNode0LostOnOneHostTheOtherHostLeadsTheNextRound) {
-  BRAID_SKIP_WITHOUT_ETCD();
-  ::braid::testing::TwoHosts hosts("bre", "10.81.0");
-  if (!hosts.error().empty()) GTEST_SKIP() << hosts.error();
-  EtcdCluster cluster(30, {{hosts.ns(0), hosts.address(0)}, {hosts.ns(1), hosts.address(1)},
-                           {hosts.ns(1), hosts.address(1)}});
-  ASSERT_TRUE(cluster.up()) << cluster.error();
+TEST_F(BraidrunEtcdNetns, ElasticNode0LostOnOneHostTheOtherHostLeadsTheNextRound) {
   TempDir pids;
-  const auto flags = plus(elastic_etcd_flags(cluster, "netns-elastic", "1:2", "1"), node_loss_script(pids.path(), 1));
-  auto node0 = std::make_unique<BraidrunProcess>(flags, hosts.exec_in(1));
+  const auto flags = plus(elastic_etcd_flags(*cluster_, "netns-elastic", "1:2", "1"), node_loss_script(pids.path(), 1));
+  auto node0 = std::make_unique<BraidrunProcess>(flags, hosts_->exec_in(1));
   usleep(300 * 1000);  // usually this one takes node id 0 (put_node0_first checks)
-  auto node1 = std::make_unique<BraidrunProcess>(flags, hosts.exec_in(0));
+  auto node1 = std::make_unique<BraidrunProcess>(flags, hosts_->exec_in(0));
   auto ranks = read_pidfiles(pids.path(), 4, 30);
   ASSERT_EQ(ranks.size(), 4u) << node0->out_so_far() << node1->out_so_far();
   const std::optional<bool> swapped = put_node0_first(node0, node1);
@@ -425,9 +431,9 @@ TEST(BraidrunEtcdNetns, ElasticNode0LostOnOneHostTheOtherHostLeadsTheNextRound) 
   auto round0 = round_env(r1.out, "netns-elastic", 0), round1 = round_env(r1.out, "netns-elastic", 1);
   ASSERT_EQ(round0.size(), 2u) << r1.out;
   ASSERT_EQ(round1.size(), 2u) << r1.out;
-  for (const auto& [rank, e] : round0) EXPECT_EQ(e.at("MASTER_ADDR"), hosts.address(node0_host)) << r1.out;
+  for (const auto& [rank, e] : round0) EXPECT_EQ(e.at("MASTER_ADDR"), hosts_->address(node0_host)) << r1.out;
   for (const auto& [rank, e] : round1) {
-    EXPECT_EQ(e.at("MASTER_ADDR"), hosts.address(node1_host)) << r1.out;
+    EXPECT_EQ(e.at("MASTER_ADDR"), hosts_->address(node1_host)) << r1.out;
     EXPECT_EQ(e.at("GROUP_RANK"), "0");
     EXPECT_EQ(e.at("WORLD_SIZE"), "2");
   }

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/runtime/shrink/shrink_output.h"
 #include "tests/support/rank_job.h"
 #include "tests/support/subprocess.h"
 #include "tests/transport/ib/soft_roce_guest.h"
@@ -36,20 +37,8 @@ constexpr auto kBound = seconds(150);
 // A shrink window long enough that waiting it out for a dead rank shows (expect_shrink_within).
 constexpr auto kLongWindow = seconds(40);
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-// Rank `rank`'s line that starts with `tag` ("" when none).
-std::string line_of(const std::string& output, const std::string& tag, int rank) {
-  const std::string want = tag + " rank=" + std::to_string(rank);
-  for (size_t at = 0; at < output.size();) {
-    size_t end = output.find('\n', at);
-    if (end == std::string::npos) end = output.size();
-    const std::string line = output.substr(at, end - at);
-    if (line.rfind(want + " ", 0) == 0 || line == want) return line;
-    at = end + 1;
-  }
-  return "";
-}
+using braid::testing::has;
+using braid::testing::line_of;
 
 std::vector<std::unique_ptr<Subprocess>> start(const std::vector<std::string>& args) {
   braid::testing::RankJob job{.argv = {SHRINK_RANK},
