@@ -1,12 +1,10 @@
 #include "runtime/engine/run_set.h"
 
-#include "common/log.h"
-
 namespace braid {
 
 RunSet::RunSet(const std::vector<OpRun*>& runs, const std::vector<int>& after, std::vector<bool>& started,
                const OpLabel& what, const Deadline& deadline, FunctionRef<void()> between, Context ctx)
-    : runs_(runs), after_(after), started_(started), what_(what), deadline_(deadline), between_(between), ctx_(ctx) {
+    : runs_(runs), after_(after), started_(started), what_(what), deadline_(deadline), between_(between), checks_(ctx) {
   started_.assign(runs_.size(), false);
 }
 
@@ -50,23 +48,13 @@ Status RunSet::timed_out() const {
       break;
     }
   }
-  return timeout_error(what_.str() + " (" + name + me() + ") did not finish within " +
-                       std::to_string(static_cast<int>(ctx_.timeout_s)) + " s (BRAID_TIMEOUT_S); waiting for " +
-                       waiting_for());
+  return checks_.timeout(what_, name, waiting_for());
 }
 
 Status RunSet::check(Clock::time_point now) {
-  if (ctx_.failure->abort_requested()) {
-    return Status(ErrorCode::aborted, what_.str() + me() + ": aborted on this rank");
-  }
+  RETURN_IF_ERROR(checks_.aborted(what_));
   if (now >= deadline_.at()) return timed_out();
-  if (next_board_check_ == Clock::time_point{}) {
-    next_board_check_ = now + kBoardInterval;
-  } else if (now >= next_board_check_) {
-    if ((*ctx_.adopted = ctx_.failure->board().read())) return Status((*ctx_.adopted)->code, (*ctx_.adopted)->message);
-    next_board_check_ = now + kBoardInterval;
-  }
-  return Status::ok();
+  return checks_.board(now);
 }
 
 Status RunSet::on_completion(const transport::Completion& c, bool* ours) {
@@ -75,20 +63,15 @@ Status RunSet::on_completion(const transport::Completion& c, bool* ours) {
     Status s = r->on_completion(c, ours);
     if (!s.is_ok() && first.is_ok()) {
       first = s;
-      // Which peer is gone, for the failure report (our own close() completes as aborted).
-      if (!c.status.is_ok() && c.status.code() != ErrorCode::aborted && c.connection != nullptr) {
-        ctx_.failure->note_failed_peer(c.connection->peer_rank());
-      }
+      checks_.note_refused(c);
     }
     if (*ours) break;
   }
   return first;
 }
 
-void RunSet::dropped(const transport::Completion& c) {
-  BRAID_LOG(trace) << what_.str() << me() << ": dropped a completion of another operation (cookie " << c.cookie << ")";
-}
+void RunSet::dropped(const transport::Completion& c) { checks_.dropped(what_, c); }
 
-Status RunSet::poll_failed(Status s) { return s.with_context(what_.str() + me() + ": "); }
+Status RunSet::poll_failed(Status s) { return checks_.poll_failed(what_, std::move(s)); }
 
 }  // namespace braid

@@ -7,10 +7,19 @@
 // overlaps the head of the next. Timeouts and failures are reported against the oldest
 // unfinished operation.
 //
-// Threading: only the thread that holds the engine (op_queue.h); run() is never re-entered.
+// On a caller's thread (or wherever streaming is not allowed) there is no stream to overlap, and
+// one operation of a shape run before takes a lean path: its kept run (run_cache.h) is run again
+// and driven alone (lone_run.h), then completed and kept again, without the stream's lists and
+// its work before each pass. Everything else (an operation prepared anew, a GPU buffer, a
+// communicator that failed) takes the stream's path, which is written for the general case.
+//
+// Threading: only the thread that holds the engine (op_queue.h); run() is never re-entered;
+// lean_runs() from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -42,6 +51,9 @@ class StreamRunner {
   // and only on the progress thread: a caller running its own blocking call returns with it).
   void run(PendingOp& first, bool may_stream);
 
+  // For tests: operations that took the lean path (see the top) so far.
+  uint64_t lean_runs() const { return lean_runs_.load(std::memory_order_relaxed); }
+
  private:
   struct StreamOp {
     PendingOp& op;                     // run()'s `first` (the caller's), or *taken
@@ -53,6 +65,9 @@ class StreamRunner {
     std::optional<RunShape> shape;  // kept for reuse when it finishes, if set
     bool completed = false;
   };
+  // The lean path: false when `op` has no kept run to take (or is not of the kinds it serves),
+  // and nothing was done; true when `op` ran and completed.
+  bool run_kept(PendingOp& op);
   // Prepares `op` and adds it to the stream; an operation with nothing to move completes at
   // once, one that failed to prepare completes with its error (nothing was sent: the
   // communicator stays usable).
@@ -87,6 +102,7 @@ class StreamRunner {
   Deadline deadline_ = Deadline::never();
   uint64_t seq_ = 0;
   size_t oldest_ = 0;
+  std::atomic<uint64_t> lean_runs_{0};
 };
 
 }  // namespace braid

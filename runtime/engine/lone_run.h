@@ -1,0 +1,42 @@
+// runtime/engine/lone_run.h - one kept run driven by itself: the LinkWork of an operation that
+// a caller runs on its own thread (StreamRunner's lean path).
+//
+// A caller's thread never streams, so nothing joins the run while it is driven: no list of runs,
+// no order between them and no hook before each pass, which RunSet carries for the progress
+// thread. It checks and words its stops as RunSet does (run_checks.h): a RunSet holding only
+// this run would stop at the same points with the same messages.
+//
+// Threading: the thread that holds the engine (op_queue.h).
+#pragma once
+
+#include "common/deadline.h"
+#include "common/status.h"
+#include "runtime/engine/op_label.h"
+#include "runtime/engine/op_run.h"
+#include "runtime/engine/run_checks.h"
+#include "runtime/links/peer_links.h"
+
+namespace braid {
+
+class LoneRun final : public LinkWork {
+ public:
+  // Every reference outlives this.
+  LoneRun(OpRun& run, const OpLabel& what, const Deadline& deadline, RunContext ctx)
+      : run_(run), what_(what), deadline_(deadline), checks_(ctx) {}
+
+  bool done() const override { return started_ && run_.done(); }
+  Status advance() override;
+  Status on_completion(const transport::Completion& c, bool* ours) override;
+  Status check(Clock::time_point now) override;
+  void dropped(const transport::Completion& c) override { checks_.dropped(what_, c); }
+  Status poll_failed(Status s) override { return checks_.poll_failed(what_, std::move(s)); }
+
+ private:
+  OpRun& run_;
+  const OpLabel& what_;
+  const Deadline& deadline_;
+  RunChecks checks_;
+  bool started_ = false;
+};
+
+}  // namespace braid
