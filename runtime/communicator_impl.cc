@@ -1,6 +1,6 @@
 #include "runtime/communicator_impl.h"
 
-#include <deque>
+#include <vector>
 #include <utility>
 
 #include "collectives/algorithms.h"
@@ -66,7 +66,7 @@ void CommunicatorImpl::run(collectives::CollectiveArgs args) {
 
 void CommunicatorImpl::abort(const std::string& reason) {
   failure_.request_abort(reason);
-  std::deque<PendingOp> queued = queue_.cancel_all();
+  std::vector<PendingOp> queued = queue_.cancel_all();
   for (auto& p : queued) {
     for (auto& m : p.group) {
       m.work->in_open_group.store(false);

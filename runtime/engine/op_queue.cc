@@ -36,7 +36,8 @@ bool OpQueue::admit(collectives::CollectiveArgs&& args, const std::shared_ptr<de
     group_ops_.push_back(PendingOp{std::move(args), work, seq, match, {}, nullptr});
     return false;
   }
-  // Filled in place (out is a fresh PendingOp): no whole operation built and moved over it.
+  // Filled in place (out is an empty PendingOp, often the queue's slot): no whole operation
+  // built and moved over it.
   out->args = std::move(args);
   out->work = work;
   out->seq = seq;
@@ -59,11 +60,13 @@ Work OpQueue::push(collectives::CollectiveArgs&& args, const std::shared_ptr<det
   bool wake;
   {
     MutexLock lock(mu_);
-    PendingOp op;
-    if (!admit(std::move(args), work, &op)) return Work(work);
-    op.device = std::move(device);
     const bool idle = !busy_ && queue_.empty();
-    queue_.push_back(std::move(op));
+    PendingOp& op = queue_.push_slot();  // filled where it waits
+    if (!admit(std::move(args), work, &op)) {
+      queue_.pop_back();
+      return Work(work);
+    }
+    op.device = std::move(device);
     wake = queued(idle, work);
   }
   if (wake) {
@@ -101,8 +104,7 @@ bool OpQueue::take_for_wait(const detail::WorkState& work, int64_t waited_ns, Pe
   bool mine = front.work.get() == &work;
   for (const auto& m : front.group) mine = mine || m.work.get() == &work;
   if (!mine) return false;
-  *op = std::move(queue_.front());
-  queue_.pop_front();
+  queue_.take_front(op);
   busy_ = true;
   hand_off_.taken_by_caller();
   return true;
@@ -188,8 +190,7 @@ OpQueue::Turn OpQueue::next_turn(Clock::time_point board_at, std::optional<Pendi
   busy_ = true;
   if (queue_.empty()) return stopping_ ? Turn::stop : Turn::idle;
   hand_off_.taken_by_progress(queue_.front().work.get());
-  op->emplace(std::move(queue_.front()));
-  queue_.pop_front();
+  op->emplace(queue_.take_front());
   return Turn::run;
 }
 
@@ -201,8 +202,7 @@ std::unique_ptr<PendingOp> OpQueue::take_next_for_stream() {
     // it here would stall the operations already running.
     if (!queue_.empty() && queue_.front().group.empty() && !failure_.abort_requested() &&
         (!queue_.front().device || queue_.front().device->input_ready())) {
-      next = std::make_unique<PendingOp>(std::move(queue_.front()));
-      queue_.pop_front();
+      next = std::make_unique<PendingOp>(queue_.take_front());
     }
   }
   if (next) count_on_progress();
@@ -220,11 +220,11 @@ void OpQueue::release(uint64_t* dequeued) {
   if (more) cv_.notify_one();
 }
 
-std::deque<PendingOp> OpQueue::cancel_all() {
-  std::deque<PendingOp> queued;
+std::vector<PendingOp> OpQueue::cancel_all() {
+  std::vector<PendingOp> queued;
   {
     MutexLock lock(mu_);
-    queued.swap(queue_);
+    queued = queue_.take_all();
     for (auto& p : group_ops_) queued.push_back(std::move(p));
     group_ops_.clear();
   }

@@ -19,7 +19,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -28,6 +27,7 @@
 #include "common/mutex.h"
 #include "runtime/communicator_config.h"
 #include "runtime/engine/hand_off.h"
+#include "runtime/engine/op_fifo.h"
 #include "runtime/engine/pending_op.h"
 
 namespace braid {
@@ -80,7 +80,7 @@ class OpQueue {
 
   // abort(): everything queued or held in an open group, taken out; then wake_all() wakes the
   // progress thread.
-  std::deque<PendingOp> cancel_all() EXCLUDES(mu_);
+  std::vector<PendingOp> cancel_all() EXCLUDES(mu_);
   void wake_all();
   // The destructor's: the progress thread ends once everything queued has run.
   void stop() EXCLUDES(mu_);
@@ -101,7 +101,7 @@ class OpQueue {
   void count_on_progress() { ran_on_progress_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
-  // Numbers a new operation and fills `*out` (a fresh PendingOp) with it, or, for an open group,
+  // Numbers a new operation and fills `*out` (an empty PendingOp) with it, or, for an open group,
   // holds it. Returns false (and completes `work` with the reason) when the communicator can no
   // longer run it, or held it.
   bool admit(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work, PendingOp* out)
@@ -118,7 +118,7 @@ class OpQueue {
 
   Mutex mu_;
   CondVar cv_;
-  std::deque<PendingOp> queue_ GUARDED_BY(mu_);
+  OpFifo queue_ GUARDED_BY(mu_);
   bool busy_ GUARDED_BY(mu_) = false;  // a thread holds the engine (see the top)
   HandOff hand_off_ GUARDED_BY(mu_);
   bool stopping_ GUARDED_BY(mu_) = false;

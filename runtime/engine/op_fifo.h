@@ -1,0 +1,75 @@
+// runtime/engine/op_fifo.h - queued operations, first in first out, in slots that are reused.
+//
+// A communicator's queue mostly holds one operation at a time: queued by *_async, taken by the
+// wait() or the progress thread right after. std::deque, with a PendingOp of a few hundred bytes,
+// frees its block and allocates a new one every other operation; here the same slot serves
+// again, and an operation is filled in its slot (push_slot) and moved out once (take_front),
+// never moved in from a temporary. A slot that was moved out of holds an empty PendingOp (its
+// vectors and pointers moved away), which is what a fresh one holds.
+//
+// Not thread-safe: OpQueue guards it with its lock.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "runtime/engine/pending_op.h"
+
+namespace braid {
+
+class OpFifo {
+ public:
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return size_; }
+  PendingOp& front() { return slots_[head_]; }
+  const PendingOp& front() const { return slots_[head_]; }
+
+  // A new last slot, holding an empty PendingOp, for the caller to fill; valid until the next
+  // push. pop_back() gives it up again while it is still empty.
+  PendingOp& push_slot() {
+    if (size_ == slots_.size()) grow();
+    PendingOp& slot = slots_[(head_ + size_) & (slots_.size() - 1)];
+    ++size_;
+    return slot;
+  }
+  void pop_back() { --size_; }
+  void push_back(PendingOp&& op) { push_slot() = std::move(op); }
+  // Moves the first operation out and drops its slot.
+  PendingOp take_front() {
+    PendingOp op = std::move(slots_[head_]);
+    drop_front();
+    return op;
+  }
+  // Moves the first operation into `*out` and drops its slot.
+  void take_front(PendingOp* out) {
+    *out = std::move(slots_[head_]);
+    drop_front();
+  }
+  // Every operation, in order; the fifo is left empty.
+  std::vector<PendingOp> take_all() {
+    std::vector<PendingOp> all;
+    all.reserve(size_);
+    while (!empty()) all.push_back(take_front());
+    return all;
+  }
+
+ private:
+  void drop_front() {
+    head_ = (head_ + 1) & (slots_.size() - 1);
+    --size_;
+  }
+  // Twice the slots (always a power of two), the operations moved to the front in order.
+  void grow() {
+    std::vector<PendingOp> bigger(slots_.empty() ? 4 : 2 * slots_.size());
+    for (size_t i = 0; i < size_; ++i) bigger[i] = std::move(slots_[(head_ + i) & (slots_.size() - 1)]);
+    slots_.swap(bigger);
+    head_ = 0;
+  }
+
+  std::vector<PendingOp> slots_;
+  size_t head_ = 0;
+  size_t size_ = 0;
+};
+
+}  // namespace braid
