@@ -1,5 +1,6 @@
 #include "runtime/engine/run_cache.h"
 
+#include <algorithm>
 #include <iterator>
 
 namespace braid {
@@ -18,10 +19,10 @@ std::optional<RunShape> RunCache::shape_of(const collectives::CollectiveArgs& a,
 }
 
 std::unique_ptr<OpRun> RunCache::take(const RunShape& shape) {
-  // Newest first: a loop of one shape finds its run at the back.
+  // From the back: a loop of one shape finds its run there.
   for (auto it = runs_.rbegin(); it != runs_.rend(); ++it) {
-    if (it->first == shape) {
-      std::unique_ptr<OpRun> run = std::move(it->second);
+    if (it->shape == shape) {
+      std::unique_ptr<OpRun> run = std::move(it->run);
       runs_.erase(std::next(it).base());
       return run;
     }
@@ -29,9 +30,37 @@ std::unique_ptr<OpRun> RunCache::take(const RunShape& shape) {
   return nullptr;
 }
 
+OpRun* RunCache::lend(const RunShape& shape) {
+  for (auto it = runs_.rbegin(); it != runs_.rend(); ++it) {
+    if (it->shape == shape) return it->run.get();
+  }
+  return nullptr;
+}
+
+void RunCache::ran(const OpRun* run) {
+  for (auto it = runs_.rbegin(); it != runs_.rend(); ++it) {
+    if (it->run.get() == run) {
+      it->used = ++used_;
+      return;
+    }
+  }
+}
+
+void RunCache::drop(const OpRun* run) {
+  for (auto it = runs_.begin(); it != runs_.end(); ++it) {
+    if (it->run.get() == run) {
+      runs_.erase(it);
+      return;
+    }
+  }
+}
+
 void RunCache::keep(const RunShape& shape, std::unique_ptr<OpRun> run) {
-  if (runs_.size() == kSize) runs_.erase(runs_.begin());
-  runs_.emplace_back(shape, std::move(run));
+  if (runs_.size() == kSize) {
+    runs_.erase(std::min_element(runs_.begin(), runs_.end(),
+                                 [](const Kept& a, const Kept& b) { return a.used < b.used; }));
+  }
+  runs_.push_back(Kept{shape, std::move(run), ++used_});
 }
 
 }  // namespace braid

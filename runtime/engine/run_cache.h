@@ -42,15 +42,28 @@ class RunCache {
   // its buffers are pinned copies of GPU memory (built anew each time).
   static std::optional<RunShape> shape_of(const collectives::CollectiveArgs& args, bool staged, collectives::Algo algo);
 
-  // A kept run of `shape` (the newest), taken out of the cache; null when none is kept.
+  // A kept run of `shape`, taken out of the cache; null when none is kept.
   std::unique_ptr<OpRun> take(const RunShape& shape);
-  // Keeps a finished run, dropping the oldest when full.
+  // A kept run of `shape` to run again where it lies, left kept: a caller that runs one
+  // operation by itself spares the taking out and putting back. Until it calls ran() (it
+  // finished and may run again: it counts as just used) or drop() (it must not), the caller
+  // uses the cache for nothing else, and clear() ends it. Null when none is kept.
+  OpRun* lend(const RunShape& shape);
+  void ran(const OpRun* run);
+  void drop(const OpRun* run);
+  // Keeps a finished run, dropping the one used longest ago when full.
   void keep(const RunShape& shape, std::unique_ptr<OpRun> run);
   // Drops every kept run (the connections they name may be gone).
   void clear() { runs_.clear(); }
 
  private:
-  std::vector<std::pair<RunShape, std::unique_ptr<OpRun>>> runs_;  // oldest first
+  struct Kept {
+    RunShape shape;
+    std::unique_ptr<OpRun> run;
+    uint64_t used;  // when it was kept or last ran (used_), for keep()'s choice of one to drop
+  };
+  std::vector<Kept> runs_;  // in the order kept
+  uint64_t used_ = 0;
 };
 
 }  // namespace braid

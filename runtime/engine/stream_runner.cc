@@ -98,7 +98,8 @@ bool StreamRunner::run_kept(PendingOp& op) {
   if (op.device || failure_.state() != CommState::ok) return false;
   const collectives::RunOptions options = runs_.stream_options(op);
   const std::optional<RunShape> shape = RunCache::shape_of(op.args, /*staged=*/false, options.algo);
-  std::unique_ptr<OpRun> run = shape ? runs_.cache().take(*shape) : nullptr;
+  // Run where it is kept: it stays there (RunCache::lend) unless this operation fails.
+  OpRun* run = shape ? runs_.cache().lend(*shape) : nullptr;
   if (run == nullptr) return false;
   lean_runs_.fetch_add(1, std::memory_order_relaxed);
   const OpLabel what = OpLabel::one(op.args.kind, op.seq);
@@ -106,30 +107,40 @@ bool StreamRunner::run_kept(PendingOp& op) {
   // nothing was sent.
   Status reused = run->reuse(op.args, cfg_.comm_id, op.seq, op.match_seq, options.op_id);
   if (!reused.is_ok()) {
+    runs_.cache().drop(run);
     op.work->complete(reused.with_context(what.str() + ": "));
     return true;
   }
   runs_.note_algo(run->algo());
-  BRAID_LOG(trace) << what.str() << " (" << run->name() << ") count " << op.args.count << " "
-                   << to_string(op.args.dtype) << " starts"
-                   << (ProgressThread::on_this_thread() ? " on the progress thread" : " on the caller's thread")
-                   << ", run again";
-  const Clock::time_point started = log_enabled(LogLevel::trace) ? Clock::now() : Clock::time_point{};
+  const bool trace = log_enabled(LogLevel::trace);
+  if (trace) {
+    BRAID_LOG(trace) << what.str() << " (" << run->name() << ") count " << op.args.count << " "
+                     << to_string(op.args.dtype) << " starts"
+                     << (ProgressThread::on_this_thread() ? " on the progress thread" : " on the caller's thread")
+                     << ", run again";
+  }
+  const Clock::time_point started = trace ? Clock::now() : Clock::time_point{};
   std::optional<Failure> adopted;
   LoneRun work(*run, what, options.deadline,
                RunContext{.rank = cfg_.rank, .timeout_s = cfg_.env.timeout_s, .failure = &failure_, .adopted = &adopted});
   Status s = links_->drive(work, options.deadline);
   if (s.is_ok()) {
     failure_.note_done(std::max(failure_.done_seq(), op.seq), what);
-    BRAID_LOG(trace) << what.str() << " done in "
-                     << std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count()
-                     << " us";
+    if (trace) {
+      BRAID_LOG(trace) << what.str() << " done in "
+                       << std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - started).count()
+                       << " us";
+    }
     held_.complete_last(op.work, Status::ok());  // no GPU buffer: nothing to copy back
-    if (run->outstanding() == 0) runs_.cache().keep(*shape, std::move(run));
+    if (run->outstanding() == 0) {
+      runs_.cache().ran(run);
+    } else {
+      runs_.cache().drop(run);
+    }
     return true;
   }
-  runs_.cache().clear();  // the failure may have closed connections the kept runs name
-  s = failure_.on_failure(std::move(s), what.str(), op.seq, std::vector<OpRun*>{run.get()}, std::move(adopted));
+  s = failure_.on_failure(std::move(s), what.str(), op.seq, std::vector<OpRun*>{run}, std::move(adopted));
+  runs_.cache().clear();  // the failure may have closed connections the kept runs name (this one too)
   op.work->complete(s);
   return true;
 }

@@ -3,7 +3,8 @@
 // this process on the inproc transport; CommunicatorImpl::lean_runs() counts the path.
 //
 //   - an operation waited at once, of a shape kept, takes it; the first of each shape (prepared
-//     anew) and one on the progress thread do not;
+//     anew) and one on the progress thread do not; the run used longest ago leaves the cache
+//     first, however long ago it was kept;
 //   - a timeout, an abort and a mismatch found inside it end the operation with the same code
 //     and wording as on the stream's path, and the communicator fails as there.
 //
@@ -96,6 +97,24 @@ TEST(LoneRun, AnOperationOfAKeptShapeWaitedAtOnceRunsItsKeptRunAlone) {
     }
     EXPECT_EQ(impl->lean_runs(), 2u * kIters - 2 + 2) << "rank " << r;
     EXPECT_EQ(impl->hand_off_counts().on_progress_thread, 0u) << "rank " << r;
+  });
+}
+
+TEST(LoneRun, TheKeptRunUsedLongestAgoMakesRoomForANewShape) {
+  testing::InProcessJob job(settings());
+  testing::run_ranks(kRanks, [&](int r) {
+    CommunicatorImpl* impl = nullptr;
+    Communicator comm = job.make(r, 0, &impl);
+    // As many shapes as the cache keeps (RunCache::kSize, 8): counts 1..8, each prepared.
+    for (size_t n = 1; n <= 8; ++n) sum_in_place(comm, r, n);
+    EXPECT_EQ(impl->lean_runs(), 0u) << "rank " << r;
+    sum_in_place(comm, r, 1);  // run again where it is kept: now the most recently used
+    EXPECT_EQ(impl->lean_runs(), 1u) << "rank " << r;
+    sum_in_place(comm, r, 9);  // a ninth shape: count 2, used longest ago, makes room
+    sum_in_place(comm, r, 1);  // still kept, though it was kept first
+    EXPECT_EQ(impl->lean_runs(), 2u) << "rank " << r;
+    sum_in_place(comm, r, 2);  // prepared anew
+    EXPECT_EQ(impl->lean_runs(), 2u) << "rank " << r;
   });
 }
 
