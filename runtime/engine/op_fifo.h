@@ -3,8 +3,8 @@
 // A communicator's queue mostly holds one operation at a time: queued by *_async, taken by the
 // wait() or the progress thread right after. std::deque, with a PendingOp of a few hundred bytes,
 // frees its block and allocates a new one every other operation; here the same slot serves
-// again, and an operation is filled in its slot (push_slot) and moved out once (take_front),
-// never moved in from a temporary. A slot that was moved out of holds an empty PendingOp (its
+// again, and an operation is filled in its slot (push_slot) and moved out once (front() then
+// pop_front()), never through a temporary. A slot that was moved out of holds an empty PendingOp (its
 // vectors and pointers moved away), which is what a fresh one holds.
 //
 // Not thread-safe: OpQueue guards it with its lock.
@@ -35,16 +35,17 @@ class OpFifo {
   }
   void pop_back() { --size_; }
   void push_back(PendingOp&& op) { push_slot() = std::move(op); }
+  // Drops the first slot, whose operation the caller has moved out (std::move(front())): moved
+  // straight to where it runs, without a temporary in between.
+  void pop_front() {
+    head_ = (head_ + 1) & (slots_.size() - 1);
+    --size_;
+  }
   // Moves the first operation out and drops its slot.
   PendingOp take_front() {
     PendingOp op = std::move(slots_[head_]);
-    drop_front();
+    pop_front();
     return op;
-  }
-  // Moves the first operation into `*out` and drops its slot.
-  void take_front(PendingOp* out) {
-    *out = std::move(slots_[head_]);
-    drop_front();
   }
   // Every operation, in order; the fifo is left empty.
   std::vector<PendingOp> take_all() {
@@ -55,10 +56,6 @@ class OpFifo {
   }
 
  private:
-  void drop_front() {
-    head_ = (head_ + 1) & (slots_.size() - 1);
-    --size_;
-  }
   // Twice the slots (always a power of two), the operations moved to the front in order.
   void grow() {
     std::vector<PendingOp> bigger(slots_.empty() ? 4 : 2 * slots_.size());

@@ -96,7 +96,7 @@ bool OpQueue::push_or_take(collectives::CollectiveArgs&& args, const std::shared
   return here;
 }
 
-bool OpQueue::take_for_wait(const detail::WorkState& work, int64_t waited_ns, PendingOp* op) {
+bool OpQueue::take_for_wait(const detail::WorkState& work, int64_t waited_ns, std::optional<PendingOp>* op) {
   MutexLock lock(mu_);
   hand_off_.waited(work, waited_ns);
   if (busy_ || queue_.size() != 1 || work.done()) return false;
@@ -104,7 +104,8 @@ bool OpQueue::take_for_wait(const detail::WorkState& work, int64_t waited_ns, Pe
   bool mine = front.work.get() == &work;
   for (const auto& m : front.group) mine = mine || m.work.get() == &work;
   if (!mine) return false;
-  queue_.take_front(op);
+  op->emplace(std::move(queue_.front()));  // moved once, into the waiter's frame
+  queue_.pop_front();
   busy_ = true;
   hand_off_.taken_by_caller();
   return true;
@@ -190,7 +191,8 @@ OpQueue::Turn OpQueue::next_turn(Clock::time_point board_at, std::optional<Pendi
   busy_ = true;
   if (queue_.empty()) return stopping_ ? Turn::stop : Turn::idle;
   hand_off_.taken_by_progress(queue_.front().work.get());
-  op->emplace(queue_.take_front());
+  op->emplace(std::move(queue_.front()));
+  queue_.pop_front();
   return Turn::run;
 }
 
@@ -202,7 +204,8 @@ std::unique_ptr<PendingOp> OpQueue::take_next_for_stream() {
     // it here would stall the operations already running.
     if (!queue_.empty() && queue_.front().group.empty() && !failure_.abort_requested() &&
         (!queue_.front().device || queue_.front().device->input_ready())) {
-      next = std::make_unique<PendingOp>(queue_.take_front());
+      next = std::make_unique<PendingOp>(std::move(queue_.front()));
+      queue_.pop_front();
     }
   }
   if (next) count_on_progress();

@@ -1,5 +1,7 @@
 #include "runtime/engine/op_runner.h"
 
+#include <optional>
+
 namespace braid {
 
 void OpRunner::run_one(PendingOp& op, bool may_stream) {
@@ -17,8 +19,8 @@ void OpRunner::run_here(PendingOp& op) {
 }
 
 void OpRunner::help(const detail::WorkState& work, int64_t waited_ns) {
-  PendingOp op;
-  if (queue_.take_for_wait(work, waited_ns, &op)) run_here(op);
+  std::optional<PendingOp> op;  // built only when taken
+  if (queue_.take_for_wait(work, waited_ns, &op)) run_here(*op);
 }
 
 }  // namespace braid

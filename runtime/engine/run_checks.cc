@@ -4,13 +4,9 @@
 
 namespace braid {
 
-Status RunChecks::board(Clock::time_point now) {
-  if (next_board_check_ == Clock::time_point{}) {
-    next_board_check_ = now + kBoardInterval;
-  } else if (now >= next_board_check_) {
-    if ((*ctx_.adopted = ctx_.failure->board().read())) return Status((*ctx_.adopted)->code, (*ctx_.adopted)->message);
-    next_board_check_ = now + kBoardInterval;
-  }
+Status RunChecks::read_board(Clock::time_point now) {
+  if ((*ctx_.adopted = ctx_.failure->board().read())) return Status((*ctx_.adopted)->code, (*ctx_.adopted)->message);
+  next_board_check_ = now + kBoardInterval;
   return Status::ok();
 }
 

@@ -45,7 +45,13 @@ class RunChecks {
     if (!ctx_.failure->abort_requested()) return Status::ok();
     return Status(ErrorCode::aborted, what.str() + me() + ": aborted on this rank");
   }
-  Status board(Clock::time_point now);
+  Status board(Clock::time_point now) {
+    if (next_board_check_ == Clock::time_point{}) {  // the first check: the interval starts
+      next_board_check_ = now + kBoardInterval;
+      return Status::ok();
+    }
+    return now < next_board_check_ ? Status::ok() : read_board(now);
+  }
   // The deadline passed while `name` (the run not finished) waited for `waiting`.
   Status timeout(const OpLabel& what, const std::string& name, const std::string& waiting) const;
   // A completion a run refused with `s`: which peer is gone, for the failure report (our own
@@ -59,6 +65,8 @@ class RunChecks {
   Status poll_failed(const OpLabel& what, Status s) const { return s.with_context(what.str() + me() + ": "); }
 
  private:
+  // The board is due: reads it, and sets the time of the next read.
+  Status read_board(Clock::time_point now);
   // " on rank N", built only for a message: every operation runs through a check.
   std::string me() const { return " on rank " + std::to_string(ctx_.rank); }
 

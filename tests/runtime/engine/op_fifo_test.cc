@@ -53,8 +53,8 @@ TEST(OpFifo, ASlotIsEmptyWhenItIsHandedOutAgain) {
       continue;
     }
     slot = op_numbered(static_cast<uint64_t>(round));
-    PendingOp out;
-    fifo.take_front(&out);
+    PendingOp out = std::move(fifo.front());
+    fifo.pop_front();
     EXPECT_EQ(out.seq, static_cast<uint64_t>(round));
     EXPECT_TRUE(fifo.empty());
   }
