@@ -33,16 +33,17 @@ bool OpQueue::admit(collectives::CollectiveArgs&& args, const std::shared_ptr<de
   if (cfg_.env.caller_progress) work->runner = runner_;
   if (group_depth_ > 0) {
     work->in_open_group.store(true);
-    group_ops_.push_back(PendingOp{std::move(args), work, seq, match, {}, nullptr});
-    return false;
+    // Each group takes its list whole (close_group): room for a send/recv pair from the start.
+    if (group_ops_.capacity() == 0) group_ops_.reserve(4);
+    out = &group_ops_.emplace_back();
   }
-  // Filled in place (out is an empty PendingOp, often the queue's slot): no whole operation
-  // built and moved over it.
+  // Filled in place (out is an empty PendingOp: the queue's slot, the group's or the caller's):
+  // no whole operation built and moved over it.
   out->args = std::move(args);
   out->work = work;
   out->seq = seq;
   out->match_seq = match;
-  return true;
+  return group_depth_ == 0;
 }
 
 bool OpQueue::queued(bool idle_before, const std::shared_ptr<detail::WorkState>& work) {

@@ -102,8 +102,8 @@ class OpQueue {
 
  private:
   // Numbers a new operation and fills `*out` (an empty PendingOp) with it, or, for an open group,
-  // holds it. Returns false (and completes `work` with the reason) when the communicator can no
-  // longer run it, or held it.
+  // holds it (then `*out` is untouched). Returns false (and completes `work` with the reason)
+  // when the communicator can no longer run it, or held it.
   bool admit(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work, PendingOp* out)
       REQUIRES(mu_);
   // After pushing `work`'s operation: the hand-off when the communicator was idle before.
