@@ -152,17 +152,14 @@ Work OpQueue::close_group() {
     MutexLock lock(mu_);
     if (group_depth_ == 0) throw Error(ErrorCode::invalid_argument, "group_end() without a matching group_start()");
     if (--group_depth_ > 0) return Work();  // nested: the outermost group_end runs everything
-    std::vector<PendingOp> members;
-    members.swap(group_ops_);
-    for (auto& m : members) m.work->in_open_group.store(false);
-    if (members.empty()) return Work();
-    PendingOp g;
+    for (auto& m : group_ops_) m.work->in_open_group.store(false);
+    if (group_ops_.empty()) return Work();
+    const bool idle = !busy_ && queue_.empty();
+    PendingOp& g = queue_.push_slot();  // filled where it waits, the members' list handed over whole
     g.work = work;
     if (cfg_.env.caller_progress) work->runner = runner_;
-    g.seq = members.front().seq;
-    g.group = std::move(members);
-    const bool idle = !busy_ && queue_.empty();
-    queue_.push_back(std::move(g));
+    g.seq = group_ops_.front().seq;
+    g.group.swap(group_ops_);
     wake = queued(idle, work);  // a group is handed off like any operation
   }
   if (wake) {

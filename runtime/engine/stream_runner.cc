@@ -101,7 +101,7 @@ bool StreamRunner::run_kept(PendingOp& op) {
   // Run where it is kept: it stays there (RunCache::lend) unless this operation fails.
   OpRun* run = shape ? runs_.cache().lend(*shape) : nullptr;
   if (run == nullptr) return false;
-  lean_runs_.fetch_add(1, std::memory_order_relaxed);
+  lean_runs_.store(lean_runs_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // one writer
   const OpLabel what = OpLabel::one(op.args.kind, op.seq);
   // As admit() through RunFactory::make: a run that cannot take the new buffers is dropped, and
   // nothing was sent.
