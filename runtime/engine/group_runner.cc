@@ -100,29 +100,56 @@ Status GroupRunner::build_p2p(std::vector<PendingOp>& members, const OpLabel& wh
   for (auto& m : members) {
     options.op_id = m.seq & 0x7fffffffu;
     const std::optional<RunShape> shape = keep ? RunCache::shape_of(m.args, m.device != nullptr, options.algo) : std::nullopt;
-    auto made = runs_.make(m, options, shape);
-    if (!made.is_ok()) return made.status().with_context(what.str() + ": ");
-    std::unique_ptr<OpRun> run = std::move(made.value().run);
+    // A run of an earlier group of the same shape runs again where the cache keeps it (a
+    // send/recv loop builds each once); else one is prepared (RunFactory::make).
+    OpRun* run = shape ? runs_.cache().lend(*shape) : nullptr;
+    std::unique_ptr<OpRun> owned;
+    if (run != nullptr) {
+      Status reused = run->reuse(m.args, cfg_.comm_id, m.seq, m.match_seq, options.op_id);
+      if (!reused.is_ok()) {
+        runs_.cache().drop(run);
+        return reused.with_context(what.str() + ": ");
+      }
+    } else {
+      auto made = runs_.make(m, options, std::nullopt);
+      if (!made.is_ok()) return made.status().with_context(what.str() + ": ");
+      owned = std::move(made.value().run);
+      run = owned.get();
+    }
     if (run == nullptr) continue;
     BRAID_LOG(trace) << what.str() << ": " << collectives::to_string(m.args.kind) << " #" << m.seq << " count "
                      << m.args.count << " " << to_string(m.args.dtype) << " peer " << m.args.peer
-                     << (made.value().reused ? ", run again" : ", built");
+                     << (owned ? ", built" : ", run again");
     int previous = -1;
     for (size_t j = 0; j < built_.size(); ++j) {
       const PendingOp& o = *built_[j].member;
       if (o.args.peer == m.args.peer && o.args.kind == m.args.kind) previous = static_cast<int>(j);
     }
     runs_.note_algo(run->algo());
-    run_ptrs_.push_back(run.get());
+    run_ptrs_.push_back(run);
     after_.push_back(previous);
-    built_.push_back(GroupRun{std::move(run), shape, &m});
+    built_.push_back(GroupRun{run, std::move(owned), shape, &m});
   }
   return Status::ok();
 }
 
+void GroupRunner::return_runs(bool ok) {
+  for (GroupRun& b : built_) {
+    const bool again = ok && b.shape && b.run->done() && b.run->outstanding() == 0;
+    if (b.owned == nullptr) {  // lent
+      if (again) {
+        runs_.cache().ran(b.run);
+      } else {
+        runs_.cache().drop(b.run);
+      }
+    } else if (again) {
+      runs_.cache().keep(*b.shape, std::move(b.owned));
+    }
+  }
+}
+
 void GroupRunner::run_p2p(PendingOp& g, const OpLabel& what) {
   auto& members = g.group;
-  // Runs of earlier groups of the same shape run again (a send/recv loop builds each once).
   struct ClearAtExit {  // ends the runs not kept, on every way out
     GroupRunner& r;
     ~ClearAtExit() {
@@ -134,6 +161,7 @@ void GroupRunner::run_p2p(PendingOp& g, const OpLabel& what) {
   collectives::RunOptions options = runs_.group_options();
   Status built = build_p2p(members, what, options);
   if (!built.is_ok()) {  // nothing was posted yet: the communicator stays usable
+    return_runs(false);  // the runs lent so far were not run: dropped, as runs taken were
     finish(g, built);
     return;
   }
@@ -144,16 +172,14 @@ void GroupRunner::run_p2p(PendingOp& g, const OpLabel& what) {
                 RunSet::Context{.rank = cfg_.rank, .timeout_s = cfg_.env.timeout_s, .failure = &failure_, .adopted = &adopted});
     s = links_->drive(work, options.deadline);
     if (!s.is_ok()) {
-      runs_.cache().clear();  // the failure may have closed connections the kept runs name
       s = failure_.on_failure(std::move(s), what.str(), members.back().seq, run_ptrs_, std::move(adopted));
+      runs_.cache().clear();  // the failure may have closed connections the kept runs name (lent ones too)
+      finish(g, s);
+      return;
     }
   }
-  if (s.is_ok()) {
-    failure_.note_done(members.back().seq, what);
-    for (GroupRun& b : built_) {
-      if (b.shape && b.run->done() && b.run->outstanding() == 0) runs_.cache().keep(*b.shape, std::move(b.run));
-    }
-  }
+  failure_.note_done(members.back().seq, what);
+  return_runs(true);
   finish(g, s);
 }
 

@@ -54,10 +54,14 @@ class GroupRunner {
   // run_p2p()'s runs, kept across calls to spare allocations (each call empties them on every
   // way out).
   struct GroupRun {
-    std::unique_ptr<OpRun> run;
-    std::optional<RunShape> shape;  // kept for reuse when it finishes, if set
+    OpRun* run;                      // owned, or lent by the run cache
+    std::unique_ptr<OpRun> owned;    // a run prepared anew (or taken), null when lent
+    std::optional<RunShape> shape;   // kept for reuse when it finishes, if set
     PendingOp* member;
   };
+  // After the drive: the lent runs go back to the cache (run again later, or dropped), and the
+  // runs prepared anew are kept when `ok` and of a shape worth keeping.
+  void return_runs(bool ok);
   std::vector<GroupRun> built_;
   std::vector<OpRun*> run_ptrs_;
   std::vector<int> after_;

@@ -42,12 +42,13 @@ class RunCache {
   // its buffers are pinned copies of GPU memory (built anew each time).
   static std::optional<RunShape> shape_of(const collectives::CollectiveArgs& args, bool staged, collectives::Algo algo);
 
-  // A kept run of `shape`, taken out of the cache; null when none is kept.
+  // A kept run of `shape`, taken out of the cache; null when none is kept (or lent).
   std::unique_ptr<OpRun> take(const RunShape& shape);
   // A kept run of `shape` to run again where it lies, left kept: a caller that runs one
-  // operation by itself spares the taking out and putting back. Until it calls ran() (it
-  // finished and may run again: it counts as just used) or drop() (it must not), the caller
-  // uses the cache for nothing else, and clear() ends it. Null when none is kept.
+  // operation (or one group) spares the taking out and putting back. A run lent is not lent or
+  // taken again, nor dropped to make room, until the caller calls ran() (it finished and may run
+  // again: it counts as just used) or drop() (it must not); clear() ends it. Null when none is
+  // kept, or each kept one of `shape` is lent.
   OpRun* lend(const RunShape& shape);
   void ran(const OpRun* run);
   void drop(const OpRun* run);
@@ -61,6 +62,7 @@ class RunCache {
     RunShape shape;
     std::unique_ptr<OpRun> run;
     uint64_t used;  // when it was kept or last ran (used_), for keep()'s choice of one to drop
+    bool lent = false;
   };
   std::vector<Kept> runs_;  // in the order kept
   uint64_t used_ = 0;

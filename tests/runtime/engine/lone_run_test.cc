@@ -4,7 +4,8 @@
 //
 //   - an operation waited at once, of a shape kept, takes it; the first of each shape (prepared
 //     anew) and one on the progress thread do not; the run used longest ago leaves the cache
-//     first, however long ago it was kept;
+//     first, however long ago it was kept; a group's members run their kept runs in place, two
+//     of one shape each their own;
 //   - a timeout, an abort and a mismatch found inside it end the operation with the same code
 //     and wording as on the stream's path, and the communicator fails as there.
 //
@@ -115,6 +116,27 @@ TEST(LoneRun, TheKeptRunUsedLongestAgoMakesRoomForANewShape) {
     EXPECT_EQ(impl->lean_runs(), 2u) << "rank " << r;
     sum_in_place(comm, r, 2);  // prepared anew
     EXPECT_EQ(impl->lean_runs(), 2u) << "rank " << r;
+  });
+}
+
+// A send/recv group runs its members' kept runs where the cache keeps them (RunCache::lend);
+// two members of one shape (two sends of a count to one peer) must get two runs, in order.
+TEST(LoneRun, AGroupWithTwoMembersOfOneShapeRunsTwoKeptRunsInOrder) {
+  testing::InProcessJob job(settings(/*timeout_s=*/5));
+  testing::run_ranks(kRanks, [&](int r) {
+    Communicator comm = job.make(r, 0);
+    const int peer = 1 - r;
+    for (int i = 0; i < 6; ++i) {
+      std::vector<int32_t> first(4, r * 100 + i), second(4, r * 100 + 50 + i), got_first(4, -1), got_second(4, -1);
+      comm.group_start();
+      comm.send_async(first.data(), first.size(), DType::i32, peer);
+      comm.send_async(second.data(), second.size(), DType::i32, peer);
+      comm.recv_async(got_first.data(), got_first.size(), DType::i32, peer);
+      comm.recv_async(got_second.data(), got_second.size(), DType::i32, peer);
+      comm.group_end().wait();
+      ASSERT_EQ(got_first[3], peer * 100 + i) << "rank " << r << ", group " << i;
+      ASSERT_EQ(got_second[3], peer * 100 + 50 + i) << "rank " << r << ", group " << i;
+    }
   });
 }
 
