@@ -56,13 +56,9 @@ class OpFifo {
   }
 
  private:
-  // Twice the slots (always a power of two), the operations moved to the front in order.
-  void grow() {
-    std::vector<PendingOp> bigger(slots_.empty() ? 4 : 2 * slots_.size());
-    for (size_t i = 0; i < size_; ++i) bigger[i] = std::move(slots_[(head_ + i) & (slots_.size() - 1)]);
-    slots_.swap(bigger);
-    head_ = 0;
-  }
+  // Twice the slots (always a power of two), the operations moved to the front in order. Out
+  // of line, so that push_slot() stays small enough to inline.
+  void grow();
 
   std::vector<PendingOp> slots_;
   size_t head_ = 0;

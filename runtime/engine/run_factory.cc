@@ -18,8 +18,9 @@ collectives::RunOptions RunFactory::options(collectives::Algo algo) const {
 }
 
 collectives::RunOptions RunFactory::stream_options(const PendingOp& op) const {
-  collectives::RunOptions o =
-      options(collectives::supports(op.args.kind, forced_algo_) ? forced_algo_ : collectives::Algo::automatic);
+  // No BRAID_ALGO (the common case): nothing to ask of the collective.
+  const bool forced = forced_algo_ != collectives::Algo::automatic && collectives::supports(op.args.kind, forced_algo_);
+  collectives::RunOptions o = options(forced ? forced_algo_ : collectives::Algo::automatic);
   o.op_id = op.seq & 0x7fffffffu;  // executor cookies keep bit 63 clear (op_run.h)
   return o;
 }
