@@ -1,11 +1,11 @@
 // runtime/engine/op_fifo.h - queued operations, first in first out, in slots that are reused.
 //
 // A communicator's queue mostly holds one operation at a time: queued by *_async, taken by the
-// wait() or the progress thread right after. std::deque, with a PendingOp of a few hundred bytes,
-// frees its block and allocates a new one every other operation; here the same slot serves
-// again, and an operation is filled in its slot (push_slot) and moved out once (front() then
-// pop_front()), never through a temporary. A slot that was moved out of holds an empty PendingOp (its
-// vectors and pointers moved away), which is what a fresh one holds.
+// wait() or the progress thread right after. std::deque, with two PendingOps to its block, frees
+// its block and allocates a new one every other operation; here the same slot serves again, and
+// an operation is filled in its slot (push_slot) and moved out once (front() then pop_front()),
+// never through a temporary. A slot that was moved out of holds an empty PendingOp (its vectors
+// and pointers moved away), which is what a fresh one holds.
 //
 // Not thread-safe: OpQueue guards it with its lock.
 #pragma once
