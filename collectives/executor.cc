@@ -197,28 +197,43 @@ Result<bool> Executor::advance(size_t i) {
   }
 }
 
+// What may go now is found in sweeps from the oldest unfinished step: first every step the
+// window lets start is started (so an operation posts its receives before its sends), then each
+// started step is taken as far as it goes (received -> computed -> sending). Whether a step may
+// go depends only on the steps before it, so a step swept after those is settled, and the next
+// sweep (after the retired steps opened the window) only looks at the steps it started. Once
+// nothing moves, nothing changes until a completion comes in: calls in between (a drive loop
+// polling for its peer) return at once.
 Status Executor::progress() {
+  if (settled_) return Status::ok();
   if (framed() && framing_->reverse_pending()) {
     auto cookie = [this](size_t peer, bool is_send) { return make_cookie(options_.op_id, steps_.size() + peer, is_send); };
     Status s = framing_->post_reverse(peers_, cookie, outstanding_);
     if (!s.is_ok()) return s.with_context(where());
   }
+  size_t from = head_;
   for (;;) {
-    bool moved = false;
-    for (size_t i = head_; i < started_; ++i) {
-      ASSIGN_OR_RETURN(bool m, advance(i));
-      moved = moved || m;
-    }
     // Retire finished steps first: that is what opens the window for the next ones.
     while (head_ < started_ && phase_[head_] == Phase::done) ++head_;
     while (started_ < steps_.size() && started_ < head_ + window_) {
       ASSIGN_OR_RETURN(bool ok, try_start(started_));
       if (!ok) break;
       ++started_;
-      moved = true;
     }
-    if (!moved) return Status::ok();
+    bool moved = false;
+    for (size_t i = std::max(from, head_); i < started_; ++i) {
+      ++visits_;
+      for (;;) {
+        ASSIGN_OR_RETURN(bool m, advance(i));
+        if (!m) break;
+        moved = true;
+      }
+    }
+    if (!moved) break;
+    from = started_;
   }
+  settled_ = true;
+  return Status::ok();
 }
 
 bool Executor::all_posted() const {
@@ -243,6 +258,7 @@ Status Executor::on_completion(const transport::Completion& c, bool* ours) {
   const bool mine = (c.cookie >> 32) == (options_.op_id & 0xffffffffu) && index < steps_.size() + header_ops;
   if (ours != nullptr) *ours = mine;
   if (!mine) return Status::ok();
+  settled_ = false;
   const bool is_send = (c.cookie & 1u) != 0;
   if (index >= steps_.size()) {
     bool unexpected = false;
@@ -287,6 +303,7 @@ void Executor::set_headers(size_t header_bytes, HeaderFor header_for, HeaderChec
       first_recv[static_cast<size_t>(st.recv_peer)] = i;
     }
   }
+  settled_ = false;
   framing_.emplace(header_bytes, std::move(header_for), std::move(check), reverse, std::move(first_send),
                    std::move(first_recv));
 }
@@ -298,6 +315,7 @@ Status Executor::rebind(const void* send, void* recv, uint64_t op_id) {
   options_.op_id = op_id;
   std::fill(phase_.begin(), phase_.end(), Phase::idle);
   head_ = started_ = outstanding_ = 0;
+  settled_ = false;
   if (framing_) framing_->restart();  // the first messages follow the steps, which are the same
   return Status::ok();
 }
