@@ -134,6 +134,12 @@ std::string OpHeader::describe() const {
   return o.str();
 }
 
+bool mirrors(const OpHeader& mine, const unsigned char* mine_wire, const unsigned char* theirs, size_t bytes) {
+  if (bytes != OpHeader::kBytes || is_p2p(mine.kind) || split_counts(mine)) return false;
+  // Every byte is a field (no padding); issue_seq, at 16, is the sender's own count.
+  return std::memcmp(mine_wire, theirs, 16) == 0 && std::memcmp(mine_wire + 24, theirs + 24, OpHeader::kBytes - 24) == 0;
+}
+
 Status check_headers(const OpHeader& mine, int rank, const OpHeader& theirs, int peer,
                      const std::string& peer_address) {
   bool same_call;

@@ -75,6 +75,12 @@ struct OpHeader {
   std::string describe() const;
 };
 
+// The quick answer for the usual case, before any decoding: `theirs` (bytes as received) is
+// byte for byte `mine_wire` (mine, encoded) but for issue_seq, and the call is one whose header
+// both sides write alike (not send/recv, not all_to_all's per-peer counts). Then check_headers
+// would pass; false only means it has to be asked.
+bool mirrors(const OpHeader& mine, const unsigned char* mine_wire, const unsigned char* theirs, size_t bytes);
+
 // Checks the header `theirs` that rank `peer` sent us against ours (`mine`, which we sent it).
 // Returns ErrorCode::mismatch naming both ranks and both calls when they do not belong together.
 Status check_headers(const OpHeader& mine, int rank, const OpHeader& theirs, int peer,
