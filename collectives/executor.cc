@@ -162,39 +162,40 @@ void Executor::compute(const Step& st, size_t i) {
   }
 }
 
+// Takes step i as far as it may go now: received -> computed -> sending. True when it moved.
 Result<bool> Executor::advance(size_t i) {
   const Step& st = steps_[i];
-  switch (phase_[i]) {
-    case Phase::received: {
-      const bool local_write = writes_dst(st) && !direct_recv(st);
-      if (local_write && write_blocked(i, st.dst)) return false;
-      if (reads_src(st) && read_blocked(i, st.src)) return false;
-      compute(st, i);
-      phase_[i] = st.has_send() ? Phase::ready_send : Phase::done;
+  bool moved = false;
+  if (phase_[i] == Phase::received) {
+    const bool local_write = writes_dst(st) && !direct_recv(st);
+    if (local_write && write_blocked(i, st.dst)) return false;
+    if (reads_src(st) && read_blocked(i, st.src)) return false;
+    compute(st, i);
+    moved = true;
+    if (!st.has_send()) {
+      phase_[i] = Phase::done;
       return true;
     }
-    case Phase::ready_send: {
-      for (size_t j = head_; j < i; ++j) {  // sends to one peer leave in program order
-        if (steps_[j].has_send() && steps_[j].send_peer == st.send_peer && phase_[j] < Phase::sending) return false;
-      }
-      const Range& r = st.sent();
-      Status s;
-      if (framed() && framing_->is_first_send(st.send_peer, i)) {
-        s = framing_->post_first_send(*peers_[static_cast<size_t>(st.send_peer)], st.send_peer, at(r), r.bytes,
-                                      make_cookie(options_.op_id, i, true),
-                                      make_cookie(options_.op_id, steps_.size() + static_cast<size_t>(st.send_peer), true),
-                                      outstanding_);
-      } else {
-        s = peers_[static_cast<size_t>(st.send_peer)]->post_send(at(r), r.bytes, make_cookie(options_.op_id, i, true));
-        if (s.is_ok()) ++outstanding_;
-      }
-      if (!s.is_ok()) return s.with_context(where());
-      phase_[i] = Phase::sending;
-      return true;
-    }
-    default:
-      return false;
+    phase_[i] = Phase::ready_send;
   }
+  if (phase_[i] != Phase::ready_send) return moved;
+  for (size_t j = head_; j < i; ++j) {  // sends to one peer leave in program order
+    if (steps_[j].has_send() && steps_[j].send_peer == st.send_peer && phase_[j] < Phase::sending) return moved;
+  }
+  const Range& r = st.sent();
+  Status s;
+  if (framed() && framing_->is_first_send(st.send_peer, i)) {
+    s = framing_->post_first_send(*peers_[static_cast<size_t>(st.send_peer)], st.send_peer, at(r), r.bytes,
+                                  make_cookie(options_.op_id, i, true),
+                                  make_cookie(options_.op_id, steps_.size() + static_cast<size_t>(st.send_peer), true),
+                                  outstanding_);
+  } else {
+    s = peers_[static_cast<size_t>(st.send_peer)]->post_send(at(r), r.bytes, make_cookie(options_.op_id, i, true));
+    if (s.is_ok()) ++outstanding_;
+  }
+  if (!s.is_ok()) return s.with_context(where());
+  phase_[i] = Phase::sending;
+  return true;
 }
 
 // What may go now is found in sweeps from the oldest unfinished step: first every step the
@@ -223,11 +224,8 @@ Status Executor::progress() {
     bool moved = false;
     for (size_t i = std::max(from, head_); i < started_; ++i) {
       ++visits_;
-      for (;;) {
-        ASSIGN_OR_RETURN(bool m, advance(i));
-        if (!m) break;
-        moved = true;
-      }
+      ASSIGN_OR_RETURN(bool m, advance(i));
+      moved = moved || m;
     }
     if (!moved) break;
     from = started_;

@@ -14,10 +14,15 @@ HeaderFraming::HeaderFraming(size_t header_bytes, HeaderFor header_for, HeaderCh
       header_for_(std::move(header_for)),
       check_(std::move(check)),
       peers_(first_send.size()) {
+  bool one_way = false;
   for (size_t p = 0; p < peers_.size(); ++p) {
     peers_[p].first_send = first_send[p];
     peers_[p].first_recv = first_recv[p];
+    one_way = one_way || (first_send[p] == kNone) != (first_recv[p] == kNone);
   }
+  // Where every peer is both sent to and received from, there is no reply to post (post_reverse).
+  reverse_ = reverse_ && one_way;
+  reverse_posted_ = !reverse_;
 }
 
 void HeaderFraming::restart() {
@@ -34,7 +39,8 @@ Status HeaderFraming::post_first_send(transport::Connection& conn, int peer, con
                                       uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding) {
   PeerHeader& h = peers_[static_cast<size_t>(peer)];
   const auto* header = reinterpret_cast<const std::byte*>(header_for_(peer));
-  if (bytes <= kInlineHeaderMax && header_bytes_ + bytes <= conn.capabilities().max_parts_bytes) {
+  if (h.max_parts_bytes == kNone) h.max_parts_bytes = conn.capabilities().max_parts_bytes;  // once per peer
+  if (bytes <= kInlineHeaderMax && header_bytes_ + bytes <= h.max_parts_bytes) {
     RETURN_IF_ERROR(conn.post_send_parts(header, header_bytes_, data, bytes, data_cookie));  // no staging copy
     ++outstanding;
     return Status::ok();

@@ -100,12 +100,13 @@ class HeaderFraming {
     bool inline_recv = false;   // the first receive takes the header inline
     std::byte* land = nullptr;  // where its data goes once checked; null: it stays in `in`
     bool header_recv_done = false;
+    size_t max_parts_bytes = kNone;  // the connection's capabilities().max_parts_bytes, once asked
   };
   const PeerHeader& of(int peer) const { return peers_[static_cast<size_t>(peer)]; }
 
   size_t header_bytes_;
   size_t ops_ = 0;
-  bool reverse_;
+  bool reverse_;  // replies are asked for, and some peer is only sent to or only received from
   bool reverse_posted_;
   HeaderFor header_for_;
   HeaderCheck check_;
