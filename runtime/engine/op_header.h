@@ -68,6 +68,11 @@ struct OpHeader {
   static OpHeader for_peer(const collectives::CollectiveArgs& args, int peer, uint64_t comm_id, uint64_t issue_seq,
                            uint64_t match_seq);
   void encode(unsigned char out[kBytes]) const;
+  // For a kept run of the same shape (run_cache.h), called again with `args`: sets what for_peer
+  // takes from the call beyond its shape (the numbers, a send's or receive's tag), and rewrites
+  // just those bytes in `out`, this header encoded before.
+  void renumber(const collectives::CollectiveArgs& args, uint64_t comm_id, uint64_t issue_seq, uint64_t match_seq,
+                unsigned char out[kBytes]);
   // Fails with ErrorCode::protocol when the bytes are not a header of this version.
   static Result<OpHeader> decode(const unsigned char* in, size_t bytes);
 

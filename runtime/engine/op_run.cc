@@ -32,7 +32,10 @@ void OpRun::encode_headers(const collectives::CollectiveArgs& args, uint64_t com
 Status OpRun::reuse(const collectives::CollectiveArgs& args, uint64_t comm_id, uint64_t issue_seq, uint64_t match_seq,
                     uint64_t op_id) {
   RETURN_IF_ERROR(prepared_.executor->rebind(args.send, args.recv, op_id));
-  encode_headers(args, comm_id, issue_seq, match_seq);
+  for (int peer : prepared_.peers) {  // the same shape: only the numbers change (and a tag)
+    const auto p = static_cast<size_t>(peer);
+    mine_[p].renumber(args, comm_id, issue_seq, match_seq, wire_[p].data());
+  }
   header_unread_ = false;
   return Status::ok();
 }

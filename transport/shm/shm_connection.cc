@@ -144,7 +144,7 @@ void ShmConnection::copy_out(uint64_t pos, void* dst, size_t n) const {
 
 void ShmConnection::complete(bool is_send, uint64_t cookie, size_t bytes, Status st) {
   if (s_.completions == nullptr) return;  // detached: nobody polls any more
-  s_.completions->push_back(Completion{this, cookie, is_send, bytes, std::move(st)});
+  s_.completions->emplace_back(this, cookie, is_send, bytes, std::move(st));
 }
 
 bool ShmConnection::write_sends() {

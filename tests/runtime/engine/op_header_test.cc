@@ -121,6 +121,32 @@ TEST(OpHeader, AMirroredHeaderPassesWithoutDecodingAndOnlyWhereTheCheckWould) {
   EXPECT_GT(yes, 1000u);
 }
 
+// A kept run called again renumbers its encoded headers in place (OpRun::reuse): the bytes must
+// be what encoding the new call's header from scratch gives, for collectives and tagged sends.
+TEST(OpHeader, RenumberingAnEncodedHeaderGivesTheNewCallsBytes) {
+  collectives::CollectiveArgs args;
+  args.count = 1000;
+  args.dtype = DType::bf16;
+  for (Kind kind : {Kind::all_reduce, Kind::broadcast, Kind::send, Kind::recv}) {
+    args.kind = kind;
+    args.root = 1;
+    args.peer = 1;
+    args.tag = 7;
+    OpHeader kept = OpHeader::for_peer(args, 1, 42, 3, 2);
+    kept.segment = 4096;
+    kept.algo = Algo::ring;
+    unsigned char wire[OpHeader::kBytes], fresh_wire[OpHeader::kBytes];
+    kept.encode(wire);
+    args.tag = 9;
+    kept.renumber(args, 43, 11, 5, wire);
+    OpHeader fresh = OpHeader::for_peer(args, 1, 43, 11, 5);
+    fresh.segment = 4096;
+    fresh.algo = Algo::ring;
+    fresh.encode(fresh_wire);
+    EXPECT_TRUE(std::equal(wire, wire + sizeof wire, fresh_wire)) << collectives::to_string(kind);
+  }
+}
+
 TEST(OpHeader, FuzzedBytes) {
   std::mt19937 rng(17);
   unsigned char valid[OpHeader::kBytes];
