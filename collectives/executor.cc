@@ -290,7 +290,7 @@ Status Executor::on_completion(const transport::Completion& c, bool* ours) {
   return Status::ok();
 }
 
-void Executor::set_headers(size_t header_bytes, HeaderFor header_for, HeaderCheck check, bool reverse) {
+void Executor::set_headers(size_t header_bytes, const HeaderSource& source, bool reverse) {
   std::vector<size_t> first_send(peers_.size(), HeaderFraming::kNone), first_recv(peers_.size(), HeaderFraming::kNone);
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& st = steps_[i];
@@ -302,8 +302,7 @@ void Executor::set_headers(size_t header_bytes, HeaderFor header_for, HeaderChec
     }
   }
   settled_ = false;
-  framing_.emplace(header_bytes, std::move(header_for), std::move(check), reverse, std::move(first_send),
-                   std::move(first_recv));
+  framing_.emplace(header_bytes, source, reverse, std::move(first_send), std::move(first_recv));
 }
 
 Status Executor::rebind(const void* send, void* recv, uint64_t op_id) {

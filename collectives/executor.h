@@ -61,14 +61,13 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   // Optional, before the first progress(): a small header travels in front of the first message
-  // to each peer, and the header in front of each peer's first message is handed to `check`
-  // before that message's data is used (collectives/header_framing.h says how it travels).
+  // to each peer, and the header in front of each peer's first message is handed to
+  // source.check() before that message's data is used (collectives/header_framing.h says how it travels).
   static constexpr size_t kInlineHeaderMax = HeaderFraming::kInlineHeaderMax;
-  using HeaderFor = HeaderFraming::HeaderFor;
-  using HeaderCheck = HeaderFraming::HeaderCheck;
   // reverse = false skips the header-only replies: point-to-point sends and receives grouped
   // both ways on one connection (a sendrecv) would otherwise take each other's messages.
-  void set_headers(size_t header_bytes, HeaderFor header_for, HeaderCheck check, bool reverse = true);
+  // `source` gives the headers and checks them; it must outlive the executor.
+  void set_headers(size_t header_bytes, const HeaderSource& source, bool reverse = true);
 
   // Runs the same schedule again, from the start, on new buffers under a new op id: for a caller
   // that keeps executors of operations it repeats (the runtime's, for a training loop's

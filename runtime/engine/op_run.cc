@@ -9,12 +9,8 @@ OpRun::OpRun(collectives::PreparedCollective prepared, const collectives::Collec
              const std::vector<transport::Connection*>& peers)
     : prepared_(std::move(prepared)), rank_(rank), peers_(peers), mine_(peers.size()), wire_(peers.size()) {
   encode_headers(args, comm_id, issue_seq, match_seq);
-  prepared_.executor->set_headers(
-      OpHeader::kBytes, [this](int peer) { return wire_[static_cast<size_t>(peer)].data(); },
-      [this](int peer, const unsigned char* data, size_t bytes, const Status& status) {
-        return check(peer, data, bytes, status);
-      },
-      /*reverse=*/args.kind != collectives::Kind::send && args.kind != collectives::Kind::recv);
+  prepared_.executor->set_headers(OpHeader::kBytes, *this,
+                                  /*reverse=*/args.kind != collectives::Kind::send && args.kind != collectives::Kind::recv);
 }
 
 void OpRun::encode_headers(const collectives::CollectiveArgs& args, uint64_t comm_id, uint64_t issue_seq,

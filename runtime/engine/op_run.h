@@ -18,7 +18,7 @@
 
 namespace braid {
 
-class OpRun {
+class OpRun final : private collectives::HeaderSource {
  public:
   // `prepared` must have an executor.
   OpRun(collectives::PreparedCollective prepared, const collectives::CollectiveArgs& args, int rank,
@@ -47,7 +47,9 @@ class OpRun {
 
  private:
   void encode_headers(const collectives::CollectiveArgs& args, uint64_t comm_id, uint64_t issue_seq, uint64_t match_seq);
-  Status check(int peer, const unsigned char* data, size_t bytes, const Status& status) const;
+  // collectives::HeaderSource, for the executor.
+  const unsigned char* header_for(int peer) const override { return wire_[static_cast<size_t>(peer)].data(); }
+  Status check(int peer, const unsigned char* data, size_t bytes, const Status& status) const override;
 
   collectives::PreparedCollective prepared_;
   int rank_;

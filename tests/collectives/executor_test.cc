@@ -263,16 +263,18 @@ TEST_P(ExecutorRunsAgain, OnNewBuffersOnceDone) {
   std::vector<transport::Connection*> peers{nullptr, &conn};
   auto ex = Executor::create(chain_reduce(p), in1.data(), out1.data(), peers, options("reduce (chain)", 0, 3, 2));
   ASSERT_TRUE(ex.is_ok());
-  const unsigned char header[4] = {'h', 'd', 'r', '!'};
-  int checked = 0;
-  (*ex)->set_headers(
-      sizeof header, [&](int) { return header; },
-      [&](int, const unsigned char* data, size_t, const Status&) {
-        ++checked;
-        return data != nullptr && std::equal(header, header + sizeof header, data) ? Status::ok()
-                                                                                   : protocol_error("bad header");
-      },
-      /*reverse=*/true);
+  static constexpr unsigned char header[4] = {'h', 'd', 'r', '!'};
+  struct Source final : HeaderSource {
+    const unsigned char* header_for(int) const override { return header; }
+    Status check(int, const unsigned char* data, size_t, const Status&) const override {
+      ++checked;
+      return data != nullptr && std::equal(header, header + sizeof header, data) ? Status::ok()
+                                                                                 : protocol_error("bad header");
+    }
+    mutable int checked = 0;
+  } source;
+  int& checked = source.checked;
+  (*ex)->set_headers(sizeof header, source, /*reverse=*/true);
   const bool inline_header = n * sizeof(float) <= Executor::kInlineHeaderMax;
   // One run: rank 1's message is `value` everywhere; the root only receives from rank 1, so it
   // also sends its header back (reverse).
