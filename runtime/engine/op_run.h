@@ -23,6 +23,9 @@ class OpRun final : private collectives::HeaderSource {
   // `prepared` must have an executor.
   OpRun(collectives::PreparedCollective prepared, const collectives::CollectiveArgs& args, int rank,
         uint64_t comm_id, uint64_t issue_seq, uint64_t match_seq, const std::vector<transport::Connection*>& peers);
+  // The executor asks this run for its headers (collectives::HeaderSource): it stays where it is.
+  OpRun(const OpRun&) = delete;
+  OpRun& operator=(const OpRun&) = delete;
 
   // Runs again for a new operation of the same shape (run_cache.h: the cache of finished
   // runs): new buffers, sequence numbers and op id, the same schedule and peers. Only once done()
