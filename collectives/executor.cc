@@ -162,63 +162,76 @@ void Executor::compute(const Step& st, size_t i) {
   }
 }
 
+// Takes step i as far as it may go now: received -> computed -> sending. True when it moved.
 Result<bool> Executor::advance(size_t i) {
   const Step& st = steps_[i];
-  switch (phase_[i]) {
-    case Phase::received: {
-      const bool local_write = writes_dst(st) && !direct_recv(st);
-      if (local_write && write_blocked(i, st.dst)) return false;
-      if (reads_src(st) && read_blocked(i, st.src)) return false;
-      compute(st, i);
-      phase_[i] = st.has_send() ? Phase::ready_send : Phase::done;
+  bool moved = false;
+  if (phase_[i] == Phase::received) {
+    const bool local_write = writes_dst(st) && !direct_recv(st);
+    if (local_write && write_blocked(i, st.dst)) return false;
+    if (reads_src(st) && read_blocked(i, st.src)) return false;
+    compute(st, i);
+    moved = true;
+    if (!st.has_send()) {
+      phase_[i] = Phase::done;
       return true;
     }
-    case Phase::ready_send: {
-      for (size_t j = head_; j < i; ++j) {  // sends to one peer leave in program order
-        if (steps_[j].has_send() && steps_[j].send_peer == st.send_peer && phase_[j] < Phase::sending) return false;
-      }
-      const Range& r = st.sent();
-      Status s;
-      if (framed() && framing_->is_first_send(st.send_peer, i)) {
-        s = framing_->post_first_send(*peers_[static_cast<size_t>(st.send_peer)], st.send_peer, at(r), r.bytes,
-                                      make_cookie(options_.op_id, i, true),
-                                      make_cookie(options_.op_id, steps_.size() + static_cast<size_t>(st.send_peer), true),
-                                      outstanding_);
-      } else {
-        s = peers_[static_cast<size_t>(st.send_peer)]->post_send(at(r), r.bytes, make_cookie(options_.op_id, i, true));
-        if (s.is_ok()) ++outstanding_;
-      }
-      if (!s.is_ok()) return s.with_context(where());
-      phase_[i] = Phase::sending;
-      return true;
-    }
-    default:
-      return false;
+    phase_[i] = Phase::ready_send;
   }
+  if (phase_[i] != Phase::ready_send) return moved;
+  for (size_t j = head_; j < i; ++j) {  // sends to one peer leave in program order
+    if (steps_[j].has_send() && steps_[j].send_peer == st.send_peer && phase_[j] < Phase::sending) return moved;
+  }
+  const Range& r = st.sent();
+  Status s;
+  if (framed() && framing_->is_first_send(st.send_peer, i)) {
+    s = framing_->post_first_send(*peers_[static_cast<size_t>(st.send_peer)], st.send_peer, at(r), r.bytes,
+                                  make_cookie(options_.op_id, i, true),
+                                  make_cookie(options_.op_id, steps_.size() + static_cast<size_t>(st.send_peer), true),
+                                  outstanding_);
+  } else {
+    s = peers_[static_cast<size_t>(st.send_peer)]->post_send(at(r), r.bytes, make_cookie(options_.op_id, i, true));
+    if (s.is_ok()) ++outstanding_;
+  }
+  if (!s.is_ok()) return s.with_context(where());
+  phase_[i] = Phase::sending;
+  return true;
 }
 
+// What may go now is found in sweeps from the oldest unfinished step: first every step the
+// window lets start is started (so an operation posts its receives before its sends), then each
+// started step is taken as far as it goes (received -> computed -> sending). Whether a step may
+// go depends only on the steps before it, so a step swept after those is settled, and the next
+// sweep (after the retired steps opened the window) only looks at the steps it started. Once
+// nothing moves, nothing changes until a completion comes in: calls in between (a drive loop
+// polling for its peer) return at once.
 Status Executor::progress() {
+  if (settled_) return Status::ok();
   if (framed() && framing_->reverse_pending()) {
     auto cookie = [this](size_t peer, bool is_send) { return make_cookie(options_.op_id, steps_.size() + peer, is_send); };
     Status s = framing_->post_reverse(peers_, cookie, outstanding_);
     if (!s.is_ok()) return s.with_context(where());
   }
+  size_t from = head_;
   for (;;) {
-    bool moved = false;
-    for (size_t i = head_; i < started_; ++i) {
-      ASSIGN_OR_RETURN(bool m, advance(i));
-      moved = moved || m;
-    }
     // Retire finished steps first: that is what opens the window for the next ones.
     while (head_ < started_ && phase_[head_] == Phase::done) ++head_;
     while (started_ < steps_.size() && started_ < head_ + window_) {
       ASSIGN_OR_RETURN(bool ok, try_start(started_));
       if (!ok) break;
       ++started_;
-      moved = true;
     }
-    if (!moved) return Status::ok();
+    bool moved = false;
+    for (size_t i = std::max(from, head_); i < started_; ++i) {
+      ++visits_;
+      ASSIGN_OR_RETURN(bool m, advance(i));
+      moved = moved || m;
+    }
+    if (!moved) break;
+    from = started_;
   }
+  settled_ = true;
+  return Status::ok();
 }
 
 bool Executor::all_posted() const {
@@ -243,6 +256,7 @@ Status Executor::on_completion(const transport::Completion& c, bool* ours) {
   const bool mine = (c.cookie >> 32) == (options_.op_id & 0xffffffffu) && index < steps_.size() + header_ops;
   if (ours != nullptr) *ours = mine;
   if (!mine) return Status::ok();
+  settled_ = false;
   const bool is_send = (c.cookie & 1u) != 0;
   if (index >= steps_.size()) {
     bool unexpected = false;
@@ -276,7 +290,7 @@ Status Executor::on_completion(const transport::Completion& c, bool* ours) {
   return Status::ok();
 }
 
-void Executor::set_headers(size_t header_bytes, HeaderFor header_for, HeaderCheck check, bool reverse) {
+void Executor::set_headers(size_t header_bytes, const HeaderSource& source, bool reverse) {
   std::vector<size_t> first_send(peers_.size(), HeaderFraming::kNone), first_recv(peers_.size(), HeaderFraming::kNone);
   for (size_t i = 0; i < steps_.size(); ++i) {
     const Step& st = steps_[i];
@@ -287,8 +301,8 @@ void Executor::set_headers(size_t header_bytes, HeaderFor header_for, HeaderChec
       first_recv[static_cast<size_t>(st.recv_peer)] = i;
     }
   }
-  framing_.emplace(header_bytes, std::move(header_for), std::move(check), reverse, std::move(first_send),
-                   std::move(first_recv));
+  settled_ = false;
+  framing_.emplace(header_bytes, source, reverse, std::move(first_send), std::move(first_recv));
 }
 
 Status Executor::rebind(const void* send, void* recv, uint64_t op_id) {
@@ -298,6 +312,7 @@ Status Executor::rebind(const void* send, void* recv, uint64_t op_id) {
   options_.op_id = op_id;
   std::fill(phase_.begin(), phase_.end(), Phase::idle);
   head_ = started_ = outstanding_ = 0;
+  settled_ = false;
   if (framing_) framing_->restart();  // the first messages follow the steps, which are the same
   return Status::ok();
 }

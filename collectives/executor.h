@@ -25,7 +25,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,14 +60,13 @@ class Executor {
   Executor& operator=(const Executor&) = delete;
 
   // Optional, before the first progress(): a small header travels in front of the first message
-  // to each peer, and the header in front of each peer's first message is handed to `check`
-  // before that message's data is used (collectives/header_framing.h says how it travels).
+  // to each peer, and the header in front of each peer's first message is handed to
+  // source.check() before that message's data is used (collectives/header_framing.h says how it travels).
   static constexpr size_t kInlineHeaderMax = HeaderFraming::kInlineHeaderMax;
-  using HeaderFor = HeaderFraming::HeaderFor;
-  using HeaderCheck = HeaderFraming::HeaderCheck;
   // reverse = false skips the header-only replies: point-to-point sends and receives grouped
   // both ways on one connection (a sendrecv) would otherwise take each other's messages.
-  void set_headers(size_t header_bytes, HeaderFor header_for, HeaderCheck check, bool reverse = true);
+  // `source` gives the headers and checks them; it must outlive the executor.
+  void set_headers(size_t header_bytes, const HeaderSource& source, bool reverse = true);
 
   // Runs the same schedule again, from the start, on new buffers under a new op id: for a caller
   // that keeps executors of operations it repeats (the runtime's, for a training loop's
@@ -78,7 +76,8 @@ class Executor {
   // taken. Only after done() with nothing outstanding.
   [[nodiscard]] Status rebind(const void* send, void* recv, uint64_t op_id);
 
-  // Posts and computes whatever may go now. Never blocks.
+  // Posts and computes whatever may go now. Never blocks. Between two completions only the
+  // first call does anything: what may go changes only when a completion comes in.
   [[nodiscard]] Status progress();
   // Feeds one completion. Returns false (and does nothing) when its cookie is not ours.
   [[nodiscard]] Status on_completion(const transport::Completion& c, bool* ours = nullptr);
@@ -92,6 +91,10 @@ class Executor {
   std::vector<int> busy_peers() const;
   // "rank 1 (10.0.0.2:4100) to send, rank 3 (...) to receive" - for timeout messages.
   std::string waiting_for() const;
+
+  // Steps progress() has looked at so far, over every run (tests count them: a call with
+  // nothing new to do looks at none).
+  uint64_t visits() const { return visits_; }
 
   static uint64_t make_cookie(uint64_t op_id, size_t step, bool is_send) {
     return (op_id << 32) | (static_cast<uint64_t>(step) << 1) | (is_send ? 1u : 0u);
@@ -128,6 +131,8 @@ class Executor {
   size_t head_ = 0;     // steps before it are done
   size_t started_ = 0;  // steps before it have started
   size_t outstanding_ = 0;
+  bool settled_ = false;  // progress() found nothing more to do, and no completion came since
+  uint64_t visits_ = 0;
 
   std::optional<HeaderFraming> framing_;  // set_headers
 };

@@ -6,18 +6,22 @@
 
 namespace braid::collectives {
 
-HeaderFraming::HeaderFraming(size_t header_bytes, HeaderFor header_for, HeaderCheck check, bool reverse,
+HeaderFraming::HeaderFraming(size_t header_bytes, const HeaderSource& source, bool reverse,
                              std::vector<size_t> first_send, std::vector<size_t> first_recv)
     : header_bytes_(header_bytes),
       reverse_(reverse),
       reverse_posted_(!reverse),  // as if already posted: none will be
-      header_for_(std::move(header_for)),
-      check_(std::move(check)),
+      source_(&source),
       peers_(first_send.size()) {
+  bool one_way = false;
   for (size_t p = 0; p < peers_.size(); ++p) {
     peers_[p].first_send = first_send[p];
     peers_[p].first_recv = first_recv[p];
+    one_way = one_way || (first_send[p] == kNone) != (first_recv[p] == kNone);
   }
+  // Where every peer is both sent to and received from, there is no reply to post (post_reverse).
+  reverse_ = reverse_ && one_way;
+  reverse_posted_ = !reverse_;
 }
 
 void HeaderFraming::restart() {
@@ -33,8 +37,9 @@ void HeaderFraming::restart() {
 Status HeaderFraming::post_first_send(transport::Connection& conn, int peer, const std::byte* data, size_t bytes,
                                       uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding) {
   PeerHeader& h = peers_[static_cast<size_t>(peer)];
-  const auto* header = reinterpret_cast<const std::byte*>(header_for_(peer));
-  if (bytes <= kInlineHeaderMax && header_bytes_ + bytes <= conn.capabilities().max_parts_bytes) {
+  const auto* header = reinterpret_cast<const std::byte*>(source_->header_for(peer));
+  if (h.max_parts_bytes == kNone) h.max_parts_bytes = conn.capabilities().max_parts_bytes;  // once per peer
+  if (bytes <= kInlineHeaderMax && header_bytes_ + bytes <= h.max_parts_bytes) {
     RETURN_IF_ERROR(conn.post_send_parts(header, header_bytes_, data, bytes, data_cookie));  // no staging copy
     ++outstanding;
     return Status::ok();
@@ -87,7 +92,7 @@ Status HeaderFraming::post_reverse(const std::vector<transport::Connection*>& pe
     const bool sends = h.first_send != kNone, receives = h.first_recv != kNone;
     if (sends == receives) continue;
     if (receives) {
-      const auto* header = reinterpret_cast<const std::byte*>(header_for_(static_cast<int>(p)));
+      const auto* header = reinterpret_cast<const std::byte*>(source_->header_for(static_cast<int>(p)));
       h.out.assign(header, header + header_bytes_);
       RETURN_IF_ERROR(peers[p]->post_send(h.out.data(), header_bytes_, cookie(p, true)));
     } else {
@@ -114,7 +119,7 @@ Status HeaderFraming::on_header_completion(const transport::Completion& c, size_
   // A message too large for the header is the peer's data: let check() say what it means.
   if (!c.status.is_ok() && c.status.code() != ErrorCode::protocol) return c.status.with_context(where());
   const auto* data = reinterpret_cast<const unsigned char*>(h.in.get());
-  return check_(static_cast<int>(peer), c.status.is_ok() ? data : nullptr, c.status.is_ok() ? c.bytes : 0, c.status);
+  return source_->check(static_cast<int>(peer), c.status.is_ok() ? data : nullptr, c.status.is_ok() ? c.bytes : 0, c.status);
 }
 
 Status HeaderFraming::finish_inline_recv(int peer, const transport::Completion& c, size_t expected, size_t* wrong_size,
@@ -125,7 +130,7 @@ Status HeaderFraming::finish_inline_recv(int peer, const transport::Completion& 
   if (!c.status.is_ok() && c.status.code() != ErrorCode::protocol) return c.status.with_context(where());
   const auto* data = reinterpret_cast<const unsigned char*>(h.in.get());
   const bool arrived = c.status.is_ok();
-  RETURN_IF_ERROR(check_(peer, arrived ? data : nullptr, arrived ? c.bytes : 0, c.status));
+  RETURN_IF_ERROR(source_->check(peer, arrived ? data : nullptr, arrived ? c.bytes : 0, c.status));
   if (c.bytes != header_bytes_ + expected) {
     *wrong_size = c.bytes - std::min(c.bytes, header_bytes_);
     return Status::ok();

@@ -22,7 +22,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,23 +32,32 @@
 
 namespace braid::collectives {
 
+// Where the headers come from and who checks them: the framing's owner (the runtime's OpRun),
+// which outlives it. Plain virtual calls, one per first message.
+class HeaderSource {
+ public:
+  // The header for `peer`; it stays where it is, unchanged, until the sends of the run complete
+  // (a two-part send reads it from there).
+  virtual const unsigned char* header_for(int peer) const = 0;
+  // data/bytes is what arrived from `peer` (null/0 when the receive failed: status says why).
+  virtual Status check(int peer, const unsigned char* data, size_t bytes, const Status& status) const = 0;
+
+ protected:
+  ~HeaderSource() = default;
+};
+
 class HeaderFraming {
  public:
   static constexpr size_t kInlineHeaderMax = 64 << 10;
   static constexpr size_t kNone = SIZE_MAX;
-  // The header for `peer`; it stays where it is, unchanged, until the sends of the run complete
-  // (a two-part send reads it from there).
-  using HeaderFor = std::function<const unsigned char*(int peer)>;
-  // check(peer, data, bytes, status): data/bytes is what arrived (status: the receive's).
-  using HeaderCheck = std::function<Status(int peer, const unsigned char* data, size_t bytes, const Status& status)>;
   // The cookie of a header-only message with `peer`.
   using CookieFor = FunctionRef<uint64_t(size_t peer, bool is_send)>;
 
   // first_send[p] / first_recv[p]: the step that sends to / receives from peer p first, or
   // kNone. reverse = false skips the header-only replies: point-to-point sends and receives
   // grouped both ways on one connection (a sendrecv) would otherwise take each other's messages.
-  HeaderFraming(size_t header_bytes, HeaderFor header_for, HeaderCheck check, bool reverse,
-                std::vector<size_t> first_send, std::vector<size_t> first_recv);
+  HeaderFraming(size_t header_bytes, const HeaderSource& source, bool reverse, std::vector<size_t> first_send,
+                std::vector<size_t> first_recv);
 
   size_t header_bytes() const { return header_bytes_; }
   bool is_first_send(int peer, size_t step) const { return of(peer).first_send == step; }
@@ -100,15 +108,15 @@ class HeaderFraming {
     bool inline_recv = false;   // the first receive takes the header inline
     std::byte* land = nullptr;  // where its data goes once checked; null: it stays in `in`
     bool header_recv_done = false;
+    size_t max_parts_bytes = kNone;  // the connection's capabilities().max_parts_bytes, once asked
   };
   const PeerHeader& of(int peer) const { return peers_[static_cast<size_t>(peer)]; }
 
   size_t header_bytes_;
   size_t ops_ = 0;
-  bool reverse_;
+  bool reverse_;  // replies are asked for, and some peer is only sent to or only received from
   bool reverse_posted_;
-  HeaderFor header_for_;
-  HeaderCheck check_;
+  const HeaderSource* source_;
   std::vector<PeerHeader> peers_;
 };
 

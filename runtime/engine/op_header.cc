@@ -86,6 +86,18 @@ void OpHeader::encode(unsigned char out[kBytes]) const {
   put<uint16_t>(out, 62, static_cast<uint16_t>(algo));
 }
 
+void OpHeader::renumber(const collectives::CollectiveArgs& args, uint64_t comm_id_now, uint64_t issue_seq_now,
+                        uint64_t match_seq_now, unsigned char out[kBytes]) {
+  comm_id = comm_id_now;
+  issue_seq = issue_seq_now;
+  match_seq = match_seq_now;
+  if (is_p2p(args.kind)) aux = args.tag;
+  put<uint64_t>(out, 8, comm_id);
+  put<uint64_t>(out, 16, issue_seq);
+  put<uint64_t>(out, 24, match_seq);
+  put<uint64_t>(out, 40, aux);
+}
+
 Result<OpHeader> OpHeader::decode(const unsigned char* in, size_t bytes) {
   if (bytes != kBytes || take<uint32_t>(in, 0) != kMagic || take<uint8_t>(in, 4) != kVersion) {
     return protocol_error("expected a " + std::to_string(kBytes) + "-byte operation header, got " +
@@ -132,6 +144,12 @@ std::string OpHeader::describe() const {
   if (is_p2p(kind) && aux != 0) o << " tag " << aux;
   o << ")";
   return o.str();
+}
+
+bool mirrors(const OpHeader& mine, const unsigned char* mine_wire, const unsigned char* theirs, size_t bytes) {
+  if (bytes != OpHeader::kBytes || is_p2p(mine.kind) || split_counts(mine)) return false;
+  // Every byte is a field (no padding); issue_seq, at 16, is the sender's own count.
+  return std::memcmp(mine_wire, theirs, 16) == 0 && std::memcmp(mine_wire + 24, theirs + 24, OpHeader::kBytes - 24) == 0;
 }
 
 Status check_headers(const OpHeader& mine, int rank, const OpHeader& theirs, int peer,

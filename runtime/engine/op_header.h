@@ -68,12 +68,23 @@ struct OpHeader {
   static OpHeader for_peer(const collectives::CollectiveArgs& args, int peer, uint64_t comm_id, uint64_t issue_seq,
                            uint64_t match_seq);
   void encode(unsigned char out[kBytes]) const;
+  // For a kept run of the same shape (run_cache.h), called again with `args`: sets what for_peer
+  // takes from the call beyond its shape (the numbers, a send's or receive's tag), and rewrites
+  // just those bytes in `out`, this header encoded before.
+  void renumber(const collectives::CollectiveArgs& args, uint64_t comm_id, uint64_t issue_seq, uint64_t match_seq,
+                unsigned char out[kBytes]);
   // Fails with ErrorCode::protocol when the bytes are not a header of this version.
   static Result<OpHeader> decode(const unsigned char* in, size_t bytes);
 
   // "broadcast #3 (count 1024 f32 root 0)"
   std::string describe() const;
 };
+
+// The quick answer for the usual case, before any decoding: `theirs` (bytes as received) is
+// byte for byte `mine_wire` (mine, encoded) but for issue_seq, and the call is one whose header
+// both sides write alike (not send/recv, not all_to_all's per-peer counts). Then check_headers
+// would pass; false only means it has to be asked.
+bool mirrors(const OpHeader& mine, const unsigned char* mine_wire, const unsigned char* theirs, size_t bytes);
 
 // Checks the header `theirs` that rank `peer` sent us against ours (`mine`, which we sent it).
 // Returns ErrorCode::mismatch naming both ranks and both calls when they do not belong together.

@@ -1,5 +1,7 @@
 #include "runtime/engine/op_run.h"
 
+#include <algorithm>
+
 namespace braid {
 
 OpRun::OpRun(collectives::PreparedCollective prepared, const collectives::CollectiveArgs& args, int rank,
@@ -7,12 +9,8 @@ OpRun::OpRun(collectives::PreparedCollective prepared, const collectives::Collec
              const std::vector<transport::Connection*>& peers)
     : prepared_(std::move(prepared)), rank_(rank), peers_(peers), mine_(peers.size()), wire_(peers.size()) {
   encode_headers(args, comm_id, issue_seq, match_seq);
-  prepared_.executor->set_headers(
-      OpHeader::kBytes, [this](int peer) { return wire_[static_cast<size_t>(peer)].data(); },
-      [this](int peer, const unsigned char* data, size_t bytes, const Status& status) {
-        return check(peer, data, bytes, status);
-      },
-      /*reverse=*/args.kind != collectives::Kind::send && args.kind != collectives::Kind::recv);
+  prepared_.executor->set_headers(OpHeader::kBytes, *this,
+                                  /*reverse=*/args.kind != collectives::Kind::send && args.kind != collectives::Kind::recv);
 }
 
 void OpRun::encode_headers(const collectives::CollectiveArgs& args, uint64_t comm_id, uint64_t issue_seq,
@@ -30,13 +28,19 @@ void OpRun::encode_headers(const collectives::CollectiveArgs& args, uint64_t com
 Status OpRun::reuse(const collectives::CollectiveArgs& args, uint64_t comm_id, uint64_t issue_seq, uint64_t match_seq,
                     uint64_t op_id) {
   RETURN_IF_ERROR(prepared_.executor->rebind(args.send, args.recv, op_id));
-  encode_headers(args, comm_id, issue_seq, match_seq);
+  for (int peer : prepared_.peers) {  // the same shape: only the numbers change (and a tag)
+    const auto p = static_cast<size_t>(peer);
+    mine_[p].renumber(args, comm_id, issue_seq, match_seq, wire_[p].data());
+  }
   header_unread_ = false;
   return Status::ok();
 }
 
 Status OpRun::check(int peer, const unsigned char* data, size_t bytes, const Status& status) const {
   const OpHeader& mine = mine_[static_cast<size_t>(peer)];
+  if (data != nullptr && mirrors(mine, wire_[static_cast<size_t>(peer)].data(), data, std::min(bytes, OpHeader::kBytes))) {
+    return Status::ok();
+  }
   transport::Connection* conn = peers_[static_cast<size_t>(peer)];
   auto theirs = data == nullptr ? Result<OpHeader>(status)
                                 : OpHeader::decode(data, std::min(bytes, OpHeader::kBytes));

@@ -18,11 +18,14 @@
 
 namespace braid {
 
-class OpRun {
+class OpRun final : private collectives::HeaderSource {
  public:
   // `prepared` must have an executor.
   OpRun(collectives::PreparedCollective prepared, const collectives::CollectiveArgs& args, int rank,
         uint64_t comm_id, uint64_t issue_seq, uint64_t match_seq, const std::vector<transport::Connection*>& peers);
+  // The executor asks this run for its headers (collectives::HeaderSource): it stays where it is.
+  OpRun(const OpRun&) = delete;
+  OpRun& operator=(const OpRun&) = delete;
 
   // Runs again for a new operation of the same shape (run_cache.h: the cache of finished
   // runs): new buffers, sequence numbers and op id, the same schedule and peers. Only once done()
@@ -47,7 +50,9 @@ class OpRun {
 
  private:
   void encode_headers(const collectives::CollectiveArgs& args, uint64_t comm_id, uint64_t issue_seq, uint64_t match_seq);
-  Status check(int peer, const unsigned char* data, size_t bytes, const Status& status) const;
+  // collectives::HeaderSource, for the executor.
+  const unsigned char* header_for(int peer) const override { return wire_[static_cast<size_t>(peer)].data(); }
+  Status check(int peer, const unsigned char* data, size_t bytes, const Status& status) const override;
 
   collectives::PreparedCollective prepared_;
   int rank_;

@@ -8,6 +8,7 @@
 #include "collectives/buffer_pool.h"
 #include "collectives/exchange.h"
 #include "collectives/executor.h"
+#include "collectives/recursive_doubling.h"
 #include "collectives/ring.h"
 
 namespace braid::collectives {
@@ -81,6 +82,51 @@ TEST(Executor, KeepsTheWindowFullAcrossProgressCalls) {
   }
   EXPECT_EQ(completed, 10u);
   EXPECT_EQ((*ex)->outstanding(), 0u);
+}
+
+// A small all_reduce of two ranks (recursive doubling: send, then receive and reduce), as the
+// runtime drives it: progress() after every poll, most of which find nothing while the peer is
+// late. One pass per completion takes every step as far as it goes, and a call with no
+// completion since the last looks at no step at all.
+TEST(Executor, ProgressWithNothingNewLooksAtNoStep) {
+  for (bool in_place : {false, true}) {
+    Plan p;
+    p.rank = 0, p.size = 2, p.count = 16, p.segment_bytes = 64, p.in_place = in_place;
+    std::vector<float> in(16, 1.0f), out(16, 0.0f);
+    if (in_place) out = in;
+    ScriptedConnection conn(1);
+    std::vector<transport::Connection*> peers{nullptr, &conn};
+    auto ex = Executor::create(rd_all_reduce(p), in_place ? out.data() : in.data(), out.data(), peers,
+                               options("all_reduce (rd)", 0, 5, 0));
+    ASSERT_TRUE(ex.is_ok()) << ex.status().message();
+    auto idle_polls = [&] {
+      const uint64_t before = (*ex)->visits();
+      const size_t posted = conn.posted.size();
+      for (int k = 0; k < 10; ++k) ASSERT_TRUE((*ex)->progress().is_ok());
+      EXPECT_EQ((*ex)->visits(), before) << "in place " << in_place;
+      EXPECT_EQ(conn.posted.size(), posted);
+    };
+    ASSERT_TRUE((*ex)->progress().is_ok());
+    ASSERT_EQ(conn.posted.size(), 2u) << "the receive, then the send, from one call";
+    EXPECT_FALSE(conn.posted[0].is_send);
+    EXPECT_TRUE(conn.posted[1].is_send);
+    EXPECT_EQ((*ex)->visits(), 2u) << "each step once";
+    idle_polls();
+    Posted recv = conn.posted.front();
+    conn.posted.pop_front();
+    ASSERT_TRUE((*ex)->on_completion(conn.complete_front()).is_ok());  // the send
+    ASSERT_TRUE((*ex)->progress().is_ok());
+    EXPECT_EQ((*ex)->visits(), 3u) << "the receive's step alone: the send's retired";
+    idle_polls();
+    std::fill_n(static_cast<float*>(const_cast<void*>(recv.data)), 16, 2.0f);
+    conn.posted.push_back(recv);
+    ASSERT_TRUE((*ex)->on_completion(conn.complete_front()).is_ok());
+    ASSERT_TRUE((*ex)->progress().is_ok());
+    EXPECT_EQ((*ex)->visits(), 4u);
+    EXPECT_TRUE((*ex)->done());
+    EXPECT_EQ(out[0], 3.0f);
+    EXPECT_EQ(out[15], 3.0f);
+  }
 }
 
 TEST(Executor, ReceivesTheNextSegmentWhileReducingThisOne) {
@@ -217,16 +263,18 @@ TEST_P(ExecutorRunsAgain, OnNewBuffersOnceDone) {
   std::vector<transport::Connection*> peers{nullptr, &conn};
   auto ex = Executor::create(chain_reduce(p), in1.data(), out1.data(), peers, options("reduce (chain)", 0, 3, 2));
   ASSERT_TRUE(ex.is_ok());
-  const unsigned char header[4] = {'h', 'd', 'r', '!'};
-  int checked = 0;
-  (*ex)->set_headers(
-      sizeof header, [&](int) { return header; },
-      [&](int, const unsigned char* data, size_t, const Status&) {
-        ++checked;
-        return data != nullptr && std::equal(header, header + sizeof header, data) ? Status::ok()
-                                                                                   : protocol_error("bad header");
-      },
-      /*reverse=*/true);
+  static constexpr unsigned char header[4] = {'h', 'd', 'r', '!'};
+  struct Source final : HeaderSource {
+    const unsigned char* header_for(int) const override { return header; }
+    Status check(int, const unsigned char* data, size_t, const Status&) const override {
+      ++checked;
+      return data != nullptr && std::equal(header, header + sizeof header, data) ? Status::ok()
+                                                                                 : protocol_error("bad header");
+    }
+    mutable int checked = 0;
+  } source;
+  int& checked = source.checked;
+  (*ex)->set_headers(sizeof header, source, /*reverse=*/true);
   const bool inline_header = n * sizeof(float) <= Executor::kInlineHeaderMax;
   // One run: rank 1's message is `value` everywhere; the root only receives from rank 1, so it
   // also sends its header back (reverse).

@@ -53,7 +53,7 @@ struct Rank {
   std::vector<Completion>* done = nullptr;  // the link's list for this rank's transport
   size_t taken = 0;                         // completions of `done` handed to the framing
   size_t outstanding = 0;
-  Header sends{};    // what header_for returns
+  Header sends{};    // what header_for() returns
   Header expects{};  // what the check accepts from the peer
   std::vector<CheckCall> checks;
   std::vector<Status> results;  // of each completion, as the framing returned it
@@ -66,19 +66,24 @@ struct Rank {
   void frame(bool reverse) {
     std::vector<size_t> first_send(2, kNone), first_recv(2, kNone);
     (rank == 0 ? first_send : first_recv)[static_cast<size_t>(peer())] = kStep;
-    auto header_for = [this](int) { return sends.data(); };
-    auto check = [this](int from, const unsigned char* data, size_t bytes, const Status& status) -> Status {
+    source.r = this;
+    framing.emplace(kHeaderBytes, source, reverse, first_send, first_recv);
+  }
+  // Sends `sends`, accepts `expects` and records every check.
+  struct Source final : HeaderSource {
+    const unsigned char* header_for(int) const override { return r->sends.data(); }
+    Status check(int from, const unsigned char* data, size_t bytes, const Status& status) const override {
       if (!status.is_ok()) return status;
       const size_t n = std::min(bytes, kHeaderBytes);
-      checks.push_back({from, std::vector<unsigned char>(data, data + n), bytes});
-      if (bytes < kHeaderBytes || std::memcmp(data, expects.data(), kHeaderBytes) != 0) {
-        return Status(ErrorCode::mismatch, "rank " + std::to_string(rank) + ": header from rank " +
+      r->checks.push_back({from, std::vector<unsigned char>(data, data + n), bytes});
+      if (bytes < kHeaderBytes || std::memcmp(data, r->expects.data(), kHeaderBytes) != 0) {
+        return Status(ErrorCode::mismatch, "rank " + std::to_string(r->rank) + ": header from rank " +
                                                std::to_string(from) + " differs");
       }
       return Status::ok();
-    };
-    framing.emplace(kHeaderBytes, header_for, check, reverse, first_send, first_recv);
-  }
+    }
+    Rank* r = nullptr;  // set by frame()
+  } source;
 
   // Posts the header-only replies where the executor would: once, before anything else.
   void post_reverse_if_pending() {

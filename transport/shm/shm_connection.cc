@@ -77,6 +77,10 @@ Status ShmConnection::queue_send(Send s, bool may_copy_once) {
     return invalid_argument("more than " + std::to_string(kMaxInFlight) + " sends outstanding to " + who());
   }
   if (may_copy_once) s.cma = single_copy(s.data, s.len);
+  if (sends_.empty() && !s.cma && write_whole(s)) {
+    notify_peer();
+    return Status::ok();
+  }
   sends_.push_back(s);
   if (sends_.size() == 1 && write_sends()) notify_peer();  // a small message leaves at once
   return Status::ok();
@@ -140,7 +144,7 @@ void ShmConnection::copy_out(uint64_t pos, void* dst, size_t n) const {
 
 void ShmConnection::complete(bool is_send, uint64_t cookie, size_t bytes, Status st) {
   if (s_.completions == nullptr) return;  // detached: nobody polls any more
-  s_.completions->push_back(Completion{this, cookie, is_send, bytes, std::move(st)});
+  s_.completions->emplace_back(this, cookie, is_send, bytes, std::move(st));
 }
 
 bool ShmConnection::write_sends() {
@@ -203,6 +207,37 @@ bool ShmConnection::write_sends() {
   }
   publish();
   return changed;
+}
+
+// The usual small send, with nothing queued ahead of it: its whole record fits in the ring now,
+// in one piece before the ring's end, so it is written at once, without a queue entry or the
+// piecewise walk of write_sends (whose records it writes byte for byte alike). false: nothing
+// was written, write_sends takes it.
+bool ShmConnection::write_whole(const Send& s) {
+  if (s.len > kChunk) return false;  // larger ones are published piece by piece
+  const uint64_t total = record_bytes(s.len);
+  const uint64_t head = out_ctl_->head.load(std::memory_order_acquire);
+  if (head == tail_) wrap_fits(total);
+  const uint64_t at = tail_ % ring_;
+  if (ring_ - (tail_ - head) < total || at + total > ring_) return false;
+  RecordHeader h;
+  h.len = s.len;
+  h.kind = RecordKind::inline_data;
+  h.seq = send_seq_;
+  unsigned char* record = out_data_ + at;
+  std::memcpy(record, &h, sizeof h);
+  if (s.head_len != 0) std::memcpy(record + sizeof h, s.head, s.head_len);
+  if (s.len != s.head_len) std::memcpy(record + sizeof h + s.head_len, s.data, s.len - s.head_len);
+  tail_ += total;
+  ++send_seq_;
+  ++whole_written_;
+  out_ctl_->tail.store(tail_, std::memory_order_release);
+  if (acks_.empty()) {
+    complete(true, s.cookie, s.len, Status::ok());
+  } else {
+    acks_.push_back(s);  // behind a single-copy send still being read
+  }
+  return true;
 }
 
 // With the ring empty, a record of `total` bytes that fits in the part of this lap already read
@@ -277,6 +312,10 @@ bool ShmConnection::read_records() {
         changed = true;
         continue;
       }
+      if (cur_.kind == RecordKind::inline_data && take_whole(avail)) {
+        changed = true;
+        continue;
+      }
       head_ += sizeof cur_;
       cur_read_ = sizeof cur_;
       in_record_ = true;
@@ -319,6 +358,24 @@ bool ShmConnection::read_records() {
   }
   publish();
   return changed;
+}
+
+// The usual small message (cur_, its header just read at head_): when its whole record has
+// arrived, in one piece before the ring's end, and fits the receive, its payload goes to the
+// receive in one copy and the record is consumed, without the piecewise walk of read_records.
+// false: nothing changed.
+bool ShmConnection::take_whole(uint64_t avail) {
+  const uint64_t total = record_bytes(cur_.len);
+  const uint64_t at = head_ % ring_;
+  const Recv r = recvs_.front();
+  if (cur_.len > kChunk || avail < total || at + total > ring_ || cur_.len > r.capacity) return false;
+  if (cur_.len != 0) std::memcpy(r.data, in_data_ + at + kRecordHeaderBytes, cur_.len);
+  head_ += total;
+  ++recv_seq_;
+  ++whole_read_;
+  recvs_.pop_front();
+  complete(false, r.cookie, cur_.len, Status::ok());
+  return true;
 }
 
 // Reads the next piece of the cma record being read; true once the message is done (its

@@ -94,6 +94,10 @@ class ShmConnection final : public Connection {
   bool single_copy(const void* data, size_t bytes);
   // Messages sent single-copy so far (tests read it).
   uint64_t cma_sent() const { return cma_sent_; }
+  // Small messages written into the ring, and read out of it, in one piece (write_whole,
+  // take_whole; tests read them).
+  uint64_t whole_written() const { return whole_written_; }
+  uint64_t whole_read() const { return whole_read_; }
   // Where in its lap of the outgoing ring the next record goes (tests read it).
   uint64_t lap_offset() const { return tail_ % ring_; }
   // The descriptor that becomes readable when the peer exits (pidfd or socket).
@@ -142,10 +146,12 @@ class ShmConnection final : public Connection {
   // may_copy_once and single_copy() says so) and writes it when nothing is ahead of it.
   Status queue_send(Send s, bool may_copy_once);
   bool write_sends();
+  bool write_whole(const Send& s);
   // n bytes of `s`'s message from byte `from` on, into the ring at pos.
   void copy_message(uint64_t pos, const Send& s, size_t from, size_t n);
   bool wrap_fits(uint64_t total);
   bool read_records();
+  bool take_whole(uint64_t avail);
   bool read_cma_piece();
   Status cma_read_error(int err);
   bool collect_acks();
@@ -173,6 +179,7 @@ class ShmConnection final : public Connection {
   uint64_t tail_ = 0;       // our outgoing tail (we alone write it)
   uint64_t head_ = 0;       // our incoming head (we alone write it)
   uint64_t send_seq_ = 0, recv_seq_ = 0, cma_sent_ = 0;
+  uint64_t whole_written_ = 0, whole_read_ = 0;
   // The record being read: its header and how many of its bytes were consumed.
   bool in_record_ = false;
   bool recv_done_ = false;  // its receive already completed (only padding is left)

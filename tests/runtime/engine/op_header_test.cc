@@ -83,6 +83,70 @@ TEST(OpHeader, DifferentPipelinesNameTheSettings) {
 
 // Random bytes and mutated valid headers: every answer a clean error or a header that
 // round-trips, every check ok or a mismatch (the fuzzer's checks abort otherwise).
+// The byte comparison that spares the usual receive a decode and a field-by-field check says
+// yes to a peer's header of the same call (whatever its issue number), and never where
+// check_headers would not pass: headers of every kind, each field changed in turn or several
+// bytes at random, sent both ways.
+TEST(OpHeader, AMirroredHeaderPassesWithoutDecodingAndOnlyWhereTheCheckWould) {
+  unsigned char mine_wire[OpHeader::kBytes], theirs_wire[OpHeader::kBytes];
+  OpHeader mine = all_reduce_header(Algo::rd);
+  OpHeader theirs = mine;
+  theirs.issue_seq = 9;  // the peer's own count of its operations
+  mine.encode(mine_wire);
+  theirs.encode(theirs_wire);
+  EXPECT_TRUE(mirrors(mine, mine_wire, theirs_wire, sizeof theirs_wire));
+  EXPECT_TRUE(check_headers(mine, 0, theirs, 1, "peer").is_ok());
+  EXPECT_FALSE(mirrors(mine, mine_wire, theirs_wire, sizeof theirs_wire - 1)) << "a short header is not one";
+
+  std::mt19937 rng(29);
+  size_t yes = 0;
+  for (int i = 0; i < 20000; ++i) {
+    OpHeader a = all_reduce_header(i % 3 == 0 ? Algo::ring : Algo::rd);
+    a.kind = static_cast<Kind>(rng() % (static_cast<unsigned>(Kind::recv) + 1));
+    a.root = static_cast<int32_t>(rng() % 2);
+    a.flags = rng() % 4 == 0 ? 1u : 0u;
+    a.aux = rng() % 4 == 0 ? rng() % 3 : 0;
+    a.count = rng() % 4 == 0 ? a.aux : 1024;
+    a.encode(mine_wire);
+    std::copy(mine_wire, mine_wire + sizeof mine_wire, theirs_wire);
+    for (int flips = static_cast<int>(rng() % 3); flips > 0; --flips) {
+      theirs_wire[rng() % sizeof theirs_wire] ^= static_cast<unsigned char>(1u << (rng() % 8));
+    }
+    if (!mirrors(a, mine_wire, theirs_wire, sizeof theirs_wire)) continue;
+    ++yes;
+    auto b = OpHeader::decode(theirs_wire, sizeof theirs_wire);
+    ASSERT_TRUE(b.is_ok()) << i;
+    EXPECT_TRUE(check_headers(a, 0, b.value(), 1, "peer").is_ok()) << i << " " << a.describe() << " / " << b.value().describe();
+  }
+  EXPECT_GT(yes, 1000u);
+}
+
+// A kept run called again renumbers its encoded headers in place (OpRun::reuse): the bytes must
+// be what encoding the new call's header from scratch gives, for collectives and tagged sends.
+TEST(OpHeader, RenumberingAnEncodedHeaderGivesTheNewCallsBytes) {
+  collectives::CollectiveArgs args;
+  args.count = 1000;
+  args.dtype = DType::bf16;
+  for (Kind kind : {Kind::all_reduce, Kind::broadcast, Kind::send, Kind::recv}) {
+    args.kind = kind;
+    args.root = 1;
+    args.peer = 1;
+    args.tag = 7;
+    OpHeader kept = OpHeader::for_peer(args, 1, 42, 3, 2);
+    kept.segment = 4096;
+    kept.algo = Algo::ring;
+    unsigned char wire[OpHeader::kBytes], fresh_wire[OpHeader::kBytes];
+    kept.encode(wire);
+    args.tag = 9;
+    kept.renumber(args, 43, 11, 5, wire);
+    OpHeader fresh = OpHeader::for_peer(args, 1, 43, 11, 5);
+    fresh.segment = 4096;
+    fresh.algo = Algo::ring;
+    fresh.encode(fresh_wire);
+    EXPECT_TRUE(std::equal(wire, wire + sizeof wire, fresh_wire)) << collectives::to_string(kind);
+  }
+}
+
 TEST(OpHeader, FuzzedBytes) {
   std::mt19937 rng(17);
   unsigned char valid[OpHeader::kBytes];

@@ -399,6 +399,41 @@ TEST(ShmRing, SmallMessagesOneAtATimeReuseTheStartOfTheRing) {
   transfer_all_at_once(link, {msg, 1, msg, 64, msg, 0, msg});
 }
 
+// A small message one at a time, the usual case, is written into the ring and read out of it in
+// one piece each, header and payload together (no queue entry, no piecewise walk), two-part
+// messages too; one larger than a piece of the walk (64 KiB) is not, and all arrive intact.
+TEST(ShmRing, SmallMessagesOneAtATimeGoInAndOutWhole) {
+  TransportOptions o;
+  o.secret = secret("shm transport test secret 0123456789");
+  Link link;
+  ASSERT_TRUE(make_link("shm", o, o, link).is_ok());
+  auto* sender = dynamic_cast<shm::ShmConnection*>(link.cb.get());
+  auto* receiver = dynamic_cast<shm::ShmConnection*>(link.ca.get());
+  ASSERT_NE(sender, nullptr);
+  ASSERT_NE(receiver, nullptr);
+  const size_t msgs = 3 * o.env.shm_ring_bytes / 4096;  // past the ring's end, three times
+  for (size_t i = 0; i < msgs && !::testing::Test::HasFatalFailure(); ++i) {
+    send_each(link, {i % 3 == 0 ? size_t{1} : i % 3 == 1 ? size_t{4096} : size_t{0}});
+  }
+  EXPECT_EQ(sender->whole_written(), msgs);
+  EXPECT_EQ(receiver->whole_read(), msgs);
+  std::vector<unsigned char> head(64), data(4096), in(64 + 4096, 0);
+  fill(head, 3);
+  fill(data, 4);
+  ASSERT_TRUE(link.ca->post_recv(in.data(), in.size(), 1).is_ok());
+  ASSERT_TRUE(link.cb->post_send_parts(head.data(), head.size(), data.data(), data.size(), 2).is_ok());
+  ASSERT_TRUE(link.drive([&] { return link.done_a.size() == 1 && link.done_b.size() == 1; }));
+  EXPECT_TRUE(std::equal(head.begin(), head.end(), in.begin()));
+  EXPECT_TRUE(std::equal(data.begin(), data.end(), in.begin() + 64));
+  link.done_a.clear();
+  link.done_b.clear();
+  EXPECT_EQ(sender->whole_written(), msgs + 1);
+  EXPECT_EQ(receiver->whole_read(), msgs + 1);
+  send_each(link, {(64u << 10) + 1});
+  EXPECT_EQ(sender->whole_written(), msgs + 1);
+  EXPECT_EQ(receiver->whole_read(), msgs + 1);
+}
+
 // An operation posts its receives before its sends. A receive posted while its message already
 // waits must not copy it there and then: the peer may be waiting for the send that follows, and
 // the copy would come first. The message is read by the next poll instead.
