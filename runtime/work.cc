@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "braid/work.h"
+#include "common/cycle_clock.h"
 #include "common/env.h"
 #include "common/spin.h"
 #include "runtime/links/spin_policy.h"
@@ -25,19 +26,15 @@ WorkState::~WorkState() {
   if (on_done) on_done();
 }
 
-namespace {
-int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
-}  // namespace
-
 void WorkState::note_returned() const {
-  if (timed) wait_times.returned_ns.store(now_ns(), std::memory_order_relaxed);
+  if (timed) wait_times.returned.store(CycleClock::now(), std::memory_order_relaxed);
 }
 
 int64_t WorkState::note_wait() const {
   if (!timed) return 0;
   int64_t none = 0;
-  const int64_t now = now_ns();
-  wait_times.first_wait_ns.compare_exchange_strong(none, now, std::memory_order_relaxed);
+  const int64_t now = CycleClock::now();
+  wait_times.first_wait.compare_exchange_strong(none, now, std::memory_order_relaxed);
   return now;
 }
 
@@ -89,8 +86,8 @@ void check_not_in_open_group(const detail::WorkState& state) {
 void Work::wait() {
   if (!state_) return;
   check_not_in_open_group(*state_);
-  const int64_t waited_ns = state_->note_wait();
-  if (state_->runner != nullptr && !state_->done()) state_->runner->help(*state_, waited_ns);
+  const int64_t waited = state_->note_wait();
+  if (state_->runner != nullptr && !state_->done()) state_->runner->help(*state_, waited);
   if (!state_->done()) state_->wait_until(Deadline::never(), detail::spin_us_setting());  // often done: it ran here
   raise_if_error(state_->status());
 }

@@ -21,11 +21,11 @@ struct WorkState;
 
 // What Work::wait() asks of the engine that queued its operation: to run it on the waiting
 // thread when nothing else is queued or running (BRAID_CALLER_PROGRESS). Returns at once
-// otherwise (the progress thread has it). `waited_ns`: when the wait began
-// (WorkState::note_wait), 0 if it did not read the clock.
+// otherwise (the progress thread has it). `waited`: when the wait began, in CycleClock counts
+// (WorkState::note_wait), 0 if it did not read the counter.
 class WorkRunner {
  public:
-  virtual void help(const WorkState& work, int64_t waited_ns) = 0;
+  virtual void help(const WorkState& work, int64_t waited) = 0;
 
  protected:
   ~WorkRunner() = default;
@@ -47,19 +47,19 @@ struct WorkState {
   WorkRunner* runner = nullptr;
   // Set (before the Work is handed out) on an operation queued on an idle communicator: when its
   // *_async call returned it to the caller and when the caller first came to wait, in
-  // steady-clock nanoseconds (0 until then). Shared with the communicator, which reads them when
+  // CycleClock counts (common/cycle_clock.h; 0 until then): only the span between them counts. Shared with the communicator, which reads them when
   // it queues the next such operation: the progress thread may have finished this one before
   // the caller waited, so that the wait had nothing to hand over. The time in between is the
   // caller's own; the wake-up of the progress thread before the return is not.
   // The communicator keeps them through a pointer that shares this state's ownership.
   struct WaitTimes {
-    std::atomic<int64_t> returned_ns{0};
-    std::atomic<int64_t> first_wait_ns{0};
+    std::atomic<int64_t> returned{0};
+    std::atomic<int64_t> first_wait{0};
   };
   mutable WaitTimes wait_times;
   bool timed = false;  // wait_times is kept (set before the Work is handed out)
   void note_returned() const;
-  // Returns the time it read (steady-clock nanoseconds), 0 when not timed.
+  // Returns the count it read (CycleClock), 0 when not timed.
   int64_t note_wait() const;
   // Runs once, after complete(), or at destruction if complete() never ran; set before the Work
   // is handed out. Releases the caller's CUDA stream held for a device-buffer operation.
