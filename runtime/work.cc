@@ -1,4 +1,10 @@
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <climits>
+#include <ctime>
 #include <thread>
 #include <utility>
 
@@ -11,14 +17,22 @@
 
 namespace braid {
 namespace detail {
+namespace {
+
+// The done word as the futex system call takes it.
+static_assert(sizeof(std::atomic<int>) == sizeof(int) && std::atomic<int>::is_always_lock_free);
+int* futex_word(const std::atomic<int>& a) { return reinterpret_cast<int*>(const_cast<std::atomic<int>*>(&a)); }
+
+}  // namespace
 
 void WorkState::complete(Status s) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    status_ = std::move(s);
-    done_.store(1, std::memory_order_release);  // under mu_: a waiter checks it under mu_ too
+  status_ = std::move(s);
+  // Sequentially consistent with the sleeper count's update in wait_until: either the waiter
+  // sees the word set before it sleeps, or this sees the waiter and wakes it.
+  done_.store(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    syscall(SYS_futex, futex_word(done_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
   }
-  done_cv_.notify_all();
   if (on_done) std::exchange(on_done, nullptr)();
 }
 
@@ -38,10 +52,9 @@ int64_t WorkState::note_wait() const {
   return now;
 }
 
-Status WorkState::status() const {
-  if (done()) return status_;  // written once, before done_ (release): final once seen
-  std::lock_guard<std::mutex> lock(mu_);
-  return status_;
+const Status& WorkState::status() const {
+  static const Status kNotYet;
+  return done() ? status_ : kNotYet;  // written once, before done_ (release): final once seen
 }
 
 bool WorkState::wait_until(Deadline deadline, int spin_us) const {
@@ -57,14 +70,24 @@ bool WorkState::wait_until(Deadline deadline, int spin_us) const {
       std::this_thread::yield();
     }
   }
-  // A condition variable, not sleeps in slices: the waiter wakes as the operation completes
-  // (a CUDA stream held for an operation resumed up to a slice late), and still by the deadline.
-  std::unique_lock<std::mutex> lock(mu_);
-  if (deadline.at() == Clock::time_point::max()) {
-    done_cv_.wait(lock, [&] { return done(); });
-    return true;
+  // Asleep on the done word, not in slices: the waiter wakes as the operation completes (a CUDA
+  // stream held for an operation resumed up to a slice late), and still by the deadline.
+  const bool bounded = deadline.at() != Clock::time_point::max();
+  timespec at{};
+  if (bounded) {
+    const auto since = deadline.at().time_since_epoch();  // steady_clock is CLOCK_MONOTONIC
+    at.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(since).count();
+    at.tv_nsec = (since - std::chrono::seconds(at.tv_sec)).count();
   }
-  return done_cv_.wait_until(lock, deadline.at(), [&] { return done(); });
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  while (done_.load(std::memory_order_seq_cst) == 0) {
+    if (bounded && deadline.expired()) break;
+    // Returns at once when the word is no longer 0; woken by complete(), the deadline or a signal.
+    syscall(SYS_futex, futex_word(done_), FUTEX_WAIT_BITSET_PRIVATE, 0, bounded ? &at : nullptr, nullptr,
+            FUTEX_BITSET_MATCH_ANY);
+  }
+  sleepers_.fetch_sub(1, std::memory_order_relaxed);
+  return done();
 }
 
 int spin_us_setting() { return wait_spin_us(); }  // runtime/links/spin_policy.h

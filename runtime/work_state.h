@@ -1,16 +1,16 @@
 // runtime/work_state.h - the shared state behind a braid::Work.
 //
 // Completion is an event: the progress thread calls complete() once; waiters spin briefly (a
-// blocking wake-up costs far more than a short spin) and then sleep on a condition variable
-// until it completes or their deadline passes.
+// blocking wake-up costs far more than a short spin) and then sleep on the done word itself (a
+// futex) until it completes or their deadline passes. No lock: the outcome is written once,
+// before the done word, and complete() makes a system call only when someone sleeps, so an
+// operation its caller ran (the common case for a small one) costs a store and a load here.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <condition_variable>
-#include <mutex>
 
 #include "common/deadline.h"
 #include "common/status.h"
@@ -37,7 +37,8 @@ struct WorkState {
   // Waits until complete() or the deadline; true when complete. Spins for `spin_us` first.
   bool wait_until(Deadline deadline, int spin_us) const;
   bool done() const { return done_.load(std::memory_order_acquire) != 0; }
-  Status status() const;
+  // The outcome once done(); OK before.
+  const Status& status() const;
 
   // Issued inside group_start()/group_end() and the group not ended yet: waiting would hang.
   std::atomic<bool> in_open_group{false};
@@ -67,9 +68,8 @@ struct WorkState {
   ~WorkState();
 
  private:
-  std::atomic<int> done_{0};  // set under mu_; read without it by done()
-  mutable std::mutex mu_;
-  mutable std::condition_variable done_cv_;
+  std::atomic<int> done_{0};          // 1 once complete() wrote status_; the word waiters sleep on
+  mutable std::atomic<int> sleepers_{0};  // waiters asleep on done_ (or about to be)
   Status status_;
 };
 
