@@ -92,6 +92,66 @@ bool WorkState::wait_until(Deadline deadline, int spin_us) const {
 
 int spin_us_setting() { return wait_spin_us(); }  // runtime/links/spin_policy.h
 
+#if defined(__SANITIZE_ADDRESS__)
+std::shared_ptr<WorkState> make_work_state() { return std::make_shared<WorkState>(); }
+#else
+namespace {
+
+// Blocks of one size kept by a thread for the next WorkState it makes (make_work_state).
+class BlockCache {
+ public:
+  BlockCache() = default;
+  BlockCache(const BlockCache&) = delete;
+  BlockCache& operator=(const BlockCache&) = delete;
+  ~BlockCache();
+  void* take(size_t bytes) { return bytes == bytes_ && count_ > 0 ? blocks_[--count_] : nullptr; }
+  bool keep(void* p, size_t bytes) {
+    if (bytes_ == 0) bytes_ = bytes;
+    if (bytes != bytes_ || count_ == kKept) return false;
+    blocks_[count_++] = p;
+    return true;
+  }
+
+ private:
+  static constexpr size_t kKept = 8;  // a few operations in flight per thread
+  void* blocks_[kKept] = {};
+  size_t count_ = 0;
+  size_t bytes_ = 0;
+};
+
+thread_local bool cache_gone = false;  // this thread's cache was destroyed (it is exiting)
+thread_local BlockCache cache;
+
+BlockCache::~BlockCache() {
+  cache_gone = true;
+  while (count_ > 0) ::operator delete(blocks_[--count_]);
+}
+
+// What std::allocate_shared asks for: one block for the count and the WorkState together.
+template <typename T>
+struct CachedAllocator {
+  using value_type = T;
+  CachedAllocator() = default;
+  template <typename U>
+  explicit CachedAllocator(const CachedAllocator<U>&) {}
+  T* allocate(size_t n) {
+    static_assert(alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
+    void* p = n == 1 && !cache_gone ? cache.take(sizeof(T)) : nullptr;
+    return static_cast<T*>(p != nullptr ? p : ::operator new(n * sizeof(T)));
+  }
+  void deallocate(T* p, size_t n) {
+    if (n == 1 && !cache_gone && cache.keep(p, sizeof(T))) return;
+    ::operator delete(p);
+  }
+  template <typename U>
+  bool operator==(const CachedAllocator<U>&) const { return true; }
+};
+
+}  // namespace
+
+std::shared_ptr<WorkState> make_work_state() { return std::allocate_shared<WorkState>(CachedAllocator<WorkState>()); }
+#endif
+
 }  // namespace detail
 
 namespace {

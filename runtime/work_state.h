@@ -73,4 +73,10 @@ struct WorkState {
   Status status_;
 };
 
+// A WorkState for a new operation. Its memory (with the shared_ptr's count) comes from a few
+// blocks that operations finished on this thread gave back, else from the heap: a small
+// operation's caller makes one and lets go of one per operation. (Plain heap blocks under
+// AddressSanitizer, which then sees every use after the last owner let go.)
+std::shared_ptr<WorkState> make_work_state();
+
 }  // namespace braid::detail
