@@ -97,34 +97,46 @@ std::shared_ptr<WorkState> make_work_state() { return std::make_shared<WorkState
 #else
 namespace {
 
-// Blocks of one size kept by a thread for the next WorkState it makes (make_work_state).
-class BlockCache {
- public:
-  BlockCache() = default;
-  BlockCache(const BlockCache&) = delete;
-  BlockCache& operator=(const BlockCache&) = delete;
-  ~BlockCache();
-  void* take(size_t bytes) { return bytes == bytes_ && count_ > 0 ? blocks_[--count_] : nullptr; }
-  bool keep(void* p, size_t bytes) {
-    if (bytes_ == 0) bytes_ = bytes;
-    if (bytes != bytes_ || count_ == kKept) return false;
-    blocks_[count_++] = p;
-    return true;
-  }
-
- private:
+// Blocks of one size kept by a thread for the next WorkState it makes (make_work_state). Plain
+// data, so that a thread reaches it with one look-up of its thread-local storage and no guard;
+// the blocks are freed when the thread exits by a second thread-local object, made the first
+// time the cache keeps a block.
+struct BlockCache {
   static constexpr size_t kKept = 8;  // a few operations in flight per thread
-  void* blocks_[kKept] = {};
-  size_t count_ = 0;
-  size_t bytes_ = 0;
-};
+  void* blocks[kKept];
+  size_t count;
+  size_t bytes;
+  bool armed;  // the releaser below exists
+  bool gone;   // it ran (the thread is exiting): keep nothing more
 
-thread_local bool cache_gone = false;  // this thread's cache was destroyed (it is exiting)
+  void* take(size_t n) { return n == bytes && count > 0 ? blocks[--count] : nullptr; }
+  bool keep(void* p, size_t n);
+};
 thread_local BlockCache cache;
 
-BlockCache::~BlockCache() {
-  cache_gone = true;
-  while (count_ > 0) ::operator delete(blocks_[--count_]);
+struct CacheReleaser {
+  CacheReleaser() = default;
+  CacheReleaser(const CacheReleaser&) = delete;
+  CacheReleaser& operator=(const CacheReleaser&) = delete;
+  ~CacheReleaser() {
+    BlockCache& c = cache;
+    c.gone = true;
+    while (c.count > 0) ::operator delete(c.blocks[--c.count]);
+  }
+  void arm() {}
+};
+thread_local CacheReleaser releaser;
+
+bool BlockCache::keep(void* p, size_t n) {
+  if (gone) return false;
+  if (!armed) {
+    armed = true;
+    releaser.arm();  // makes it, and so its run at thread exit
+    bytes = n;
+  }
+  if (n != bytes || count == kKept) return false;
+  blocks[count++] = p;
+  return true;
 }
 
 // What std::allocate_shared asks for: one block for the count and the WorkState together.
@@ -136,11 +148,11 @@ struct CachedAllocator {
   explicit CachedAllocator(const CachedAllocator<U>&) {}
   T* allocate(size_t n) {
     static_assert(alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
-    void* p = n == 1 && !cache_gone ? cache.take(sizeof(T)) : nullptr;
+    void* p = n == 1 ? cache.take(sizeof(T)) : nullptr;
     return static_cast<T*>(p != nullptr ? p : ::operator new(n * sizeof(T)));
   }
   void deallocate(T* p, size_t n) {
-    if (n == 1 && !cache_gone && cache.keep(p, sizeof(T))) return;
+    if (n == 1 && cache.keep(p, sizeof(T))) return;
     ::operator delete(p);
   }
   template <typename U>
