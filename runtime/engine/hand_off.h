@@ -25,8 +25,8 @@
 // after kParked (or when the board is due, or when work is queued behind the caller's, which
 // release() hands it), and an operation left to its caller meanwhile does not wake it. The
 // price: an operation that a caller in such a run leaves queued and does not wait for (the
-// prediction was wrong) starts up to kParked late instead of a tick, once; its caller then
-// counts as computing.
+// prediction was wrong) starts up to kParked and a tick late instead of a tick (see below),
+// once; its caller then counts as computing.
 //
 // No exact clock read on the caller's side in a steady `_async(...).wait()` loop: whether the
 // caller waited at once is a span of CycleClock counts (common/cycle_clock.h), and the times the

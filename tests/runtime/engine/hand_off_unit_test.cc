@@ -172,6 +172,9 @@ TEST(HandOff, LeavingAnOperationToItsCallerReadsNoClock) {
     h.waited(*w, w->note_wait());
   };
   int reads = exact_clock_reads;
+  (void)Clock::now();
+  ASSERT_EQ(exact_clock_reads - reads, 1) << "the count does not see steady_clock::now()";
+  reads = exact_clock_reads;
   auto w = queue_on_idle(h, &wake);  // the progress thread is awake
   settle(w);
   EXPECT_FALSE(wake);

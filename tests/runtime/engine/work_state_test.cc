@@ -9,6 +9,7 @@
 #include <new>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -68,8 +69,13 @@ TEST(WorkState, OperationsOneAfterAnotherOnAThreadReuseTheirMemory) {
 
 // A small operation that its caller ran is completed and then waited for: neither takes a lock.
 TEST(WorkState, CompletingAndWaitingForARunOperationTakeNoLock) {
+  std::mutex seam;
+  int before = mutex_locks;
+  seam.lock();
+  seam.unlock();
+  ASSERT_EQ(mutex_locks - before, 1) << "the count does not see std::mutex";
   auto w = std::make_shared<detail::WorkState>();
-  const int before = mutex_locks;
+  before = mutex_locks;
   w->complete(Status());
   Work(w).wait();
   EXPECT_EQ(mutex_locks - before, 0);
