@@ -46,9 +46,10 @@ void WorkState::note_returned() const {
 
 int64_t WorkState::note_wait() const {
   if (!timed) return 0;
-  int64_t none = 0;
   const int64_t now = CycleClock::now();
-  wait_times.first_wait.compare_exchange_strong(none, now, std::memory_order_relaxed);
+  // No compare-exchange (a locked instruction per operation): waits that race here come within
+  // a few nanoseconds of each other, and either stands for the first.
+  if (wait_times.first_wait.load(std::memory_order_relaxed) == 0) wait_times.first_wait.store(now, std::memory_order_relaxed);
   return now;
 }
 
@@ -184,7 +185,7 @@ void Work::wait() {
   const int64_t waited = state_->note_wait();
   if (state_->runner != nullptr && !state_->done()) state_->runner->help(*state_, waited);
   if (!state_->done()) state_->wait_until(Deadline::never(), detail::spin_us_setting());  // often done: it ran here
-  raise_if_error(state_->status());
+  if (const Status& s = state_->status(); !s.is_ok()) raise_if_error(s);
 }
 
 bool Work::wait_for(std::chrono::milliseconds timeout) {
