@@ -15,6 +15,10 @@ namespace braid::collectives {
 // counts vectors of the wrong length, null buffers that would be read or written, sizes that
 // overflow size_t.
 Status validate_collective(const CollectiveArgs& args, int rank, int size);
+// The same answer through every check in turn. validate_collective, which runs before every
+// operation, first tries a shorter test that accepts only the common shapes and comes here for
+// the rest (tests compare the two).
+Status validate_collective_in_full(const CollectiveArgs& args, int rank, int size);
 
 // The elements of this rank's send and recv buffers that `args` reads and writes (0: the buffer
 // is not touched here). Broadcast reads `send` only at the root and only when one is given (the

@@ -44,7 +44,7 @@ std::unique_ptr<DeviceStaging> CommunicatorImpl::stage_device(collectives::Colle
 
 Work CommunicatorImpl::enqueue(collectives::CollectiveArgs args) {
   raise_if_error(collectives::validate_collective(args, cfg_.rank, cfg_.size));
-  auto work = std::make_shared<detail::WorkState>();
+  auto work = detail::make_work_state();
   std::unique_ptr<DeviceStaging> device = stage_device(args, work);
   if (device && device->pipelined()) return queue_.push_chunks(*device, work);
   return queue_.push(std::move(args), work, std::move(device));
@@ -52,7 +52,7 @@ Work CommunicatorImpl::enqueue(collectives::CollectiveArgs args) {
 
 void CommunicatorImpl::run(collectives::CollectiveArgs args) {
   raise_if_error(collectives::validate_collective(args, cfg_.rank, cfg_.size));
-  auto work = std::make_shared<detail::WorkState>();
+  auto work = detail::make_work_state();
   std::unique_ptr<DeviceStaging> device = stage_device(args, work);
   if (device && device->pipelined()) {
     Work chunked = queue_.push_chunks(*device, work);

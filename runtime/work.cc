@@ -1,8 +1,15 @@
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <climits>
+#include <ctime>
 #include <thread>
 #include <utility>
 
 #include "braid/work.h"
+#include "common/cycle_clock.h"
 #include "common/env.h"
 #include "common/spin.h"
 #include "runtime/links/spin_policy.h"
@@ -10,14 +17,22 @@
 
 namespace braid {
 namespace detail {
+namespace {
+
+// The done word as the futex system call takes it.
+static_assert(sizeof(std::atomic<int>) == sizeof(int) && std::atomic<int>::is_always_lock_free);
+int* futex_word(const std::atomic<int>& a) { return reinterpret_cast<int*>(const_cast<std::atomic<int>*>(&a)); }
+
+}  // namespace
 
 void WorkState::complete(Status s) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    status_ = std::move(s);
-    done_.store(1, std::memory_order_release);  // under mu_: a waiter checks it under mu_ too
+  status_ = std::move(s);
+  // Sequentially consistent with the sleeper count's update in wait_until: either the waiter
+  // sees the word set before it sleeps, or this sees the waiter and wakes it.
+  done_.store(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    syscall(SYS_futex, futex_word(done_), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
   }
-  done_cv_.notify_all();
   if (on_done) std::exchange(on_done, nullptr)();
 }
 
@@ -25,26 +40,22 @@ WorkState::~WorkState() {
   if (on_done) on_done();
 }
 
-namespace {
-int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
-}  // namespace
-
 void WorkState::note_returned() const {
-  if (timed) wait_times.returned_ns.store(now_ns(), std::memory_order_relaxed);
+  if (timed) wait_times.returned.store(CycleClock::now(), std::memory_order_relaxed);
 }
 
 int64_t WorkState::note_wait() const {
   if (!timed) return 0;
-  int64_t none = 0;
-  const int64_t now = now_ns();
-  wait_times.first_wait_ns.compare_exchange_strong(none, now, std::memory_order_relaxed);
+  const int64_t now = CycleClock::now();
+  // No compare-exchange (a locked instruction per operation): waits that race here come within
+  // a few nanoseconds of each other, and either stands for the first.
+  if (wait_times.first_wait.load(std::memory_order_relaxed) == 0) wait_times.first_wait.store(now, std::memory_order_relaxed);
   return now;
 }
 
-Status WorkState::status() const {
-  if (done()) return status_;  // written once, before done_ (release): final once seen
-  std::lock_guard<std::mutex> lock(mu_);
-  return status_;
+const Status& WorkState::status() const {
+  static const Status kNotYet;
+  return done() ? status_ : kNotYet;  // written once, before done_ (release): final once seen
 }
 
 bool WorkState::wait_until(Deadline deadline, int spin_us) const {
@@ -60,17 +71,99 @@ bool WorkState::wait_until(Deadline deadline, int spin_us) const {
       std::this_thread::yield();
     }
   }
-  // A condition variable, not sleeps in slices: the waiter wakes as the operation completes
-  // (a CUDA stream held for an operation resumed up to a slice late), and still by the deadline.
-  std::unique_lock<std::mutex> lock(mu_);
-  if (deadline.at() == Clock::time_point::max()) {
-    done_cv_.wait(lock, [&] { return done(); });
-    return true;
+  // Asleep on the done word, not in slices: the waiter wakes as the operation completes (a CUDA
+  // stream held for an operation resumed up to a slice late), and still by the deadline.
+  const bool bounded = deadline.at() != Clock::time_point::max();
+  timespec at{};
+  if (bounded) {
+    const auto since = deadline.at().time_since_epoch();  // steady_clock is CLOCK_MONOTONIC
+    at.tv_sec = std::chrono::duration_cast<std::chrono::seconds>(since).count();
+    at.tv_nsec = (since - std::chrono::seconds(at.tv_sec)).count();
   }
-  return done_cv_.wait_until(lock, deadline.at(), [&] { return done(); });
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  while (done_.load(std::memory_order_seq_cst) == 0) {
+    if (bounded && deadline.expired()) break;
+    // Returns at once when the word is no longer 0; woken by complete(), the deadline or a signal.
+    syscall(SYS_futex, futex_word(done_), FUTEX_WAIT_BITSET_PRIVATE, 0, bounded ? &at : nullptr, nullptr,
+            FUTEX_BITSET_MATCH_ANY);
+  }
+  sleepers_.fetch_sub(1, std::memory_order_relaxed);
+  return done();
 }
 
 int spin_us_setting() { return wait_spin_us(); }  // runtime/links/spin_policy.h
+
+#if defined(__SANITIZE_ADDRESS__)
+std::shared_ptr<WorkState> make_work_state() { return std::make_shared<WorkState>(); }
+#else
+namespace {
+
+// Blocks of one size kept by a thread for the next WorkState it makes (make_work_state). Plain
+// data, so that a thread reaches it with one look-up of its thread-local storage and no guard;
+// the blocks are freed when the thread exits by a second thread-local object, made the first
+// time the cache keeps a block.
+struct BlockCache {
+  static constexpr size_t kKept = 8;  // a few operations in flight per thread
+  void* blocks[kKept];
+  size_t count;
+  size_t bytes;
+  bool armed;  // the releaser below exists
+  bool gone;   // it ran (the thread is exiting): keep nothing more
+
+  void* take(size_t n) { return n == bytes && count > 0 ? blocks[--count] : nullptr; }
+  bool keep(void* p, size_t n);
+};
+thread_local BlockCache cache;
+
+struct CacheReleaser {
+  CacheReleaser() = default;
+  CacheReleaser(const CacheReleaser&) = delete;
+  CacheReleaser& operator=(const CacheReleaser&) = delete;
+  ~CacheReleaser() {
+    BlockCache& c = cache;
+    c.gone = true;
+    while (c.count > 0) ::operator delete(c.blocks[--c.count]);
+  }
+  void arm() {}
+};
+thread_local CacheReleaser releaser;
+
+bool BlockCache::keep(void* p, size_t n) {
+  if (gone) return false;
+  if (!armed) {
+    armed = true;
+    releaser.arm();  // makes it, and so its run at thread exit
+    bytes = n;
+  }
+  if (n != bytes || count == kKept) return false;
+  blocks[count++] = p;
+  return true;
+}
+
+// What std::allocate_shared asks for: one block for the count and the WorkState together.
+template <typename T>
+struct CachedAllocator {
+  using value_type = T;
+  CachedAllocator() = default;
+  template <typename U>
+  explicit CachedAllocator(const CachedAllocator<U>&) {}
+  T* allocate(size_t n) {
+    static_assert(alignof(T) <= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
+    void* p = n == 1 ? cache.take(sizeof(T)) : nullptr;
+    return static_cast<T*>(p != nullptr ? p : ::operator new(n * sizeof(T)));
+  }
+  void deallocate(T* p, size_t n) {
+    if (n == 1 && cache.keep(p, sizeof(T))) return;
+    ::operator delete(p);
+  }
+  template <typename U>
+  bool operator==(const CachedAllocator<U>&) const { return true; }
+};
+
+}  // namespace
+
+std::shared_ptr<WorkState> make_work_state() { return std::allocate_shared<WorkState>(CachedAllocator<WorkState>()); }
+#endif
 
 }  // namespace detail
 
@@ -89,10 +182,10 @@ void check_not_in_open_group(const detail::WorkState& state) {
 void Work::wait() {
   if (!state_) return;
   check_not_in_open_group(*state_);
-  const int64_t waited_ns = state_->note_wait();
-  if (state_->runner != nullptr && !state_->done()) state_->runner->help(*state_, waited_ns);
+  const int64_t waited = state_->note_wait();
+  if (state_->runner != nullptr && !state_->done()) state_->runner->help(*state_, waited);
   if (!state_->done()) state_->wait_until(Deadline::never(), detail::spin_us_setting());  // often done: it ran here
-  raise_if_error(state_->status());
+  if (const Status& s = state_->status(); !s.is_ok()) raise_if_error(s);
 }
 
 bool Work::wait_for(std::chrono::milliseconds timeout) {

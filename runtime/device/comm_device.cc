@@ -6,12 +6,9 @@
 
 namespace braid {
 
-std::unique_ptr<DeviceStaging> CommDevice::stage(collectives::CollectiveArgs& args,
-                                                 const std::shared_ptr<detail::WorkState>& work,
-                                                 FunctionRef<bool()> group_open) {
-  // Host buffers while CUDA is not started, the common case: asked once, before anything is built.
-  DeviceApi* api = device_api();
-  if (api == nullptr || !api->in_use()) return nullptr;
+std::unique_ptr<DeviceStaging> CommDevice::stage_on(DeviceApi* api, collectives::CollectiveArgs& args,
+                                                    const std::shared_ptr<detail::WorkState>& work,
+                                                    FunctionRef<bool()> group_open) {
   const auto what = [&] { return std::string(collectives::to_string(args.kind)) + " on rank " + std::to_string(cfg_.rank) + ": "; };
   auto staged = DeviceStaging::stage(api, args, cfg_.rank, cfg_.size, stream(), [this] {
     std::call_once(staging_once_, [this] { staging_pool_ = std::make_shared<StagingPool>(cfg_.env.cuda_staging_bytes, cfg_.env.cuda_reduce); });

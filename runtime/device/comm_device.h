@@ -29,9 +29,18 @@ class CommDevice {
   // the stream until `work` completes; null for host buffers. Throws braid::Error, naming the
   // operation, on failure, and when `group_open()` says a group is open (not supported yet).
   std::unique_ptr<DeviceStaging> stage(collectives::CollectiveArgs& args, const std::shared_ptr<detail::WorkState>& work,
-                                       FunctionRef<bool()> group_open);
+                                       FunctionRef<bool()> group_open) {
+    // Host buffers while CUDA is not started, the common case: asked once, before anything is
+    // built, and inline (the staging below sets up a large frame before it could return).
+    DeviceApi* api = device_api();
+    if (api == nullptr || !api->in_use()) return nullptr;
+    return stage_on(api, args, work, group_open);
+  }
 
  private:
+  std::unique_ptr<DeviceStaging> stage_on(DeviceApi* api, collectives::CollectiveArgs& args,
+                                          const std::shared_ptr<detail::WorkState>& work, FunctionRef<bool()> group_open);
+
   const CommunicatorConfig& cfg_;
   std::atomic<void*> stream_{nullptr};
   std::once_flag staging_once_;

@@ -31,6 +31,13 @@ namespace {
 // objects are scanned for the driver only when their count of loads changed since the last look
 // (next to nothing otherwise); dlopen(RTLD_NOLOAD) would say the same at about the cost of a
 // whole small operation (docs/code_figures.md).
+//
+// Even a look that stops at the first object is a call into the loader under its lock, a fair
+// share of a small operation (docs/performance.md), and operations ask for every buffer. So a
+// look that found no driver holds for the rest of the coarse clock's tick (common/deadline.h: a
+// few milliseconds): before a device buffer exists, the program must load the driver, start it
+// on a GPU and make a context there, which takes far longer than a tick. A driver loaded later
+// is noticed at the first operation of the next tick, before any of its buffers can come.
 struct DriverProbe {
   unsigned long long known_adds;
   unsigned long long adds = 0;
@@ -53,7 +60,10 @@ int probe_object(dl_phdr_info* info, size_t, void* arg) {
 bool cuda_started() {
   static std::atomic<bool> started{false};
   static std::atomic<unsigned long long> scanned_adds{~0ull};
+  static std::atomic<Clock::rep> looked_in_tick{Clock::time_point::min().time_since_epoch().count()};
   if (started.load(std::memory_order_relaxed)) return true;
+  const Clock::rep tick = coarse_now().time_since_epoch().count();
+  if (looked_in_tick.load(std::memory_order_relaxed) == tick) return false;
   DriverProbe probe{scanned_adds.load(std::memory_order_relaxed)};
   dl_iterate_phdr(probe_object, &probe);
   if (probe.found) {
@@ -61,6 +71,7 @@ bool cuda_started() {
     return true;
   }
   if (!probe.unchanged) scanned_adds.store(probe.adds, std::memory_order_relaxed);
+  looked_in_tick.store(tick, std::memory_order_relaxed);
   return false;
 }
 

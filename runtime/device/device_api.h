@@ -35,7 +35,8 @@ class DeviceApi {
   virtual DevicePointer classify(const void* p) = 0;
   // False while no buffer of this process can be device memory (CUDA not started), so that an
   // operation asks once for all its buffers instead of once per buffer; classify() says the same
-  // for each pointer. Cheap, but not free for CUDA (a look at the loaded objects).
+  // for each pointer. Cheap: for CUDA a look at the loaded objects at most once per tick of the
+  // coarse clock (cuda_device_api.cc says why a tick is safe), a clock read otherwise.
   virtual bool in_use() { return true; }
 
   // Page-locked host memory, which copies reach at full speed and asynchronously.

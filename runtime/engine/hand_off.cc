@@ -6,40 +6,39 @@ namespace braid {
 
 bool HandOff::queued(bool idle_before, const std::shared_ptr<detail::WorkState>& work) {
   if (!enabled_ || !idle_before) return true;
-  const auto now = Clock::now();
+  const int64_t now = CycleClock::now();
   if (idle_times_) {
     // The last prediction, settled after the fact: its operation finished before its caller
     // waited (the progress thread took it), so no wait reached help(); when that wait came
     // decides, as it would have there. Never waited (another operation came first): computes.
-    const int64_t waited = idle_times_->first_wait_ns.load(std::memory_order_relaxed);
-    const int64_t returned = idle_times_->returned_ns.load(std::memory_order_relaxed);
-    callers_wait_ = waited != 0 && std::chrono::nanoseconds(waited - returned) < waits_at_once_;
+    const int64_t waited = idle_times_->first_wait.load(std::memory_order_relaxed);
+    const int64_t returned = idle_times_->returned.load(std::memory_order_relaxed);
+    callers_wait_ = waited != 0 && waited - returned < waits_at_once_;
   }
   idle_work_ = work.get();
   work->timed = true;
   // The operation goes back to its caller now, unless the progress thread is woken first (the
   // queue then notes the return again after the wake-up: WorkState::note_returned).
-  work->wait_times.returned_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(now.time_since_epoch()).count(),
-                                     std::memory_order_relaxed);
+  work->wait_times.returned.store(now, std::memory_order_relaxed);
   idle_times_ = std::shared_ptr<detail::WorkState::WaitTimes>(work, &work->wait_times);  // no allocation
   if (!callers_wait_) return true;  // the caller computes meanwhile: start it at once
-  grace_until_ = now + tick_;
-  linger_until_ = now + kLinger;
+  grace_unset_ = true;   // the progress thread's next look starts its grace
+  linger_unset_ = true;  // ... and the linger
   // Awake (it looks at the queue before it waits again), ticking, or parked behind a caller for
   // at most kParked: no wake-up, which would cost the caller about as much as the operation it is
-  // about to run.
+  // about to run. Only a longer sleep needs the clock.
+  if (progress_wakes_at_ == Clock::time_point::min() || wakes_soon_) return false;
   const std::chrono::microseconds looks_within = parked_ ? std::chrono::microseconds(kParked) : tick_;
-  return progress_wakes_at_ > now + looks_within;
+  return progress_wakes_at_ > Clock::now() + looks_within;
 }
 
-void HandOff::waited(const detail::WorkState& work, int64_t waited_ns) {
+void HandOff::waited(const detail::WorkState& work, int64_t waited) {
   // Whether the caller waits at once for what it queued on an idle communicator, whoever runs
   // it: the prediction for the next one (queued).
   if (&work != idle_work_) return;
-  const int64_t returned = idle_times_->returned_ns.load(std::memory_order_relaxed);
-  const auto at = waited_ns != 0 ? std::chrono::nanoseconds(waited_ns) : Clock::now().time_since_epoch();
-  const auto since = at - std::chrono::nanoseconds(returned);
-  callers_wait_ = returned == 0 || since < waits_at_once_;
+  const int64_t returned = idle_times_->returned.load(std::memory_order_relaxed);
+  const int64_t at = waited != 0 ? waited : CycleClock::now();
+  callers_wait_ = returned == 0 || at - returned < waits_at_once_;
   idle_work_ = nullptr;
   idle_times_ = nullptr;
 }
@@ -52,7 +51,16 @@ void HandOff::taken_by_progress(const detail::WorkState* front) {
 }
 
 std::optional<Clock::time_point> HandOff::sleep_until(Clock::time_point now, Clock::time_point board_at,
-                                                      size_t queued, bool held) const {
+                                                      size_t queued, bool held) {
+  looked_at_ = now;
+  if (grace_unset_) {
+    grace_until_ = now + tick_;
+    grace_unset_ = false;
+  }
+  if (linger_unset_) {
+    linger_until_ = now + kLinger;
+    linger_unset_ = false;
+  }
   if (now >= board_at) return std::nullopt;
   Clock::time_point until = board_at;
   if (held) {

@@ -146,7 +146,7 @@ bool OpQueue::group_open() {
 }
 
 Work OpQueue::close_group() {
-  auto work = std::make_shared<detail::WorkState>();
+  auto work = detail::make_work_state();
   bool wake = false;
   {
     MutexLock lock(mu_);

@@ -1,6 +1,8 @@
 // Argument validation, algorithm names and the selection table: no transport needed.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 #include "collectives/algorithms.h"
 #include "collectives/collective.h"
 #include "collectives/selection.h"
@@ -23,6 +25,56 @@ void expect_invalid(const CollectiveArgs& a, int rank, int size, const std::stri
   Status s = validate_collective(a, rank, size);
   EXPECT_EQ(s.code(), ErrorCode::invalid_argument) << words;
   EXPECT_NE(s.message().find(words), std::string::npos) << s.message();
+}
+
+// validate_collective's short test for the common shapes never lets through what the full
+// checks refuse, and refusals read the same: a sweep over kinds, ranks, roots, peers, dtypes,
+// ops, counts and buffers, good and bad.
+TEST(Validate, TheShortTestAgreesWithTheFullChecks) {
+  static float send[8], recv[8];
+  const Kind kinds[] = {Kind::all_reduce, Kind::broadcast, Kind::reduce,  Kind::all_gather,
+                        Kind::reduce_scatter, Kind::gather, Kind::scatter, Kind::all_to_all,
+                        Kind::barrier, Kind::send, Kind::recv};
+  const size_t counts[] = {0, 3, SIZE_MAX / 3};
+  int accepted = 0, compared = 0;
+  for (Kind kind : kinds) {
+    for (int size : {0, 1, 4}) {
+      for (int rank : {-1, 0, 1, 4}) {
+        for (int other : {-1, 0, 2, 4}) {  // root and peer
+          for (int dtype : {0, 2, kNumDTypes}) {
+            for (int op : {0, 5, kNumOps}) {
+              for (size_t count : counts) {
+                for (int buffers = 0; buffers < 4; ++buffers) {
+                  for (bool vectors : {false, true}) {
+                    CollectiveArgs a;
+                    a.kind = kind;
+                    a.root = other;
+                    a.peer = other;
+                    a.dtype = static_cast<DType>(dtype);
+                    a.op = static_cast<Op>(op);
+                    a.count = count;
+                    a.send = (buffers & 1) != 0 ? send : nullptr;
+                    a.recv = (buffers & 2) != 0 ? recv : nullptr;
+                    if (vectors) a.counts.assign(4, 1);
+                    const Status quick = validate_collective(a, rank, size);
+                    const Status full = validate_collective_in_full(a, rank, size);
+                    ASSERT_EQ(quick.is_ok(), full.is_ok())
+                        << to_string(kind) << " rank " << rank << " of " << size << " root/peer " << other << " dtype "
+                        << dtype << " op " << op << " count " << count << " buffers " << buffers << ": "
+                        << full.message();
+                    EXPECT_EQ(quick.message(), full.message());
+                    accepted += quick.is_ok();
+                    ++compared;
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(accepted, 1000) << "of " << compared << ": the sweep must reach good calls too";
 }
 
 TEST(Validate, AcceptsOrdinaryCallsAndCountZero) {

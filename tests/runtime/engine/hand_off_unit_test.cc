@@ -1,12 +1,28 @@
 // HandOff (runtime/engine/hand_off.h) by itself: the prediction of whether a caller waits at once
 // for an *_async operation queued on an idle communicator, and the idle progress thread's sleep.
 // tests/runtime/async/hand_off_test.cc checks the same behaviour through whole communicators.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <time.h>
 
 #include <chrono>
 #include <memory>
 
+#include "braid/work.h"
 #include "runtime/engine/hand_off.h"
+
+// Counts this thread's exact clock reads (CLOCK_MONOTONIC: steady_clock::now()) and passes each
+// on to the C library's: defined in the executable, it stands in for libc's everywhere.
+namespace {
+thread_local int exact_clock_reads = 0;
+}  // namespace
+
+extern "C" __attribute__((no_sanitize("address"))) int clock_gettime(clockid_t id, timespec* ts) noexcept {
+  using Read = int (*)(clockid_t, timespec*);
+  static const auto real = reinterpret_cast<Read>(dlsym(RTLD_NEXT, "clock_gettime"));
+  if (id == CLOCK_MONOTONIC) ++exact_clock_reads;
+  return real(id, ts);
+}
 
 namespace braid {
 namespace {
@@ -22,7 +38,8 @@ std::shared_ptr<detail::WorkState> queue_on_idle(HandOff& h, bool* wake) {
   return w;
 }
 
-int64_t ns(Clock::time_point t) { return std::chrono::nanoseconds(t.time_since_epoch()).count(); }
+// The counter at a span `d` from `base` (CycleClock counts, as WorkState keeps them).
+int64_t at(int64_t base, microseconds d) { return base + CycleClock::span(d); }
 
 TEST(HandOff, OffItAlwaysWakesTheProgressThread) {
   HandOff h(/*enabled=*/false, kTick, kAtOnce);
@@ -42,9 +59,9 @@ TEST(HandOff, ACallerThatWaitsAtOnceKeepsItsOperations) {
   auto w = queue_on_idle(h, &wake);
   EXPECT_FALSE(wake);  // the first one is left to its caller: the progress thread is awake anyway
   EXPECT_TRUE(w->timed);
-  const auto now = Clock::now();
-  w->wait_times.returned_ns.store(ns(now));
-  h.waited(*w, ns(now + microseconds(10)));
+  const int64_t now = CycleClock::now();
+  w->wait_times.returned.store(now);
+  h.waited(*w, at(now, microseconds(10)));
   queue_on_idle(h, &wake);
   EXPECT_FALSE(wake);
 }
@@ -53,9 +70,9 @@ TEST(HandOff, ACallerThatComputesFirstGetsTheProgressThread) {
   HandOff h(true, kTick, kAtOnce);
   bool wake = true;
   auto w = queue_on_idle(h, &wake);
-  const auto now = Clock::now();
-  w->wait_times.returned_ns.store(ns(now));
-  h.waited(*w, ns(now + microseconds(5000)));  // computed 5 ms before it waited
+  const int64_t now = CycleClock::now();
+  w->wait_times.returned.store(now);
+  h.waited(*w, at(now, microseconds(5000)));  // computed 5 ms before it waited
   queue_on_idle(h, &wake);
   EXPECT_TRUE(wake);
 }
@@ -74,9 +91,9 @@ TEST(HandOff, AWaitThatCameAfterCompletionStillCounts) {
   bool wake = true;
   auto w = queue_on_idle(h, &wake);
   // No wait reached waited() (the operation was done first): the times settle it at the next.
-  const auto now = Clock::now();
-  w->wait_times.returned_ns.store(ns(now));
-  w->wait_times.first_wait_ns.store(ns(now + microseconds(5000)));
+  const int64_t now = CycleClock::now();
+  w->wait_times.returned.store(now);
+  w->wait_times.first_wait.store(at(now, microseconds(5000)));
   queue_on_idle(h, &wake);
   EXPECT_TRUE(wake);
 }
@@ -87,9 +104,9 @@ TEST(HandOff, AProgressThreadAsleepPastTheTickIsWoken) {
   bool wake = false;
   auto w = queue_on_idle(h, &wake);
   EXPECT_TRUE(wake);
-  const auto now = Clock::now();
-  w->wait_times.returned_ns.store(ns(now));
-  h.waited(*w, ns(now + microseconds(10)));  // waited at once: the next is left to the caller too
+  const int64_t now = CycleClock::now();
+  w->wait_times.returned.store(now);
+  h.waited(*w, at(now, microseconds(10)));  // waited at once: the next is left to the caller too
   h.awake();
   queue_on_idle(h, &wake);
   EXPECT_FALSE(wake);
@@ -128,8 +145,9 @@ TEST(HandOff, BehindACallerThatRunsItsOperationsTheProgressThreadParks) {
   EXPECT_EQ(*h.sleep_until(now, now + kTick, 0, true), now + kTick);  // the board comes first
   // Parked: the caller's next operation on the idle engine is left to it without a wake-up.
   h.sleeping(*until, /*held=*/true);
-  w->wait_times.returned_ns.store(ns(now));
-  h.waited(*w, ns(now + microseconds(10)));
+  const int64_t count = CycleClock::now();
+  w->wait_times.returned.store(count);
+  h.waited(*w, at(count, microseconds(10)));
   queue_on_idle(h, &wake);
   EXPECT_FALSE(wake);
   // Not in a run of operations kept by callers (no linger): it sleeps until the board, and an
@@ -139,6 +157,66 @@ TEST(HandOff, BehindACallerThatRunsItsOperationsTheProgressThreadParks) {
   cold.sleeping(board_at, true);
   queue_on_idle(cold, &wake);
   EXPECT_TRUE(wake);
+}
+
+// A caller's steady `_async(...).wait()` loop reads no exact clock in the hand-off (a read is a fair
+// share of a small operation on a virtual machine): not when its operation is left to it while
+// the progress thread is awake, ticking or parked behind it, and not when it waits.
+TEST(HandOff, LeavingAnOperationToItsCallerReadsNoClock) {
+  if (!CycleClock::on_tsc()) GTEST_SKIP() << "the cycle counter is the steady clock on this machine";
+  HandOff h(true, kTick, kAtOnce);
+  const auto board_at = Clock::now() + std::chrono::seconds(1);
+  bool wake = true;
+  auto settle = [&](const std::shared_ptr<detail::WorkState>& w) {
+    h.taken_by_caller();
+    h.waited(*w, w->note_wait());
+  };
+  int reads = exact_clock_reads;
+  (void)Clock::now();
+  ASSERT_EQ(exact_clock_reads - reads, 1) << "the count does not see steady_clock::now()";
+  reads = exact_clock_reads;
+  auto w = queue_on_idle(h, &wake);  // the progress thread is awake
+  settle(w);
+  EXPECT_FALSE(wake);
+  EXPECT_EQ(exact_clock_reads - reads, 0) << "with the progress thread awake";
+  const auto now = Clock::now();
+  h.sleeping(*h.sleep_until(now, board_at, 0));  // ticking
+  reads = exact_clock_reads;
+  w = queue_on_idle(h, &wake);
+  settle(w);
+  EXPECT_FALSE(wake);
+  EXPECT_EQ(exact_clock_reads - reads, 0) << "with the progress thread ticking";
+  h.awake();
+  h.sleeping(*h.sleep_until(now, board_at, 0, /*held=*/true), /*held=*/true);  // parked
+  reads = exact_clock_reads;
+  w = queue_on_idle(h, &wake);
+  settle(w);
+  EXPECT_FALSE(wake);
+  EXPECT_EQ(exact_clock_reads - reads, 0) << "with the progress thread parked";
+  // A wait for a finished operation (the caller ran it) reads none either.
+  w->complete(Status());
+  reads = exact_clock_reads;
+  Work(w).wait();
+  EXPECT_EQ(exact_clock_reads - reads, 0) << "in Work::wait()";
+}
+
+// The grace of an operation left to its caller starts at the progress thread's next look: the
+// operation stays the caller's for a tick from there, and is taken after it.
+TEST(HandOff, TheGraceStartsAtTheProgressThreadsNextLook) {
+  HandOff h(true, kTick, kAtOnce);
+  const auto now = Clock::now();
+  const auto board_at = now + std::chrono::seconds(1);
+  bool wake = true;
+  auto first = queue_on_idle(h, &wake);  // left to its caller, which takes it at once
+  h.taken_by_caller();
+  h.waited(*first, first->note_wait());
+  h.sleeping(*h.sleep_until(now, board_at, 0));  // lingering: it ticks
+  queue_on_idle(h, &wake);
+  EXPECT_FALSE(wake);
+  const auto look = now + kTick;  // its next tick finds the operation
+  EXPECT_EQ(*h.sleep_until(look, board_at, 1), look + kTick);
+  EXPECT_EQ(*h.sleep_until(look + kTick / 2, board_at, 1), look + kTick + kTick / 2);
+  EXPECT_FALSE(h.sleep_until(look + kTick, board_at, 1).has_value()) << "past its grace: the progress thread takes it";
 }
 
 }  // namespace
