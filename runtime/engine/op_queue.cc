@@ -97,9 +97,9 @@ bool OpQueue::push_or_take(collectives::CollectiveArgs&& args, const std::shared
   return here;
 }
 
-bool OpQueue::take_for_wait(const detail::WorkState& work, int64_t waited_ns, std::optional<PendingOp>* op) {
+bool OpQueue::take_for_wait(const detail::WorkState& work, int64_t waited, std::optional<PendingOp>* op) {
   MutexLock lock(mu_);
-  hand_off_.waited(work, waited_ns);
+  hand_off_.waited(work, waited);
   if (busy_ || queue_.size() != 1 || work.done()) return false;
   const PendingOp& front = queue_.front();
   bool mine = front.work.get() == &work;

@@ -51,7 +51,7 @@ class OpQueue {
                     std::unique_ptr<DeviceStaging> device, PendingOp* op) EXCLUDES(mu_);
   // Work::wait(): true when `work`'s operation is the only one queued and none runs; the caller
   // then holds the engine and runs `**op` (release() after). `*op` is empty before.
-  bool take_for_wait(const detail::WorkState& work, int64_t waited_ns, std::optional<PendingOp>* op) EXCLUDES(mu_);
+  bool take_for_wait(const detail::WorkState& work, int64_t waited, std::optional<PendingOp>* op) EXCLUDES(mu_);
   // A pipelined device operation (device_staging.h): its chunks queued as operations, in order.
   Work push_chunks(DeviceStaging& staged, const std::shared_ptr<detail::WorkState>& work) EXCLUDES(mu_);
 

@@ -18,9 +18,9 @@ void OpRunner::run_here(PendingOp& op) {
   queue_.release();
 }
 
-void OpRunner::help(const detail::WorkState& work, int64_t waited_ns) {
+void OpRunner::help(const detail::WorkState& work, int64_t waited) {
   std::optional<PendingOp> op;  // built only when taken
-  if (queue_.take_for_wait(work, waited_ns, &op)) run_here(*op);
+  if (queue_.take_for_wait(work, waited, &op)) run_here(*op);
 }
 
 }  // namespace braid

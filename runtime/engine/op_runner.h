@@ -26,7 +26,7 @@ class OpRunner final : public detail::WorkRunner {
   // Runs `op` on the calling thread, which took the engine, then gives the engine back.
   void run_here(PendingOp& op);
   // Work::wait(): when `work` is the only operation queued and none is running, runs it here.
-  void help(const detail::WorkState& work, int64_t waited_ns) override;
+  void help(const detail::WorkState& work, int64_t waited) override;
 
  private:
   OpQueue& queue_;
