@@ -66,8 +66,10 @@ class CommunicatorImpl {
   // (blocking calls, wait()) and on the progress thread.
   using HandOffCounts = OpQueue::HandOffCounts;
   HandOffCounts hand_off_counts() const { return queue_.counts(); }
-  // For tests: operations that took the stream runner's lean path (a kept run, driven alone).
+  // For tests: operations that took the stream runner's lean path (a kept run, driven alone),
+  // and send/recv groups that took the group runner's (their kept runs, engine/lean_group.h).
   uint64_t lean_runs() const { return stream_.lean_runs(); }
+  uint64_t lean_groups() const { return group_.lean_groups(); }
 
   // The CUDA stream that operations on device buffers are ordered on (device_staging.h).
   void set_stream(void* stream) { device_.set_stream(stream); }

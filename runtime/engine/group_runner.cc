@@ -1,9 +1,11 @@
 #include "runtime/engine/group_runner.h"
 
+#include <array>
 #include <cstring>
 #include <utility>
 
 #include "common/log.h"
+#include "runtime/engine/lean_group.h"
 #include "runtime/engine/run_set.h"
 
 namespace braid {
@@ -148,7 +150,69 @@ void GroupRunner::return_runs(bool ok) {
   }
 }
 
+bool GroupRunner::run_lean(PendingOp& g, const OpLabel& what) {
+  auto& members = g.group;
+  const size_t n = members.size();
+  if (n > LeanGroup::kMaxRuns) return false;
+  collectives::RunOptions options = runs_.group_options();
+  std::array<OpRun*, LeanGroup::kMaxRuns> runs{};
+  size_t lent = 0;
+  for (; lent < n; ++lent) {
+    const PendingOp& m = members[lent];
+    if (m.device != nullptr) break;  // a GPU buffer's staged run is never kept
+    const std::optional<RunShape> shape = RunCache::shape_of(m.args, /*staged=*/false, options.algo);
+    runs[lent] = shape ? runs_.cache().lend(*shape) : nullptr;
+    if (runs[lent] == nullptr) break;
+  }
+  if (lent < n) {  // not all kept: given back unrun, and build_p2p lends them again
+    for (size_t i = 0; i < lent; ++i) runs_.cache().ran(runs[i]);
+    return false;
+  }
+  lean_groups_.store(lean_groups_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // one writer
+  std::array<int, LeanGroup::kMaxRuns> after{};
+  for (size_t i = 0; i < n; ++i) {
+    PendingOp& m = members[i];
+    // As build_p2p: a run that cannot take the new buffers is dropped with the others lent, and
+    // nothing was sent.
+    Status reused = runs[i]->reuse(m.args, cfg_.comm_id, m.seq, m.match_seq, m.seq & 0x7fffffffu);
+    if (!reused.is_ok()) {
+      for (size_t j = 0; j < n; ++j) runs_.cache().drop(runs[j]);
+      finish(g, reused.with_context(what.str() + ": "));
+      return true;
+    }
+    BRAID_LOG(trace) << what.str() << ": " << collectives::to_string(m.args.kind) << " #" << m.seq << " count "
+                     << m.args.count << " " << to_string(m.args.dtype) << " peer " << m.args.peer << ", run again";
+    after[i] = -1;
+    for (size_t j = 0; j < i; ++j) {
+      if (members[j].args.peer == m.args.peer && members[j].args.kind == m.args.kind) after[i] = static_cast<int>(j);
+    }
+    runs_.note_algo(runs[i]->algo());
+  }
+  std::optional<Failure> adopted;
+  LeanGroup work(runs.data(), after.data(), n, what, options.deadline,
+                 RunContext{.rank = cfg_.rank, .timeout_s = cfg_.env.timeout_s, .failure = &failure_, .adopted = &adopted});
+  Status s = links_->drive(work, options.deadline);
+  if (!s.is_ok()) {
+    s = failure_.on_failure(std::move(s), what.str(), members.back().seq, std::vector<OpRun*>(runs.data(), runs.data() + n),
+                            std::move(adopted));
+    runs_.cache().clear();  // the failure may have closed connections the kept runs name (these too)
+    finish(g, s);
+    return true;
+  }
+  failure_.note_done(members.back().seq, what);
+  for (size_t i = 0; i < n; ++i) {
+    if (runs[i]->done() && runs[i]->outstanding() == 0) {
+      runs_.cache().ran(runs[i]);
+    } else {
+      runs_.cache().drop(runs[i]);
+    }
+  }
+  finish(g, s);
+  return true;
+}
+
 void GroupRunner::run_p2p(PendingOp& g, const OpLabel& what) {
+  if (run_lean(g, what)) return;
   auto& members = g.group;
   struct ClearAtExit {  // ends the runs not kept, on every way out
     GroupRunner& r;

@@ -2,7 +2,9 @@
 // one unit.
 //   - only send/recv: all run at once (each rank may send to one peer while it receives from
 //     another, which one at a time would deadlock); two with the same peer and direction keep
-//     their order;
+//     their order. A small group whose members all have kept runs (a send/recv loop, from its
+//     second step) runs them where the cache keeps them, in a LeanGroup (lean_group.h), without
+//     the lists a larger or new group builds;
 //   - only all_reduce, one dtype and op: coalesced into one all_reduce over a staging buffer
 //     (one latency for many small tensors);
 //   - anything else: one after the other, as if there were no group.
@@ -10,6 +12,8 @@
 // Threading: only the thread that holds the engine (op_queue.h).
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -34,6 +38,8 @@ class GroupRunner {
 
   // `group`'s members (group.group) all complete, and then `group`'s own Work.
   void run(PendingOp& group);
+  // For tests and TRACE: send/recv groups run on the lean path (run_lean) so far.
+  uint64_t lean_groups() const { return lean_groups_.load(std::memory_order_relaxed); }
 
  private:
   void finish(PendingOp& group, const Status& s);
@@ -42,6 +48,8 @@ class GroupRunner {
   void run_coalesced(PendingOp& group, const OpLabel& what);
   void run_in_turn(PendingOp& group);
   void run_p2p(PendingOp& group, const OpLabel& what);
+  // The lean path of run_p2p: false (and nothing done) unless every member's run is kept.
+  bool run_lean(PendingOp& group, const OpLabel& what);
   // Builds the members' runs into built_/run_ptrs_/after_; non-OK when one failed to prepare.
   Status build_p2p(std::vector<PendingOp>& members, const OpLabel& what, collectives::RunOptions& options);
 
@@ -66,6 +74,7 @@ class GroupRunner {
   std::vector<OpRun*> run_ptrs_;
   std::vector<int> after_;
   std::vector<bool> started_;
+  std::atomic<uint64_t> lean_groups_{0};
 };
 
 }  // namespace braid
