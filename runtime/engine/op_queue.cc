@@ -210,11 +210,13 @@ std::unique_ptr<PendingOp> OpQueue::take_next_for_stream() {
   return next;
 }
 
-void OpQueue::release(uint64_t* dequeued) {
+void OpQueue::release(uint64_t* dequeued, std::vector<PendingOp>* spent_group) {
   bool more;
   {
     MutexLock lock(mu_);
     busy_ = false;
+    // An open group's list may be empty yet: swapping an empty one with room in loses nothing.
+    if (spent_group != nullptr && spent_group->empty() && group_ops_.capacity() == 0) group_ops_.swap(*spent_group);
     more = !queue_.empty() || stopping_ || failure_.abort_requested();
     if (dequeued != nullptr) *dequeued = enqueued_.load(std::memory_order_relaxed) - queue_.size();
   }

@@ -73,8 +73,10 @@ class OpQueue {
   // group, no abort is pending and its GPU input is ready; null otherwise.
   std::unique_ptr<PendingOp> take_next_for_stream() EXCLUDES(mu_);
   // Gives the engine back (and wakes the progress thread when it has work); *dequeued, when
-  // given, gets how many queued operations have left the queue so far.
-  void release(uint64_t* dequeued = nullptr) EXCLUDES(mu_);
+  // given, gets how many queued operations have left the queue so far. `spent_group`, when
+  // given, is a group's member list that ran, emptied: its room is kept for the next group's
+  // members (a send/recv loop then allocates no list per step).
+  void release(uint64_t* dequeued = nullptr, std::vector<PendingOp>* spent_group = nullptr) EXCLUDES(mu_);
   // Operations ever queued: lets the progress thread spin on new work without the lock.
   uint64_t enqueued() const { return enqueued_.load(std::memory_order_acquire); }
 

@@ -15,7 +15,12 @@ void OpRunner::run_one(PendingOp& op, bool may_stream) {
 void OpRunner::run_here(PendingOp& op) {
   queue_.count_on_caller();
   run_one(op);
-  queue_.release();
+  if (op.group.empty()) {
+    queue_.release();
+    return;
+  }
+  op.group.clear();  // the members' Works are complete: their lists' room goes to the next group
+  queue_.release(nullptr, &op.group);
 }
 
 void OpRunner::help(const detail::WorkState& work, int64_t waited) {
