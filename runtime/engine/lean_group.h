@@ -1,5 +1,6 @@
 // runtime/engine/lean_group.h - the kept runs of a small send/recv group, driven together: the
-// LinkWork of a group that a caller runs on its own thread (GroupRunner's lean path).
+// LinkWork of GroupRunner's lean path (on a caller's thread, as a send/recv loop runs it, or on
+// the progress thread: a group never streams, so the two are alike).
 //
 // A group's members are all known before it starts and nothing joins them, so the runs, their
 // order and what has started fit in a few fixed slots beside the drive: no lists built and
