@@ -147,9 +147,17 @@ std::string OpHeader::describe() const {
 }
 
 bool mirrors(const OpHeader& mine, const unsigned char* mine_wire, const unsigned char* theirs, size_t bytes) {
-  if (bytes != OpHeader::kBytes || is_p2p(mine.kind) || split_counts(mine)) return false;
+  if (bytes != OpHeader::kBytes || split_counts(mine)) return false;
   // Every byte is a field (no padding); issue_seq, at 16, is the sender's own count.
-  return std::memcmp(mine_wire, theirs, 16) == 0 && std::memcmp(mine_wire + 24, theirs + 24, OpHeader::kBytes - 24) == 0;
+  if (!is_p2p(mine.kind)) {
+    return std::memcmp(mine_wire, theirs, 16) == 0 && std::memcmp(mine_wire + 24, theirs + 24, OpHeader::kBytes - 24) == 0;
+  }
+  // A send meets a receive: the kind (byte 5) is the other one, and the root (48) names each
+  // side's peer, which check_headers does not compare; every other field must be equal.
+  const auto other = static_cast<unsigned char>(mine.kind == Kind::send ? Kind::recv : Kind::send);
+  return theirs[5] == other && std::memcmp(mine_wire, theirs, 5) == 0 &&
+         std::memcmp(mine_wire + 6, theirs + 6, 10) == 0 && std::memcmp(mine_wire + 24, theirs + 24, 24) == 0 &&
+         std::memcmp(mine_wire + 52, theirs + 52, OpHeader::kBytes - 52) == 0;
 }
 
 Status check_headers(const OpHeader& mine, int rank, const OpHeader& theirs, int peer,
