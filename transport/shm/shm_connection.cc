@@ -436,6 +436,15 @@ Status ShmConnection::cma_read_error(int err) {
 
 bool ShmConnection::progress() {
   if (closed_) return false;
+  // The usual look while waiting: nothing of ours to write or to see acknowledged, no record
+  // half read, nothing new in the incoming ring and the peer still there. Then nothing below
+  // would move.
+  if (sends_.empty() && acks_.empty() && !in_record_ && !peer_gone_ &&
+      in_ctl_->tail.load(std::memory_order_acquire) == head_ &&
+      header_->ends[1 - s_.self_end].closed.load(std::memory_order_acquire) == 0) {
+    ++quiet_looks_;
+    return false;
+  }
   bool changed = write_sends();
   changed = read_records() || changed;
   changed = collect_acks() || changed;
