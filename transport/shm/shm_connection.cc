@@ -297,9 +297,12 @@ bool ShmConnection::read_records() {
     }
     if (!in_record_) {
       if (recvs_.empty()) break;  // the record waits for its receive
-      copy_out(head_, &cur_, sizeof cur_);
+      // A record starts on a kRecordAlign boundary of a ring that is a multiple of it, so its
+      // header never wraps.
+      const uint64_t at = head_ % ring_;
+      std::memcpy(&cur_, in_data_ + at, sizeof cur_);
       const bool kind_ok = cur_.kind == RecordKind::inline_data || cur_.kind == RecordKind::cma ||
-                           (cur_.kind == RecordKind::wrap && head_ % ring_ != 0);
+                           (cur_.kind == RecordKind::wrap && at != 0);
       if (cur_.seq != recv_seq_ || !kind_ok) {
         fail_all(protocol_error("shm connection from " + who() + ": a record with number " +
                                 std::to_string(cur_.seq) + " and kind " +
@@ -312,7 +315,7 @@ bool ShmConnection::read_records() {
         changed = true;
         continue;
       }
-      if (cur_.kind == RecordKind::inline_data && take_whole(avail)) {
+      if (cur_.kind == RecordKind::inline_data && take_whole(at, avail)) {
         changed = true;
         continue;
       }
@@ -364,9 +367,8 @@ bool ShmConnection::read_records() {
 // arrived, in one piece before the ring's end, and fits the receive, its payload goes to the
 // receive in one copy and the record is consumed, without the piecewise walk of read_records.
 // false: nothing changed.
-bool ShmConnection::take_whole(uint64_t avail) {
+bool ShmConnection::take_whole(uint64_t at, uint64_t avail) {
   const uint64_t total = record_bytes(cur_.len);
-  const uint64_t at = head_ % ring_;
   const Recv r = recvs_.front();
   if (cur_.len > kChunk || avail < total || at + total > ring_ || cur_.len > r.capacity) return false;
   if (cur_.len != 0) std::memcpy(r.data, in_data_ + at + kRecordHeaderBytes, cur_.len);

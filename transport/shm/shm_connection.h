@@ -153,7 +153,7 @@ class ShmConnection final : public Connection {
   void copy_message(uint64_t pos, const Send& s, size_t from, size_t n);
   bool wrap_fits(uint64_t total);
   bool read_records();
-  bool take_whole(uint64_t avail);
+  bool take_whole(uint64_t at, uint64_t avail);  // at: head_ % ring_
   bool read_cma_piece();
   Status cma_read_error(int err);
   bool collect_acks();
