@@ -147,6 +147,15 @@ void ShmConnection::complete(bool is_send, uint64_t cookie, size_t bytes, Status
   s_.completions->emplace_back(this, cookie, is_send, bytes, std::move(st));
 }
 
+void ShmConnection::complete_ok(bool is_send, uint64_t cookie, size_t bytes) {
+  if (s_.completions == nullptr) return;
+  Completion& c = s_.completions->emplace_back();  // its status is OK as made
+  c.connection = this;
+  c.cookie = cookie;
+  c.is_send = is_send;
+  c.bytes = bytes;
+}
+
 bool ShmConnection::write_sends() {
   bool changed = false;
   uint64_t head = out_ctl_->head.load(std::memory_order_acquire);
@@ -200,7 +209,7 @@ bool ShmConnection::write_sends() {
     if (s.cma || !acks_.empty()) {
       acks_.push_back(s);
     } else {
-      complete(true, s.cookie, s.len, Status::ok());
+      complete_ok(true, s.cookie, s.len);
     }
     sends_.pop_front();
     changed = true;
@@ -233,7 +242,7 @@ bool ShmConnection::write_whole(const Send& s) {
   ++whole_written_;
   out_ctl_->tail.store(tail_, std::memory_order_release);
   if (acks_.empty()) {
-    complete(true, s.cookie, s.len, Status::ok());
+    complete_ok(true, s.cookie, s.len);
   } else {
     acks_.push_back(s);  // behind a single-copy send still being read
   }
@@ -259,7 +268,7 @@ bool ShmConnection::collect_acks() {
   const uint64_t done = out_ctl_->cma_done.load(std::memory_order_acquire);
   bool changed = false;
   while (!acks_.empty() && (!acks_.front().cma || acks_.front().cma_index <= done)) {
-    complete(true, acks_.front().cookie, acks_.front().len, Status::ok());
+    complete_ok(true, acks_.front().cookie, acks_.front().len);
     acks_.pop_front();
     changed = true;
   }
@@ -348,7 +357,7 @@ bool ShmConnection::read_records() {
                                 " bytes arrived for a buffer of " + std::to_string(r.capacity) +
                                 " (the two ranks disagree on a size)"));
       } else {
-        complete(false, r.cookie, cur_.len, Status::ok());
+        complete_ok(false, r.cookie, cur_.len);
       }
       changed = true;
     }
@@ -376,7 +385,7 @@ bool ShmConnection::take_whole(uint64_t at, uint64_t avail) {
   ++recv_seq_;
   ++whole_read_;
   recvs_.pop_front();
-  complete(false, r.cookie, cur_.len, Status::ok());
+  complete_ok(false, r.cookie, cur_.len);
   return true;
 }
 

@@ -160,6 +160,7 @@ class ShmConnection final : public Connection {
   void copy_in(uint64_t pos, const void* src, size_t n);
   void copy_out(uint64_t pos, void* dst, size_t n) const;
   void complete(bool is_send, uint64_t cookie, size_t bytes, Status st);
+  void complete_ok(bool is_send, uint64_t cookie, size_t bytes);  // the usual one: no Status passed along
   void fail_all(const Status& st);
   void notify_peer();
   std::string who() const;  // "rank 0 from/to rank 1 (pid 123, shm:...)"

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/env.h"
@@ -453,6 +454,14 @@ TEST(ShmRing, AWaitingReceiverLooksAtAGlanceAndStillSeesWhatComes) {
   ASSERT_TRUE(link.cb->post_send(out.data(), out.size(), 2).is_ok());
   ASSERT_TRUE(link.drive([&] { return link.done_a.size() == 1 && link.done_b.size() == 1; }));
   EXPECT_TRUE(check(in.data(), in.size(), 5));
+  for (const auto& [c, conn, cookie, is_send] : {std::tuple{link.done_a[0], link.ca.get(), 1u, false},
+                                                  std::tuple{link.done_b[0], link.cb.get(), 2u, true}}) {
+    EXPECT_TRUE(c.status.is_ok()) << c.status.message();
+    EXPECT_EQ(c.connection, conn);
+    EXPECT_EQ(c.cookie, cookie);
+    EXPECT_EQ(c.is_send, is_send);
+    EXPECT_EQ(c.bytes, out.size());
+  }
   ASSERT_TRUE(link.ca->post_recv(in.data(), in.size(), 3).is_ok());
   link.cb->close();
   ASSERT_TRUE(link.drive([&] { return link.done_a.size() == 2; }, std::chrono::seconds(10)));
