@@ -28,6 +28,11 @@ std::string error_prefix(const ExecutorOptions& o) { return o.name + " on rank "
 
 }  // namespace
 
+// The helpers of progress() below are `inline`: defined and used in this file only, they may
+// then be inlined or called directly. (libbraid is built position-independent, where a plain
+// member function is called through the PLT and never inlined, in case another library
+// replaces it.)
+
 Result<std::unique_ptr<Executor>> Executor::create(Schedule schedule, const void* send, void* recv,
                                                    const std::vector<transport::Connection*>& peers,
                                                    ExecutorOptions options) {
@@ -72,7 +77,7 @@ Executor::Executor(Schedule&& schedule, const void* send, void* recv,
   if (slot_bytes_ != 0) slots_ = take_bytes(slot_bytes_ * window_);
 }
 
-std::byte* Executor::at(const Range& r) const {
+inline std::byte* Executor::at(const Range& r) const {
   switch (r.buf) {
     case Buf::send: return const_cast<std::byte*>(send_) + r.offset;
     case Buf::recv: return recv_ + r.offset;
@@ -82,7 +87,7 @@ std::byte* Executor::at(const Range& r) const {
 }
 
 // Would writing `r` now disturb an earlier step that still reads or writes it?
-bool Executor::write_blocked(size_t i, const Range& r) const {
+inline bool Executor::write_blocked(size_t i, const Range& r) const {
   for (size_t j = head_; j < i; ++j) {
     const Step& e = steps_[j];
     const Phase ph = phase_[j];
@@ -96,7 +101,7 @@ bool Executor::write_blocked(size_t i, const Range& r) const {
 }
 
 // Would reading `r` now see a range an earlier step has not finished writing?
-bool Executor::read_blocked(size_t i, const Range& r) const {
+inline bool Executor::read_blocked(size_t i, const Range& r) const {
   for (size_t j = head_; j < i; ++j) {
     const Step& e = steps_[j];
     const Phase ph = phase_[j];
@@ -106,7 +111,7 @@ bool Executor::read_blocked(size_t i, const Range& r) const {
   return false;
 }
 
-Executor::Went Executor::try_start(size_t i) {
+inline Executor::Went Executor::try_start(size_t i) {
   const Step& st = steps_[i];
   if (!st.has_recv()) {
     phase_[i] = Phase::received;
@@ -135,7 +140,7 @@ Executor::Went Executor::try_start(size_t i) {
   return Went::yes;
 }
 
-void Executor::compute(const Step& st, size_t i) {
+inline void Executor::compute(const Step& st, size_t i) {
   const size_t esize = dtype_size(options_.dtype);
   switch (st.kind) {
     case StepKind::recv_reduce:
@@ -164,7 +169,7 @@ void Executor::compute(const Step& st, size_t i) {
 }
 
 // Takes step i as far as it may go now: received -> computed -> sending. True when it moved.
-Executor::Went Executor::advance(size_t i) {
+inline Executor::Went Executor::advance(size_t i) {
   const Step& st = steps_[i];
   Went moved = Went::no;
   if (phase_[i] == Phase::received) {

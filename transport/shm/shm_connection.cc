@@ -29,6 +29,9 @@ int open_pidfd(pid_t pid) {
 
 }  // namespace
 
+// The helpers of the send and poll paths are `inline`: private and used in this file only, they
+// may then be inlined or called directly, not through the PLT of position-independent code.
+
 ShmConnection::ShmConnection(ShmConnectionSetup setup) : s_(std::move(setup)) {
   auto* base = static_cast<unsigned char*>(s_.segment.base());
   header_ = reinterpret_cast<SegmentHeader*>(base);
@@ -117,7 +120,7 @@ Status ShmConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
   return Status::ok();
 }
 
-void ShmConnection::copy_in(uint64_t pos, const void* src, size_t n) {
+inline void ShmConnection::copy_in(uint64_t pos, const void* src, size_t n) {
   const size_t at = pos % ring_;
   const size_t first = std::min<size_t>(n, ring_ - at);
   std::memcpy(out_data_ + at, src, first);
@@ -135,7 +138,7 @@ void ShmConnection::copy_message(uint64_t pos, const Send& s, size_t from, size_
   if (n > 0) copy_in(pos, s.data + (from - s.head_len), n);
 }
 
-void ShmConnection::copy_out(uint64_t pos, void* dst, size_t n) const {
+inline void ShmConnection::copy_out(uint64_t pos, void* dst, size_t n) const {
   const size_t at = pos % ring_;
   const size_t first = std::min<size_t>(n, ring_ - at);
   std::memcpy(dst, in_data_ + at, first);
@@ -147,7 +150,7 @@ void ShmConnection::complete(bool is_send, uint64_t cookie, size_t bytes, Status
   s_.completions->emplace_back(this, cookie, is_send, bytes, std::move(st));
 }
 
-void ShmConnection::complete_ok(bool is_send, uint64_t cookie, size_t bytes) {
+inline void ShmConnection::complete_ok(bool is_send, uint64_t cookie, size_t bytes) {
   if (s_.completions == nullptr) return;
   Completion& c = s_.completions->emplace_back();  // its status is OK as made
   c.connection = this;
@@ -222,7 +225,7 @@ bool ShmConnection::write_sends() {
 // in one piece before the ring's end, so it is written at once, without a queue entry or the
 // piecewise walk of write_sends (whose records it writes byte for byte alike). false: nothing
 // was written, write_sends takes it.
-bool ShmConnection::write_whole(const Send& s) {
+inline bool ShmConnection::write_whole(const Send& s) {
   if (s.len > kChunk) return false;  // larger ones are published piece by piece
   const uint64_t total = record_bytes(s.len);
   const uint64_t head = out_ctl_->head.load(std::memory_order_acquire);
@@ -251,7 +254,7 @@ bool ShmConnection::write_whole(const Send& s) {
 
 // With the ring empty, a record of `total` bytes that fits in the part of this lap already read
 // goes to the start of the next one (shm_layout.h): a wrap record here says so to the reader.
-bool ShmConnection::wrap_fits(uint64_t total) {
+inline bool ShmConnection::wrap_fits(uint64_t total) {
   const uint64_t into_lap = tail_ % ring_;
   if (into_lap == 0 || total > into_lap) return false;
   RecordHeader h;
@@ -376,7 +379,7 @@ bool ShmConnection::read_records() {
 // arrived, in one piece before the ring's end, and fits the receive, its payload goes to the
 // receive in one copy and the record is consumed, without the piecewise walk of read_records.
 // false: nothing changed.
-bool ShmConnection::take_whole(uint64_t at, uint64_t avail) {
+inline bool ShmConnection::take_whole(uint64_t at, uint64_t avail) {
   const uint64_t total = record_bytes(cur_.len);
   const Recv r = recvs_.front();
   if (cur_.len > kChunk || avail < total || at + total > ring_ || cur_.len > r.capacity) return false;
@@ -496,7 +499,7 @@ void ShmConnection::fail_all(const Status& st) {
   recvs_.clear();
 }
 
-void ShmConnection::notify_peer() {
+inline void ShmConnection::notify_peer() {
   // Pairs with the fence in set_sleeping: either the sleeper sees our counters, or we its flag.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (header_->ends[1 - s_.self_end].sleeping.load(std::memory_order_relaxed) == 0) return;
