@@ -331,7 +331,7 @@ Status Executor::rebind(const void* send, void* recv, uint64_t op_id) {
 }
 
 // The first message from a peer, header inline: check the header, then land the data.
-Status Executor::finish_first_recv(size_t index, const transport::Completion& c) {
+inline Status Executor::finish_first_recv(size_t index, const transport::Completion& c) {
   const Step& st = steps_[index];
   size_t got = HeaderFraming::kNone;
   auto context = [this] { return where(); };

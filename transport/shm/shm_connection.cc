@@ -159,7 +159,7 @@ inline void ShmConnection::complete_ok(bool is_send, uint64_t cookie, size_t byt
   c.bytes = bytes;
 }
 
-bool ShmConnection::write_sends() {
+inline bool ShmConnection::write_sends() {
   bool changed = false;
   uint64_t head = out_ctl_->head.load(std::memory_order_acquire);
   uint64_t published = tail_;
@@ -266,7 +266,7 @@ inline bool ShmConnection::wrap_fits(uint64_t total) {
   return true;
 }
 
-bool ShmConnection::collect_acks() {
+inline bool ShmConnection::collect_acks() {
   if (acks_.empty()) return false;
   const uint64_t done = out_ctl_->cma_done.load(std::memory_order_acquire);
   bool changed = false;
@@ -278,7 +278,7 @@ bool ShmConnection::collect_acks() {
   return changed;
 }
 
-bool ShmConnection::read_records() {
+inline bool ShmConnection::read_records() {
   bool changed = false;
   uint64_t tail = in_ctl_->tail.load(std::memory_order_acquire);
   uint64_t published = head_;
