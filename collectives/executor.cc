@@ -4,6 +4,7 @@
 #include <cstring>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "collectives/kernels/reduce.h"
 
@@ -26,6 +27,11 @@ bool reads_src(const Step& st) { return st.src.bytes != 0; }
 std::string error_prefix(const ExecutorOptions& o) { return o.name + " on rank " + std::to_string(o.rank) + ": "; }
 
 }  // namespace
+
+// The helpers of progress() below are `inline`: defined and used in this file only, they may
+// then be inlined or called directly. (libbraid is built position-independent, where a plain
+// member function is called through the PLT and never inlined, in case another library
+// replaces it.)
 
 Result<std::unique_ptr<Executor>> Executor::create(Schedule schedule, const void* send, void* recv,
                                                    const std::vector<transport::Connection*>& peers,
@@ -71,7 +77,7 @@ Executor::Executor(Schedule&& schedule, const void* send, void* recv,
   if (slot_bytes_ != 0) slots_ = take_bytes(slot_bytes_ * window_);
 }
 
-std::byte* Executor::at(const Range& r) const {
+inline std::byte* Executor::at(const Range& r) const {
   switch (r.buf) {
     case Buf::send: return const_cast<std::byte*>(send_) + r.offset;
     case Buf::recv: return recv_ + r.offset;
@@ -81,7 +87,7 @@ std::byte* Executor::at(const Range& r) const {
 }
 
 // Would writing `r` now disturb an earlier step that still reads or writes it?
-bool Executor::write_blocked(size_t i, const Range& r) const {
+inline bool Executor::write_blocked(size_t i, const Range& r) const {
   for (size_t j = head_; j < i; ++j) {
     const Step& e = steps_[j];
     const Phase ph = phase_[j];
@@ -95,7 +101,7 @@ bool Executor::write_blocked(size_t i, const Range& r) const {
 }
 
 // Would reading `r` now see a range an earlier step has not finished writing?
-bool Executor::read_blocked(size_t i, const Range& r) const {
+inline bool Executor::read_blocked(size_t i, const Range& r) const {
   for (size_t j = head_; j < i; ++j) {
     const Step& e = steps_[j];
     const Phase ph = phase_[j];
@@ -105,15 +111,15 @@ bool Executor::read_blocked(size_t i, const Range& r) const {
   return false;
 }
 
-Result<bool> Executor::try_start(size_t i) {
+inline Executor::Went Executor::try_start(size_t i) {
   const Step& st = steps_[i];
   if (!st.has_recv()) {
     phase_[i] = Phase::received;
-    return true;
+    return Went::yes;
   }
   std::byte* land;
   if (direct_recv(st)) {
-    if (write_blocked(i, st.dst)) return false;
+    if (write_blocked(i, st.dst)) return Went::no;
     land = at(st.dst);
   } else {
     land = slots_.get() + (i % window_) * slot_bytes_;
@@ -129,12 +135,12 @@ Result<bool> Executor::try_start(size_t i) {
     s = peers_[static_cast<size_t>(st.recv_peer)]->post_recv(land, st.dst.bytes, make_cookie(options_.op_id, i, false));
     if (s.is_ok()) ++outstanding_;
   }
-  if (!s.is_ok()) return s.with_context(where());
+  if (!s.is_ok()) return failed(s);
   phase_[i] = Phase::receiving;
-  return true;
+  return Went::yes;
 }
 
-void Executor::compute(const Step& st, size_t i) {
+inline void Executor::compute(const Step& st, size_t i) {
   const size_t esize = dtype_size(options_.dtype);
   switch (st.kind) {
     case StepKind::recv_reduce:
@@ -163,18 +169,18 @@ void Executor::compute(const Step& st, size_t i) {
 }
 
 // Takes step i as far as it may go now: received -> computed -> sending. True when it moved.
-Result<bool> Executor::advance(size_t i) {
+inline Executor::Went Executor::advance(size_t i) {
   const Step& st = steps_[i];
-  bool moved = false;
+  Went moved = Went::no;
   if (phase_[i] == Phase::received) {
     const bool local_write = writes_dst(st) && !direct_recv(st);
-    if (local_write && write_blocked(i, st.dst)) return false;
-    if (reads_src(st) && read_blocked(i, st.src)) return false;
+    if (local_write && write_blocked(i, st.dst)) return Went::no;
+    if (reads_src(st) && read_blocked(i, st.src)) return Went::no;
     compute(st, i);
-    moved = true;
+    moved = Went::yes;
     if (!st.has_send()) {
       phase_[i] = Phase::done;
-      return true;
+      return Went::yes;
     }
     phase_[i] = Phase::ready_send;
   }
@@ -193,9 +199,14 @@ Result<bool> Executor::advance(size_t i) {
     s = peers_[static_cast<size_t>(st.send_peer)]->post_send(at(r), r.bytes, make_cookie(options_.op_id, i, true));
     if (s.is_ok()) ++outstanding_;
   }
-  if (!s.is_ok()) return s.with_context(where());
+  if (!s.is_ok()) return failed(s);
   phase_[i] = Phase::sending;
-  return true;
+  return Went::yes;
+}
+
+Executor::Went Executor::failed(const Status& s) {
+  failure_ = s.with_context(where());
+  return Went::failed;
 }
 
 // What may go now is found in sweeps from the oldest unfinished step: first every step the
@@ -217,15 +228,17 @@ Status Executor::progress() {
     // Retire finished steps first: that is what opens the window for the next ones.
     while (head_ < started_ && phase_[head_] == Phase::done) ++head_;
     while (started_ < steps_.size() && started_ < head_ + window_) {
-      ASSIGN_OR_RETURN(bool ok, try_start(started_));
-      if (!ok) break;
+      const Went w = try_start(started_);
+      if (w == Went::failed) return std::exchange(failure_, Status::ok());
+      if (w == Went::no) break;
       ++started_;
     }
     bool moved = false;
     for (size_t i = std::max(from, head_); i < started_; ++i) {
       ++visits_;
-      ASSIGN_OR_RETURN(bool m, advance(i));
-      moved = moved || m;
+      const Went w = advance(i);
+      if (w == Went::failed) return std::exchange(failure_, Status::ok());
+      moved = moved || w == Went::yes;
     }
     if (!moved) break;
     from = started_;
@@ -318,7 +331,7 @@ Status Executor::rebind(const void* send, void* recv, uint64_t op_id) {
 }
 
 // The first message from a peer, header inline: check the header, then land the data.
-Status Executor::finish_first_recv(size_t index, const transport::Completion& c) {
+inline Status Executor::finish_first_recv(size_t index, const transport::Completion& c) {
   const Step& st = steps_[index];
   size_t got = HeaderFraming::kNone;
   auto context = [this] { return where(); };

@@ -108,8 +108,12 @@ class Executor {
   std::byte* at(const Range& r) const;
   bool write_blocked(size_t i, const Range& r) const;
   bool read_blocked(size_t i, const Range& r) const;
-  Result<bool> try_start(size_t i);
-  Result<bool> advance(size_t i);
+  // What try_start and advance did with a step: the usual answers in one byte, a failure's
+  // Status kept in failure_ (posts fail rarely; progress() returns it).
+  enum class Went : uint8_t { no, yes, failed };
+  Went try_start(size_t i);
+  Went advance(size_t i);
+  Went failed(const Status& s);  // failure_ = s with where() in front
   void compute(const Step& st, size_t i);
   Status fail(const std::string& what) const;
   std::string where() const;  // error_prefix(options_): "<name> on rank R: "
@@ -133,6 +137,7 @@ class Executor {
   size_t outstanding_ = 0;
   bool settled_ = false;  // progress() found nothing more to do, and no completion came since
   uint64_t visits_ = 0;
+  Status failure_;  // Went::failed's reason, until progress() returns it
 
   std::optional<HeaderFraming> framing_;  // set_headers
 };

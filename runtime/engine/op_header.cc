@@ -147,9 +147,26 @@ std::string OpHeader::describe() const {
 }
 
 bool mirrors(const OpHeader& mine, const unsigned char* mine_wire, const unsigned char* theirs, size_t bytes) {
-  if (bytes != OpHeader::kBytes || is_p2p(mine.kind) || split_counts(mine)) return false;
-  // Every byte is a field (no padding); issue_seq, at 16, is the sender's own count.
-  return std::memcmp(mine_wire, theirs, 16) == 0 && std::memcmp(mine_wire + 24, theirs + 24, OpHeader::kBytes - 24) == 0;
+  if (bytes != OpHeader::kBytes || split_counts(mine)) return false;
+  // Every byte is a field (no padding). Their copy gets our bytes where the two may differ and
+  // is then compared whole, a word at a time: issue_seq, at 16, is the sender's own count; a
+  // send meets a receive, so there the kind (byte 5) must be the other one, and the root (48)
+  // names each side's peer, which check_headers does not compare.
+  unsigned char t[OpHeader::kBytes];
+  std::memcpy(t, theirs, sizeof t);
+  if (is_p2p(mine.kind)) {
+    const auto other = static_cast<unsigned char>(mine.kind == Kind::send ? Kind::recv : Kind::send);
+    if (t[5] != other) return false;
+    t[5] = mine_wire[5];
+    std::memcpy(t + 48, mine_wire + 48, 4);
+  }
+  std::memcpy(t + 16, mine_wire + 16, 8);
+  uint64_t a[OpHeader::kBytes / 8], b[OpHeader::kBytes / 8];
+  std::memcpy(a, mine_wire, sizeof a);
+  std::memcpy(b, t, sizeof b);
+  uint64_t differ = 0;
+  for (size_t w = 0; w < OpHeader::kBytes / 8; ++w) differ |= a[w] ^ b[w];
+  return differ == 0;
 }
 
 Status check_headers(const OpHeader& mine, int rank, const OpHeader& theirs, int peer,

@@ -81,9 +81,10 @@ struct OpHeader {
 };
 
 // The quick answer for the usual case, before any decoding: `theirs` (bytes as received) is
-// byte for byte `mine_wire` (mine, encoded) but for issue_seq, and the call is one whose header
-// both sides write alike (not send/recv, not all_to_all's per-peer counts). Then check_headers
-// would pass; false only means it has to be asked.
+// byte for byte `mine_wire` (mine, encoded) but for issue_seq; for a send or receive, also but
+// for the kind (which must be the other of the two) and the root (each side's peer). Not for
+// all_to_all's per-peer counts, which the two sides write crosswise. Then check_headers would
+// pass; false only means it has to be asked.
 bool mirrors(const OpHeader& mine, const unsigned char* mine_wire, const unsigned char* theirs, size_t bytes);
 
 // Checks the header `theirs` that rank `peer` sent us against ours (`mine`, which we sent it).

@@ -29,6 +29,9 @@ int open_pidfd(pid_t pid) {
 
 }  // namespace
 
+// The helpers of the send and poll paths are `inline`: private and used in this file only, they
+// may then be inlined or called directly, not through the PLT of position-independent code.
+
 ShmConnection::ShmConnection(ShmConnectionSetup setup) : s_(std::move(setup)) {
   auto* base = static_cast<unsigned char*>(s_.segment.base());
   header_ = reinterpret_cast<SegmentHeader*>(base);
@@ -117,7 +120,7 @@ Status ShmConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
   return Status::ok();
 }
 
-void ShmConnection::copy_in(uint64_t pos, const void* src, size_t n) {
+inline void ShmConnection::copy_in(uint64_t pos, const void* src, size_t n) {
   const size_t at = pos % ring_;
   const size_t first = std::min<size_t>(n, ring_ - at);
   std::memcpy(out_data_ + at, src, first);
@@ -135,7 +138,7 @@ void ShmConnection::copy_message(uint64_t pos, const Send& s, size_t from, size_
   if (n > 0) copy_in(pos, s.data + (from - s.head_len), n);
 }
 
-void ShmConnection::copy_out(uint64_t pos, void* dst, size_t n) const {
+inline void ShmConnection::copy_out(uint64_t pos, void* dst, size_t n) const {
   const size_t at = pos % ring_;
   const size_t first = std::min<size_t>(n, ring_ - at);
   std::memcpy(dst, in_data_ + at, first);
@@ -147,7 +150,16 @@ void ShmConnection::complete(bool is_send, uint64_t cookie, size_t bytes, Status
   s_.completions->emplace_back(this, cookie, is_send, bytes, std::move(st));
 }
 
-bool ShmConnection::write_sends() {
+inline void ShmConnection::complete_ok(bool is_send, uint64_t cookie, size_t bytes) {
+  if (s_.completions == nullptr) return;
+  Completion& c = s_.completions->emplace_back();  // its status is OK as made
+  c.connection = this;
+  c.cookie = cookie;
+  c.is_send = is_send;
+  c.bytes = bytes;
+}
+
+inline bool ShmConnection::write_sends() {
   bool changed = false;
   uint64_t head = out_ctl_->head.load(std::memory_order_acquire);
   uint64_t published = tail_;
@@ -200,7 +212,7 @@ bool ShmConnection::write_sends() {
     if (s.cma || !acks_.empty()) {
       acks_.push_back(s);
     } else {
-      complete(true, s.cookie, s.len, Status::ok());
+      complete_ok(true, s.cookie, s.len);
     }
     sends_.pop_front();
     changed = true;
@@ -213,7 +225,7 @@ bool ShmConnection::write_sends() {
 // in one piece before the ring's end, so it is written at once, without a queue entry or the
 // piecewise walk of write_sends (whose records it writes byte for byte alike). false: nothing
 // was written, write_sends takes it.
-bool ShmConnection::write_whole(const Send& s) {
+inline bool ShmConnection::write_whole(const Send& s) {
   if (s.len > kChunk) return false;  // larger ones are published piece by piece
   const uint64_t total = record_bytes(s.len);
   const uint64_t head = out_ctl_->head.load(std::memory_order_acquire);
@@ -233,7 +245,7 @@ bool ShmConnection::write_whole(const Send& s) {
   ++whole_written_;
   out_ctl_->tail.store(tail_, std::memory_order_release);
   if (acks_.empty()) {
-    complete(true, s.cookie, s.len, Status::ok());
+    complete_ok(true, s.cookie, s.len);
   } else {
     acks_.push_back(s);  // behind a single-copy send still being read
   }
@@ -242,7 +254,7 @@ bool ShmConnection::write_whole(const Send& s) {
 
 // With the ring empty, a record of `total` bytes that fits in the part of this lap already read
 // goes to the start of the next one (shm_layout.h): a wrap record here says so to the reader.
-bool ShmConnection::wrap_fits(uint64_t total) {
+inline bool ShmConnection::wrap_fits(uint64_t total) {
   const uint64_t into_lap = tail_ % ring_;
   if (into_lap == 0 || total > into_lap) return false;
   RecordHeader h;
@@ -254,19 +266,19 @@ bool ShmConnection::wrap_fits(uint64_t total) {
   return true;
 }
 
-bool ShmConnection::collect_acks() {
+inline bool ShmConnection::collect_acks() {
   if (acks_.empty()) return false;
   const uint64_t done = out_ctl_->cma_done.load(std::memory_order_acquire);
   bool changed = false;
   while (!acks_.empty() && (!acks_.front().cma || acks_.front().cma_index <= done)) {
-    complete(true, acks_.front().cookie, acks_.front().len, Status::ok());
+    complete_ok(true, acks_.front().cookie, acks_.front().len);
     acks_.pop_front();
     changed = true;
   }
   return changed;
 }
 
-bool ShmConnection::read_records() {
+inline bool ShmConnection::read_records() {
   bool changed = false;
   uint64_t tail = in_ctl_->tail.load(std::memory_order_acquire);
   uint64_t published = head_;
@@ -297,9 +309,12 @@ bool ShmConnection::read_records() {
     }
     if (!in_record_) {
       if (recvs_.empty()) break;  // the record waits for its receive
-      copy_out(head_, &cur_, sizeof cur_);
+      // A record starts on a kRecordAlign boundary of a ring that is a multiple of it, so its
+      // header never wraps.
+      const uint64_t at = head_ % ring_;
+      std::memcpy(&cur_, in_data_ + at, sizeof cur_);
       const bool kind_ok = cur_.kind == RecordKind::inline_data || cur_.kind == RecordKind::cma ||
-                           (cur_.kind == RecordKind::wrap && head_ % ring_ != 0);
+                           (cur_.kind == RecordKind::wrap && at != 0);
       if (cur_.seq != recv_seq_ || !kind_ok) {
         fail_all(protocol_error("shm connection from " + who() + ": a record with number " +
                                 std::to_string(cur_.seq) + " and kind " +
@@ -312,7 +327,7 @@ bool ShmConnection::read_records() {
         changed = true;
         continue;
       }
-      if (cur_.kind == RecordKind::inline_data && take_whole(avail)) {
+      if (cur_.kind == RecordKind::inline_data && take_whole(at, avail)) {
         changed = true;
         continue;
       }
@@ -345,7 +360,7 @@ bool ShmConnection::read_records() {
                                 " bytes arrived for a buffer of " + std::to_string(r.capacity) +
                                 " (the two ranks disagree on a size)"));
       } else {
-        complete(false, r.cookie, cur_.len, Status::ok());
+        complete_ok(false, r.cookie, cur_.len);
       }
       changed = true;
     }
@@ -364,9 +379,8 @@ bool ShmConnection::read_records() {
 // arrived, in one piece before the ring's end, and fits the receive, its payload goes to the
 // receive in one copy and the record is consumed, without the piecewise walk of read_records.
 // false: nothing changed.
-bool ShmConnection::take_whole(uint64_t avail) {
+inline bool ShmConnection::take_whole(uint64_t at, uint64_t avail) {
   const uint64_t total = record_bytes(cur_.len);
-  const uint64_t at = head_ % ring_;
   const Recv r = recvs_.front();
   if (cur_.len > kChunk || avail < total || at + total > ring_ || cur_.len > r.capacity) return false;
   if (cur_.len != 0) std::memcpy(r.data, in_data_ + at + kRecordHeaderBytes, cur_.len);
@@ -374,7 +388,7 @@ bool ShmConnection::take_whole(uint64_t avail) {
   ++recv_seq_;
   ++whole_read_;
   recvs_.pop_front();
-  complete(false, r.cookie, cur_.len, Status::ok());
+  complete_ok(false, r.cookie, cur_.len);
   return true;
 }
 
@@ -436,6 +450,15 @@ Status ShmConnection::cma_read_error(int err) {
 
 bool ShmConnection::progress() {
   if (closed_) return false;
+  // The usual look while waiting: nothing of ours to write or to see acknowledged, no record
+  // half read, nothing new in the incoming ring and the peer still there. Then nothing below
+  // would move.
+  if (sends_.empty() && acks_.empty() && !in_record_ && !peer_gone_ &&
+      in_ctl_->tail.load(std::memory_order_acquire) == head_ &&
+      header_->ends[1 - s_.self_end].closed.load(std::memory_order_acquire) == 0) {
+    ++quiet_looks_;
+    return false;
+  }
   bool changed = write_sends();
   changed = read_records() || changed;
   changed = collect_acks() || changed;
@@ -476,7 +499,7 @@ void ShmConnection::fail_all(const Status& st) {
   recvs_.clear();
 }
 
-void ShmConnection::notify_peer() {
+inline void ShmConnection::notify_peer() {
   // Pairs with the fence in set_sleeping: either the sleeper sees our counters, or we its flag.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (header_->ends[1 - s_.self_end].sleeping.load(std::memory_order_relaxed) == 0) return;

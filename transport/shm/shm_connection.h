@@ -98,6 +98,8 @@ class ShmConnection final : public Connection {
   // take_whole; tests read them).
   uint64_t whole_written() const { return whole_written_; }
   uint64_t whole_read() const { return whole_read_; }
+  // progress() calls that found nothing to do at a glance (tests read it).
+  uint64_t quiet_looks() const { return quiet_looks_; }
   // Where in its lap of the outgoing ring the next record goes (tests read it).
   uint64_t lap_offset() const { return tail_ % ring_; }
   // The descriptor that becomes readable when the peer exits (pidfd or socket).
@@ -151,13 +153,14 @@ class ShmConnection final : public Connection {
   void copy_message(uint64_t pos, const Send& s, size_t from, size_t n);
   bool wrap_fits(uint64_t total);
   bool read_records();
-  bool take_whole(uint64_t avail);
+  bool take_whole(uint64_t at, uint64_t avail);  // at: head_ % ring_
   bool read_cma_piece();
   Status cma_read_error(int err);
   bool collect_acks();
   void copy_in(uint64_t pos, const void* src, size_t n);
   void copy_out(uint64_t pos, void* dst, size_t n) const;
   void complete(bool is_send, uint64_t cookie, size_t bytes, Status st);
+  void complete_ok(bool is_send, uint64_t cookie, size_t bytes);  // the usual one: no Status passed along
   void fail_all(const Status& st);
   void notify_peer();
   std::string who() const;  // "rank 0 from/to rank 1 (pid 123, shm:...)"
@@ -179,7 +182,7 @@ class ShmConnection final : public Connection {
   uint64_t tail_ = 0;       // our outgoing tail (we alone write it)
   uint64_t head_ = 0;       // our incoming head (we alone write it)
   uint64_t send_seq_ = 0, recv_seq_ = 0, cma_sent_ = 0;
-  uint64_t whole_written_ = 0, whole_read_ = 0;
+  uint64_t whole_written_ = 0, whole_read_ = 0, quiet_looks_ = 0;
   // The record being read: its header and how many of its bytes were consumed.
   bool in_record_ = false;
   bool recv_done_ = false;  // its receive already completed (only padding is left)

@@ -345,7 +345,8 @@ bool ShmTransport::peer_on_this_cpu() {
   return stacked;
 }
 
-bool ShmTransport::progress_all() {
+// inline: used in this file only, so poll() calls it directly (not through the PLT).
+inline bool ShmTransport::progress_all() {
   bool changed = false;
   for (ShmConnection* c : connections_) changed = c->progress() || changed;
   return changed;

@@ -1,6 +1,7 @@
 // Operation headers and settings cards: what one rank sends, the other checks. No processes.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <random>
 #include <string>
 #include <vector>
@@ -109,6 +110,13 @@ TEST(OpHeader, AMirroredHeaderPassesWithoutDecodingAndOnlyWhereTheCheckWould) {
     a.count = rng() % 4 == 0 ? a.aux : 1024;
     a.encode(mine_wire);
     std::copy(mine_wire, mine_wire + sizeof mine_wire, theirs_wire);
+    if ((a.kind == Kind::send || a.kind == Kind::recv) && rng() % 2 == 0) {  // the other side's header
+      OpHeader other = a;
+      other.kind = a.kind == Kind::send ? Kind::recv : Kind::send;
+      other.root = static_cast<int32_t>(rng() % 4);
+      other.issue_seq = rng() % 8;
+      other.encode(theirs_wire);
+    }
     for (int flips = static_cast<int>(rng() % 3); flips > 0; --flips) {
       theirs_wire[rng() % sizeof theirs_wire] ^= static_cast<unsigned char>(1u << (rng() % 8));
     }
@@ -119,6 +127,47 @@ TEST(OpHeader, AMirroredHeaderPassesWithoutDecodingAndOnlyWhereTheCheckWould) {
     EXPECT_TRUE(check_headers(a, 0, b.value(), 1, "peer").is_ok()) << i << " " << a.describe() << " / " << b.value().describe();
   }
   EXPECT_GT(yes, 1000u);
+}
+
+// A receive's header and the header of the send it takes are each other's mirror (the kind
+// swapped, each root naming the other side), so the usual point-to-point message passes the
+// byte comparison; a send meeting a send, another tag, count or message number does not.
+TEST(OpHeader, ASendsHeaderMirrorsTheMatchingReceives) {
+  collectives::CollectiveArgs send_args;
+  send_args.kind = Kind::send;
+  send_args.count = 2;
+  send_args.dtype = DType::f32;
+  send_args.peer = 1;  // rank 0 sends to rank 1
+  send_args.tag = 7;
+  collectives::CollectiveArgs recv_args = send_args;
+  recv_args.kind = Kind::recv;
+  recv_args.peer = 0;  // rank 1 receives from rank 0
+  auto wire = [](OpHeader h) {
+    h.segment = 4096;
+    h.algo = Algo::direct;
+    std::array<unsigned char, OpHeader::kBytes> w{};
+    h.encode(w.data());
+    return w;
+  };
+  OpHeader mine = OpHeader::for_peer(recv_args, 0, 42, 3, 2);
+  mine.segment = 4096;
+  mine.algo = Algo::direct;
+  const auto mine_wire = wire(mine);
+  const auto theirs = wire(OpHeader::for_peer(send_args, 1, 42, 17, 2));
+  EXPECT_TRUE(mirrors(mine, mine_wire.data(), theirs.data(), theirs.size()));
+  auto decoded = OpHeader::decode(theirs.data(), theirs.size());
+  ASSERT_TRUE(decoded.is_ok());
+  EXPECT_TRUE(check_headers(mine, 1, decoded.value(), 0, "peer").is_ok());
+
+  EXPECT_FALSE(mirrors(mine, mine_wire.data(), mine_wire.data(), mine_wire.size())) << "a receive meeting a receive";
+  collectives::CollectiveArgs other = send_args;
+  other.tag = 8;
+  EXPECT_FALSE(mirrors(mine, mine_wire.data(), wire(OpHeader::for_peer(other, 1, 42, 17, 2)).data(), OpHeader::kBytes));
+  other = send_args;
+  other.count = 3;
+  EXPECT_FALSE(mirrors(mine, mine_wire.data(), wire(OpHeader::for_peer(other, 1, 42, 17, 2)).data(), OpHeader::kBytes));
+  EXPECT_FALSE(mirrors(mine, mine_wire.data(), wire(OpHeader::for_peer(send_args, 1, 42, 17, 3)).data(), OpHeader::kBytes))
+      << "another message number";
 }
 
 // A kept run called again renumbers its encoded headers in place (OpRun::reuse): the bytes must

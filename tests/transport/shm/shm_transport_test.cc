@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/env.h"
@@ -432,6 +433,39 @@ TEST(ShmRing, SmallMessagesOneAtATimeGoInAndOutWhole) {
   send_each(link, {(64u << 10) + 1});
   EXPECT_EQ(sender->whole_written(), msgs + 1);
   EXPECT_EQ(receiver->whole_read(), msgs + 1);
+}
+
+// A receiver polling for a message that has not come yet finds so at a glance (quiet_looks),
+// and the glance still lets through what then arrives and a peer that then closes.
+TEST(ShmRing, AWaitingReceiverLooksAtAGlanceAndStillSeesWhatComes) {
+  TransportOptions o;
+  o.secret = secret("shm transport test secret 0123456789");
+  Link link;
+  ASSERT_TRUE(make_link("shm", o, o, link).is_ok());
+  auto* receiver = dynamic_cast<shm::ShmConnection*>(link.ca.get());
+  ASSERT_NE(receiver, nullptr);
+  std::vector<unsigned char> out(4096), in(4096, 0);
+  fill(out, 5);
+  ASSERT_TRUE(link.ca->post_recv(in.data(), in.size(), 1).is_ok());
+  const uint64_t before = receiver->quiet_looks();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(link.a->poll(link.done_a, std::chrono::microseconds(0)).is_ok());
+  EXPECT_GE(receiver->quiet_looks(), before + 10);
+  EXPECT_TRUE(link.done_a.empty());
+  ASSERT_TRUE(link.cb->post_send(out.data(), out.size(), 2).is_ok());
+  ASSERT_TRUE(link.drive([&] { return link.done_a.size() == 1 && link.done_b.size() == 1; }));
+  EXPECT_TRUE(check(in.data(), in.size(), 5));
+  for (const auto& [c, conn, cookie, is_send] : {std::tuple{link.done_a[0], link.ca.get(), 1u, false},
+                                                  std::tuple{link.done_b[0], link.cb.get(), 2u, true}}) {
+    EXPECT_TRUE(c.status.is_ok()) << c.status.message();
+    EXPECT_EQ(c.connection, conn);
+    EXPECT_EQ(c.cookie, cookie);
+    EXPECT_EQ(c.is_send, is_send);
+    EXPECT_EQ(c.bytes, out.size());
+  }
+  ASSERT_TRUE(link.ca->post_recv(in.data(), in.size(), 3).is_ok());
+  link.cb->close();
+  ASSERT_TRUE(link.drive([&] { return link.done_a.size() == 2; }, std::chrono::seconds(10)));
+  EXPECT_EQ(link.done_a[1].status.code(), ErrorCode::peer_lost) << link.done_a[1].status.message();
 }
 
 // An operation posts its receives before its sends. A receive posted while its message already
