@@ -1,6 +1,6 @@
 #include "runtime/engine/lean_group.h"
 
-#include <utility>
+#include "runtime/engine/run_order.h"
 
 namespace braid {
 
@@ -13,57 +13,17 @@ LeanGroup::LeanGroup(OpRun* const* runs, const int* after, size_t n, const OpLab
   }
 }
 
-bool LeanGroup::done() const {
-  for (size_t i = 0; i < n_; ++i) {
-    if (!started_[i] || !runs_[i]->done()) return false;
-  }
-  return true;
-}
+bool LeanGroup::done() const { return run_order::all_done(runs_, started_, n_); }
 
-Status LeanGroup::advance() {
-  for (size_t i = 0; i < n_; ++i) {
-    if (!started_[i]) {
-      const int a = after_[i];
-      if (a >= 0 && !(started_[static_cast<size_t>(a)] && runs_[static_cast<size_t>(a)]->done())) continue;
-      started_[i] = true;
-      RETURN_IF_ERROR(runs_[i]->start());
-    } else if (!runs_[i]->done()) {
-      RETURN_IF_ERROR(runs_[i]->progress());
-    }
-  }
-  return Status::ok();
-}
+Status LeanGroup::advance() { return run_order::advance(runs_, after_, started_, n_); }
 
 Status LeanGroup::on_completion(const transport::Completion& c, bool* ours) {
-  Status first;
-  for (size_t i = 0; i < n_; ++i) {
-    Status s = runs_[i]->on_completion(c, ours);
-    if (!s.is_ok() && first.is_ok()) {
-      first = std::move(s);
-      checks_.note_refused(c);
-    }
-    if (*ours) break;
-  }
-  return first;
-}
-
-// As RunSet::timed_out: the first run started and not done names the stop, and every such run
-// says what it waits for.
-Status LeanGroup::timed_out() const {
-  std::string name = runs_[0]->name(), waiting;
-  bool named = false;
-  for (size_t i = 0; i < n_; ++i) {
-    if (!started_[i] || runs_[i]->done()) continue;
-    if (!named) name = runs_[i]->name();
-    named = true;
-    waiting += (waiting.empty() ? "" : ", ") + runs_[i]->waiting_for();
-  }
-  return checks_.timeout(what_, name, waiting);
+  return run_order::on_completion(runs_, n_, c, ours, checks_);
 }
 
 Status LeanGroup::check(Clock::time_point now) {
   RETURN_IF_ERROR(checks_.aborted(what_));
-  if (now >= deadline_.at()) return timed_out();
+  if (now >= deadline_.at()) return run_order::timed_out(runs_, started_, n_, what_, checks_);
   return checks_.board(now);
 }
 

@@ -44,8 +44,6 @@ class LeanGroup final : public LinkWork {
   Status poll_failed(Status s) override { return checks_.poll_failed(what_, std::move(s)); }
 
  private:
-  Status timed_out() const;
-
   std::array<OpRun*, kMaxRuns> runs_{};
   std::array<int, kMaxRuns> after_{};
   std::array<bool, kMaxRuns> started_{};

@@ -1,5 +1,7 @@
 #include "runtime/engine/run_set.h"
 
+#include "runtime/engine/run_order.h"
+
 namespace braid {
 
 RunSet::RunSet(const std::vector<OpRun*>& runs, const std::vector<int>& after, std::vector<bool>& started,
@@ -8,66 +10,23 @@ RunSet::RunSet(const std::vector<OpRun*>& runs, const std::vector<int>& after, s
   started_.assign(runs_.size(), false);
 }
 
-bool RunSet::done() const {
-  for (size_t i = 0; i < runs_.size(); ++i) {
-    if (!started_[i] || !runs_[i]->done()) return false;
-  }
-  return true;
-}
+bool RunSet::done() const { return run_order::all_done(runs_, started_, runs_.size()); }
 
-// Starts what may start and lets every started run post what it can.
+// `between` first: it may append runs.
 Status RunSet::advance() {
-  if (between_) between_();  // may append runs
+  if (between_) between_();
   started_.resize(runs_.size(), false);
-  for (size_t i = 0; i < runs_.size(); ++i) {
-    if (!started_[i]) {
-      const int a = after_[i];
-      if (a >= 0 && !(started_[static_cast<size_t>(a)] && runs_[static_cast<size_t>(a)]->done())) continue;
-      started_[i] = true;
-      RETURN_IF_ERROR(runs_[i]->start());
-    } else if (!runs_[i]->done()) {
-      RETURN_IF_ERROR(runs_[i]->progress());
-    }
-  }
-  return Status::ok();
-}
-
-std::string RunSet::waiting_for() const {
-  std::string w;
-  for (size_t i = 0; i < runs_.size(); ++i) {
-    if (started_[i] && !runs_[i]->done()) w += (w.empty() ? "" : ", ") + runs_[i]->waiting_for();
-  }
-  return w;
-}
-
-Status RunSet::timed_out() const {
-  std::string name = runs_.front()->name();
-  for (size_t i = 0; i < runs_.size(); ++i) {
-    if (started_[i] && !runs_[i]->done()) {
-      name = runs_[i]->name();
-      break;
-    }
-  }
-  return checks_.timeout(what_, name, waiting_for());
+  return run_order::advance(runs_, after_, started_, runs_.size());
 }
 
 Status RunSet::check(Clock::time_point now) {
   RETURN_IF_ERROR(checks_.aborted(what_));
-  if (now >= deadline_.at()) return timed_out();
+  if (now >= deadline_.at()) return run_order::timed_out(runs_, started_, runs_.size(), what_, checks_);
   return checks_.board(now);
 }
 
 Status RunSet::on_completion(const transport::Completion& c, bool* ours) {
-  Status first;
-  for (OpRun* r : runs_) {
-    Status s = r->on_completion(c, ours);
-    if (!s.is_ok() && first.is_ok()) {
-      first = s;
-      checks_.note_refused(c);
-    }
-    if (*ours) break;
-  }
-  return first;
+  return run_order::on_completion(runs_, runs_.size(), c, ours, checks_);
 }
 
 void RunSet::dropped(const transport::Completion& c) { checks_.dropped(what_, c); }

@@ -38,9 +38,6 @@ class RunSet final : public LinkWork {
   Status poll_failed(Status s) override;
 
  private:
-  std::string waiting_for() const;
-  Status timed_out() const;
-
   const std::vector<OpRun*>& runs_;
   const std::vector<int>& after_;
   std::vector<bool>& started_;
