@@ -26,42 +26,18 @@
 #include "braid/communicator.h"
 #include "braid/error.h"
 #include "runtime/communicator_impl.h"
+#include "tests/runtime/engine/lean_path_support.h"
 #include "tests/support/in_process_job.h"
 
 namespace braid {
 namespace {
 
 using namespace std::chrono_literals;
-
-constexpr int kRanks = 2;
-constexpr auto kBound = 20s;  // every wait for another rank ends within this, or the case fails
-
-testing::JobSettings settings(double timeout_s = 20) {
-  testing::JobSettings s;
-  s.ranks = kRanks;
-  s.hand_off_tick = 2s;
-  s.waits_at_once = 2s;
-  s.timeout_s = timeout_s;
-  return s;
-}
-
-// Spins until `flag` is set, or the bound passed.
-bool wait_for(const std::atomic<bool>& flag) {
-  const auto until = std::chrono::steady_clock::now() + kBound;
-  while (!flag.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-  return flag.load();
-}
-
-// What `body` throws, as (code, message); (ok, "") when it throws nothing.
-template <class F>
-std::pair<ErrorCode, std::string> error_of(F&& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return {e.code(), e.what()};
-  }
-  return {ErrorCode::ok, ""};
-}
+using lean_path::error_of;
+using lean_path::kBound;
+using lean_path::kRanks;
+using lean_path::settings;
+using lean_path::wait_for;
 
 // One step of a send/recv exchange with `peer`: `n` ints out (each `mark`), `n` in; returns what
 // came in.

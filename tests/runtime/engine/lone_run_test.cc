@@ -23,24 +23,18 @@
 #include "braid/communicator.h"
 #include "braid/error.h"
 #include "runtime/communicator_impl.h"
+#include "tests/runtime/engine/lean_path_support.h"
 #include "tests/support/in_process_job.h"
 
 namespace braid {
 namespace {
 
 using namespace std::chrono_literals;
-
-constexpr int kRanks = 2;
-constexpr auto kBound = 20s;  // every wait for another rank ends within this, or the case fails
-
-testing::JobSettings settings(double timeout_s = 20) {
-  testing::JobSettings s;
-  s.ranks = kRanks;
-  s.hand_off_tick = 2s;
-  s.waits_at_once = 2s;
-  s.timeout_s = timeout_s;
-  return s;
-}
+using lean_path::error_of;
+using lean_path::kBound;
+using lean_path::kRanks;
+using lean_path::settings;
+using lean_path::wait_for;
 
 std::vector<float> ones_times_rank(int rank, size_t n) { return std::vector<float>(n, static_cast<float>(rank + 1)); }
 constexpr float kSum = kRanks * (kRanks + 1) / 2.0f;
@@ -52,30 +46,12 @@ bool completes_unwaited(const Work& w) {
   return w.test();
 }
 
-// Spins until `flag` is set, or the bound passed.
-bool wait_for(const std::atomic<bool>& flag) {
-  const auto until = std::chrono::steady_clock::now() + kBound;
-  while (!flag.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-  return flag.load();
-}
-
 // Rank r's all_reduce of `n` floats, in place, waited at once; checks the sum.
 void sum_in_place(Communicator& comm, int r, size_t n) {
   std::vector<float> v = ones_times_rank(r, n);
   comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum).wait();
   ASSERT_EQ(v[0], kSum) << "rank " << r;
   ASSERT_EQ(v[n - 1], kSum) << "rank " << r;
-}
-
-// What `body` throws, as (code, message); (ok, "") when it throws nothing.
-template <class F>
-std::pair<ErrorCode, std::string> error_of(F&& body) {
-  try {
-    body();
-  } catch (const Error& e) {
-    return {e.code(), e.what()};
-  }
-  return {ErrorCode::ok, ""};
 }
 
 TEST(LoneRun, AnOperationOfAKeptShapeWaitedAtOnceRunsItsKeptRunAlone) {
