@@ -14,7 +14,14 @@
 #
 #   bench/op_instructions.sh                                   # shm: sendrecv, all_reduce, 8 B
 #   BUILD_DIR=build TRANSPORT=tcp OPS="sendrecv" N=1000 bench/op_instructions.sh
-# Needs valgrind (Debian package).
+#   MPI=1 BYTES=4096 OPS=all_reduce bench/op_instructions.sh   # and Open MPI's, the same way
+# MPI=1 adds Open MPI's MPI_Allreduce (vader, in place: ../shared/bench/src/mpi_bench.c, float32
+# sum) counted the same way: rank 0 under callgrind, only inside PMPI_Allreduce, the difference
+# between 3N and N iterations. Only all_reduce has an Open MPI row. braid's all_reduce row is the
+# mean of its out-of-place and in-place forms. Open MPI's ranks poll without sleeping, so while
+# rank 1 waits for a CPU (other work on the machine) rank 0's polls count too: measure on a quiet
+# machine.
+# Needs valgrind (Debian package); MPI=1 also mpicc and mpirun (BRAID_SETUP_ANCHORS=1 scripts/setup.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -29,6 +36,19 @@ braidrun=$BUILD_DIR/tools/braidrun/braidrun
 [ -x "$perf" ] && [ -x "$braidrun" ] || { echo "build $BUILD_DIR first (braid-perf, braidrun)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+MPI=${MPI:-0}
+ANCHORS=${ANCHORS:-$(cd "$(dirname "$0")/../.." && pwd)/shared/bench}
+[ -d "$ANCHORS" ] || ANCHORS=/work/shared/bench
+if [ "$MPI" = 1 ]; then
+  command -v mpicc > /dev/null && command -v mpirun > /dev/null || { echo "MPI=1: mpicc/mpirun missing (BRAID_SETUP_ANCHORS=1 scripts/setup.sh)" >&2; exit 1; }
+  mpicc -O2 -o "$tmp/mpi_bench" "$ANCHORS/src/mpi_bench.c" -lm
+fi
+
+count_mpi() { # iterations -> instructions rank 0 executed inside MPI_Allreduce
+  timeout 600 mpirun --allow-run-as-root -np 2 --mca btl self,vader sh -c \
+    'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then exec valgrind --tool=callgrind --toggle-collect=PMPI_Allreduce --callgrind-out-file="'"$tmp"'/mpi_out" "$0" "$@"; else exec "$0" "$@"; fi' \
+    "$tmp/mpi_bench" --min-bytes "$BYTES" --max-bytes "$BYTES" --min-iters "$1" --max-iters "$1" 2>&1 | sed -n 's/.*Collected : //p'
+}
 
 count() { # op iterations -> instructions rank 0 executed
   local op=$1 iters=$2
@@ -51,3 +71,14 @@ for op in $OPS; do
   done
   [ -n "$best" ] && printf '%-12s %10s %14d\n' "$op" "$BYTES" "$best"
 done
+if [ "$MPI" = 1 ] && [ "$BYTES" -ge 4 ]; then
+  best=""
+  for _ in $(seq "$REPEAT"); do
+    short=$(count_mpi "$N")
+    long=$(count_mpi $((3 * N)))
+    [ -n "$short" ] && [ -n "$long" ] || { echo "Open MPI: a run failed" >&2; continue; }
+    per=$(((long - short) / (2 * N)))
+    [ -z "$best" ] || [ "$per" -lt "$best" ] && best=$per
+  done
+  [ -n "$best" ] && printf '%-12s %10s %14d\n' "openmpi:all_reduce" "$BYTES" "$best"
+fi
