@@ -13,10 +13,6 @@ namespace braid::transport::shm {
 
 namespace {
 
-// Bytes moved between two publications of a counter: the peer starts copying the first part of
-// a large message while the rest is still being written.
-constexpr size_t kChunk = 64 * 1024;
-
 int open_pidfd(pid_t pid) {
 #ifdef SYS_pidfd_open
   return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
@@ -25,6 +21,34 @@ int open_pidfd(pid_t pid) {
   errno = ENOSYS;
   return -1;
 #endif
+}
+
+// Copies n bytes; up to 128 without a call into libc, in a few loads and stores that may
+// overlap (a small message's header and payload: a call and its size dispatch would cost more
+// than the copy).
+inline void copy_bytes(unsigned char* dst, const unsigned char* src, size_t n) {
+  if (n > 128) {
+    std::memcpy(dst, src, n);
+  } else if (n > 64) {
+    std::memcpy(dst, src, 64);
+    std::memcpy(dst + n - 64, src + n - 64, 64);
+  } else if (n > 32) {
+    std::memcpy(dst, src, 32);
+    std::memcpy(dst + n - 32, src + n - 32, 32);
+  } else if (n >= 16) {
+    std::memcpy(dst, src, 16);
+    std::memcpy(dst + n - 16, src + n - 16, 16);
+  } else if (n >= 8) {
+    std::memcpy(dst, src, 8);
+    std::memcpy(dst + n - 8, src + n - 8, 8);
+  } else if (n >= 4) {
+    std::memcpy(dst, src, 4);
+    std::memcpy(dst + n - 4, src + n - 4, 4);
+  } else if (n > 0) {
+    dst[0] = src[0];
+    dst[n / 2] = src[n / 2];
+    dst[n - 1] = src[n - 1];
+  }
 }
 
 }  // namespace
@@ -70,17 +94,18 @@ bool ShmConnection::single_copy(const void* data, size_t bytes) {
   return worth_single_copy(s_.pages->small_bytes(data, bytes), bytes);
 }
 
-Status ShmConnection::queue_send(Send s, bool may_copy_once) {
+Status ShmConnection::queue_send(const Send& send, bool may_copy_once) {
   if (closed_) return invalid_argument("post_send on a closed shm connection to " + who());
   if (!broken_.is_ok()) {
-    complete(true, s.cookie, 0, broken_);
+    complete(true, send.cookie, 0, broken_);
     return Status::ok();
   }
   if (sends_.size() + acks_.size() >= kMaxInFlight) {
     return invalid_argument("more than " + std::to_string(kMaxInFlight) + " sends outstanding to " + who());
   }
+  Send s = send;
   if (may_copy_once) s.cma = single_copy(s.data, s.len);
-  if (sends_.empty() && !s.cma && write_whole(s)) {
+  if (sends_.empty() && !s.cma && write_whole(s.head, s.head_len, s.data, s.len, s.cookie)) {
     notify_peer();
     return Status::ok();
   }
@@ -89,18 +114,35 @@ Status ShmConnection::queue_send(Send s, bool may_copy_once) {
   return Status::ok();
 }
 
+// The usual small message goes straight into the ring when it fits there now (may_write_at_once,
+// write_whole): no Send is made or queued. Otherwise queue_send takes it.
 Status ShmConnection::post_send(const void* data, size_t bytes, uint64_t cookie) {
-  return queue_send(Send{static_cast<const unsigned char*>(data), bytes, cookie, /*cma=*/false}, true);
+  const auto* bytes_at = static_cast<const unsigned char*>(data);
+  if (may_write_at_once(bytes) && write_whole(nullptr, 0, bytes_at, bytes, cookie)) {
+    notify_peer();
+    return Status::ok();
+  }
+  return queue_send(Send{bytes_at, bytes, cookie, /*cma=*/false}, true);
+}
+
+// Out of line, so that building the message costs post_send_parts' usual path nothing.
+Status ShmConnection::parts_too_large(size_t len) const {
+  return invalid_argument("a two-part message of " + std::to_string(len) + " bytes to " + who() + " is above the " +
+                          std::to_string(kMaxPartsBytes) + " bytes shm takes in two parts");
 }
 
 Status ShmConnection::post_send_parts(const void* head, size_t head_bytes, const void* data, size_t bytes,
                                       uint64_t cookie) {
-  if (head_bytes + bytes > kMaxPartsBytes) {
-    return invalid_argument("a two-part message of " + std::to_string(head_bytes + bytes) + " bytes to " + who() +
-                            " is above the " + std::to_string(kMaxPartsBytes) + " bytes shm takes in two parts");
+  const size_t len = head_bytes + bytes;
+  if (len > kMaxPartsBytes) return parts_too_large(len);
+  const auto* head_at = static_cast<const unsigned char*>(head);
+  const auto* data_at = static_cast<const unsigned char*>(data);
+  if (may_write_at_once(len) && write_whole(head_at, head_bytes, data_at, len, cookie)) {
+    notify_peer();
+    return Status::ok();
   }
-  Send s{static_cast<const unsigned char*>(data), head_bytes + bytes, cookie, /*cma=*/false};
-  s.head = static_cast<const unsigned char*>(head);
+  Send s{data_at, len, cookie, /*cma=*/false};
+  s.head = head_at;
   s.head_len = head_bytes;
   return queue_send(s, false);
 }
@@ -194,11 +236,11 @@ inline bool ShmConnection::write_sends() {
         tail_ += sizeof h;
         s.written = sizeof h;
       } else if (s.written < payload_end) {
-        const size_t n = std::min<uint64_t>({room, payload_end - s.written, kChunk});
+        const size_t n = std::min<uint64_t>({room, payload_end - s.written, kChunkBytes});
         copy_message(tail_, s, s.written - kRecordHeaderBytes, n);
         tail_ += n;
         s.written += n;
-        if (n == kChunk) publish();
+        if (n == kChunkBytes) publish();
       } else {
         const uint64_t n = std::min<uint64_t>(room, total - s.written);  // padding to the next line
         tail_ += n;
@@ -225,29 +267,34 @@ inline bool ShmConnection::write_sends() {
 // in one piece before the ring's end, so it is written at once, without a queue entry or the
 // piecewise walk of write_sends (whose records it writes byte for byte alike). false: nothing
 // was written, write_sends takes it.
-inline bool ShmConnection::write_whole(const Send& s) {
-  if (s.len > kChunk) return false;  // larger ones are published piece by piece
-  const uint64_t total = record_bytes(s.len);
-  const uint64_t head = out_ctl_->head.load(std::memory_order_acquire);
-  if (head == tail_) wrap_fits(total);
+inline bool ShmConnection::write_whole(const unsigned char* head, size_t head_len, const unsigned char* data,
+                                       size_t len, uint64_t cookie) {
+  if (len > kChunkBytes) return false;  // larger ones are published piece by piece
+  const uint64_t total = record_bytes(len);
+  const uint64_t peer_head = out_ctl_->head.load(std::memory_order_acquire);
+  if (peer_head == tail_) wrap_fits(total);
   const uint64_t at = tail_ % ring_;
-  if (ring_ - (tail_ - head) < total || at + total > ring_) return false;
+  if (ring_ - (tail_ - peer_head) < total || at + total > ring_) return false;
   RecordHeader h;
-  h.len = s.len;
+  h.len = len;
   h.kind = RecordKind::inline_data;
   h.seq = send_seq_;
   unsigned char* record = out_data_ + at;
   std::memcpy(record, &h, sizeof h);
-  if (s.head_len != 0) std::memcpy(record + sizeof h, s.head, s.head_len);
-  if (s.len != s.head_len) std::memcpy(record + sizeof h + s.head_len, s.data, s.len - s.head_len);
+  copy_bytes(record + sizeof h, head, head_len);
+  copy_bytes(record + sizeof h + head_len, data, len - head_len);
   tail_ += total;
   ++send_seq_;
   ++whole_written_;
   out_ctl_->tail.store(tail_, std::memory_order_release);
   if (acks_.empty()) {
-    complete_ok(true, s.cookie, s.len);
-  } else {
-    acks_.push_back(s);  // behind a single-copy send still being read
+    complete_ok(true, cookie, len);
+  } else {  // behind a single-copy send still being read
+    Send s{data, len, cookie, /*cma=*/false};
+    s.written = total;
+    s.head = head;
+    s.head_len = head_len;
+    acks_.push_back(s);
   }
   return true;
 }
@@ -343,12 +390,12 @@ inline bool ShmConnection::read_records() {
     const uint64_t total = cur_.kind == RecordKind::cma ? kRecordAlign : record_bytes(cur_.len);
     const uint64_t payload_end = cur_.kind == RecordKind::cma ? kRecordHeaderBytes : kRecordHeaderBytes + cur_.len;
     if (cur_read_ < payload_end) {
-      const size_t n = std::min<uint64_t>({avail, payload_end - cur_read_, kChunk});
+      const size_t n = std::min<uint64_t>({avail, payload_end - cur_read_, kChunkBytes});
       const Recv& r = recvs_.front();
       if (cur_.len <= r.capacity) copy_out(head_, r.data + (cur_read_ - kRecordHeaderBytes), n);
       head_ += n;
       cur_read_ += n;
-      if (n == kChunk) publish();
+      if (n == kChunkBytes) publish();
     }
     if (!recv_done_ && cur_read_ >= payload_end) {
       const Recv r = recvs_.front();
@@ -382,13 +429,42 @@ inline bool ShmConnection::read_records() {
 inline bool ShmConnection::take_whole(uint64_t at, uint64_t avail) {
   const uint64_t total = record_bytes(cur_.len);
   const Recv r = recvs_.front();
-  if (cur_.len > kChunk || avail < total || at + total > ring_ || cur_.len > r.capacity) return false;
-  if (cur_.len != 0) std::memcpy(r.data, in_data_ + at + kRecordHeaderBytes, cur_.len);
+  if (cur_.len > kChunkBytes || avail < total || at + total > ring_ || cur_.len > r.capacity) return false;
+  copy_bytes(r.data, in_data_ + at + kRecordHeaderBytes, cur_.len);
   head_ += total;
   ++recv_seq_;
   ++whole_read_;
   recvs_.pop_front();
   complete_ok(false, r.cookie, cur_.len);
+  return true;
+}
+
+// The usual receive (progress() calls it when nothing of ours is queued and no record is half
+// read): each record that has wholly arrived, inline, in one piece before the ring's end, with
+// the number due and a posted receive large enough, goes to that receive in one copy, as
+// take_whole takes it. The first record that is not so is left to read_records, which reads it
+// piecewise or reports what is wrong with it.
+inline bool ShmConnection::take_whole_records(uint64_t tail) {
+  const uint64_t first = head_;
+  while (!recvs_.empty() && tail - head_ >= kRecordHeaderBytes) {
+    const uint64_t at = head_ % ring_;
+    RecordHeader h;
+    std::memcpy(&h, in_data_ + at, sizeof h);  // once: the fields below are this copy's
+    const uint64_t total = record_bytes(h.len);
+    const Recv& r = recvs_.front();
+    if (h.kind != RecordKind::inline_data || h.seq != recv_seq_ || h.len > kChunkBytes || h.len > r.capacity ||
+        tail - head_ < total || at + total > ring_) {
+      break;
+    }
+    copy_bytes(r.data, in_data_ + at + kRecordHeaderBytes, h.len);
+    head_ += total;
+    ++recv_seq_;
+    ++whole_read_;
+    complete_ok(false, r.cookie, h.len);
+    recvs_.pop_front();
+  }
+  if (head_ == first) return false;
+  in_ctl_->head.store(head_, std::memory_order_release);
   return true;
 }
 
@@ -450,14 +526,22 @@ Status ShmConnection::cma_read_error(int err) {
 
 bool ShmConnection::progress() {
   if (closed_) return false;
-  // The usual look while waiting: nothing of ours to write or to see acknowledged, no record
-  // half read, nothing new in the incoming ring and the peer still there. Then nothing below
-  // would move.
-  if (sends_.empty() && acks_.empty() && !in_record_ && !peer_gone_ &&
-      in_ctl_->tail.load(std::memory_order_acquire) == head_ &&
-      header_->ends[1 - s_.self_end].closed.load(std::memory_order_acquire) == 0) {
-    ++quiet_looks_;
-    return false;
+  // The usual looks, with nothing of ours to write or to see acknowledged and no record half
+  // read. While waiting: nothing new in the incoming ring (or no receive posted for what is
+  // there) and the peer still there; then nothing below would move. When a message came:
+  // whole records go to their receives at once (take_whole_records); what they leave, the
+  // general walk below reads, a peer that closed included.
+  if (sends_.empty() && acks_.empty() && !in_record_ && !peer_gone_) {
+    const uint64_t tail = in_ctl_->tail.load(std::memory_order_acquire);
+    if (tail == head_ || recvs_.empty()) {
+      if (header_->ends[1 - s_.self_end].closed.load(std::memory_order_acquire) == 0) {
+        ++quiet_looks_;
+        return false;
+      }
+    } else if (take_whole_records(tail)) {
+      notify_peer();
+      return true;
+    }
   }
   bool changed = write_sends();
   changed = read_records() || changed;
@@ -491,9 +575,9 @@ Status ShmConnection::lost_status(const char* op) const {
 
 void ShmConnection::fail_all(const Status& st) {
   if (broken_.is_ok()) broken_ = st;
-  for (const Send& s : sends_) complete(true, s.cookie, 0, broken_);
-  for (const Send& s : acks_) complete(true, s.cookie, 0, broken_);
-  for (const Recv& r : recvs_) complete(false, r.cookie, 0, broken_);
+  for (size_t i = 0; i < sends_.size(); ++i) complete(true, sends_[i].cookie, 0, broken_);
+  for (size_t i = 0; i < acks_.size(); ++i) complete(true, acks_[i].cookie, 0, broken_);
+  for (size_t i = 0; i < recvs_.size(); ++i) complete(false, recvs_[i].cookie, 0, broken_);
   sends_.clear();
   acks_.clear();
   recvs_.clear();

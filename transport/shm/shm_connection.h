@@ -19,11 +19,11 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "transport/shm/fifo.h"
 #include "transport/shm/huge_pages.h"
 #include "transport/shm/page_collapse.h"
 #include "transport/shm/shm_layout.h"
@@ -61,6 +61,10 @@ struct ShmConnectionSetup {
 class ShmConnection final : public Connection {
  public:
   static constexpr size_t kMaxInFlight = 4096;
+  // Bytes moved between two publications of a counter: the peer starts copying the first part
+  // of a large message while the rest is still being written. A message up to this size goes
+  // into the ring, and out of it, in one piece when it fits (write_whole, take_whole).
+  static constexpr size_t kChunkBytes = 64 * 1024;
   // Two-part messages always go through the ring (no single copy from two buffers): only those
   // below the size from which a message may go single-copy.
   static constexpr size_t kMaxPartsBytes = kCmaMinBytes - 1;
@@ -144,16 +148,30 @@ class ShmConnection final : public Connection {
     uint64_t cookie;
   };
 
-  // What post_send and post_send_parts share: checks, then queues `s` (single-copy when
-  // may_copy_once and single_copy() says so) and writes it when nothing is ahead of it.
-  Status queue_send(Send s, bool may_copy_once);
+  // Whether a send of `bytes` may go straight into the ring (write_whole) without the checks and
+  // the queue of queue_send: below the single-copy size, nothing queued ahead of it, room to
+  // note it behind single-copy sends still being read, and the connection sound.
+  bool may_write_at_once(size_t bytes) const {
+    static_assert(kCmaMinBytes <= kChunkBytes, "a message below the single-copy size fits one piece");
+    return bytes < kCmaMinBytes && sends_.empty() && acks_.size() < kMaxInFlight && !closed_ && broken_.is_ok();
+  }
+  // What post_send and post_send_parts share when the message cannot go at once: checks, then
+  // queues `s` (single-copy when may_copy_once and single_copy() says so) and writes it when
+  // nothing is ahead of it.
+  Status queue_send(const Send& send, bool may_copy_once);
+  [[gnu::noinline, gnu::cold]] Status parts_too_large(size_t len) const;
   bool write_sends();
-  bool write_whole(const Send& s);
+  // A message of `len` bytes (its first head_len at head, the rest at data) as one record, when
+  // it fits in one piece now; false: nothing was written.
+  bool write_whole(const unsigned char* head, size_t head_len, const unsigned char* data, size_t len, uint64_t cookie);
   // n bytes of `s`'s message from byte `from` on, into the ring at pos.
   void copy_message(uint64_t pos, const Send& s, size_t from, size_t n);
   bool wrap_fits(uint64_t total);
   bool read_records();
   bool take_whole(uint64_t at, uint64_t avail);  // at: head_ % ring_
+  // Whole inline records, each into the next posted receive, while they have arrived (up to
+  // `tail`); true when one or more were taken (the head is then published).
+  bool take_whole_records(uint64_t tail);
   bool read_cma_piece();
   Status cma_read_error(int err);
   bool collect_acks();
@@ -176,9 +194,9 @@ class ShmConnection final : public Connection {
   UniqueFd pidfd_;
   int liveness_fd_ = -1;
 
-  std::deque<Send> sends_;  // not yet wholly in the ring, in order
-  std::deque<Send> acks_;   // wholly written, waiting for the peer's count of cma reads
-  std::deque<Recv> recvs_;
+  Fifo<Send> sends_;  // not yet wholly in the ring, in order
+  Fifo<Send> acks_;   // wholly written, waiting for the peer's count of cma reads
+  Fifo<Recv> recvs_;
   uint64_t tail_ = 0;       // our outgoing tail (we alone write it)
   uint64_t head_ = 0;       // our incoming head (we alone write it)
   uint64_t send_seq_ = 0, recv_seq_ = 0, cma_sent_ = 0;
