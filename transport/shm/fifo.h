@@ -26,7 +26,7 @@ class Fifo {
   // The i-th entry from the front (0: the front).
   const T& operator[](size_t i) const { return slots_[(head_ + i) & mask_]; }
   void push_back(const T& v) {
-    if (size() == slots_.size()) grow();
+    if (size() > mask_) grow();
     slots_[tail_++ & mask_] = v;
   }
   void pop_front() { ++head_; }
@@ -38,7 +38,7 @@ class Fifo {
     while (p < n) p <<= 1;
     return p;
   }
-  void grow() {
+  [[gnu::noinline]] void grow() {
     std::vector<T> bigger(slots_.size() * 2);
     const size_t n = size();
     for (size_t i = 0; i < n; ++i) bigger[i] = (*this)[i];

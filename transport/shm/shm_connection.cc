@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 namespace braid::transport::shm {
 
@@ -59,6 +60,7 @@ inline void copy_bytes(unsigned char* dst, const unsigned char* src, size_t n) {
 ShmConnection::ShmConnection(ShmConnectionSetup setup) : s_(std::move(setup)) {
   auto* base = static_cast<unsigned char*>(s_.segment.base());
   header_ = reinterpret_cast<SegmentHeader*>(base);
+  peer_end_ = &header_->ends[1 - s_.self_end];
   ring_ = header_->ring_bytes;
   const size_t out = static_cast<size_t>(s_.self_end), in = 1 - out;
   out_ctl_ = reinterpret_cast<RingControl*>(base + kHeaderBytes + out * kControlBytes);
@@ -79,11 +81,11 @@ std::string ShmConnection::who() const {
 }
 
 bool ShmConnection::peer_reads_us() const {
-  return header_->ends[1 - s_.self_end].cma_readable.load(std::memory_order_acquire) == kCmaYes;
+  return peer_end_->cma_readable.load(std::memory_order_acquire) == kCmaYes;
 }
 
 int ShmConnection::peer_probe_errno() const {
-  return static_cast<int>(header_->ends[1 - s_.self_end].probe_errno);
+  return static_cast<int>(peer_end_->probe_errno);
 }
 
 bool ShmConnection::single_copy(const void* data, size_t bytes) {
@@ -148,18 +150,21 @@ Status ShmConnection::post_send_parts(const void* head, size_t head_bytes, const
 }
 
 Status ShmConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
+  if (closed_ || !broken_.is_ok() || recvs_.size() >= kMaxInFlight) return refuse_recv(cookie);
+  // A message already waiting is read by the next poll, not here: an operation posts its
+  // receives before its sends, and a peer waiting for our send should not wait for this copy.
+  recvs_.push_back(Recv{static_cast<unsigned char*>(data), capacity, cookie});
+  return Status::ok();
+}
+
+// A receive that cannot be posted: refused, or failed at once on a broken connection.
+Status ShmConnection::refuse_recv(uint64_t cookie) {
   if (closed_) return invalid_argument("post_recv on a closed shm connection to " + who());
   if (!broken_.is_ok()) {
     complete(false, cookie, 0, broken_);
     return Status::ok();
   }
-  if (recvs_.size() >= kMaxInFlight) {
-    return invalid_argument("more than " + std::to_string(kMaxInFlight) + " receives outstanding from " + who());
-  }
-  // A message already waiting is read by the next poll, not here: an operation posts its
-  // receives before its sends, and a peer waiting for our send should not wait for this copy.
-  recvs_.push_back(Recv{static_cast<unsigned char*>(data), capacity, cookie});
-  return Status::ok();
+  return invalid_argument("more than " + std::to_string(kMaxInFlight) + " receives outstanding from " + who());
 }
 
 inline void ShmConnection::copy_in(uint64_t pos, const void* src, size_t n) {
@@ -194,11 +199,7 @@ void ShmConnection::complete(bool is_send, uint64_t cookie, size_t bytes, Status
 
 inline void ShmConnection::complete_ok(bool is_send, uint64_t cookie, size_t bytes) {
   if (s_.completions == nullptr) return;
-  Completion& c = s_.completions->emplace_back();  // its status is OK as made
-  c.connection = this;
-  c.cookie = cookie;
-  c.is_send = is_send;
-  c.bytes = bytes;
+  s_.completions->emplace_back(this, cookie, is_send, bytes);  // made in place, its status OK
 }
 
 inline bool ShmConnection::write_sends() {
@@ -273,16 +274,20 @@ inline bool ShmConnection::write_whole(const unsigned char* head, size_t head_le
   const uint64_t total = record_bytes(len);
   const uint64_t peer_head = out_ctl_->head.load(std::memory_order_acquire);
   if (peer_head == tail_) wrap_fits(total);
-  const uint64_t at = tail_ % ring_;
-  if (ring_ - (tail_ - peer_head) < total || at + total > ring_) return false;
-  RecordHeader h;
-  h.len = len;
-  h.kind = RecordKind::inline_data;
-  h.seq = send_seq_;
+  uint64_t at = tail_ % ring_;
+  const uint64_t room = ring_ - (tail_ - peer_head);
+  if (room < total) return false;
+  if (at + total > ring_) {
+    // It would run over the ring's end: a wrap record sends the reader to the next lap, where
+    // the record starts whole, when the room allows both (shm_layout.h).
+    if (room < ring_ - at + total) return false;
+    write_wrap();
+    at = 0;
+  }
   unsigned char* record = out_data_ + at;
-  std::memcpy(record, &h, sizeof h);
-  copy_bytes(record + sizeof h, head, head_len);
-  copy_bytes(record + sizeof h + head_len, data, len - head_len);
+  new (record) RecordHeader{.len = len, .kind = RecordKind::inline_data, .seq = send_seq_};  // stored in place
+  copy_bytes(record + kRecordHeaderBytes, head, head_len);
+  copy_bytes(record + kRecordHeaderBytes + head_len, data, len - head_len);
   tail_ += total;
   ++send_seq_;
   ++whole_written_;
@@ -304,13 +309,18 @@ inline bool ShmConnection::write_whole(const unsigned char* head, size_t head_le
 inline bool ShmConnection::wrap_fits(uint64_t total) {
   const uint64_t into_lap = tail_ % ring_;
   if (into_lap == 0 || total > into_lap) return false;
+  write_wrap();
+  return true;
+}
+
+// A wrap record at the tail (not at a lap's start), and the tail to the next lap.
+inline void ShmConnection::write_wrap() {
   RecordHeader h;
   h.len = 0;
   h.kind = RecordKind::wrap;
   h.seq = send_seq_;
   copy_in(tail_, &h, sizeof h);
   tail_ = next_lap(tail_, ring_);
-  return true;
 }
 
 inline bool ShmConnection::collect_acks() {
@@ -451,6 +461,10 @@ inline bool ShmConnection::take_whole_records(uint64_t tail) {
     RecordHeader h;
     std::memcpy(&h, in_data_ + at, sizeof h);  // once: the fields below are this copy's
     const uint64_t total = record_bytes(h.len);
+    if (h.kind == RecordKind::wrap && h.seq == recv_seq_ && at != 0) {  // the next record starts the next lap
+      head_ = next_lap(head_, ring_);
+      continue;
+    }
     const Recv& r = recvs_.front();
     if (h.kind != RecordKind::inline_data || h.seq != recv_seq_ || h.len > kChunkBytes || h.len > r.capacity ||
         tail - head_ < total || at + total > ring_) {
@@ -524,30 +538,21 @@ Status ShmConnection::cma_read_error(int err) {
                       err);
 }
 
-bool ShmConnection::progress() {
-  if (closed_) return false;
-  // The usual looks, with nothing of ours to write or to see acknowledged and no record half
-  // read. While waiting: nothing new in the incoming ring (or no receive posted for what is
-  // there) and the peer still there; then nothing below would move. When a message came:
-  // whole records go to their receives at once (take_whole_records); what they leave, the
-  // general walk below reads, a peer that closed included.
-  if (sends_.empty() && acks_.empty() && !in_record_ && !peer_gone_) {
-    const uint64_t tail = in_ctl_->tail.load(std::memory_order_acquire);
-    if (tail == head_ || recvs_.empty()) {
-      if (header_->ends[1 - s_.self_end].closed.load(std::memory_order_acquire) == 0) {
-        ++quiet_looks_;
-        return false;
-      }
-    } else if (take_whole_records(tail)) {
-      notify_peer();
-      return true;
-    }
+// Past progress()'s first look: a message came, or something of ours is under way, or the peer
+// closed. The usual case, a message came while nothing of ours is under way: whole records go
+// to their receives at once (take_whole_records). What they leave, the general walk below
+// reads, a peer that closed included.
+bool ShmConnection::progress_moved() {
+  if (sends_.empty() && acks_.empty() && !in_record_ && !peer_gone_ && !recvs_.empty() &&
+      take_whole_records(in_ctl_->tail.load(std::memory_order_acquire))) {
+    notify_peer();
+    return true;
   }
   bool changed = write_sends();
   changed = read_records() || changed;
   changed = collect_acks() || changed;
   if (changed) notify_peer();
-  if (!peer_gone_ && header_->ends[1 - s_.self_end].closed.load(std::memory_order_acquire) != 0) {
+  if (!peer_gone_ && peer_end_->closed.load(std::memory_order_acquire) != 0) {
     peer_gone_ = true;
     read_records();  // what it wrote before it closed is still delivered
   }
@@ -565,7 +570,7 @@ void ShmConnection::peer_exited() {
 }
 
 Status ShmConnection::lost_status(const char* op) const {
-  const bool closed = header_->ends[1 - s_.self_end].closed.load(std::memory_order_acquire) != 0;
+  const bool closed = peer_end_->closed.load(std::memory_order_acquire) != 0;
   return peer_lost(std::string(op) + " on rank " + std::to_string(s_.self_rank) + " with " + who() + ": " +
                    (closed ? "the peer closed its connection (its communicator was destroyed or aborted)"
                            : "the peer process exited (killed or crashed)") +
@@ -586,7 +591,7 @@ void ShmConnection::fail_all(const Status& st) {
 inline void ShmConnection::notify_peer() {
   // Pairs with the fence in set_sleeping: either the sleeper sees our counters, or we its flag.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (header_->ends[1 - s_.self_end].sleeping.load(std::memory_order_relaxed) == 0) return;
+  if (peer_end_->sleeping.load(std::memory_order_relaxed) == 0) return;
   const uint64_t one = 1;
   ssize_t n = ::write(s_.peer_eventfd.get(), &one, sizeof one);
   (void)n;  // EAGAIN: the counter is already huge, so the peer is awake anyway
@@ -613,7 +618,7 @@ void ShmConnection::close() {
 // owner's, read only before close(), after which other threads may ask.
 bool ShmConnection::peer_ended() const {
   if (!closed_ && peer_gone_) return true;
-  if (header_->ends[1 - s_.self_end].closed.load(std::memory_order_acquire) != 0) return true;
+  if (peer_end_->closed.load(std::memory_order_acquire) != 0) return true;
   pollfd p{liveness_fd_, POLLIN, 0};
   return liveness_fd_ >= 0 && ::poll(&p, 1, 0) == 1;
 }

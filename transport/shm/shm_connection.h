@@ -88,7 +88,19 @@ class ShmConnection final : public Connection {
   }
 
   // For the transport's poll: moves what can move; true when any counter or operation changed.
-  bool progress();
+  // The usual look while waiting is here, inline in the poll's loop: nothing of ours to write
+  // or to see acknowledged, no record half read, nothing new in the incoming ring (or no
+  // receive posted for what is there) and the peer still there. Then nothing would move.
+  bool progress() {
+    if (closed_) return false;
+    if (sends_.empty() && acks_.empty() && !in_record_ && !peer_gone_ &&
+        (in_ctl_->tail.load(std::memory_order_acquire) == head_ || recvs_.empty()) &&
+        peer_end_->closed.load(std::memory_order_acquire) == 0) {
+      ++quiet_looks_;
+      return false;
+    }
+    return progress_moved();
+  }
   // Whether the peer may read our memory (so large sends go single-copy), as it found at setup.
   bool peer_reads_us() const;
   // Why the peer could not read our memory at setup (an errno of process_vm_readv), or 0.
@@ -116,7 +128,7 @@ class ShmConnection final : public Connection {
   bool peer_on_cpu(uint32_t cpu_plus_one) {
     std::atomic<uint32_t>& mine = header_->ends[s_.self_end].on_cpu;
     if (mine.load(std::memory_order_relaxed) != cpu_plus_one) mine.store(cpu_plus_one, std::memory_order_relaxed);
-    return header_->ends[1 - s_.self_end].on_cpu.load(std::memory_order_relaxed) == cpu_plus_one;
+    return peer_end_->on_cpu.load(std::memory_order_relaxed) == cpu_plus_one;
   }
   bool idle() const { return sends_.empty() && acks_.empty() && recvs_.empty(); }
   // A single-copy message is partly read: the next progress() reads on, so do not sleep.
@@ -159,7 +171,9 @@ class ShmConnection final : public Connection {
   // queues `s` (single-copy when may_copy_once and single_copy() says so) and writes it when
   // nothing is ahead of it.
   Status queue_send(const Send& send, bool may_copy_once);
+  // The rare answers, out of line so that the usual paths carry none of their code.
   [[gnu::noinline, gnu::cold]] Status parts_too_large(size_t len) const;
+  [[gnu::noinline, gnu::cold]] Status refuse_recv(uint64_t cookie);
   bool write_sends();
   // A message of `len` bytes (its first head_len at head, the rest at data) as one record, when
   // it fits in one piece now; false: nothing was written.
@@ -167,6 +181,8 @@ class ShmConnection final : public Connection {
   // n bytes of `s`'s message from byte `from` on, into the ring at pos.
   void copy_message(uint64_t pos, const Send& s, size_t from, size_t n);
   bool wrap_fits(uint64_t total);
+  void write_wrap();
+  bool progress_moved();  // progress() past its first look
   bool read_records();
   bool take_whole(uint64_t at, uint64_t avail);  // at: head_ % ring_
   // Whole inline records, each into the next posted receive, while they have arrived (up to
@@ -186,6 +202,7 @@ class ShmConnection final : public Connection {
 
   ShmConnectionSetup s_;
   SegmentHeader* header_ = nullptr;
+  Endpoint* peer_end_ = nullptr;  // the peer's flags in the segment's header
   RingControl* out_ctl_ = nullptr;
   RingControl* in_ctl_ = nullptr;
   unsigned char* out_data_ = nullptr;

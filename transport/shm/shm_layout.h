@@ -25,7 +25,11 @@
 // the first lines of the ring, which both caches still hold, instead of walking through all of
 // it: a line written again soon after the peer read it moves between the two CPUs cheaply, one
 // not touched for a whole lap has to be fetched from further away first (docs/performance.md,
-// "The steady cost of a small operation").
+// "The steady cost of a small operation"). The producer also writes one where a record it writes
+// whole (a message of up to 64 KiB with nothing queued ahead) would run over the ring's end and
+// the ring has room for the skipped bytes too: such a record then starts the next lap whole, and
+// the reader takes it in one copy. Other records (larger messages, sends queued behind a full
+// ring) may run over the end, in two pieces.
 //
 //   RecordHeader   offset size field
 //                  0      8    len   the message's bytes
