@@ -548,6 +548,7 @@ bool ShmConnection::progress_moved() {
     notify_peer();
     return true;
   }
+  ++walks_;
   bool changed = write_sends();
   changed = read_records() || changed;
   changed = collect_acks() || changed;

@@ -116,6 +116,9 @@ class ShmConnection final : public Connection {
   uint64_t whole_read() const { return whole_read_; }
   // progress() calls that found nothing to do at a glance (tests read it).
   uint64_t quiet_looks() const { return quiet_looks_; }
+  // progress() calls that went on to the general walk (write_sends, read_records), past the
+  // whole-record path (tests read it).
+  uint64_t walks() const { return walks_; }
   // Where in its lap of the outgoing ring the next record goes (tests read it).
   uint64_t lap_offset() const { return tail_ % ring_; }
   // The descriptor that becomes readable when the peer exits (pidfd or socket).
@@ -217,7 +220,7 @@ class ShmConnection final : public Connection {
   uint64_t tail_ = 0;       // our outgoing tail (we alone write it)
   uint64_t head_ = 0;       // our incoming head (we alone write it)
   uint64_t send_seq_ = 0, recv_seq_ = 0, cma_sent_ = 0;
-  uint64_t whole_written_ = 0, whole_read_ = 0, quiet_looks_ = 0;
+  uint64_t whole_written_ = 0, whole_read_ = 0, quiet_looks_ = 0, walks_ = 0;
   // The record being read: its header and how many of its bytes were consumed.
   bool in_record_ = false;
   bool recv_done_ = false;  // its receive already completed (only padding is left)
