@@ -25,8 +25,9 @@ class Fifo {
   const T& front() const { return slots_[head_ & mask_]; }
   // The i-th entry from the front (0: the front).
   const T& operator[](size_t i) const { return slots_[(head_ + i) & mask_]; }
+  bool full() const { return size() > mask_; }  // the next push_back grows the array
   void push_back(const T& v) {
-    if (size() > mask_) grow();
+    if (full()) grow();
     slots_[tail_++ & mask_] = v;
   }
   void pop_front() { ++head_; }

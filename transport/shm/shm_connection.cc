@@ -24,34 +24,6 @@ int open_pidfd(pid_t pid) {
 #endif
 }
 
-// Copies n bytes; up to 128 without a call into libc, in a few loads and stores that may
-// overlap (a small message's header and payload: a call and its size dispatch would cost more
-// than the copy).
-inline void copy_bytes(unsigned char* dst, const unsigned char* src, size_t n) {
-  if (n > 128) {
-    std::memcpy(dst, src, n);
-  } else if (n > 64) {
-    std::memcpy(dst, src, 64);
-    std::memcpy(dst + n - 64, src + n - 64, 64);
-  } else if (n > 32) {
-    std::memcpy(dst, src, 32);
-    std::memcpy(dst + n - 32, src + n - 32, 32);
-  } else if (n >= 16) {
-    std::memcpy(dst, src, 16);
-    std::memcpy(dst + n - 16, src + n - 16, 16);
-  } else if (n >= 8) {
-    std::memcpy(dst, src, 8);
-    std::memcpy(dst + n - 8, src + n - 8, 8);
-  } else if (n >= 4) {
-    std::memcpy(dst, src, 4);
-    std::memcpy(dst + n - 4, src + n - 4, 4);
-  } else if (n > 0) {
-    dst[0] = src[0];
-    dst[n / 2] = src[n / 2];
-    dst[n - 1] = src[n - 1];
-  }
-}
-
 }  // namespace
 
 // The helpers of the send and poll paths are `inline`: private and used in this file only, they
@@ -116,14 +88,25 @@ Status ShmConnection::queue_send(const Send& send, bool may_copy_once) {
   return Status::ok();
 }
 
-// The usual small message goes straight into the ring when it fits there now (may_write_at_once,
-// write_whole): no Send is made or queued. Otherwise queue_send takes it.
-Status ShmConnection::post_send(const void* data, size_t bytes, uint64_t cookie) {
-  const auto* bytes_at = static_cast<const unsigned char*>(data);
-  if (may_write_at_once(bytes) && write_whole(nullptr, 0, bytes_at, bytes, cookie)) {
+// The usual small message (below the single-copy size) goes straight into the ring when it fits
+// there now (may_write_at_once, write_whole): no Send is made or queued. Otherwise queue_send
+// takes it. post_send and post_send_parts hand it over as their last act, so that their own
+// part costs a few instructions and a jump.
+Status ShmConnection::send_small(const unsigned char* head, size_t head_len, const unsigned char* data, size_t len,
+                                 uint64_t cookie) {
+  if (may_write_at_once(len) && write_whole(head, head_len, data, len, cookie)) {
     notify_peer();
     return Status::ok();
   }
+  Send s{data, len, cookie, /*cma=*/false};
+  s.head = head;
+  s.head_len = head_len;
+  return queue_send(s, false);
+}
+
+Status ShmConnection::post_send(const void* data, size_t bytes, uint64_t cookie) {
+  const auto* bytes_at = static_cast<const unsigned char*>(data);
+  if (bytes < kCmaMinBytes) return send_small(nullptr, 0, bytes_at, bytes, cookie);
   return queue_send(Send{bytes_at, bytes, cookie, /*cma=*/false}, true);
 }
 
@@ -137,34 +120,32 @@ Status ShmConnection::post_send_parts(const void* head, size_t head_bytes, const
                                       uint64_t cookie) {
   const size_t len = head_bytes + bytes;
   if (len > kMaxPartsBytes) return parts_too_large(len);
-  const auto* head_at = static_cast<const unsigned char*>(head);
-  const auto* data_at = static_cast<const unsigned char*>(data);
-  if (may_write_at_once(len) && write_whole(head_at, head_bytes, data_at, len, cookie)) {
-    notify_peer();
-    return Status::ok();
-  }
-  Send s{data_at, len, cookie, /*cma=*/false};
-  s.head = head_at;
-  s.head_len = head_bytes;
-  return queue_send(s, false);
+  return send_small(static_cast<const unsigned char*>(head), head_bytes, static_cast<const unsigned char*>(data), len,
+                    cookie);
 }
 
+// A message already waiting is read by the next poll, not here: an operation posts its receives
+// before its sends, and a peer waiting for our send should not wait for this copy.
 Status ShmConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
-  if (closed_ || !broken_.is_ok() || recvs_.size() >= kMaxInFlight) return refuse_recv(cookie);
-  // A message already waiting is read by the next poll, not here: an operation posts its
-  // receives before its sends, and a peer waiting for our send should not wait for this copy.
+  if (closed_ || !broken_.is_ok() || recvs_.size() >= kMaxInFlight || recvs_.full()) {
+    return post_recv_rarely(data, capacity, cookie);  // the usual path then calls nothing
+  }
   recvs_.push_back(Recv{static_cast<unsigned char*>(data), capacity, cookie});
   return Status::ok();
 }
 
-// A receive that cannot be posted: refused, or failed at once on a broken connection.
-Status ShmConnection::refuse_recv(uint64_t cookie) {
+// A receive refused, failed at once on a broken connection, or queued where the queue grows.
+Status ShmConnection::post_recv_rarely(void* data, size_t capacity, uint64_t cookie) {
   if (closed_) return invalid_argument("post_recv on a closed shm connection to " + who());
   if (!broken_.is_ok()) {
     complete(false, cookie, 0, broken_);
     return Status::ok();
   }
-  return invalid_argument("more than " + std::to_string(kMaxInFlight) + " receives outstanding from " + who());
+  if (recvs_.size() >= kMaxInFlight) {
+    return invalid_argument("more than " + std::to_string(kMaxInFlight) + " receives outstanding from " + who());
+  }
+  recvs_.push_back(Recv{static_cast<unsigned char*>(data), capacity, cookie});
+  return Status::ok();
 }
 
 inline void ShmConnection::copy_in(uint64_t pos, const void* src, size_t n) {
@@ -195,11 +176,6 @@ inline void ShmConnection::copy_out(uint64_t pos, void* dst, size_t n) const {
 void ShmConnection::complete(bool is_send, uint64_t cookie, size_t bytes, Status st) {
   if (s_.completions == nullptr) return;  // detached: nobody polls any more
   s_.completions->emplace_back(this, cookie, is_send, bytes, std::move(st));
-}
-
-inline void ShmConnection::complete_ok(bool is_send, uint64_t cookie, size_t bytes) {
-  if (s_.completions == nullptr) return;
-  s_.completions->emplace_back(this, cookie, is_send, bytes);  // made in place, its status OK
 }
 
 inline bool ShmConnection::write_sends() {
@@ -268,20 +244,23 @@ inline bool ShmConnection::write_sends() {
 // in one piece before the ring's end, so it is written at once, without a queue entry or the
 // piecewise walk of write_sends (whose records it writes byte for byte alike). false: nothing
 // was written, write_sends takes it.
-inline bool ShmConnection::write_whole(const unsigned char* head, size_t head_len, const unsigned char* data,
-                                       size_t len, uint64_t cookie) {
+[[gnu::always_inline]] inline bool ShmConnection::write_whole(const unsigned char* head, size_t head_len,
+                                                               const unsigned char* data, size_t len, uint64_t cookie) {
   if (len > kChunkBytes) return false;  // larger ones are published piece by piece
   const uint64_t total = record_bytes(len);
   const uint64_t peer_head = out_ctl_->head.load(std::memory_order_acquire);
-  if (peer_head == tail_) wrap_fits(total);
   uint64_t at = tail_ % ring_;
+  if (peer_head == tail_ && at != 0 && 2 * total <= at) {  // as wrap_fits
+    write_wrap(at);
+    at = 0;
+  }
   const uint64_t room = ring_ - (tail_ - peer_head);
   if (room < total) return false;
   if (at + total > ring_) {
     // It would run over the ring's end: a wrap record sends the reader to the next lap, where
     // the record starts whole, when the room allows both (shm_layout.h).
     if (room < ring_ - at + total) return false;
-    write_wrap();
+    write_wrap(at);
     at = 0;
   }
   unsigned char* record = out_data_ + at;
@@ -304,23 +283,23 @@ inline bool ShmConnection::write_whole(const unsigned char* head, size_t head_le
   return true;
 }
 
-// With the ring empty, a record of `total` bytes that fits in the part of this lap already read
-// goes to the start of the next one (shm_layout.h): a wrap record here says so to the reader.
+// With the ring empty, a record of `total` bytes that fits twice in the part of this lap already
+// read goes to the start of the next one (shm_layout.h): a wrap record here says so to the
+// reader. Twice: until the reader passes the wrap record, what follows has only the rest of that
+// part, and a message sent right behind this one should find room there.
 inline bool ShmConnection::wrap_fits(uint64_t total) {
   const uint64_t into_lap = tail_ % ring_;
-  if (into_lap == 0 || total > into_lap) return false;
-  write_wrap();
+  if (into_lap == 0 || 2 * total > into_lap) return false;
+  write_wrap(into_lap);
   return true;
 }
 
-// A wrap record at the tail (not at a lap's start), and the tail to the next lap.
-inline void ShmConnection::write_wrap() {
-  RecordHeader h;
-  h.len = 0;
-  h.kind = RecordKind::wrap;
-  h.seq = send_seq_;
-  copy_in(tail_, &h, sizeof h);
-  tail_ = next_lap(tail_, ring_);
+// A wrap record at the tail, `at` (tail_ % ring_, not 0) into its lap, and the tail to the next
+// lap. A record starts on a kRecordAlign boundary of a ring that is a multiple of it, so the
+// wrap record's header fits before the ring's end.
+inline void ShmConnection::write_wrap(uint64_t at) {
+  new (out_data_ + at) RecordHeader{.len = 0, .kind = RecordKind::wrap, .seq = send_seq_};
+  tail_ += ring_ - at;
 }
 
 inline bool ShmConnection::collect_acks() {
@@ -449,39 +428,6 @@ inline bool ShmConnection::take_whole(uint64_t at, uint64_t avail) {
   return true;
 }
 
-// The usual receive (progress() calls it when nothing of ours is queued and no record is half
-// read): each record that has wholly arrived, inline, in one piece before the ring's end, with
-// the number due and a posted receive large enough, goes to that receive in one copy, as
-// take_whole takes it. The first record that is not so is left to read_records, which reads it
-// piecewise or reports what is wrong with it.
-inline bool ShmConnection::take_whole_records(uint64_t tail) {
-  const uint64_t first = head_;
-  while (!recvs_.empty() && tail - head_ >= kRecordHeaderBytes) {
-    const uint64_t at = head_ % ring_;
-    RecordHeader h;
-    std::memcpy(&h, in_data_ + at, sizeof h);  // once: the fields below are this copy's
-    const uint64_t total = record_bytes(h.len);
-    if (h.kind == RecordKind::wrap && h.seq == recv_seq_ && at != 0) {  // the next record starts the next lap
-      head_ = next_lap(head_, ring_);
-      continue;
-    }
-    const Recv& r = recvs_.front();
-    if (h.kind != RecordKind::inline_data || h.seq != recv_seq_ || h.len > kChunkBytes || h.len > r.capacity ||
-        tail - head_ < total || at + total > ring_) {
-      break;
-    }
-    copy_bytes(r.data, in_data_ + at + kRecordHeaderBytes, h.len);
-    head_ += total;
-    ++recv_seq_;
-    ++whole_read_;
-    complete_ok(false, r.cookie, h.len);
-    recvs_.pop_front();
-  }
-  if (head_ == first) return false;
-  in_ctl_->head.store(head_, std::memory_order_release);
-  return true;
-}
-
 // Reads the next piece of the cma record being read; true once the message is done (its
 // receive completed, successfully or not). The peer's send completes when it sees cma_done.
 bool ShmConnection::read_cma_piece() {
@@ -538,16 +484,10 @@ Status ShmConnection::cma_read_error(int err) {
                       err);
 }
 
-// Past progress()'s first look: a message came, or something of ours is under way, or the peer
-// closed. The usual case, a message came while nothing of ours is under way: whole records go
-// to their receives at once (take_whole_records). What they leave, the general walk below
-// reads, a peer that closed included.
-bool ShmConnection::progress_moved() {
-  if (sends_.empty() && acks_.empty() && !in_record_ && !peer_gone_ && !recvs_.empty() &&
-      take_whole_records(in_ctl_->tail.load(std::memory_order_acquire))) {
-    notify_peer();
-    return true;
-  }
+// progress() past its first look and the whole-record path: the general walk, which writes
+// what is queued, reads records piecewise, collects single-copy acknowledgements and notices a
+// peer that closed.
+bool ShmConnection::walk() {
   ++walks_;
   bool changed = write_sends();
   changed = read_records() || changed;
@@ -589,10 +529,7 @@ void ShmConnection::fail_all(const Status& st) {
   recvs_.clear();
 }
 
-inline void ShmConnection::notify_peer() {
-  // Pairs with the fence in set_sleeping: either the sleeper sees our counters, or we its flag.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (peer_end_->sleeping.load(std::memory_order_relaxed) == 0) return;
+void ShmConnection::wake_peer() {
   const uint64_t one = 1;
   ssize_t n = ::write(s_.peer_eventfd.get(), &one, sizeof one);
   (void)n;  // EAGAIN: the counter is already huge, so the peer is awake anyway

@@ -19,6 +19,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "transport/shm/page_collapse.h"
 #include "transport/shm/shm_layout.h"
 #include "transport/shm/shm_setup.h"
+#include "transport/shm/small_copy.h"
 #include "transport/transport.h"
 
 namespace braid::transport::shm {
@@ -88,18 +90,27 @@ class ShmConnection final : public Connection {
   }
 
   // For the transport's poll: moves what can move; true when any counter or operation changed.
-  // The usual look while waiting is here, inline in the poll's loop: nothing of ours to write
-  // or to see acknowledged, no record half read, nothing new in the incoming ring (or no
-  // receive posted for what is there) and the peer still there. Then nothing would move.
+  // Inline, so that the transport's poll runs its usual cases without a call: the look while
+  // waiting (nothing of ours to write or to see acknowledged, no record half read, the peer
+  // still there, and nothing new in the incoming ring or no receive posted for what is there:
+  // nothing would move), and a message that came while nothing of ours is under way, whose
+  // whole records go to their receives at once (take_whole_records). What they leave, the
+  // general walk reads, a peer that closed included.
   bool progress() {
     if (closed_) return false;
     if (sends_.empty() && acks_.empty() && !in_record_ && !peer_gone_ &&
-        (in_ctl_->tail.load(std::memory_order_acquire) == head_ || recvs_.empty()) &&
         peer_end_->closed.load(std::memory_order_acquire) == 0) {
-      ++quiet_looks_;
-      return false;
+      const uint64_t tail = in_ctl_->tail.load(std::memory_order_acquire);
+      if (tail == head_ || recvs_.empty()) {
+        ++quiet_looks_;
+        return false;
+      }
+      if (take_whole_records(tail)) {
+        notify_peer();
+        return true;
+      }
     }
-    return progress_moved();
+    return walk();
   }
   // Whether the peer may read our memory (so large sends go single-copy), as it found at setup.
   bool peer_reads_us() const;
@@ -116,8 +127,8 @@ class ShmConnection final : public Connection {
   uint64_t whole_read() const { return whole_read_; }
   // progress() calls that found nothing to do at a glance (tests read it).
   uint64_t quiet_looks() const { return quiet_looks_; }
-  // progress() calls that went on to the general walk (write_sends, read_records), past the
-  // whole-record path (tests read it).
+  // progress() calls that went on to the general walk (walk(): write_sends, read_records), past
+  // its first look and the whole-record path (tests read it).
   uint64_t walks() const { return walks_; }
   // Where in its lap of the outgoing ring the next record goes (tests read it).
   uint64_t lap_offset() const { return tail_ % ring_; }
@@ -174,9 +185,11 @@ class ShmConnection final : public Connection {
   // queues `s` (single-copy when may_copy_once and single_copy() says so) and writes it when
   // nothing is ahead of it.
   Status queue_send(const Send& send, bool may_copy_once);
+  [[gnu::noinline]] Status send_small(const unsigned char* head, size_t head_len, const unsigned char* data, size_t len,
+                                      uint64_t cookie);
   // The rare answers, out of line so that the usual paths carry none of their code.
   [[gnu::noinline, gnu::cold]] Status parts_too_large(size_t len) const;
-  [[gnu::noinline, gnu::cold]] Status refuse_recv(uint64_t cookie);
+  [[gnu::noinline, gnu::cold]] Status post_recv_rarely(void* data, size_t capacity, uint64_t cookie);
   bool write_sends();
   // A message of `len` bytes (its first head_len at head, the rest at data) as one record, when
   // it fits in one piece now; false: nothing was written.
@@ -184,8 +197,8 @@ class ShmConnection final : public Connection {
   // n bytes of `s`'s message from byte `from` on, into the ring at pos.
   void copy_message(uint64_t pos, const Send& s, size_t from, size_t n);
   bool wrap_fits(uint64_t total);
-  void write_wrap();
-  bool progress_moved();  // progress() past its first look
+  void write_wrap(uint64_t at);
+  bool walk();
   bool read_records();
   bool take_whole(uint64_t at, uint64_t avail);  // at: head_ % ring_
   // Whole inline records, each into the next posted receive, while they have arrived (up to
@@ -200,6 +213,7 @@ class ShmConnection final : public Connection {
   void complete_ok(bool is_send, uint64_t cookie, size_t bytes);  // the usual one: no Status passed along
   void fail_all(const Status& st);
   void notify_peer();
+  void wake_peer();  // writes the sleeping peer's eventfd
   std::string who() const;  // "rank 0 from/to rank 1 (pid 123, shm:...)"
   Status lost_status(const char* op) const;
 
@@ -231,5 +245,49 @@ class ShmConnection final : public Connection {
   bool peer_gone_ = false;
   Status broken_;  // set once the connection failed; later posts fail with it
 };
+
+// The usual receive (progress() calls it when nothing of ours is queued and no record is half
+// read): each record that has wholly arrived, inline, in one piece before the ring's end, with
+// the number due and a posted receive large enough, goes to that receive in one copy, as
+// take_whole takes it; a wrap record sends it on to the next lap. The first record that is not
+// so is left to read_records, which reads it piecewise or reports what is wrong with it.
+[[gnu::always_inline]] inline bool ShmConnection::take_whole_records(uint64_t tail) {
+  const uint64_t first = head_;
+  while (!recvs_.empty() && tail - head_ >= kRecordHeaderBytes) {
+    const uint64_t at = head_ % ring_;
+    RecordHeader h;
+    std::memcpy(&h, in_data_ + at, sizeof h);  // once: the fields below are this copy's
+    if (h.kind == RecordKind::wrap && h.seq == recv_seq_ && at != 0) {  // the next record starts the next lap
+      head_ += ring_ - at;
+      continue;
+    }
+    const uint64_t total = record_bytes(h.len);
+    const Recv& r = recvs_.front();
+    if (h.kind != RecordKind::inline_data || h.seq != recv_seq_ || h.len > kChunkBytes || h.len > r.capacity ||
+        tail - head_ < total || at + total > ring_) {
+      break;
+    }
+    copy_bytes(r.data, in_data_ + at + kRecordHeaderBytes, h.len);
+    head_ += total;
+    ++recv_seq_;
+    ++whole_read_;
+    complete_ok(false, r.cookie, h.len);
+    recvs_.pop_front();
+  }
+  if (head_ == first) return false;
+  in_ctl_->head.store(head_, std::memory_order_release);
+  return true;
+}
+
+inline void ShmConnection::complete_ok(bool is_send, uint64_t cookie, size_t bytes) {
+  if (s_.completions == nullptr) return;
+  s_.completions->emplace_back(this, cookie, is_send, bytes);  // made in place, its status OK
+}
+
+inline void ShmConnection::notify_peer() {
+  // Pairs with the fence in set_sleeping: either the sleeper sees our counters, or we its flag.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (peer_end_->sleeping.load(std::memory_order_relaxed) != 0) wake_peer();
+}
 
 }  // namespace braid::transport::shm

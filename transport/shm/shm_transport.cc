@@ -346,7 +346,7 @@ bool ShmTransport::peer_on_this_cpu() {
 }
 
 // inline: used in this file only, so poll() calls it directly (not through the PLT).
-inline bool ShmTransport::progress_all() {
+[[gnu::always_inline]] inline bool ShmTransport::progress_all() {
   bool changed = false;
   for (ShmConnection* c : connections_) changed = c->progress() || changed;
   return changed;

@@ -93,6 +93,38 @@ TEST(ShmWholePath, OneMessageAtATimeIsTakenWithoutTheGeneralWalk) {
   EXPECT_EQ(receiver.walks(), walks) << "messages one at a time went through the general walk";
 }
 
+// Two small messages sent one right behind the other, after the reader emptied the ring: the
+// first may go back to the start of the ring (a wrap record), and must leave room there for the
+// second, which the reader has not made yet (it has not passed the wrap record). Both go whole,
+// none is queued, and both arrive in order.
+TEST(ShmWholePath, TwoSmallMessagesInARowBothGoWholeAfterTheRingEmptied) {
+  Link link;
+  join(link, size_t{64} << 10);
+  shm::ShmConnection& sender = shm_end(link.cb);
+  std::vector<unsigned char> one(100), two(8), in_one(one.size()), in_two(two.size());
+  for (size_t round = 0; round < 20; ++round) {
+    fill(one, 2 * round);
+    fill(two, 2 * round + 1);
+    ASSERT_TRUE(link.ca->post_recv(in_one.data(), in_one.size(), 1).is_ok());
+    ASSERT_TRUE(link.cb->post_send(one.data(), one.size(), 1).is_ok());  // read at once: the ring empties
+    ASSERT_TRUE(link.drive([&] { return link.done_a.size() == 1; }));
+    link.done_a.clear();
+    const uint64_t whole = sender.whole_written();
+    ASSERT_TRUE(link.cb->post_send(one.data(), one.size(), 2).is_ok());
+    ASSERT_TRUE(link.cb->post_send(two.data(), two.size(), 3).is_ok());
+    EXPECT_EQ(sender.whole_written(), whole + 2) << "round " << round << ": the second message was queued";
+    ASSERT_TRUE(link.ca->post_recv(in_one.data(), in_one.size(), 4).is_ok());
+    ASSERT_TRUE(link.ca->post_recv(in_two.data(), in_two.size(), 5).is_ok());
+    ASSERT_TRUE(link.drive([&] { return link.done_a.size() == 2 && link.done_b.size() == 3; }));
+    EXPECT_EQ(link.done_a[0].cookie, 4u);
+    EXPECT_EQ(link.done_a[1].cookie, 5u);
+    EXPECT_TRUE(check(in_one.data(), one.size(), 2 * round));
+    EXPECT_TRUE(check(in_two.data(), two.size(), 2 * round + 1));
+    link.done_a.clear();
+    link.done_b.clear();
+  }
+}
+
 // Small messages that find the ring not empty walk through it (the reader here stays one message
 // behind). One whose record would run over the ring's end goes whole to the start of the next
 // lap, behind a wrap record, so that both ends move every one in one piece; all arrive in order.
