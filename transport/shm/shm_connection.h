@@ -18,6 +18,7 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -255,23 +256,28 @@ class ShmConnection final : public Connection {
   const uint64_t first = head_;
   while (!recvs_.empty() && tail - head_ >= kRecordHeaderBytes) {
     const uint64_t at = head_ % ring_;
-    RecordHeader h;
-    std::memcpy(&h, in_data_ + at, sizeof h);  // once: the fields below are this copy's
-    if (h.kind == RecordKind::wrap && h.seq == recv_seq_ && at != 0) {  // the next record starts the next lap
+    // Each field read once (the peer could change the bytes meanwhile); checked before use.
+    const unsigned char* record = in_data_ + at;
+    uint64_t len, seq;
+    RecordKind kind;
+    std::memcpy(&len, record + offsetof(RecordHeader, len), sizeof len);
+    std::memcpy(&kind, record + offsetof(RecordHeader, kind), sizeof kind);
+    std::memcpy(&seq, record + offsetof(RecordHeader, seq), sizeof seq);
+    if (kind == RecordKind::wrap && seq == recv_seq_ && at != 0) {  // the next record starts the next lap
       head_ += ring_ - at;
       continue;
     }
-    const uint64_t total = record_bytes(h.len);
+    const uint64_t total = record_bytes(len);
     const Recv& r = recvs_.front();
-    if (h.kind != RecordKind::inline_data || h.seq != recv_seq_ || h.len > kChunkBytes || h.len > r.capacity ||
+    if (kind != RecordKind::inline_data || seq != recv_seq_ || len > kChunkBytes || len > r.capacity ||
         tail - head_ < total || at + total > ring_) {
       break;
     }
-    copy_bytes(r.data, in_data_ + at + kRecordHeaderBytes, h.len);
+    copy_bytes(r.data, record + kRecordHeaderBytes, len);
     head_ += total;
     ++recv_seq_;
     ++whole_read_;
-    complete_ok(false, r.cookie, h.len);
+    complete_ok(false, r.cookie, len);
     recvs_.pop_front();
   }
   if (head_ == first) return false;
