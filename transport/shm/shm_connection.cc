@@ -175,7 +175,7 @@ inline void ShmConnection::copy_out(uint64_t pos, void* dst, size_t n) const {
 
 void ShmConnection::complete(bool is_send, uint64_t cookie, size_t bytes, Status st) {
   if (s_.completions == nullptr) return;  // detached: nobody polls any more
-  s_.completions->emplace_back(this, cookie, is_send, bytes, std::move(st));
+  s_.completions->push_back(Completion{this, cookie, is_send, bytes, std::move(st)});
 }
 
 inline bool ShmConnection::write_sends() {
@@ -241,9 +241,10 @@ inline bool ShmConnection::write_sends() {
 }
 
 // The usual small send, with nothing queued ahead of it: its whole record fits in the ring now,
-// in one piece before the ring's end, so it is written at once, without a queue entry or the
-// piecewise walk of write_sends (whose records it writes byte for byte alike). false: nothing
-// was written, write_sends takes it.
+// in one piece (sent to the next lap by a wrap record where it would run over the ring's end),
+// so it is written at once, without a queue entry or the piecewise walk of write_sends (whose
+// records it writes byte for byte alike). false: nothing was written, write_sends takes it.
+// Always inline: send_small's frame holds it, and queue_send, which also tries it, is rare.
 [[gnu::always_inline]] inline bool ShmConnection::write_whole(const unsigned char* head, size_t head_len,
                                                                const unsigned char* data, size_t len, uint64_t cookie) {
   if (len > kChunkBytes) return false;  // larger ones are published piece by piece

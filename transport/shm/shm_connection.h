@@ -186,6 +186,8 @@ class ShmConnection final : public Connection {
   // queues `s` (single-copy when may_copy_once and single_copy() says so) and writes it when
   // nothing is ahead of it.
   Status queue_send(const Send& send, bool may_copy_once);
+  // A message below the single-copy size, straight into the ring when it may (write_whole),
+  // else through queue_send. Out of line: post_send and post_send_parts end in a call to it.
   [[gnu::noinline]] Status send_small(const unsigned char* head, size_t head_len, const unsigned char* data, size_t len,
                                       uint64_t cookie);
   // The rare answers, out of line so that the usual paths carry none of their code.
@@ -251,7 +253,9 @@ class ShmConnection final : public Connection {
 // read): each record that has wholly arrived, inline, in one piece before the ring's end, with
 // the number due and a posted receive large enough, goes to that receive in one copy, as
 // take_whole takes it; a wrap record sends it on to the next lap. The first record that is not
-// so is left to read_records, which reads it piecewise or reports what is wrong with it.
+// so is left to read_records, which reads it piecewise or reports what is wrong with it. Always
+// inline: the transport's poll loop runs it without a call (used in several places, it would
+// otherwise be kept out of line).
 [[gnu::always_inline]] inline bool ShmConnection::take_whole_records(uint64_t tail) {
   const uint64_t first = head_;
   while (!recvs_.empty() && tail - head_ >= kRecordHeaderBytes) {
@@ -287,7 +291,7 @@ class ShmConnection final : public Connection {
 
 inline void ShmConnection::complete_ok(bool is_send, uint64_t cookie, size_t bytes) {
   if (s_.completions == nullptr) return;
-  s_.completions->emplace_back(this, cookie, is_send, bytes);  // made in place, its status OK
+  s_.completions->push_back(Completion{this, cookie, is_send, bytes, Status()});
 }
 
 inline void ShmConnection::notify_peer() {
