@@ -8,14 +8,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 namespace braid::transport::shm {
 
 namespace {
-
-// Bytes moved between two publications of a counter: the peer starts copying the first part of
-// a large message while the rest is still being written.
-constexpr size_t kChunk = 64 * 1024;
 
 int open_pidfd(pid_t pid) {
 #ifdef SYS_pidfd_open
@@ -35,6 +32,7 @@ int open_pidfd(pid_t pid) {
 ShmConnection::ShmConnection(ShmConnectionSetup setup) : s_(std::move(setup)) {
   auto* base = static_cast<unsigned char*>(s_.segment.base());
   header_ = reinterpret_cast<SegmentHeader*>(base);
+  peer_end_ = &header_->ends[1 - s_.self_end];
   ring_ = header_->ring_bytes;
   const size_t out = static_cast<size_t>(s_.self_end), in = 1 - out;
   out_ctl_ = reinterpret_cast<RingControl*>(base + kHeaderBytes + out * kControlBytes);
@@ -55,11 +53,11 @@ std::string ShmConnection::who() const {
 }
 
 bool ShmConnection::peer_reads_us() const {
-  return header_->ends[1 - s_.self_end].cma_readable.load(std::memory_order_acquire) == kCmaYes;
+  return peer_end_->cma_readable.load(std::memory_order_acquire) == kCmaYes;
 }
 
 int ShmConnection::peer_probe_errno() const {
-  return static_cast<int>(header_->ends[1 - s_.self_end].probe_errno);
+  return static_cast<int>(peer_end_->probe_errno);
 }
 
 bool ShmConnection::single_copy(const void* data, size_t bytes) {
@@ -70,17 +68,18 @@ bool ShmConnection::single_copy(const void* data, size_t bytes) {
   return worth_single_copy(s_.pages->small_bytes(data, bytes), bytes);
 }
 
-Status ShmConnection::queue_send(Send s, bool may_copy_once) {
+Status ShmConnection::queue_send(const Send& send, bool may_copy_once) {
   if (closed_) return invalid_argument("post_send on a closed shm connection to " + who());
   if (!broken_.is_ok()) {
-    complete(true, s.cookie, 0, broken_);
+    complete(true, send.cookie, 0, broken_);
     return Status::ok();
   }
   if (sends_.size() + acks_.size() >= kMaxInFlight) {
     return invalid_argument("more than " + std::to_string(kMaxInFlight) + " sends outstanding to " + who());
   }
+  Send s = send;
   if (may_copy_once) s.cma = single_copy(s.data, s.len);
-  if (sends_.empty() && !s.cma && write_whole(s)) {
+  if (sends_.empty() && !s.cma && write_whole(s.head, s.head_len, s.data, s.len, s.cookie)) {
     notify_peer();
     return Status::ok();
   }
@@ -89,23 +88,54 @@ Status ShmConnection::queue_send(Send s, bool may_copy_once) {
   return Status::ok();
 }
 
+// The usual small message (below the single-copy size) goes straight into the ring when it fits
+// there now (may_write_at_once, write_whole): no Send is made or queued. Otherwise queue_send
+// takes it. post_send and post_send_parts hand it over as their last act, so that their own
+// part costs a few instructions and a jump.
+Status ShmConnection::send_small(const unsigned char* head, size_t head_len, const unsigned char* data, size_t len,
+                                 uint64_t cookie) {
+  if (may_write_at_once(len) && write_whole(head, head_len, data, len, cookie)) {
+    notify_peer();
+    return Status::ok();
+  }
+  Send s{data, len, cookie, /*cma=*/false};
+  s.head = head;
+  s.head_len = head_len;
+  return queue_send(s, false);
+}
+
 Status ShmConnection::post_send(const void* data, size_t bytes, uint64_t cookie) {
-  return queue_send(Send{static_cast<const unsigned char*>(data), bytes, cookie, /*cma=*/false}, true);
+  const auto* bytes_at = static_cast<const unsigned char*>(data);
+  if (bytes < kCmaMinBytes) return send_small(nullptr, 0, bytes_at, bytes, cookie);
+  return queue_send(Send{bytes_at, bytes, cookie, /*cma=*/false}, true);
+}
+
+// Out of line, so that building the message costs post_send_parts' usual path nothing.
+Status ShmConnection::parts_too_large(size_t len) const {
+  return invalid_argument("a two-part message of " + std::to_string(len) + " bytes to " + who() + " is above the " +
+                          std::to_string(kMaxPartsBytes) + " bytes shm takes in two parts");
 }
 
 Status ShmConnection::post_send_parts(const void* head, size_t head_bytes, const void* data, size_t bytes,
                                       uint64_t cookie) {
-  if (head_bytes + bytes > kMaxPartsBytes) {
-    return invalid_argument("a two-part message of " + std::to_string(head_bytes + bytes) + " bytes to " + who() +
-                            " is above the " + std::to_string(kMaxPartsBytes) + " bytes shm takes in two parts");
-  }
-  Send s{static_cast<const unsigned char*>(data), head_bytes + bytes, cookie, /*cma=*/false};
-  s.head = static_cast<const unsigned char*>(head);
-  s.head_len = head_bytes;
-  return queue_send(s, false);
+  const size_t len = head_bytes + bytes;
+  if (len > kMaxPartsBytes) return parts_too_large(len);
+  return send_small(static_cast<const unsigned char*>(head), head_bytes, static_cast<const unsigned char*>(data), len,
+                    cookie);
 }
 
+// A message already waiting is read by the next poll, not here: an operation posts its receives
+// before its sends, and a peer waiting for our send should not wait for this copy.
 Status ShmConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
+  if (closed_ || !broken_.is_ok() || recvs_.size() >= kMaxInFlight || recvs_.full()) {
+    return post_recv_rarely(data, capacity, cookie);  // the usual path then calls nothing
+  }
+  recvs_.push_back(Recv{static_cast<unsigned char*>(data), capacity, cookie});
+  return Status::ok();
+}
+
+// A receive refused, failed at once on a broken connection, or queued where the queue grows.
+Status ShmConnection::post_recv_rarely(void* data, size_t capacity, uint64_t cookie) {
   if (closed_) return invalid_argument("post_recv on a closed shm connection to " + who());
   if (!broken_.is_ok()) {
     complete(false, cookie, 0, broken_);
@@ -114,8 +144,6 @@ Status ShmConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
   if (recvs_.size() >= kMaxInFlight) {
     return invalid_argument("more than " + std::to_string(kMaxInFlight) + " receives outstanding from " + who());
   }
-  // A message already waiting is read by the next poll, not here: an operation posts its
-  // receives before its sends, and a peer waiting for our send should not wait for this copy.
   recvs_.push_back(Recv{static_cast<unsigned char*>(data), capacity, cookie});
   return Status::ok();
 }
@@ -147,16 +175,7 @@ inline void ShmConnection::copy_out(uint64_t pos, void* dst, size_t n) const {
 
 void ShmConnection::complete(bool is_send, uint64_t cookie, size_t bytes, Status st) {
   if (s_.completions == nullptr) return;  // detached: nobody polls any more
-  s_.completions->emplace_back(this, cookie, is_send, bytes, std::move(st));
-}
-
-inline void ShmConnection::complete_ok(bool is_send, uint64_t cookie, size_t bytes) {
-  if (s_.completions == nullptr) return;
-  Completion& c = s_.completions->emplace_back();  // its status is OK as made
-  c.connection = this;
-  c.cookie = cookie;
-  c.is_send = is_send;
-  c.bytes = bytes;
+  s_.completions->push_back(Completion{this, cookie, is_send, bytes, std::move(st)});
 }
 
 inline bool ShmConnection::write_sends() {
@@ -194,11 +213,11 @@ inline bool ShmConnection::write_sends() {
         tail_ += sizeof h;
         s.written = sizeof h;
       } else if (s.written < payload_end) {
-        const size_t n = std::min<uint64_t>({room, payload_end - s.written, kChunk});
+        const size_t n = std::min<uint64_t>({room, payload_end - s.written, kChunkBytes});
         copy_message(tail_, s, s.written - kRecordHeaderBytes, n);
         tail_ += n;
         s.written += n;
-        if (n == kChunk) publish();
+        if (n == kChunkBytes) publish();
       } else {
         const uint64_t n = std::min<uint64_t>(room, total - s.written);  // padding to the next line
         tail_ += n;
@@ -222,48 +241,66 @@ inline bool ShmConnection::write_sends() {
 }
 
 // The usual small send, with nothing queued ahead of it: its whole record fits in the ring now,
-// in one piece before the ring's end, so it is written at once, without a queue entry or the
-// piecewise walk of write_sends (whose records it writes byte for byte alike). false: nothing
-// was written, write_sends takes it.
-inline bool ShmConnection::write_whole(const Send& s) {
-  if (s.len > kChunk) return false;  // larger ones are published piece by piece
-  const uint64_t total = record_bytes(s.len);
-  const uint64_t head = out_ctl_->head.load(std::memory_order_acquire);
-  if (head == tail_) wrap_fits(total);
-  const uint64_t at = tail_ % ring_;
-  if (ring_ - (tail_ - head) < total || at + total > ring_) return false;
-  RecordHeader h;
-  h.len = s.len;
-  h.kind = RecordKind::inline_data;
-  h.seq = send_seq_;
+// in one piece (sent to the next lap by a wrap record where it would run over the ring's end),
+// so it is written at once, without a queue entry or the piecewise walk of write_sends (whose
+// records it writes byte for byte alike). false: nothing was written, write_sends takes it.
+// Always inline: send_small's frame holds it, and queue_send, which also tries it, is rare.
+[[gnu::always_inline]] inline bool ShmConnection::write_whole(const unsigned char* head, size_t head_len,
+                                                               const unsigned char* data, size_t len, uint64_t cookie) {
+  if (len > kChunkBytes) return false;  // larger ones are published piece by piece
+  const uint64_t total = record_bytes(len);
+  const uint64_t peer_head = out_ctl_->head.load(std::memory_order_acquire);
+  uint64_t at = tail_ % ring_;
+  if (peer_head == tail_ && at != 0 && 2 * total <= at) {  // as wrap_fits
+    write_wrap(at);
+    at = 0;
+  }
+  const uint64_t room = ring_ - (tail_ - peer_head);
+  if (room < total) return false;
+  if (at + total > ring_) {
+    // It would run over the ring's end: a wrap record sends the reader to the next lap, where
+    // the record starts whole, when the room allows both (shm_layout.h).
+    if (room < ring_ - at + total) return false;
+    write_wrap(at);
+    at = 0;
+  }
   unsigned char* record = out_data_ + at;
-  std::memcpy(record, &h, sizeof h);
-  if (s.head_len != 0) std::memcpy(record + sizeof h, s.head, s.head_len);
-  if (s.len != s.head_len) std::memcpy(record + sizeof h + s.head_len, s.data, s.len - s.head_len);
+  new (record) RecordHeader{.len = len, .kind = RecordKind::inline_data, .seq = send_seq_};  // stored in place
+  copy_bytes(record + kRecordHeaderBytes, head, head_len);
+  copy_bytes(record + kRecordHeaderBytes + head_len, data, len - head_len);
   tail_ += total;
   ++send_seq_;
   ++whole_written_;
   out_ctl_->tail.store(tail_, std::memory_order_release);
   if (acks_.empty()) {
-    complete_ok(true, s.cookie, s.len);
-  } else {
-    acks_.push_back(s);  // behind a single-copy send still being read
+    complete_ok(true, cookie, len);
+  } else {  // behind a single-copy send still being read
+    Send s{data, len, cookie, /*cma=*/false};
+    s.written = total;
+    s.head = head;
+    s.head_len = head_len;
+    acks_.push_back(s);
   }
   return true;
 }
 
-// With the ring empty, a record of `total` bytes that fits in the part of this lap already read
-// goes to the start of the next one (shm_layout.h): a wrap record here says so to the reader.
+// With the ring empty, a record of `total` bytes that fits twice in the part of this lap already
+// read goes to the start of the next one (shm_layout.h): a wrap record here says so to the
+// reader. Twice: until the reader passes the wrap record, what follows has only the rest of that
+// part, and a message sent right behind this one should find room there.
 inline bool ShmConnection::wrap_fits(uint64_t total) {
   const uint64_t into_lap = tail_ % ring_;
-  if (into_lap == 0 || total > into_lap) return false;
-  RecordHeader h;
-  h.len = 0;
-  h.kind = RecordKind::wrap;
-  h.seq = send_seq_;
-  copy_in(tail_, &h, sizeof h);
-  tail_ = next_lap(tail_, ring_);
+  if (into_lap == 0 || 2 * total > into_lap) return false;
+  write_wrap(into_lap);
   return true;
+}
+
+// A wrap record at the tail, `at` (tail_ % ring_, not 0) into its lap, and the tail to the next
+// lap. A record starts on a kRecordAlign boundary of a ring that is a multiple of it, so the
+// wrap record's header fits before the ring's end.
+inline void ShmConnection::write_wrap(uint64_t at) {
+  new (out_data_ + at) RecordHeader{.len = 0, .kind = RecordKind::wrap, .seq = send_seq_};
+  tail_ += ring_ - at;
 }
 
 inline bool ShmConnection::collect_acks() {
@@ -343,12 +380,12 @@ inline bool ShmConnection::read_records() {
     const uint64_t total = cur_.kind == RecordKind::cma ? kRecordAlign : record_bytes(cur_.len);
     const uint64_t payload_end = cur_.kind == RecordKind::cma ? kRecordHeaderBytes : kRecordHeaderBytes + cur_.len;
     if (cur_read_ < payload_end) {
-      const size_t n = std::min<uint64_t>({avail, payload_end - cur_read_, kChunk});
+      const size_t n = std::min<uint64_t>({avail, payload_end - cur_read_, kChunkBytes});
       const Recv& r = recvs_.front();
       if (cur_.len <= r.capacity) copy_out(head_, r.data + (cur_read_ - kRecordHeaderBytes), n);
       head_ += n;
       cur_read_ += n;
-      if (n == kChunk) publish();
+      if (n == kChunkBytes) publish();
     }
     if (!recv_done_ && cur_read_ >= payload_end) {
       const Recv r = recvs_.front();
@@ -382,8 +419,8 @@ inline bool ShmConnection::read_records() {
 inline bool ShmConnection::take_whole(uint64_t at, uint64_t avail) {
   const uint64_t total = record_bytes(cur_.len);
   const Recv r = recvs_.front();
-  if (cur_.len > kChunk || avail < total || at + total > ring_ || cur_.len > r.capacity) return false;
-  if (cur_.len != 0) std::memcpy(r.data, in_data_ + at + kRecordHeaderBytes, cur_.len);
+  if (cur_.len > kChunkBytes || avail < total || at + total > ring_ || cur_.len > r.capacity) return false;
+  copy_bytes(r.data, in_data_ + at + kRecordHeaderBytes, cur_.len);
   head_ += total;
   ++recv_seq_;
   ++whole_read_;
@@ -448,22 +485,16 @@ Status ShmConnection::cma_read_error(int err) {
                       err);
 }
 
-bool ShmConnection::progress() {
-  if (closed_) return false;
-  // The usual look while waiting: nothing of ours to write or to see acknowledged, no record
-  // half read, nothing new in the incoming ring and the peer still there. Then nothing below
-  // would move.
-  if (sends_.empty() && acks_.empty() && !in_record_ && !peer_gone_ &&
-      in_ctl_->tail.load(std::memory_order_acquire) == head_ &&
-      header_->ends[1 - s_.self_end].closed.load(std::memory_order_acquire) == 0) {
-    ++quiet_looks_;
-    return false;
-  }
+// progress() past its first look and the whole-record path: the general walk, which writes
+// what is queued, reads records piecewise, collects single-copy acknowledgements and notices a
+// peer that closed.
+bool ShmConnection::walk() {
+  ++walks_;
   bool changed = write_sends();
   changed = read_records() || changed;
   changed = collect_acks() || changed;
   if (changed) notify_peer();
-  if (!peer_gone_ && header_->ends[1 - s_.self_end].closed.load(std::memory_order_acquire) != 0) {
+  if (!peer_gone_ && peer_end_->closed.load(std::memory_order_acquire) != 0) {
     peer_gone_ = true;
     read_records();  // what it wrote before it closed is still delivered
   }
@@ -481,7 +512,7 @@ void ShmConnection::peer_exited() {
 }
 
 Status ShmConnection::lost_status(const char* op) const {
-  const bool closed = header_->ends[1 - s_.self_end].closed.load(std::memory_order_acquire) != 0;
+  const bool closed = peer_end_->closed.load(std::memory_order_acquire) != 0;
   return peer_lost(std::string(op) + " on rank " + std::to_string(s_.self_rank) + " with " + who() + ": " +
                    (closed ? "the peer closed its connection (its communicator was destroyed or aborted)"
                            : "the peer process exited (killed or crashed)") +
@@ -491,18 +522,15 @@ Status ShmConnection::lost_status(const char* op) const {
 
 void ShmConnection::fail_all(const Status& st) {
   if (broken_.is_ok()) broken_ = st;
-  for (const Send& s : sends_) complete(true, s.cookie, 0, broken_);
-  for (const Send& s : acks_) complete(true, s.cookie, 0, broken_);
-  for (const Recv& r : recvs_) complete(false, r.cookie, 0, broken_);
+  for (size_t i = 0; i < sends_.size(); ++i) complete(true, sends_[i].cookie, 0, broken_);
+  for (size_t i = 0; i < acks_.size(); ++i) complete(true, acks_[i].cookie, 0, broken_);
+  for (size_t i = 0; i < recvs_.size(); ++i) complete(false, recvs_[i].cookie, 0, broken_);
   sends_.clear();
   acks_.clear();
   recvs_.clear();
 }
 
-inline void ShmConnection::notify_peer() {
-  // Pairs with the fence in set_sleeping: either the sleeper sees our counters, or we its flag.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (header_->ends[1 - s_.self_end].sleeping.load(std::memory_order_relaxed) == 0) return;
+void ShmConnection::wake_peer() {
   const uint64_t one = 1;
   ssize_t n = ::write(s_.peer_eventfd.get(), &one, sizeof one);
   (void)n;  // EAGAIN: the counter is already huge, so the peer is awake anyway
@@ -529,7 +557,7 @@ void ShmConnection::close() {
 // owner's, read only before close(), after which other threads may ask.
 bool ShmConnection::peer_ended() const {
   if (!closed_ && peer_gone_) return true;
-  if (header_->ends[1 - s_.self_end].closed.load(std::memory_order_acquire) != 0) return true;
+  if (peer_end_->closed.load(std::memory_order_acquire) != 0) return true;
   pollfd p{liveness_fd_, POLLIN, 0};
   return liveness_fd_ >= 0 && ::poll(&p, 1, 0) == 1;
 }

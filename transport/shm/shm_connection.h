@@ -18,16 +18,19 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
-#include <deque>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "transport/shm/fifo.h"
 #include "transport/shm/huge_pages.h"
 #include "transport/shm/page_collapse.h"
 #include "transport/shm/shm_layout.h"
 #include "transport/shm/shm_setup.h"
+#include "transport/shm/small_copy.h"
 #include "transport/transport.h"
 
 namespace braid::transport::shm {
@@ -61,6 +64,10 @@ struct ShmConnectionSetup {
 class ShmConnection final : public Connection {
  public:
   static constexpr size_t kMaxInFlight = 4096;
+  // Bytes moved between two publications of a counter: the peer starts copying the first part
+  // of a large message while the rest is still being written. A message up to this size goes
+  // into the ring, and out of it, in one piece when it fits (write_whole, take_whole).
+  static constexpr size_t kChunkBytes = 64 * 1024;
   // Two-part messages always go through the ring (no single copy from two buffers): only those
   // below the size from which a message may go single-copy.
   static constexpr size_t kMaxPartsBytes = kCmaMinBytes - 1;
@@ -84,7 +91,28 @@ class ShmConnection final : public Connection {
   }
 
   // For the transport's poll: moves what can move; true when any counter or operation changed.
-  bool progress();
+  // Inline, so that the transport's poll runs its usual cases without a call: the look while
+  // waiting (nothing of ours to write or to see acknowledged, no record half read, the peer
+  // still there, and nothing new in the incoming ring or no receive posted for what is there:
+  // nothing would move), and a message that came while nothing of ours is under way, whose
+  // whole records go to their receives at once (take_whole_records). What they leave, the
+  // general walk reads, a peer that closed included.
+  bool progress() {
+    if (closed_) return false;
+    if (sends_.empty() && acks_.empty() && !in_record_ && !peer_gone_ &&
+        peer_end_->closed.load(std::memory_order_acquire) == 0) {
+      const uint64_t tail = in_ctl_->tail.load(std::memory_order_acquire);
+      if (tail == head_ || recvs_.empty()) {
+        ++quiet_looks_;
+        return false;
+      }
+      if (take_whole_records(tail)) {
+        notify_peer();
+        return true;
+      }
+    }
+    return walk();
+  }
   // Whether the peer may read our memory (so large sends go single-copy), as it found at setup.
   bool peer_reads_us() const;
   // Why the peer could not read our memory at setup (an errno of process_vm_readv), or 0.
@@ -100,6 +128,9 @@ class ShmConnection final : public Connection {
   uint64_t whole_read() const { return whole_read_; }
   // progress() calls that found nothing to do at a glance (tests read it).
   uint64_t quiet_looks() const { return quiet_looks_; }
+  // progress() calls that went on to the general walk (walk(): write_sends, read_records), past
+  // its first look and the whole-record path (tests read it).
+  uint64_t walks() const { return walks_; }
   // Where in its lap of the outgoing ring the next record goes (tests read it).
   uint64_t lap_offset() const { return tail_ % ring_; }
   // The descriptor that becomes readable when the peer exits (pidfd or socket).
@@ -112,7 +143,7 @@ class ShmConnection final : public Connection {
   bool peer_on_cpu(uint32_t cpu_plus_one) {
     std::atomic<uint32_t>& mine = header_->ends[s_.self_end].on_cpu;
     if (mine.load(std::memory_order_relaxed) != cpu_plus_one) mine.store(cpu_plus_one, std::memory_order_relaxed);
-    return header_->ends[1 - s_.self_end].on_cpu.load(std::memory_order_relaxed) == cpu_plus_one;
+    return peer_end_->on_cpu.load(std::memory_order_relaxed) == cpu_plus_one;
   }
   bool idle() const { return sends_.empty() && acks_.empty() && recvs_.empty(); }
   // A single-copy message is partly read: the next progress() reads on, so do not sleep.
@@ -144,16 +175,38 @@ class ShmConnection final : public Connection {
     uint64_t cookie;
   };
 
-  // What post_send and post_send_parts share: checks, then queues `s` (single-copy when
-  // may_copy_once and single_copy() says so) and writes it when nothing is ahead of it.
-  Status queue_send(Send s, bool may_copy_once);
+  // Whether a send of `bytes` may go straight into the ring (write_whole) without the checks and
+  // the queue of queue_send: below the single-copy size, nothing queued ahead of it, room to
+  // note it behind single-copy sends still being read, and the connection sound.
+  bool may_write_at_once(size_t bytes) const {
+    static_assert(kCmaMinBytes <= kChunkBytes, "a message below the single-copy size fits one piece");
+    return bytes < kCmaMinBytes && sends_.empty() && acks_.size() < kMaxInFlight && !closed_ && broken_.is_ok();
+  }
+  // What post_send and post_send_parts share when the message cannot go at once: checks, then
+  // queues `s` (single-copy when may_copy_once and single_copy() says so) and writes it when
+  // nothing is ahead of it.
+  Status queue_send(const Send& send, bool may_copy_once);
+  // A message below the single-copy size, straight into the ring when it may (write_whole),
+  // else through queue_send. Out of line: post_send and post_send_parts end in a call to it.
+  [[gnu::noinline]] Status send_small(const unsigned char* head, size_t head_len, const unsigned char* data, size_t len,
+                                      uint64_t cookie);
+  // The rare answers, out of line so that the usual paths carry none of their code.
+  [[gnu::noinline, gnu::cold]] Status parts_too_large(size_t len) const;
+  [[gnu::noinline, gnu::cold]] Status post_recv_rarely(void* data, size_t capacity, uint64_t cookie);
   bool write_sends();
-  bool write_whole(const Send& s);
+  // A message of `len` bytes (its first head_len at head, the rest at data) as one record, when
+  // it fits in one piece now; false: nothing was written.
+  bool write_whole(const unsigned char* head, size_t head_len, const unsigned char* data, size_t len, uint64_t cookie);
   // n bytes of `s`'s message from byte `from` on, into the ring at pos.
   void copy_message(uint64_t pos, const Send& s, size_t from, size_t n);
   bool wrap_fits(uint64_t total);
+  void write_wrap(uint64_t at);
+  bool walk();
   bool read_records();
   bool take_whole(uint64_t at, uint64_t avail);  // at: head_ % ring_
+  // Whole inline records, each into the next posted receive, while they have arrived (up to
+  // `tail`); true when one or more were taken (the head is then published).
+  bool take_whole_records(uint64_t tail);
   bool read_cma_piece();
   Status cma_read_error(int err);
   bool collect_acks();
@@ -163,11 +216,13 @@ class ShmConnection final : public Connection {
   void complete_ok(bool is_send, uint64_t cookie, size_t bytes);  // the usual one: no Status passed along
   void fail_all(const Status& st);
   void notify_peer();
+  void wake_peer();  // writes the sleeping peer's eventfd
   std::string who() const;  // "rank 0 from/to rank 1 (pid 123, shm:...)"
   Status lost_status(const char* op) const;
 
   ShmConnectionSetup s_;
   SegmentHeader* header_ = nullptr;
+  Endpoint* peer_end_ = nullptr;  // the peer's flags in the segment's header
   RingControl* out_ctl_ = nullptr;
   RingControl* in_ctl_ = nullptr;
   unsigned char* out_data_ = nullptr;
@@ -176,13 +231,13 @@ class ShmConnection final : public Connection {
   UniqueFd pidfd_;
   int liveness_fd_ = -1;
 
-  std::deque<Send> sends_;  // not yet wholly in the ring, in order
-  std::deque<Send> acks_;   // wholly written, waiting for the peer's count of cma reads
-  std::deque<Recv> recvs_;
+  Fifo<Send> sends_;  // not yet wholly in the ring, in order
+  Fifo<Send> acks_;   // wholly written, waiting for the peer's count of cma reads
+  Fifo<Recv> recvs_;
   uint64_t tail_ = 0;       // our outgoing tail (we alone write it)
   uint64_t head_ = 0;       // our incoming head (we alone write it)
   uint64_t send_seq_ = 0, recv_seq_ = 0, cma_sent_ = 0;
-  uint64_t whole_written_ = 0, whole_read_ = 0, quiet_looks_ = 0;
+  uint64_t whole_written_ = 0, whole_read_ = 0, quiet_looks_ = 0, walks_ = 0;
   // The record being read: its header and how many of its bytes were consumed.
   bool in_record_ = false;
   bool recv_done_ = false;  // its receive already completed (only padding is left)
@@ -193,5 +248,56 @@ class ShmConnection final : public Connection {
   bool peer_gone_ = false;
   Status broken_;  // set once the connection failed; later posts fail with it
 };
+
+// The usual receive (progress() calls it when nothing of ours is queued and no record is half
+// read): each record that has wholly arrived, inline, in one piece before the ring's end, with
+// the number due and a posted receive large enough, goes to that receive in one copy, as
+// take_whole takes it; a wrap record sends it on to the next lap. The first record that is not
+// so is left to read_records, which reads it piecewise or reports what is wrong with it. Always
+// inline: the transport's poll loop runs it without a call (used in several places, it would
+// otherwise be kept out of line).
+[[gnu::always_inline]] inline bool ShmConnection::take_whole_records(uint64_t tail) {
+  const uint64_t first = head_;
+  while (!recvs_.empty() && tail - head_ >= kRecordHeaderBytes) {
+    const uint64_t at = head_ % ring_;
+    // Each field read once (the peer could change the bytes meanwhile); checked before use.
+    const unsigned char* record = in_data_ + at;
+    uint64_t len, seq;
+    RecordKind kind;
+    std::memcpy(&len, record + offsetof(RecordHeader, len), sizeof len);
+    std::memcpy(&kind, record + offsetof(RecordHeader, kind), sizeof kind);
+    std::memcpy(&seq, record + offsetof(RecordHeader, seq), sizeof seq);
+    if (kind == RecordKind::wrap && seq == recv_seq_ && at != 0) {  // the next record starts the next lap
+      head_ += ring_ - at;
+      continue;
+    }
+    const uint64_t total = record_bytes(len);
+    const Recv& r = recvs_.front();
+    if (kind != RecordKind::inline_data || seq != recv_seq_ || len > kChunkBytes || len > r.capacity ||
+        tail - head_ < total || at + total > ring_) {
+      break;
+    }
+    copy_bytes(r.data, record + kRecordHeaderBytes, len);
+    head_ += total;
+    ++recv_seq_;
+    ++whole_read_;
+    complete_ok(false, r.cookie, len);
+    recvs_.pop_front();
+  }
+  if (head_ == first) return false;
+  in_ctl_->head.store(head_, std::memory_order_release);
+  return true;
+}
+
+inline void ShmConnection::complete_ok(bool is_send, uint64_t cookie, size_t bytes) {
+  if (s_.completions == nullptr) return;
+  s_.completions->push_back(Completion{this, cookie, is_send, bytes, Status()});
+}
+
+inline void ShmConnection::notify_peer() {
+  // Pairs with the fence in set_sleeping: either the sleeper sees our counters, or we its flag.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (peer_end_->sleeping.load(std::memory_order_relaxed) != 0) wake_peer();
+}
 
 }  // namespace braid::transport::shm

@@ -21,11 +21,16 @@
 //
 // A wrap record (a header alone, len 0, seq the next message's number) sends the reader to the
 // start of the next lap: the producer writes one when it finds the ring empty and the record it
-// is about to write fits in the part of the lap already passed. Small messages then keep reusing
-// the first lines of the ring, which both caches still hold, instead of walking through all of
-// it: a line written again soon after the peer read it moves between the two CPUs cheaply, one
-// not touched for a whole lap has to be fetched from further away first (docs/performance.md,
-// "The steady cost of a small operation").
+// is about to write fits twice in the part of the lap already passed (until the reader passes
+// the wrap record, a message sent right behind this one has only the rest of that part). Small
+// messages then keep reusing the first lines of the ring, which both caches still hold, instead
+// of walking through all of it: a line written again soon after the peer read it moves between
+// the two CPUs cheaply, one not touched for a whole lap has to be fetched from further away
+// first (docs/performance.md, "The steady cost of a small operation"). The producer also writes
+// one where a record it writes whole (a message of up to 64 KiB with nothing queued ahead) would
+// run over the ring's end and the ring has room for the skipped bytes too: such a record then
+// starts the next lap whole, and the reader takes it in one copy. Other records (larger
+// messages, sends queued behind a full ring) may run over the end, in two pieces.
 //
 //   RecordHeader   offset size field
 //                  0      8    len   the message's bytes

@@ -345,8 +345,9 @@ bool ShmTransport::peer_on_this_cpu() {
   return stacked;
 }
 
-// inline: used in this file only, so poll() calls it directly (not through the PLT).
-inline bool ShmTransport::progress_all() {
+// Always inline: poll() then runs each connection's usual receive (ShmConnection::progress, with
+// take_whole_records) in its own frame, without a call.
+[[gnu::always_inline]] inline bool ShmTransport::progress_all() {
   bool changed = false;
   for (ShmConnection* c : connections_) changed = c->progress() || changed;
   return changed;
