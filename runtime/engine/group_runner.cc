@@ -154,13 +154,13 @@ bool GroupRunner::run_lean(PendingOp& g, const OpLabel& what) {
   auto& members = g.group;
   const size_t n = members.size();
   if (n > LeanGroup::kMaxRuns) return false;
-  collectives::RunOptions options = runs_.group_options();
+  const collectives::Algo algo = runs_.group_algo();  // of the group's options, only what a kept run needs
   std::array<OpRun*, LeanGroup::kMaxRuns> runs{};
   size_t lent = 0;
   for (; lent < n; ++lent) {
     const PendingOp& m = members[lent];
     if (m.device != nullptr) break;  // a GPU buffer's staged run is never kept
-    const std::optional<RunShape> shape = RunCache::shape_of(m.args, /*staged=*/false, options.algo);
+    const std::optional<RunShape> shape = RunCache::shape_of(m.args, /*staged=*/false, algo);
     runs[lent] = shape ? runs_.cache().lend(*shape) : nullptr;
     if (runs[lent] == nullptr) break;
   }
@@ -188,10 +188,11 @@ bool GroupRunner::run_lean(PendingOp& g, const OpLabel& what) {
     }
     runs_.note_algo(runs[i]->algo());
   }
+  const Deadline deadline = runs_.deadline();
   std::optional<Failure> adopted;
-  LeanGroup work(runs.data(), after.data(), n, what, options.deadline,
+  LeanGroup work(runs.data(), after.data(), n, what, deadline,
                  RunContext{.rank = cfg_.rank, .timeout_s = cfg_.env.timeout_s, .failure = &failure_, .adopted = &adopted});
-  Status s = links_->drive(work, options.deadline);
+  Status s = links_->drive_known(work, deadline);
   if (!s.is_ok()) {
     s = failure_.on_failure(std::move(s), what.str(), members.back().seq, std::vector<OpRun*>(runs.data(), runs.data() + n),
                             std::move(adopted));
