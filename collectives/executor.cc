@@ -304,7 +304,7 @@ Status Executor::fail(const std::string& what) const {
 
 std::string Executor::where() const { return error_prefix(options_); }
 
-Status Executor::on_completion(const transport::Completion& c, bool* ours) {
+Status Executor::take(const transport::Completion& c, bool* ours) {
   const size_t index = static_cast<size_t>((c.cookie & 0xffffffffu) >> 1);
   const size_t header_ops = framed() ? peers_.size() : 0;
   const bool mine = (c.cookie >> 32) == (options_.op_id & 0xffffffffu) && index < steps_.size() + header_ops;
@@ -378,7 +378,12 @@ Status Executor::rebind(const void* send, void* recv, uint64_t op_id) {
   send_ = static_cast<const std::byte*>(send);
   recv_ = static_cast<std::byte*>(recv);
   options_.op_id = op_id;
-  std::fill(phase_.begin(), phase_.end(), Phase::idle);
+  if (straight_) {  // one or two steps: spares a call to memset
+    phase_.front() = Phase::idle;
+    phase_.back() = Phase::idle;
+  } else {
+    std::fill(phase_.begin(), phase_.end(), Phase::idle);
+  }
   head_ = started_ = outstanding_ = 0;
   settled_ = false;
   if (framing_) framing_->restart();  // the first messages follow the steps, which are the same

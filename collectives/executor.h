@@ -79,8 +79,15 @@ class Executor {
   // Posts and computes whatever may go now. Never blocks. Between two completions only the
   // first call does anything: what may go changes only when a completion comes in.
   [[nodiscard]] Status progress();
-  // Feeds one completion. Returns false (and does nothing) when its cookie is not ours.
-  [[nodiscard]] Status on_completion(const transport::Completion& c, bool* ours = nullptr);
+  // Feeds one completion. Returns false (and does nothing) when its cookie is not ours. Another
+  // operation's is told at a glance, here: a group's runs are each offered every completion.
+  [[nodiscard]] Status on_completion(const transport::Completion& c, bool* ours = nullptr) {
+    if ((c.cookie >> 32) != (options_.op_id & 0xffffffffu)) {
+      if (ours != nullptr) *ours = false;
+      return Status::ok();
+    }
+    return take(c, ours);
+  }
   bool done() const { return head_ == steps_.size() && (!framing_ || framing_->ops() == 0); }
   // Every send and receive this run will make has been handed to the transport: whatever is
   // posted on the same connections from now on queues behind all of it.
@@ -125,6 +132,8 @@ class Executor {
   // set_headers was called with a header of some bytes.
   bool framed() const { return framed_; }
   Status finish_first_recv(size_t index, const transport::Completion& c);
+  // on_completion() for a completion under this run's op id.
+  Status take(const transport::Completion& c, bool* ours);
   std::string peer_name(int peer) const;
 
   std::vector<Step> steps_;

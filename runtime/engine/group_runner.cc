@@ -170,6 +170,7 @@ bool GroupRunner::run_lean(PendingOp& g, const OpLabel& what) {
   }
   lean_groups_.store(lean_groups_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // one writer
   std::array<int, LeanGroup::kMaxRuns> after{};
+  const bool trace = log_enabled(LogLevel::trace);
   for (size_t i = 0; i < n; ++i) {
     PendingOp& m = members[i];
     // As build_p2p: a run that cannot take the new buffers is dropped with the others lent, and
@@ -180,8 +181,10 @@ bool GroupRunner::run_lean(PendingOp& g, const OpLabel& what) {
       finish(g, reused.with_context(what.str() + ": "));
       return true;
     }
-    BRAID_LOG(trace) << what.str() << ": " << collectives::to_string(m.args.kind) << " #" << m.seq << " count "
-                     << m.args.count << " " << to_string(m.args.dtype) << " peer " << m.args.peer << ", run again";
+    if (trace) {
+      BRAID_LOG(trace) << what.str() << ": " << collectives::to_string(m.args.kind) << " #" << m.seq << " count "
+                       << m.args.count << " " << to_string(m.args.dtype) << " peer " << m.args.peer << ", run again";
+    }
     after[i] = -1;
     for (size_t j = 0; j < i; ++j) {
       if (members[j].args.peer == m.args.peer && members[j].args.kind == m.args.kind) after[i] = static_cast<int>(j);
