@@ -223,8 +223,7 @@ Executor::Went Executor::failed(const Status& s) {
 // sweep (after the retired steps opened the window) only looks at the steps it started. Once
 // nothing moves, nothing changes until a completion comes in: calls in between (a drive loop
 // polling for its peer) return at once.
-Status Executor::progress() {
-  if (settled_) return Status::ok();
+Status Executor::progress_now() {
   if (straight_) return progress_straight();
   if (framed() && framing_->reverse_pending()) {
     auto cookie = [this](size_t peer, bool is_send) { return make_cookie(options_.op_id, steps_.size() + peer, is_send); };

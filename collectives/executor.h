@@ -78,7 +78,7 @@ class Executor {
 
   // Posts and computes whatever may go now. Never blocks. Between two completions only the
   // first call does anything: what may go changes only when a completion comes in.
-  [[nodiscard]] Status progress();
+  [[nodiscard]] Status progress() { return settled_ ? Status::ok() : progress_now(); }
   // Feeds one completion. Returns false (and does nothing) when its cookie is not ours. Another
   // operation's is told at a glance, here: a group's runs are each offered every completion.
   [[nodiscard]] Status on_completion(const transport::Completion& c, bool* ours = nullptr) {
@@ -124,6 +124,7 @@ class Executor {
   Went try_start(size_t i);
   Went advance(size_t i);
   Went post_send(size_t i);  // advance's last part: step i's send, in program order
+  Status progress_now();  // progress() with something new since the last call
   Status progress_straight();
   Went failed(const Status& s);  // failure_ = s with where() in front
   void compute(const Step& st, size_t i);

@@ -24,16 +24,6 @@ HeaderFraming::HeaderFraming(size_t header_bytes, const HeaderSource& source, bo
   reverse_posted_ = !reverse_;
 }
 
-void HeaderFraming::restart() {
-  ops_ = 0;
-  reverse_posted_ = !reverse_;
-  for (PeerHeader& h : peers_) {  // first_send/first_recv follow the steps, which are the same
-    h.inline_recv = false;
-    h.land = nullptr;
-    h.header_recv_done = false;
-  }
-}
-
 Status HeaderFraming::post_first_send(transport::Connection& conn, int peer, const std::byte* data, size_t bytes,
                                       uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding) {
   PeerHeader& h = peers_[static_cast<size_t>(peer)];

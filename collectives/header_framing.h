@@ -95,7 +95,15 @@ class HeaderFraming {
                             FunctionRef<std::string()> where);
 
   // For a run of the same schedule again (Executor::rebind).
-  void restart();
+  void restart() {
+    ops_ = 0;
+    reverse_posted_ = !reverse_;
+    for (PeerHeader& h : peers_) {  // first_send/first_recv follow the steps, which are the same
+      h.inline_recv = false;
+      h.land = nullptr;
+      h.header_recv_done = false;
+    }
+  }
 
  private:
   struct PeerHeader {

@@ -37,19 +37,22 @@ void GroupRunner::run(PendingOp& g) {
     finish(g, failure_.fail_fast_status(what.str()));
     return;
   }
-  bool all_p2p = true, coalescible = members.size() > 1;
+  bool all_p2p = true;
+  for (const auto& m : members) all_p2p = all_p2p && is_p2p(m.args.kind);
+  if (all_p2p) {  // a send/recv group (the usual one) is never coalescible
+    run_p2p(g, what);
+    return;
+  }
+  bool coalescible = members.size() > 1;
   for (const auto& m : members) {
     const auto& a = m.args;
-    all_p2p = all_p2p && is_p2p(a.kind);
     coalescible = coalescible && a.kind == Kind::all_reduce && a.counts.empty() && a.dtype == members[0].args.dtype &&
                   a.op == members[0].args.op;
   }
   if (coalescible) {
     run_coalesced(g, what);
-  } else if (!all_p2p) {
-    run_in_turn(g);
   } else {
-    run_p2p(g, what);
+    run_in_turn(g);
   }
 }
 
