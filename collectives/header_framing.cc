@@ -24,6 +24,26 @@ HeaderFraming::HeaderFraming(size_t header_bytes, const HeaderSource& source, bo
   reverse_posted_ = !reverse_;
 }
 
+Status HeaderFraming::post_first_send_staged(transport::Connection& conn, int peer, const std::byte* data, size_t bytes,
+                                             uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding) {
+  PeerHeader& h = peers_[static_cast<size_t>(peer)];
+  const auto* header = reinterpret_cast<const std::byte*>(source_->header_for(peer));
+  h.out.reserve(header_bytes_ + (bytes <= kInlineHeaderMax ? bytes : 0));  // one allocation, not two
+  h.out.assign(header, header + header_bytes_);
+  if (bytes <= kInlineHeaderMax) {
+    h.out.insert(h.out.end(), data, data + bytes);
+    RETURN_IF_ERROR(conn.post_send(h.out.data(), h.out.size(), data_cookie));
+    ++outstanding;
+    return Status::ok();
+  }
+  RETURN_IF_ERROR(conn.post_send(h.out.data(), header_bytes_, header_cookie));
+  ++outstanding;
+  ++ops_;
+  RETURN_IF_ERROR(conn.post_send(data, bytes, data_cookie));
+  ++outstanding;
+  return Status::ok();
+}
+
 // Peers this rank only receives from get a header-only message; peers it only sends to are
 // expected to send one. Both sides see the same schedule shape, so both agree who sends.
 Status HeaderFraming::post_reverse(const std::vector<transport::Connection*>& peers, CookieFor cookie,

@@ -121,6 +121,10 @@ class HeaderFraming {
     size_t max_parts_bytes = kNone;  // the connection's capabilities().max_parts_bytes, once asked
   };
   const PeerHeader& of(int peer) const { return peers_[static_cast<size_t>(peer)]; }
+  // post_first_send() where the connection takes no two-part message of this size: the header
+  // staged with small data, or sent before large data.
+  Status post_first_send_staged(transport::Connection& conn, int peer, const std::byte* data, size_t bytes,
+                                uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding);
 
   size_t header_bytes_;
   size_t ops_ = 0;
@@ -134,25 +138,12 @@ class HeaderFraming {
 inline Status HeaderFraming::post_first_send(transport::Connection& conn, int peer, const std::byte* data, size_t bytes,
                                              uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding) {
   PeerHeader& h = peers_[static_cast<size_t>(peer)];
-  const auto* header = reinterpret_cast<const std::byte*>(source_->header_for(peer));
   if (h.max_parts_bytes == kNone) h.max_parts_bytes = conn.capabilities().max_parts_bytes;  // once per peer
-  if (bytes <= kInlineHeaderMax && header_bytes_ + bytes <= h.max_parts_bytes) {
-    RETURN_IF_ERROR(conn.post_send_parts(header, header_bytes_, data, bytes, data_cookie));  // no staging copy
-    ++outstanding;
-    return Status::ok();
+  if (bytes > kInlineHeaderMax || header_bytes_ + bytes > h.max_parts_bytes) {
+    return post_first_send_staged(conn, peer, data, bytes, data_cookie, header_cookie, outstanding);
   }
-  h.out.reserve(header_bytes_ + (bytes <= kInlineHeaderMax ? bytes : 0));  // one allocation, not two
-  h.out.assign(header, header + header_bytes_);
-  if (bytes <= kInlineHeaderMax) {
-    h.out.insert(h.out.end(), data, data + bytes);
-    RETURN_IF_ERROR(conn.post_send(h.out.data(), h.out.size(), data_cookie));
-    ++outstanding;
-    return Status::ok();
-  }
-  RETURN_IF_ERROR(conn.post_send(h.out.data(), header_bytes_, header_cookie));
-  ++outstanding;
-  ++ops_;
-  RETURN_IF_ERROR(conn.post_send(data, bytes, data_cookie));
+  const auto* header = reinterpret_cast<const std::byte*>(source_->header_for(peer));
+  RETURN_IF_ERROR(conn.post_send_parts(header, header_bytes_, data, bytes, data_cookie));  // no staging copy
   ++outstanding;
   return Status::ok();
 }
