@@ -185,8 +185,15 @@ inline Executor::Went Executor::advance(size_t i) {
     phase_[i] = Phase::ready_send;
   }
   if (phase_[i] != Phase::ready_send) return moved;
+  const Went sent = post_send(i);
+  return sent == Went::no ? moved : sent;
+}
+
+// Step i is ready to send: posts its send unless an earlier send to the same peer has not left.
+inline Executor::Went Executor::post_send(size_t i) {
+  const Step& st = steps_[i];
   for (size_t j = head_; j < i; ++j) {  // sends to one peer leave in program order
-    if (steps_[j].has_send() && steps_[j].send_peer == st.send_peer && phase_[j] < Phase::sending) return moved;
+    if (steps_[j].has_send() && steps_[j].send_peer == st.send_peer && phase_[j] < Phase::sending) return Went::no;
   }
   const Range& r = st.sent();
   Status s;
@@ -216,8 +223,8 @@ Executor::Went Executor::failed(const Status& s) {
 // sweep (after the retired steps opened the window) only looks at the steps it started. Once
 // nothing moves, nothing changes until a completion comes in: calls in between (a drive loop
 // polling for its peer) return at once.
-Status Executor::progress() {
-  if (settled_) return Status::ok();
+Status Executor::progress_now() {
+  if (straight_) return progress_straight();
   if (framed() && framing_->reverse_pending()) {
     auto cookie = [this](size_t peer, bool is_send) { return make_cookie(options_.op_id, steps_.size() + peer, is_send); };
     Status s = framing_->post_reverse(peers_, cookie, outstanding_);
@@ -247,6 +254,39 @@ Status Executor::progress() {
   return Status::ok();
 }
 
+// The sweeps above for a schedule of one send (step 0) and one receive (step 0 alone, or step 1
+// after the send), the runtime's small operations of two ranks, written out: the receive is posted
+// before the send (unless it would land where the send still reads), the send goes at once (no
+// step is before it), and what arrived is computed once no earlier step still reads or writes its
+// range. The phases, the order of the posts and the helpers are the sweeps', so done(),
+// all_posted() and waiting_for() read a straight run as any other.
+inline Status Executor::progress_straight() {
+  if (started_ == 0 && send_step_ == 0) {  // a send receives nothing: ready at once
+    phase_[0] = Phase::received;
+    started_ = 1;
+  }
+  if (recv_step_ >= 0 && started_ == static_cast<size_t>(recv_step_)) {
+    const Went w = try_start(started_);
+    if (w == Went::failed) return std::exchange(failure_, Status::ok());
+    if (w == Went::yes) ++started_;
+  }
+  if (send_step_ == 0 && phase_[0] == Phase::received) {
+    phase_[0] = Phase::ready_send;  // a send computes nothing, and no step is before it
+    if (post_send(0) == Went::failed) return std::exchange(failure_, Status::ok());
+  }
+  if (recv_step_ >= 0 && phase_[static_cast<size_t>(recv_step_)] == Phase::received) {
+    const auto i = static_cast<size_t>(recv_step_);
+    const Step& st = steps_[i];
+    if (!(st.reduces() && write_blocked(i, st.dst)) && !(reads_src(st) && read_blocked(i, st.src))) {
+      compute(st, i);
+      phase_[i] = Phase::done;
+    }
+  }
+  while (head_ < started_ && phase_[head_] == Phase::done) ++head_;
+  settled_ = true;
+  return Status::ok();
+}
+
 bool Executor::all_posted() const {
   // A started step has its receive posted. Without headers this stays false (as it always has):
   // only the runtime, which always sets them, asks.
@@ -263,7 +303,7 @@ Status Executor::fail(const std::string& what) const {
 
 std::string Executor::where() const { return error_prefix(options_); }
 
-Status Executor::on_completion(const transport::Completion& c, bool* ours) {
+Status Executor::take(const transport::Completion& c, bool* ours) {
   const size_t index = static_cast<size_t>((c.cookie & 0xffffffffu) >> 1);
   const size_t header_ops = framed() ? peers_.size() : 0;
   const bool mine = (c.cookie >> 32) == (options_.op_id & 0xffffffffu) && index < steps_.size() + header_ops;
@@ -316,6 +356,20 @@ void Executor::set_headers(size_t header_bytes, const HeaderSource& source, bool
   }
   settled_ = false;
   framing_.emplace(header_bytes, source, reverse, std::move(first_send), std::move(first_recv));
+  framed_ = header_bytes != 0;
+  // The straight path (progress_straight): one send, one receive (straight into dst, or reduced
+  // from where it arrived) or a send and then a receive, each the first with its peer, and no
+  // header-only reply to post. Anything else takes the sweeps.
+  auto receives = [](const Step& st) { return st.kind == StepKind::recv || st.kind == StepKind::recv_reduce; };
+  send_step_ = recv_step_ = -1;
+  if (steps_.size() == 1) {
+    if (steps_[0].kind == StepKind::send) send_step_ = 0;
+    if (receives(steps_[0])) recv_step_ = 0;
+  } else if (steps_.size() == 2 && steps_[0].kind == StepKind::send && receives(steps_[1])) {
+    send_step_ = 0;
+    recv_step_ = 1;
+  }
+  straight_ = framed_ && !framing_->reverse_pending() && (send_step_ >= 0 || recv_step_ >= 0);
 }
 
 Status Executor::rebind(const void* send, void* recv, uint64_t op_id) {
@@ -323,7 +377,12 @@ Status Executor::rebind(const void* send, void* recv, uint64_t op_id) {
   send_ = static_cast<const std::byte*>(send);
   recv_ = static_cast<std::byte*>(recv);
   options_.op_id = op_id;
-  std::fill(phase_.begin(), phase_.end(), Phase::idle);
+  if (straight_) {  // one or two steps: spares a call to memset
+    phase_.front() = Phase::idle;
+    phase_.back() = Phase::idle;
+  } else {
+    std::fill(phase_.begin(), phase_.end(), Phase::idle);
+  }
   head_ = started_ = outstanding_ = 0;
   settled_ = false;
   if (framing_) framing_->restart();  // the first messages follow the steps, which are the same

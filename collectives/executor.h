@@ -78,9 +78,16 @@ class Executor {
 
   // Posts and computes whatever may go now. Never blocks. Between two completions only the
   // first call does anything: what may go changes only when a completion comes in.
-  [[nodiscard]] Status progress();
-  // Feeds one completion. Returns false (and does nothing) when its cookie is not ours.
-  [[nodiscard]] Status on_completion(const transport::Completion& c, bool* ours = nullptr);
+  [[nodiscard]] Status progress() { return settled_ ? Status::ok() : progress_now(); }
+  // Feeds one completion. Returns false (and does nothing) when its cookie is not ours. Another
+  // operation's is told at a glance, here: a group's runs are each offered every completion.
+  [[nodiscard]] Status on_completion(const transport::Completion& c, bool* ours = nullptr) {
+    if ((c.cookie >> 32) != (options_.op_id & 0xffffffffu)) {
+      if (ours != nullptr) *ours = false;
+      return Status::ok();
+    }
+    return take(c, ours);
+  }
   bool done() const { return head_ == steps_.size() && (!framing_ || framing_->ops() == 0); }
   // Every send and receive this run will make has been handed to the transport: whatever is
   // posted on the same connections from now on queues behind all of it.
@@ -92,9 +99,12 @@ class Executor {
   // "rank 1 (10.0.0.2:4100) to send, rank 3 (...) to receive" - for timeout messages.
   std::string waiting_for() const;
 
-  // Steps progress() has looked at so far, over every run (tests count them: a call with
-  // nothing new to do looks at none).
+  // Steps progress()'s sweeps have looked at so far, over every run (tests count them: a call
+  // with nothing new to do looks at none). A straight run (below) makes no sweeps.
   uint64_t visits() const { return visits_; }
+  // Runs through the straight path: set_headers found a schedule of at most a send and a
+  // receive (collectives/executor.cc says which), the runtime's small operations of two ranks.
+  bool straight() const { return straight_; }
 
   static uint64_t make_cookie(uint64_t op_id, size_t step, bool is_send) {
     return (op_id << 32) | (static_cast<uint64_t>(step) << 1) | (is_send ? 1u : 0u);
@@ -113,13 +123,18 @@ class Executor {
   enum class Went : uint8_t { no, yes, failed };
   Went try_start(size_t i);
   Went advance(size_t i);
+  Went post_send(size_t i);  // advance's last part: step i's send, in program order
+  Status progress_now();  // progress() with something new since the last call
+  Status progress_straight();
   Went failed(const Status& s);  // failure_ = s with where() in front
   void compute(const Step& st, size_t i);
   Status fail(const std::string& what) const;
   std::string where() const;  // error_prefix(options_): "<name> on rank R: "
   // set_headers was called with a header of some bytes.
-  bool framed() const { return framing_ && framing_->header_bytes() != 0; }
+  bool framed() const { return framed_; }
   Status finish_first_recv(size_t index, const transport::Completion& c);
+  // on_completion() for a completion under this run's op id.
+  Status take(const transport::Completion& c, bool* ours);
   std::string peer_name(int peer) const;
 
   std::vector<Step> steps_;
@@ -140,6 +155,11 @@ class Executor {
   Status failure_;  // Went::failed's reason, until progress() returns it
 
   std::optional<HeaderFraming> framing_;  // set_headers
+  bool framed_ = false;                   // framing_ with a header of some bytes
+  // The straight path (set_headers): the send's step and the receive's, -1 where there is none.
+  bool straight_ = false;
+  int send_step_ = -1;
+  int recv_step_ = -1;
 };
 
 }  // namespace braid::collectives

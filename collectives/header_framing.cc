@@ -24,26 +24,10 @@ HeaderFraming::HeaderFraming(size_t header_bytes, const HeaderSource& source, bo
   reverse_posted_ = !reverse_;
 }
 
-void HeaderFraming::restart() {
-  ops_ = 0;
-  reverse_posted_ = !reverse_;
-  for (PeerHeader& h : peers_) {  // first_send/first_recv follow the steps, which are the same
-    h.inline_recv = false;
-    h.land = nullptr;
-    h.header_recv_done = false;
-  }
-}
-
-Status HeaderFraming::post_first_send(transport::Connection& conn, int peer, const std::byte* data, size_t bytes,
-                                      uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding) {
+Status HeaderFraming::post_first_send_staged(transport::Connection& conn, int peer, const std::byte* data, size_t bytes,
+                                             uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding) {
   PeerHeader& h = peers_[static_cast<size_t>(peer)];
   const auto* header = reinterpret_cast<const std::byte*>(source_->header_for(peer));
-  if (h.max_parts_bytes == kNone) h.max_parts_bytes = conn.capabilities().max_parts_bytes;  // once per peer
-  if (bytes <= kInlineHeaderMax && header_bytes_ + bytes <= h.max_parts_bytes) {
-    RETURN_IF_ERROR(conn.post_send_parts(header, header_bytes_, data, bytes, data_cookie));  // no staging copy
-    ++outstanding;
-    return Status::ok();
-  }
   h.out.reserve(header_bytes_ + (bytes <= kInlineHeaderMax ? bytes : 0));  // one allocation, not two
   h.out.assign(header, header + header_bytes_);
   if (bytes <= kInlineHeaderMax) {
@@ -56,27 +40,6 @@ Status HeaderFraming::post_first_send(transport::Connection& conn, int peer, con
   ++outstanding;
   ++ops_;
   RETURN_IF_ERROR(conn.post_send(data, bytes, data_cookie));
-  ++outstanding;
-  return Status::ok();
-}
-
-Status HeaderFraming::post_first_recv(transport::Connection& conn, int peer, std::byte* land, size_t bytes,
-                                      uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding,
-                                      bool may_keep) {
-  PeerHeader& h = peers_[static_cast<size_t>(peer)];
-  const size_t capacity = header_bytes_ + kInlineHeaderMax;
-  if (h.in == nullptr) h.in = take_bytes(capacity);  // not zeroed: only received bytes are read
-  if (bytes <= kInlineHeaderMax) {
-    h.inline_recv = true;
-    h.land = may_keep ? nullptr : land;
-    RETURN_IF_ERROR(conn.post_recv(h.in.get(), capacity, data_cookie));
-    ++outstanding;
-    return Status::ok();
-  }
-  RETURN_IF_ERROR(conn.post_recv(h.in.get(), capacity, header_cookie));
-  ++outstanding;
-  ++ops_;
-  RETURN_IF_ERROR(conn.post_recv(land, bytes, data_cookie));
   ++outstanding;
   return Status::ok();
 }
@@ -120,23 +83,6 @@ Status HeaderFraming::on_header_completion(const transport::Completion& c, size_
   if (!c.status.is_ok() && c.status.code() != ErrorCode::protocol) return c.status.with_context(where());
   const auto* data = reinterpret_cast<const unsigned char*>(h.in.get());
   return source_->check(static_cast<int>(peer), c.status.is_ok() ? data : nullptr, c.status.is_ok() ? c.bytes : 0, c.status);
-}
-
-Status HeaderFraming::finish_inline_recv(int peer, const transport::Completion& c, size_t expected, size_t* wrong_size,
-                                         FunctionRef<std::string()> where) {
-  PeerHeader& h = peers_[static_cast<size_t>(peer)];
-  h.header_recv_done = true;
-  *wrong_size = kNone;
-  if (!c.status.is_ok() && c.status.code() != ErrorCode::protocol) return c.status.with_context(where());
-  const auto* data = reinterpret_cast<const unsigned char*>(h.in.get());
-  const bool arrived = c.status.is_ok();
-  RETURN_IF_ERROR(source_->check(peer, arrived ? data : nullptr, arrived ? c.bytes : 0, c.status));
-  if (c.bytes != header_bytes_ + expected) {
-    *wrong_size = c.bytes - std::min(c.bytes, header_bytes_);
-    return Status::ok();
-  }
-  if (expected != 0 && h.land != nullptr) std::memcpy(h.land, h.in.get() + header_bytes_, expected);
-  return Status::ok();
 }
 
 }  // namespace braid::collectives

@@ -20,8 +20,10 @@
 // Threading: one thread at a time (its executor's).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -95,7 +97,15 @@ class HeaderFraming {
                             FunctionRef<std::string()> where);
 
   // For a run of the same schedule again (Executor::rebind).
-  void restart();
+  void restart() {
+    ops_ = 0;
+    reverse_posted_ = !reverse_;
+    for (PeerHeader& h : peers_) {  // first_send/first_recv follow the steps, which are the same
+      h.inline_recv = false;
+      h.land = nullptr;
+      h.header_recv_done = false;
+    }
+  }
 
  private:
   struct PeerHeader {
@@ -111,6 +121,10 @@ class HeaderFraming {
     size_t max_parts_bytes = kNone;  // the connection's capabilities().max_parts_bytes, once asked
   };
   const PeerHeader& of(int peer) const { return peers_[static_cast<size_t>(peer)]; }
+  // post_first_send() where the connection takes no two-part message of this size: the header
+  // staged with small data, or sent before large data.
+  Status post_first_send_staged(transport::Connection& conn, int peer, const std::byte* data, size_t bytes,
+                                uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding);
 
   size_t header_bytes_;
   size_t ops_ = 0;
@@ -119,5 +133,57 @@ class HeaderFraming {
   const HeaderSource* source_;
   std::vector<PeerHeader> peers_;
 };
+
+// The paths of every small operation, inline so that the executor's calls may be.
+inline Status HeaderFraming::post_first_send(transport::Connection& conn, int peer, const std::byte* data, size_t bytes,
+                                             uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding) {
+  PeerHeader& h = peers_[static_cast<size_t>(peer)];
+  if (h.max_parts_bytes == kNone) h.max_parts_bytes = conn.capabilities().max_parts_bytes;  // once per peer
+  if (bytes > kInlineHeaderMax || header_bytes_ + bytes > h.max_parts_bytes) {
+    return post_first_send_staged(conn, peer, data, bytes, data_cookie, header_cookie, outstanding);
+  }
+  const auto* header = reinterpret_cast<const std::byte*>(source_->header_for(peer));
+  RETURN_IF_ERROR(conn.post_send_parts(header, header_bytes_, data, bytes, data_cookie));  // no staging copy
+  ++outstanding;
+  return Status::ok();
+}
+
+inline Status HeaderFraming::post_first_recv(transport::Connection& conn, int peer, std::byte* land, size_t bytes,
+                                             uint64_t data_cookie, uint64_t header_cookie, size_t& outstanding,
+                                             bool may_keep) {
+  PeerHeader& h = peers_[static_cast<size_t>(peer)];
+  const size_t capacity = header_bytes_ + kInlineHeaderMax;
+  if (h.in == nullptr) h.in = take_bytes(capacity);  // not zeroed: only received bytes are read
+  if (bytes <= kInlineHeaderMax) {
+    h.inline_recv = true;
+    h.land = may_keep ? nullptr : land;
+    RETURN_IF_ERROR(conn.post_recv(h.in.get(), capacity, data_cookie));
+    ++outstanding;
+    return Status::ok();
+  }
+  RETURN_IF_ERROR(conn.post_recv(h.in.get(), capacity, header_cookie));
+  ++outstanding;
+  ++ops_;
+  RETURN_IF_ERROR(conn.post_recv(land, bytes, data_cookie));
+  ++outstanding;
+  return Status::ok();
+}
+
+inline Status HeaderFraming::finish_inline_recv(int peer, const transport::Completion& c, size_t expected,
+                                                size_t* wrong_size, FunctionRef<std::string()> where) {
+  PeerHeader& h = peers_[static_cast<size_t>(peer)];
+  h.header_recv_done = true;
+  *wrong_size = kNone;
+  if (!c.status.is_ok() && c.status.code() != ErrorCode::protocol) return c.status.with_context(where());
+  const auto* data = reinterpret_cast<const unsigned char*>(h.in.get());
+  const bool arrived = c.status.is_ok();
+  RETURN_IF_ERROR(source_->check(peer, arrived ? data : nullptr, arrived ? c.bytes : 0, c.status));
+  if (c.bytes != header_bytes_ + expected) {
+    *wrong_size = c.bytes - std::min(c.bytes, header_bytes_);
+    return Status::ok();
+  }
+  if (expected != 0 && h.land != nullptr) std::memcpy(h.land, h.in.get() + header_bytes_, expected);
+  return Status::ok();
+}
 
 }  // namespace braid::collectives

@@ -37,19 +37,22 @@ void GroupRunner::run(PendingOp& g) {
     finish(g, failure_.fail_fast_status(what.str()));
     return;
   }
-  bool all_p2p = true, coalescible = members.size() > 1;
+  bool all_p2p = true;
+  for (const auto& m : members) all_p2p = all_p2p && is_p2p(m.args.kind);
+  if (all_p2p) {  // a send/recv group (the usual one) is never coalescible
+    run_p2p(g, what);
+    return;
+  }
+  bool coalescible = members.size() > 1;
   for (const auto& m : members) {
     const auto& a = m.args;
-    all_p2p = all_p2p && is_p2p(a.kind);
     coalescible = coalescible && a.kind == Kind::all_reduce && a.counts.empty() && a.dtype == members[0].args.dtype &&
                   a.op == members[0].args.op;
   }
   if (coalescible) {
     run_coalesced(g, what);
-  } else if (!all_p2p) {
-    run_in_turn(g);
   } else {
-    run_p2p(g, what);
+    run_in_turn(g);
   }
 }
 
@@ -154,13 +157,13 @@ bool GroupRunner::run_lean(PendingOp& g, const OpLabel& what) {
   auto& members = g.group;
   const size_t n = members.size();
   if (n > LeanGroup::kMaxRuns) return false;
-  collectives::RunOptions options = runs_.group_options();
+  const collectives::Algo algo = runs_.group_algo();  // of the group's options, only what a kept run needs
   std::array<OpRun*, LeanGroup::kMaxRuns> runs{};
   size_t lent = 0;
   for (; lent < n; ++lent) {
     const PendingOp& m = members[lent];
     if (m.device != nullptr) break;  // a GPU buffer's staged run is never kept
-    const std::optional<RunShape> shape = RunCache::shape_of(m.args, /*staged=*/false, options.algo);
+    const std::optional<RunShape> shape = RunCache::shape_of(m.args, /*staged=*/false, algo);
     runs[lent] = shape ? runs_.cache().lend(*shape) : nullptr;
     if (runs[lent] == nullptr) break;
   }
@@ -170,6 +173,7 @@ bool GroupRunner::run_lean(PendingOp& g, const OpLabel& what) {
   }
   lean_groups_.store(lean_groups_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // one writer
   std::array<int, LeanGroup::kMaxRuns> after{};
+  const bool trace = log_enabled(LogLevel::trace);
   for (size_t i = 0; i < n; ++i) {
     PendingOp& m = members[i];
     // As build_p2p: a run that cannot take the new buffers is dropped with the others lent, and
@@ -180,18 +184,21 @@ bool GroupRunner::run_lean(PendingOp& g, const OpLabel& what) {
       finish(g, reused.with_context(what.str() + ": "));
       return true;
     }
-    BRAID_LOG(trace) << what.str() << ": " << collectives::to_string(m.args.kind) << " #" << m.seq << " count "
-                     << m.args.count << " " << to_string(m.args.dtype) << " peer " << m.args.peer << ", run again";
+    if (trace) {
+      BRAID_LOG(trace) << what.str() << ": " << collectives::to_string(m.args.kind) << " #" << m.seq << " count "
+                       << m.args.count << " " << to_string(m.args.dtype) << " peer " << m.args.peer << ", run again";
+    }
     after[i] = -1;
     for (size_t j = 0; j < i; ++j) {
       if (members[j].args.peer == m.args.peer && members[j].args.kind == m.args.kind) after[i] = static_cast<int>(j);
     }
     runs_.note_algo(runs[i]->algo());
   }
+  const Deadline deadline = runs_.deadline();
   std::optional<Failure> adopted;
-  LeanGroup work(runs.data(), after.data(), n, what, options.deadline,
+  LeanGroup work(runs.data(), after.data(), n, what, deadline,
                  RunContext{.rank = cfg_.rank, .timeout_s = cfg_.env.timeout_s, .failure = &failure_, .adopted = &adopted});
-  Status s = links_->drive(work, options.deadline);
+  Status s = links_->drive_known(work, deadline);
   if (!s.is_ok()) {
     s = failure_.on_failure(std::move(s), what.str(), members.back().seq, std::vector<OpRun*>(runs.data(), runs.data() + n),
                             std::move(adopted));

@@ -22,6 +22,7 @@
 #include "runtime/engine/op_label.h"
 #include "runtime/engine/op_run.h"
 #include "runtime/engine/run_checks.h"
+#include "runtime/engine/run_order.h"
 #include "runtime/links/peer_links.h"
 
 namespace braid {
@@ -36,10 +37,17 @@ class LeanGroup final : public LinkWork {
   LeanGroup(OpRun* const* runs, const int* after, size_t n, const OpLabel& what, const Deadline& deadline,
             RunContext ctx);
 
-  bool done() const override;
-  Status advance() override;
-  Status on_completion(const transport::Completion& c, bool* ours) override;
-  Status check(Clock::time_point now) override;
+  // Defined here: PeerLinks::drive_known calls them directly on every pass.
+  bool done() const override { return run_order::all_done(runs_, started_, n_); }
+  Status advance() override { return run_order::advance(runs_, after_, started_, n_); }
+  Status on_completion(const transport::Completion& c, bool* ours) override {
+    return run_order::on_completion(runs_, n_, c, ours, checks_);
+  }
+  Status check(Clock::time_point now) override {
+    RETURN_IF_ERROR(checks_.aborted(what_));
+    if (now >= deadline_.at()) return run_order::timed_out(runs_, started_, n_, what_, checks_);
+    return checks_.board(now);
+  }
   void dropped(const transport::Completion& c) override { checks_.dropped(what_, c); }
   Status poll_failed(Status s) override { return checks_.poll_failed(what_, std::move(s)); }
 

@@ -24,12 +24,27 @@ class LoneRun final : public LinkWork {
   LoneRun(OpRun& run, const OpLabel& what, const Deadline& deadline, RunContext ctx)
       : run_(run), what_(what), deadline_(deadline), checks_(ctx) {}
 
+  // Defined here: PeerLinks::drive_known calls them directly on every pass.
   bool done() const override { return started_ && run_.done(); }
-  Status advance() override;
-  Status on_completion(const transport::Completion& c, bool* ours) override;
-  Status check(Clock::time_point now) override;
+  Status advance() override {
+    if (!started_) {
+      started_ = true;
+      return run_.start();
+    }
+    return run_.done() ? Status::ok() : run_.progress();
+  }
+  Status on_completion(const transport::Completion& c, bool* ours) override {
+    Status s = run_.on_completion(c, ours);
+    if (!s.is_ok()) checks_.note_refused(c);
+    return s;
+  }
+  Status check(Clock::time_point now) override {
+    RETURN_IF_ERROR(checks_.aborted(what_));
+    if (now >= deadline_.at()) return checks_.timeout(what_, run_.name(), run_.waiting_for());
+    return checks_.board(now);
+  }
   void dropped(const transport::Completion& c) override { checks_.dropped(what_, c); }
-  Status poll_failed(Status s) override { return checks_.poll_failed(what_, std::move(s)); }
+  Status poll_failed(Status s) override;  // rare: lone_run.cc
 
  private:
   OpRun& run_;

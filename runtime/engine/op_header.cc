@@ -1,5 +1,6 @@
 #include "runtime/engine/op_header.h"
 
+#include <bit>
 #include <cstring>
 #include <sstream>
 
@@ -146,26 +147,42 @@ std::string OpHeader::describe() const {
   return o.str();
 }
 
+// Which bytes of a peer's header must equal ours for mirrors(): 0xff where they must, 0 where
+// they may differ. Every byte is a field (no padding): issue_seq, at 16, is the sender's own
+// count; a send meets a receive, so there the kind (byte 5, checked apart: it must be the other
+// one) and the root (48, each side's peer, which check_headers does not compare) differ too.
+struct MirrorMask {
+  uint64_t words[OpHeader::kBytes / 8];
+  constexpr explicit MirrorMask(bool p2p) : words{} {
+    unsigned char m[OpHeader::kBytes] = {};
+    for (size_t b = 0; b < OpHeader::kBytes; ++b) {
+      const bool free = (b >= 16 && b < 24) || (p2p && (b == 5 || (b >= 48 && b < 52)));
+      m[b] = free ? 0 : 0xff;
+    }
+    for (size_t w = 0; w < OpHeader::kBytes / 8; ++w) {
+      uint64_t v = 0;
+      for (size_t k = 0; k < 8; ++k) v |= static_cast<uint64_t>(m[8 * w + k]) << (8 * k);
+      words[w] = v;
+    }
+  }
+};
+
 bool mirrors(const OpHeader& mine, const unsigned char* mine_wire, const unsigned char* theirs, size_t bytes) {
   if (bytes != OpHeader::kBytes || split_counts(mine)) return false;
-  // Every byte is a field (no padding). Their copy gets our bytes where the two may differ and
-  // is then compared whole, a word at a time: issue_seq, at 16, is the sender's own count; a
-  // send meets a receive, so there the kind (byte 5) must be the other one, and the root (48)
-  // names each side's peer, which check_headers does not compare.
-  unsigned char t[OpHeader::kBytes];
-  std::memcpy(t, theirs, sizeof t);
-  if (is_p2p(mine.kind)) {
-    const auto other = static_cast<unsigned char>(mine.kind == Kind::send ? Kind::recv : Kind::send);
-    if (t[5] != other) return false;
-    t[5] = mine_wire[5];
-    std::memcpy(t + 48, mine_wire + 48, 4);
-  }
-  std::memcpy(t + 16, mine_wire + 16, 8);
-  uint64_t a[OpHeader::kBytes / 8], b[OpHeader::kBytes / 8];
-  std::memcpy(a, mine_wire, sizeof a);
-  std::memcpy(b, t, sizeof b);
+  const bool p2p = is_p2p(mine.kind);
+  if (p2p && theirs[5] != static_cast<unsigned char>(mine.kind == Kind::send ? Kind::recv : Kind::send)) return false;
+  // A word loaded from the header holds its byte b at bits 8 * (b % 8) on a little-endian
+  // machine, where MirrorMask puts it.
+  static_assert(std::endian::native == std::endian::little, "MirrorMask packs bytes little-endian");
+  static constexpr MirrorMask kCollective(false), kP2p(true);
+  const uint64_t* mask = p2p ? kP2p.words : kCollective.words;
   uint64_t differ = 0;
-  for (size_t w = 0; w < OpHeader::kBytes / 8; ++w) differ |= a[w] ^ b[w];
+  for (size_t w = 0; w < OpHeader::kBytes / 8; ++w) {
+    uint64_t a, b;
+    std::memcpy(&a, mine_wire + 8 * w, 8);
+    std::memcpy(&b, theirs + 8 * w, 8);
+    differ |= (a ^ b) & mask[w];
+  }
   return differ == 0;
 }
 

@@ -10,8 +10,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -20,18 +22,22 @@
 
 namespace braid {
 
-// What fixes an operation's schedule on one communicator.
+// What fixes an operation's schedule on one communicator: a key of 24 bytes without padding,
+// compared whole (three words) each time the cache looks for a run.
 struct RunShape {
-  collectives::Kind kind;
   size_t count;
+  int root;
+  int peer;  // send/recv: the other rank; -1 for collectives
+  collectives::Kind kind;
   DType dtype;
   Op op;
-  int root;
   collectives::Algo algo;  // the preference (RunOptions::algo), which selection starts from
   uint8_t buffers;         // send null, recv null, in place: what the schedule depends on
-  int peer;                // send/recv: the other rank; -1 for collectives
-  bool operator==(const RunShape&) const = default;
+  uint8_t unused[3] = {};
+  bool operator==(const RunShape& o) const { return std::memcmp(this, &o, sizeof *this) == 0; }
 };
+static_assert(sizeof(RunShape) == 24 && std::has_unique_object_representations_v<RunShape>,
+              "RunShape is compared as bytes: no padding");
 
 class RunCache {
  public:
@@ -40,7 +46,20 @@ class RunCache {
 
   // The shape of `args` under `algo`, or nothing when its run is not worth keeping. `staged`:
   // its buffers are pinned copies of GPU memory (built anew each time).
-  static std::optional<RunShape> shape_of(const collectives::CollectiveArgs& args, bool staged, collectives::Algo algo);
+  // Inline: every operation of the lean paths asks it.
+  static std::optional<RunShape> shape_of(const collectives::CollectiveArgs& a, bool staged, collectives::Algo algo) {
+    // Uneven and split forms (count vectors) and staged GPU buffers are built anew each time.
+    // A send or receive is kept per peer (its tag is in the header, which reuse rewrites).
+    if (!a.counts.empty() || !a.send_counts.empty() || !a.recv_counts.empty() || staged) return std::nullopt;
+    // Above this, building costs little beside moving the bytes, and a kept run would hold its
+    // scratch and landing memory (and, as below it, a header buffer per peer it hears from).
+    if (a.count > kMaxBytes || a.count * dtype_size(a.dtype) > kMaxBytes) return std::nullopt;
+    const auto buffers = static_cast<uint8_t>((a.send == nullptr ? 1 : 0) | (a.recv == nullptr ? 2 : 0) |
+                                              (a.send != nullptr && a.send == a.recv ? 4 : 0));
+    const bool p2p = a.kind == collectives::Kind::send || a.kind == collectives::Kind::recv;
+    return RunShape{.count = a.count, .root = a.root, .peer = p2p ? a.peer : -1, .kind = a.kind, .dtype = a.dtype,
+                    .op = a.op, .algo = algo, .buffers = buffers};
+  }
 
   // A kept run of `shape`, taken out of the cache; null when none is kept (or lent).
   std::unique_ptr<OpRun> take(const RunShape& shape);

@@ -12,15 +12,12 @@ collectives::RunOptions RunFactory::options(collectives::Algo algo) const {
   options.algo = algo;
   options.chunk_bytes = cfg_.env.chunk_bytes;
   options.ring_depth = links_.ring_depth();
-  // BRAID_TIMEOUT_S is seconds: a coarse clock read will do, at a fraction of an exact one's cost.
-  options.deadline = Deadline::coarse_after_seconds(cfg_.env.timeout_s);
+  options.deadline = deadline();
   return options;  // order: set by make() for a run it prepares, the only one that reads it
 }
 
 collectives::RunOptions RunFactory::stream_options(const PendingOp& op) const {
-  // No BRAID_ALGO (the common case): nothing to ask of the collective.
-  const bool forced = forced_algo_ != collectives::Algo::automatic && collectives::supports(op.args.kind, forced_algo_);
-  collectives::RunOptions o = options(forced ? forced_algo_ : collectives::Algo::automatic);
+  collectives::RunOptions o = options(stream_algo(op.args.kind));
   o.op_id = op.seq & 0x7fffffffu;  // executor cookies keep bit 63 clear (op_run.h)
   return o;
 }

@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 
+#include "collectives/algorithms.h"
 #include "collectives/runner.h"
 #include "common/status.h"
 #include "runtime/communicator_config.h"
@@ -31,8 +32,18 @@ class RunFactory {
   // have no such algorithm (all_to_all has only pairwise) keep the automatic choice instead of
   // failing. Both leave `order` null: make() sets it for a run it prepares anew.
   collectives::RunOptions stream_options(const PendingOp& op) const;
+  // What a kept run needs of stream_options() (StreamRunner::run_kept): the algorithm
+  // preference its shape is keyed by, and the operation's deadline. Without the rest of the
+  // options (the ring depth, the chunk size), which only a run prepared anew reads.
+  collectives::Algo stream_algo(collectives::Kind kind) const {
+    if (forced_algo_ == collectives::Algo::automatic) return forced_algo_;  // no BRAID_ALGO: the common case
+    return collectives::supports(kind, forced_algo_) ? forced_algo_ : collectives::Algo::automatic;
+  }
+  // BRAID_TIMEOUT_S is seconds: a coarse clock read will do, at a fraction of an exact one's cost.
+  Deadline deadline() const { return Deadline::coarse_after_seconds(cfg_.env.timeout_s); }
   // A group's sends and receives: BRAID_ALGO as it is; op_id is set per member.
   collectives::RunOptions group_options() const;
+  collectives::Algo group_algo() const { return forced_algo_; }  // group_options().algo
 
   // The run of `op`: a kept one of its shape (when `shape` is set) run again, else one prepared.
   // `run` is null when the operation has nothing to move; name and algo say what it is either way.

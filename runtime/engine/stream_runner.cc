@@ -96,8 +96,7 @@ bool StreamRunner::run_kept(PendingOp& op) {
   // A GPU buffer's staged run is never kept; a failed communicator refuses the operation with
   // the stream path's words.
   if (op.device || failure_.state() != CommState::ok) return false;
-  const collectives::RunOptions options = runs_.stream_options(op);
-  const std::optional<RunShape> shape = RunCache::shape_of(op.args, /*staged=*/false, options.algo);
+  const std::optional<RunShape> shape = RunCache::shape_of(op.args, /*staged=*/false, runs_.stream_algo(op.args.kind));
   // Run where it is kept: it stays there (RunCache::lend) unless this operation fails.
   OpRun* run = shape ? runs_.cache().lend(*shape) : nullptr;
   if (run == nullptr) return false;
@@ -105,7 +104,7 @@ bool StreamRunner::run_kept(PendingOp& op) {
   const OpLabel what = OpLabel::one(op.args.kind, op.seq);
   // As admit() through RunFactory::make: a run that cannot take the new buffers is dropped, and
   // nothing was sent.
-  Status reused = run->reuse(op.args, cfg_.comm_id, op.seq, op.match_seq, options.op_id);
+  Status reused = run->reuse(op.args, cfg_.comm_id, op.seq, op.match_seq, op.seq & 0x7fffffffu);  // as stream_options()
   if (!reused.is_ok()) {
     runs_.cache().drop(run);
     op.work->complete(reused.with_context(what.str() + ": "));
@@ -120,10 +119,11 @@ bool StreamRunner::run_kept(PendingOp& op) {
                      << ", run again";
   }
   const Clock::time_point started = trace ? Clock::now() : Clock::time_point{};
+  const Deadline deadline = runs_.deadline();
   std::optional<Failure> adopted;
-  LoneRun work(*run, what, options.deadline,
+  LoneRun work(*run, what, deadline,
                RunContext{.rank = cfg_.rank, .timeout_s = cfg_.env.timeout_s, .failure = &failure_, .adopted = &adopted});
-  Status s = links_->drive(work, options.deadline);
+  Status s = links_->drive_known(work, deadline);
   if (s.is_ok()) {
     failure_.note_done(std::max(failure_.done_seq(), op.seq), what);
     if (trace) {

@@ -303,29 +303,7 @@ Status PeerLinks::poll(std::vector<transport::Completion>& out, std::chrono::mic
 }
 
 Status PeerLinks::drive(LinkWork& work, const Deadline& deadline, std::chrono::microseconds slice) {
-  RETURN_IF_ERROR(work.advance());
-  std::vector<transport::Completion>& done = polled_;
-  while (!work.done()) {
-    // Once per pass, and coarse: deadlines and the board's interval are far longer than a tick,
-    // and an exact clock read is a fair share of a small operation.
-    const auto now = coarse_now();
-    RETURN_IF_ERROR(work.check(now));
-    done.clear();
-    const auto left = deadline.at() > now ? deadline.at() - now : Clock::duration::zero();
-    const auto wait = std::min<std::chrono::nanoseconds>(left, slice);
-    Status polled = poll(done, std::chrono::duration_cast<std::chrono::microseconds>(wait));
-    if (!polled.is_ok()) return work.poll_failed(std::move(polled));
-    Status first;
-    for (const auto& c : done) {
-      bool ours = false;
-      Status s = work.on_completion(c, &ours);
-      if (!s.is_ok() && first.is_ok()) first = std::move(s);
-      if (!ours) work.dropped(c);
-    }
-    RETURN_IF_ERROR(first);
-    RETURN_IF_ERROR(work.advance());
-  }
-  return Status::ok();
+  return drive_known(work, deadline, slice);
 }
 
 void PeerLinks::drain(FunctionRef<size_t()> outstanding, FunctionRef<void(const transport::Completion&)> take,

@@ -19,6 +19,7 @@
 // any thread.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -135,6 +136,11 @@ class PeerLinks {
   // not past `deadline` (work.check() says what its expiry means).
   [[nodiscard]] Status drive(LinkWork& work, const Deadline& deadline,
                              std::chrono::microseconds slice = std::chrono::milliseconds(100));
+  // The same loop for a work of a known final type (the engine's LoneRun and LeanGroup): its
+  // calls are direct, and its small ones inlined, on every pass of a small operation.
+  template <typename Work>
+  [[nodiscard]] Status drive_known(Work& work, const Deadline& deadline,
+                                   std::chrono::microseconds slice = std::chrono::milliseconds(100));
   // After a failure: polls until `outstanding()` is 0 or `bound` passed, giving each completion
   // to `take`, so buffers of closed connections' operations may be freed.
   void drain(FunctionRef<size_t()> outstanding, FunctionRef<void(const transport::Completion&)> take,
@@ -173,5 +179,32 @@ class PeerLinks {
   bool all_host_local_ = false;
   std::vector<transport::Completion> polled_;  // drive()'s, kept to reuse its storage
 };
+
+template <typename Work>
+Status PeerLinks::drive_known(Work& work, const Deadline& deadline, std::chrono::microseconds slice) {
+  RETURN_IF_ERROR(work.advance());
+  std::vector<transport::Completion>& done = polled_;
+  while (!work.done()) {
+    // Once per pass, and coarse: deadlines and the board's interval are far longer than a tick,
+    // and an exact clock read is a fair share of a small operation.
+    const auto now = coarse_now();
+    RETURN_IF_ERROR(work.check(now));
+    done.clear();
+    const auto left = deadline.at() > now ? deadline.at() - now : Clock::duration::zero();
+    const auto wait = std::min<std::chrono::nanoseconds>(left, slice);
+    Status polled = poll(done, std::chrono::duration_cast<std::chrono::microseconds>(wait));
+    if (!polled.is_ok()) return work.poll_failed(std::move(polled));
+    Status first;
+    for (const auto& c : done) {
+      bool ours = false;
+      Status s = work.on_completion(c, &ours);
+      if (!s.is_ok() && first.is_ok()) first = std::move(s);
+      if (!ours) work.dropped(c);
+    }
+    RETURN_IF_ERROR(first);
+    RETURN_IF_ERROR(work.advance());
+  }
+  return Status::ok();
+}
 
 }  // namespace braid

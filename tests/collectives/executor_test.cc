@@ -247,6 +247,118 @@ TEST(Executor, RefusesASchedulePeerWithoutConnection) {
       << ex.status().message();
 }
 
+// A header every framed test run sends and accepts (a peer's header that differs fails the check).
+constexpr unsigned char kHeader[4] = {'h', 'd', 'r', '!'};
+struct FixedHeader final : HeaderSource {
+  const unsigned char* header_for(int) const override { return kHeader; }
+  Status check(int, const unsigned char* data, size_t, const Status&) const override {
+    return data != nullptr && std::equal(kHeader, kHeader + sizeof kHeader, data) ? Status::ok()
+                                                                                   : protocol_error("bad header");
+  }
+};
+
+// Completes `x`, a first receive with its header inline, as if `n` floats of `value` came.
+transport::Completion arrive(ScriptedConnection& conn, const Posted& x, size_t n, float value) {
+  auto* d = static_cast<unsigned char*>(const_cast<void*>(x.data));
+  std::copy(kHeader, kHeader + sizeof kHeader, d);
+  std::fill_n(reinterpret_cast<float*>(d + sizeof kHeader), n, value);
+  return transport::Completion{&conn, x.cookie, false, sizeof kHeader + n * sizeof(float), Status::ok()};
+}
+
+// The runtime's small operations of two ranks (a send, a receive, recursive doubling's send
+// then receive-and-reduce) run straight, without progress()'s sweeps, and keep the sweeps'
+// rules: the receive is posted before the send, and data is reduced into a range only once the
+// send that reads that range has completed (in place: the send reads the buffer the reduction
+// writes).
+TEST(Executor, ASendAndAReceiveRunStraightInTheSweepsOrder) {
+  for (bool in_place : {false, true}) {
+    for (bool recv_first : {false, true}) {  // which completion comes first
+      SCOPED_TRACE(std::string(in_place ? "in place" : "out of place") + (recv_first ? ", receive first" : ""));
+      Plan p;
+      p.rank = 0, p.size = 2, p.count = 16, p.segment_bytes = 64, p.in_place = in_place;
+      std::vector<float> in(16, 1.0f), out(16, 0.0f);
+      if (in_place) out = in;
+      ScriptedConnection conn(1);
+      std::vector<transport::Connection*> peers{nullptr, &conn};
+      auto ex = Executor::create(rd_all_reduce(p), in_place ? out.data() : in.data(), out.data(), peers,
+                                 options("all_reduce (rd)", 0, 5, 0));
+      ASSERT_TRUE(ex.is_ok()) << ex.status().message();
+      FixedHeader source;
+      (*ex)->set_headers(sizeof kHeader, source, /*reverse=*/true);
+      EXPECT_TRUE((*ex)->straight());
+      ASSERT_TRUE((*ex)->progress().is_ok());
+      ASSERT_EQ(conn.posted.size(), 2u);
+      EXPECT_FALSE(conn.posted[0].is_send) << "the receive first";
+      EXPECT_TRUE(conn.posted[1].is_send);
+      EXPECT_TRUE((*ex)->all_posted());
+      const Posted recv = conn.posted[0], send = conn.posted[1];
+      conn.posted.clear();
+      auto send_done = [&] {
+        ASSERT_TRUE((*ex)->on_completion(transport::Completion{&conn, send.cookie, true, send.bytes, Status::ok()}).is_ok());
+        ASSERT_TRUE((*ex)->progress().is_ok());
+      };
+      if (!recv_first) send_done();
+      ASSERT_TRUE((*ex)->on_completion(arrive(conn, recv, 16, 2.0f)).is_ok());
+      ASSERT_TRUE((*ex)->progress().is_ok());
+      if (recv_first && in_place) {
+        EXPECT_EQ(out[0], 1.0f) << "reduced into the buffer the send still reads";
+        EXPECT_FALSE((*ex)->done());
+        EXPECT_NE((*ex)->waiting_for().find("rank 1 (10.0.0.9:4000) to take our data"), std::string::npos)
+            << (*ex)->waiting_for();
+      }
+      if (recv_first) send_done();
+      EXPECT_TRUE((*ex)->done());
+      EXPECT_EQ((*ex)->outstanding(), 0u);
+      EXPECT_EQ(out[0], 3.0f);
+      EXPECT_EQ(out[15], 3.0f);
+      EXPECT_EQ((*ex)->visits(), 0u) << "no sweep";
+    }
+  }
+}
+
+// A receive that lands where the send before it reads waits for that send, on the straight path
+// as in the sweeps; schedules of another shape take the sweeps.
+TEST(Executor, AStraightReceiveIntoWhatTheSendReadsWaitsForTheSend) {
+  Schedule s;
+  s.steps.push_back(make_step(StepKind::send, -1, 1, {}, range(Buf::recv, Span{0, 64})));
+  s.steps.push_back(make_step(StepKind::recv, 1, -1, range(Buf::recv, Span{0, 64})));
+  std::vector<float> buf(16, 1.0f);
+  ScriptedConnection conn(1);
+  std::vector<transport::Connection*> peers{nullptr, &conn};
+  auto ex = Executor::create(s, nullptr, buf.data(), peers, options("exchange", 0, 6, 0));
+  ASSERT_TRUE(ex.is_ok()) << ex.status().message();
+  FixedHeader source;
+  (*ex)->set_headers(sizeof kHeader, source, /*reverse=*/true);
+  EXPECT_TRUE((*ex)->straight());
+  ASSERT_TRUE((*ex)->progress().is_ok());
+  ASSERT_EQ(conn.posted.size(), 1u) << "the send alone";
+  EXPECT_TRUE(conn.posted[0].is_send);
+  EXPECT_FALSE((*ex)->all_posted());
+  ASSERT_TRUE((*ex)->on_completion(conn.complete_front()).is_ok());
+  ASSERT_TRUE((*ex)->progress().is_ok());
+  ASSERT_EQ(conn.posted.size(), 1u) << "then the receive";
+  EXPECT_FALSE(conn.posted[0].is_send);
+  const Posted recv = conn.posted[0];
+  conn.posted.clear();
+  ASSERT_TRUE((*ex)->on_completion(arrive(conn, recv, 16, 7.0f)).is_ok());
+  ASSERT_TRUE((*ex)->progress().is_ok());
+  EXPECT_TRUE((*ex)->done());
+  EXPECT_EQ(buf[0], 7.0f);
+  EXPECT_EQ(buf[15], 7.0f);
+
+  Plan p;
+  p.rank = 0, p.size = 2, p.peer = 1, p.count = 100, p.segment_bytes = 40;  // 10 segments
+  auto many = Executor::create(p2p_send(p), buf.data(), nullptr, peers, options("send", 0, 9, 4));
+  ASSERT_TRUE(many.is_ok());
+  (*many)->set_headers(sizeof kHeader, source, /*reverse=*/false);
+  EXPECT_FALSE((*many)->straight());
+  p.count = 16, p.segment_bytes = 64;  // one segment, but a root's send to a rank that only receives
+  auto root = Executor::create(p2p_send(p), buf.data(), nullptr, peers, options("broadcast", 0, 9, 0));
+  ASSERT_TRUE(root.is_ok());
+  (*root)->set_headers(sizeof kHeader, source, /*reverse=*/true);
+  EXPECT_FALSE((*root)->straight()) << "a header-only reply to post";
+}
+
 // A finished executor runs its schedule again on new buffers under a new op id (the runtime
 // keeps runs of repeated operations): the second run reduces the new input into the new output,
 // leaves the old buffers alone, carries the new op id in its cookies, and checks and sends
