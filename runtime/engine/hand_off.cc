@@ -5,7 +5,13 @@
 namespace braid {
 
 bool HandOff::queued(bool idle_before, const std::shared_ptr<detail::WorkState>& work) {
-  if (!enabled_ || !idle_before) return true;
+  if (!enabled_) return true;
+  // Whatever was left to its caller before is taken by now, or queued ahead of this one (then the
+  // progress thread takes both at once): no grace is pending. Its caller may have taken it
+  // without the queue's lock (op_queue.h), so without taken_by_caller().
+  grace_until_ = {};
+  grace_unset_ = false;
+  if (!idle_before) return true;
   const int64_t now = CycleClock::now();
   if (idle_times_) {
     // The last prediction, settled after the fact: its operation finished before its caller

@@ -66,13 +66,16 @@ class HandOff {
   // whether the progress thread must be woken.
   bool queued(bool idle_before, const std::shared_ptr<detail::WorkState>& work);
   // The caller came to wait for `work` before it completed (Work::wait: WorkRunner::help), at
-  // `waited` (CycleClock; 0: not read).
+  // `waited` (CycleClock; 0: not read). Not called when the caller took its operation from the
+  // queue's engine slot without the lock (op_queue.h): the next queued() settles it from the
+  // wait's time, as for an operation the progress thread finished first.
   void waited(const detail::WorkState& work, int64_t waited);
   // The progress thread takes the queue's front, `front`: when it was the operation left to its
   // caller, the caller did not come for it in time (or queued more first), and the next starts
   // at once.
   void taken_by_progress(const detail::WorkState* front);
-  // The caller took the operation left to it.
+  // The caller took the operation left to it (under the queue's lock; queued() assumes as much
+  // when it was taken without).
   void taken_by_caller() {
     grace_until_ = {};
     grace_unset_ = false;

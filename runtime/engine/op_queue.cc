@@ -31,7 +31,7 @@ bool OpQueue::admit(collectives::CollectiveArgs&& args, const std::shared_ptr<de
     return false;
   }
   if (cfg_.env.caller_progress) work->runner = runner_;
-  if (group_depth_ > 0) {
+  if (group_depth_.load(std::memory_order_relaxed) > 0) {
     work->in_open_group.store(true);
     // Each group takes its list whole (close_group): room for a send/recv pair from the start.
     if (group_ops_.capacity() == 0) group_ops_.reserve(4);
@@ -43,7 +43,7 @@ bool OpQueue::admit(collectives::CollectiveArgs&& args, const std::shared_ptr<de
   out->work = work;
   out->seq = seq;
   out->match_seq = match;
-  return group_depth_ == 0;
+  return group_depth_.load(std::memory_order_relaxed) == 0;
 }
 
 bool OpQueue::queued(bool idle_before, const std::shared_ptr<detail::WorkState>& work) {
@@ -61,14 +61,20 @@ Work OpQueue::push(collectives::CollectiveArgs&& args, const std::shared_ptr<det
   bool wake;
   {
     MutexLock lock(mu_);
-    const bool idle = !busy_ && queue_.empty();
-    PendingOp& op = queue_.push_slot();  // filled where it waits
+    const bool was_idle = idle();
+    const bool in_slot = was_idle && cfg_.env.caller_progress;
+    PendingOp& op = in_slot ? slot_ : queue_.push_slot();  // filled where it waits
     if (!admit(std::move(args), work, &op)) {
-      queue_.pop_back();
+      if (!in_slot) queue_.pop_back();
       return Work(work);
     }
     op.device = std::move(device);
-    wake = queued(idle, work);
+    if (in_slot) {
+      engine_.store(word_of(work.get()), std::memory_order_seq_cst);  // filled before it is named
+    } else {
+      published();
+    }
+    wake = queued(was_idle, work);
   }
   if (wake) {
     wake_progress();
@@ -84,11 +90,12 @@ bool OpQueue::push_or_take(collectives::CollectiveArgs&& args, const std::shared
     MutexLock lock(mu_);
     if (admit(std::move(args), work, op)) {
       op->device = std::move(device);
-      here = cfg_.env.caller_progress && !busy_ && queue_.empty();
+      here = cfg_.env.caller_progress && idle();
       if (here) {
-        busy_ = true;
+        engine_.store(kHeld, std::memory_order_seq_cst);  // free, and only mu_'s holders take a free engine
       } else {
         queue_.push_back(std::move(*op));
+        published();
         (void)queued(false, nullptr);  // queued behind another: no hand-off to predict
       }
     }
@@ -97,19 +104,53 @@ bool OpQueue::push_or_take(collectives::CollectiveArgs&& args, const std::shared
   return here;
 }
 
-bool OpQueue::take_for_wait(const detail::WorkState& work, int64_t waited, std::optional<PendingOp>* op) {
+namespace {
+
+// Whether `op` is `work`'s operation or a group that holds it.
+bool holds(const PendingOp& op, const detail::WorkState& work) {
+  if (op.work.get() == &work) return true;
+  for (const auto& m : op.group) {
+    if (m.work.get() == &work) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+PendingOp* OpQueue::take_for_wait(const detail::WorkState& work, int64_t waited) {
+  // The common case: `work`'s operation waits in the engine's slot. No lock: the hand-off
+  // settles whether its caller waited at once when it queues the next one (HandOff::queued).
+  uintptr_t mine = word_of(&work);
+  if (engine_.load(std::memory_order_relaxed) == mine &&
+      engine_.compare_exchange_strong(mine, kHeld, std::memory_order_seq_cst, std::memory_order_relaxed)) {
+    return &slot_;
+  }
   MutexLock lock(mu_);
   hand_off_.waited(work, waited);
-  if (busy_ || queue_.size() != 1 || work.done()) return false;
-  const PendingOp& front = queue_.front();
-  bool mine = front.work.get() == &work;
-  for (const auto& m : front.group) mine = mine || m.work.get() == &work;
-  if (!mine) return false;
-  op->emplace(std::move(queue_.front()));  // moved once, into the waiter's frame
+  if (work.done()) return nullptr;
+  uintptr_t e = engine_.load(std::memory_order_seq_cst);
+  if (e == kHeld) return nullptr;
+  if (e != kFree) {
+    // A group whose member this is waits in the slot. With the fifo empty nothing else can be
+    // pending, so what the slot holds is this operation's group; claimed before it is looked at,
+    // which another waiter may do at the same time.
+    if (!queue_.empty() || !engine_.compare_exchange_strong(e, kHeld, std::memory_order_seq_cst)) return nullptr;
+    hand_off_.taken_by_caller();
+    return &slot_;
+  }
+  if (queue_.size() != 1 || !holds(queue_.front(), work)) return nullptr;
+  slot_ = std::move(queue_.front());  // the slot is the holder's, and the engine is free: empty
   queue_.pop_front();
-  busy_ = true;
+  published();
+  engine_.store(kHeld, std::memory_order_seq_cst);
   hand_off_.taken_by_caller();
-  return true;
+  return &slot_;
+}
+
+void OpQueue::done_in_slot() {
+  slot_.work.reset();
+  slot_.device.reset();
+  slot_.group.clear();  // its room serves the next group (close_group swaps it in)
 }
 
 Work OpQueue::push_chunks(DeviceStaging& staged, const std::shared_ptr<detail::WorkState>& work) {
@@ -130,37 +171,42 @@ Work OpQueue::push_chunks(DeviceStaging& staged, const std::shared_ptr<detail::W
       queue_.push_back(std::move(op));
       enqueued_.fetch_add(1, std::memory_order_release);
     }
+    published();
   }
   cv_.notify_one();
   return Work(work);
 }
 
-void OpQueue::open_group() {
-  MutexLock lock(mu_);
-  ++group_depth_;
-}
+void OpQueue::open_group() { group_depth_.fetch_add(1, std::memory_order_relaxed); }
 
-bool OpQueue::group_open() {
-  MutexLock lock(mu_);
-  return group_depth_ > 0;
-}
+bool OpQueue::group_open() { return group_depth_.load(std::memory_order_relaxed) > 0; }
 
 Work OpQueue::close_group() {
   auto work = detail::make_work_state();
   bool wake = false;
   {
     MutexLock lock(mu_);
-    if (group_depth_ == 0) throw Error(ErrorCode::invalid_argument, "group_end() without a matching group_start()");
-    if (--group_depth_ > 0) return Work();  // nested: the outermost group_end runs everything
+    if (group_depth_.load(std::memory_order_relaxed) == 0) {
+      throw Error(ErrorCode::invalid_argument, "group_end() without a matching group_start()");
+    }
+    if (group_depth_.fetch_sub(1, std::memory_order_relaxed) > 1) return Work();  // nested: the outermost runs all
     for (auto& m : group_ops_) m.work->in_open_group.store(false);
     if (group_ops_.empty()) return Work();
-    const bool idle = !busy_ && queue_.empty();
-    PendingOp& g = queue_.push_slot();  // filled where it waits, the members' list handed over whole
+    const bool was_idle = idle();
+    const bool in_slot = was_idle && cfg_.env.caller_progress;
+    // Filled where it waits, the members' list handed over whole; the emptied list of the last
+    // group that ran in the slot comes back for the next group's members.
+    PendingOp& g = in_slot ? slot_ : queue_.push_slot();
     g.work = work;
     if (cfg_.env.caller_progress) work->runner = runner_;
     g.seq = group_ops_.front().seq;
     g.group.swap(group_ops_);
-    wake = queued(idle, work);  // a group is handed off like any operation
+    if (in_slot) {
+      engine_.store(word_of(work.get()), std::memory_order_seq_cst);
+    } else {
+      published();
+    }
+    wake = queued(was_idle, work);  // a group is handed off like any operation
   }
   if (wake) {
     wake_progress();
@@ -171,11 +217,13 @@ Work OpQueue::close_group() {
 
 void OpQueue::wait_for_work(MutexLock& lock, Clock::time_point board_at) {
   for (;;) {
-    if (!busy_ && (stopping_ || failure_.abort_pending())) break;
-    const std::optional<Clock::time_point> until =
-        hand_off_.sleep_until(Clock::now(), board_at, busy_ ? 0 : queue_.size(), busy_);
+    const uintptr_t e = engine_.load(std::memory_order_seq_cst);
+    const bool held = e == kHeld;
+    if (!held && (stopping_.load(std::memory_order_relaxed) || failure_.abort_pending())) break;
+    const size_t queued = held ? 0 : queue_.size() + (e != kFree ? 1 : 0);
+    const std::optional<Clock::time_point> until = hand_off_.sleep_until(Clock::now(), board_at, queued, held);
     if (!until) break;
-    hand_off_.sleeping(*until, busy_);
+    hand_off_.sleeping(*until, held);
     cv_.wait_until(lock, *until);
     hand_off_.awake();
     progress_wakeups_.fetch_add(1, std::memory_order_relaxed);
@@ -185,12 +233,22 @@ void OpQueue::wait_for_work(MutexLock& lock, Clock::time_point board_at) {
 OpQueue::Turn OpQueue::next_turn(Clock::time_point board_at, std::optional<PendingOp>* op) {
   MutexLock lock(mu_);
   wait_for_work(lock, board_at);
-  if (busy_) return Turn::elsewhere;
-  busy_ = true;
-  if (queue_.empty()) return stopping_ ? Turn::stop : Turn::idle;
+  uintptr_t e = engine_.load(std::memory_order_seq_cst);
+  if (e == kHeld) return Turn::elsewhere;
+  if (e != kFree) {
+    // The operation in the engine's slot, past its grace or with more behind it; unless its
+    // caller took it a moment ago.
+    if (!engine_.compare_exchange_strong(e, kHeld, std::memory_order_seq_cst)) return Turn::elsewhere;
+    hand_off_.taken_by_progress(slot_.work.get());
+    op->emplace(std::move(slot_));
+    return Turn::run;
+  }
+  engine_.store(kHeld, std::memory_order_seq_cst);
+  if (queue_.empty()) return stopping_.load(std::memory_order_relaxed) ? Turn::stop : Turn::idle;
   hand_off_.taken_by_progress(queue_.front().work.get());
   op->emplace(std::move(queue_.front()));
   queue_.pop_front();
+  published();
   return Turn::run;
 }
 
@@ -204,20 +262,24 @@ std::unique_ptr<PendingOp> OpQueue::take_next_for_stream() {
         (!queue_.front().device || queue_.front().device->input_ready())) {
       next = std::make_unique<PendingOp>(std::move(queue_.front()));
       queue_.pop_front();
+      published();
     }
   }
   if (next) count_on_progress();
   return next;
 }
 
-void OpQueue::release(uint64_t* dequeued, std::vector<PendingOp>* spent_group) {
+void OpQueue::release(uint64_t* dequeued) {
+  engine_.store(kFree, std::memory_order_seq_cst);
+  // Nothing to hand over: no lock (see the top).
+  if (dequeued == nullptr && waiting_.load(std::memory_order_seq_cst) == 0 &&
+      !stopping_.load(std::memory_order_seq_cst) && !failure_.abort_requested()) {
+    return;
+  }
   bool more;
   {
     MutexLock lock(mu_);
-    busy_ = false;
-    // An open group's list may be empty yet: swapping an empty one with room in loses nothing.
-    if (spent_group != nullptr && spent_group->empty() && group_ops_.capacity() == 0) group_ops_.swap(*spent_group);
-    more = !queue_.empty() || stopping_ || failure_.abort_requested();
+    more = !queue_.empty() || stopping_.load(std::memory_order_relaxed) || failure_.abort_requested();
     if (dequeued != nullptr) *dequeued = enqueued_.load(std::memory_order_relaxed) - queue_.size();
   }
   if (more) cv_.notify_one();
@@ -227,7 +289,14 @@ std::vector<PendingOp> OpQueue::cancel_all() {
   std::vector<PendingOp> queued;
   {
     MutexLock lock(mu_);
-    queued = queue_.take_all();
+    // The operation in the engine's slot ran first; its caller may be taking it right now.
+    uintptr_t e = engine_.load(std::memory_order_seq_cst);
+    if (e != kFree && e != kHeld && engine_.compare_exchange_strong(e, kHeld, std::memory_order_seq_cst)) {
+      queued.push_back(std::move(slot_));
+      engine_.store(kFree, std::memory_order_seq_cst);
+    }
+    while (!queue_.empty()) queued.push_back(queue_.take_front());
+    published();
     for (auto& p : group_ops_) queued.push_back(std::move(p));
     group_ops_.clear();
   }
@@ -239,7 +308,7 @@ void OpQueue::wake_all() { cv_.notify_all(); }
 void OpQueue::stop() {
   {
     MutexLock lock(mu_);
-    stopping_ = true;
+    stopping_.store(true, std::memory_order_seq_cst);
   }
   cv_.notify_all();
 }

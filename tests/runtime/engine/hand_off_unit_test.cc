@@ -219,5 +219,38 @@ TEST(HandOff, TheGraceStartsAtTheProgressThreadsNextLook) {
   EXPECT_FALSE(h.sleep_until(look + kTick, board_at, 1).has_value()) << "past its grace: the progress thread takes it";
 }
 
+// A caller that takes its operation from the engine's slot does so without the queue's lock,
+// and so without taken_by_caller() or waited() (op_queue.h): the next operation queued on the
+// idle communicator settles the prediction from the wait's time alone.
+TEST(HandOff, ACallerThatTookItsOperationWithoutTheLockStillCountsAsWaitingAtOnce) {
+  HandOff h(true, kTick, kAtOnce);
+  bool wake = true;
+  auto first = queue_on_idle(h, &wake);
+  EXPECT_FALSE(wake);
+  first->note_wait();  // Work::wait(), then the slot taken without a word to the hand-off
+  auto second = queue_on_idle(h, &wake);
+  EXPECT_FALSE(wake) << "waited at once: the next one is left to its caller too";
+  second->wait_times.first_wait.store(at(second->wait_times.returned.load(), 2 * kAtOnce));  // came late
+  queue_on_idle(h, &wake);
+  EXPECT_TRUE(wake) << "computed first: the next one starts at once";
+}
+
+// The grace belongs to the operation left to its caller. Once that one was taken (by its caller,
+// without telling the hand-off), an operation queued behind a busy engine has none: the progress
+// thread takes it at once when the engine is free, not a tick later.
+TEST(HandOff, AnOperationQueuedBehindAnotherHasNoGrace) {
+  HandOff h(true, kTick, kAtOnce);
+  const auto now = Clock::now();
+  const auto board_at = now + std::chrono::seconds(1);
+  bool wake = true;
+  queue_on_idle(h, &wake);  // left to its caller
+  EXPECT_FALSE(wake);
+  ASSERT_EQ(*h.sleep_until(now, board_at, 1), now + kTick);  // its grace runs from this look
+  // Its caller takes it (no taken_by_caller: op_queue.h's slot) and runs it; another thread
+  // queues behind.
+  EXPECT_TRUE(h.queued(/*idle_before=*/false, std::make_shared<detail::WorkState>()));
+  EXPECT_FALSE(h.sleep_until(now + kTick / 2, board_at, 1).has_value()) << "queued behind: no grace";
+}
+
 }  // namespace
 }  // namespace braid
