@@ -21,29 +21,48 @@ OpQueue::OpQueue(const CommunicatorConfig& cfg, const CommFailure& failure, deta
       p2p_send_seq_(static_cast<size_t>(cfg.size), 0),
       p2p_recv_seq_(static_cast<size_t>(cfg.size), 0) {}
 
-bool OpQueue::admit(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work, PendingOp* out) {
-  const uint64_t seq = ++next_seq_;
+bool OpQueue::refusing() const { return failure_.state() != CommState::ok || failure_.abort_requested(); }
+
+void OpQueue::number(PendingOp& op) {
+  op.seq = ++next_seq_;
   // The k-th send from A to B meets the k-th receive on B from A: one count per direction.
-  auto& p2p = args.kind == collectives::Kind::send ? p2p_send_seq_ : p2p_recv_seq_;
-  const uint64_t match = is_p2p(args.kind) ? ++p2p[static_cast<size_t>(args.peer)] : ++collective_seq_;
-  if (failure_.state() != CommState::ok || failure_.abort_requested()) {
-    work->complete(failure_.fail_fast_status(std::string(collectives::to_string(args.kind)) + " #" + std::to_string(seq)));
+  const collectives::Kind kind = op.args.kind;
+  auto& p2p = kind == collectives::Kind::send ? p2p_send_seq_ : p2p_recv_seq_;
+  op.match_seq = is_p2p(kind) ? ++p2p[static_cast<size_t>(op.args.peer)] : ++collective_seq_;
+}
+
+bool OpQueue::hold_in_group(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work) {
+  if (group_depth_.load(std::memory_order_relaxed) == 0) return false;
+  GroupGuard guard(group_lock_);
+  if (group_depth_.load(std::memory_order_relaxed) == 0) return false;
+  work->in_open_group.store(true);
+  if (cfg_.env.caller_progress) work->runner = runner_;
+  // Each group takes its list whole (close_group): room for a send/recv pair from the start.
+  if (group_ops_.capacity() == 0) group_ops_.reserve(4);
+  PendingOp& m = group_ops_.emplace_back();
+  m.args = std::move(args);
+  m.work = work;
+  return true;
+}
+
+bool OpQueue::admit(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work, PendingOp* out) {
+  if (refusing()) {
+    PendingOp refused;  // numbered all the same, as every rank numbers what it issued
+    refused.args.kind = args.kind;
+    refused.args.peer = args.peer;
+    number(refused);
+    work->complete(failure_.fail_fast_status(std::string(collectives::to_string(args.kind)) + " #" +
+                                             std::to_string(refused.seq)));
     return false;
   }
+  if (hold_in_group(std::move(args), work)) return false;
   if (cfg_.env.caller_progress) work->runner = runner_;
-  if (group_depth_.load(std::memory_order_relaxed) > 0) {
-    work->in_open_group.store(true);
-    // Each group takes its list whole (close_group): room for a send/recv pair from the start.
-    if (group_ops_.capacity() == 0) group_ops_.reserve(4);
-    out = &group_ops_.emplace_back();
-  }
-  // Filled in place (out is an empty PendingOp: the queue's slot, the group's or the caller's):
+  // Filled in place (out is an empty PendingOp: the queue's slot, the engine's or the caller's):
   // no whole operation built and moved over it.
   out->args = std::move(args);
   out->work = work;
-  out->seq = seq;
-  out->match_seq = match;
-  return group_depth_.load(std::memory_order_relaxed) == 0;
+  number(*out);
+  return true;
 }
 
 bool OpQueue::queued(bool idle_before, const std::shared_ptr<detail::WorkState>& work) {
@@ -58,6 +77,9 @@ void OpQueue::wake_progress() {
 
 Work OpQueue::push(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
                    std::unique_ptr<DeviceStaging> device) {
+  // A group's member, held without mu_ (see the top); admit() refuses it when the communicator
+  // can no longer run it.
+  if (!refusing() && hold_in_group(std::move(args), work)) return Work(work);
   bool wake;
   {
     MutexLock lock(mu_);
@@ -177,7 +199,10 @@ Work OpQueue::push_chunks(DeviceStaging& staged, const std::shared_ptr<detail::W
   return Work(work);
 }
 
-void OpQueue::open_group() { group_depth_.fetch_add(1, std::memory_order_relaxed); }
+void OpQueue::open_group() {
+  GroupGuard guard(group_lock_);
+  group_depth_.store(group_depth_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
 
 bool OpQueue::group_open() { return group_depth_.load(std::memory_order_relaxed) > 0; }
 
@@ -186,27 +211,39 @@ Work OpQueue::close_group() {
   bool wake = false;
   {
     MutexLock lock(mu_);
-    if (group_depth_.load(std::memory_order_relaxed) == 0) {
-      throw Error(ErrorCode::invalid_argument, "group_end() without a matching group_start()");
+    std::vector<PendingOp> members;
+    {
+      GroupGuard guard(group_lock_);
+      const int depth = group_depth_.load(std::memory_order_relaxed);
+      if (depth == 0) throw Error(ErrorCode::invalid_argument, "group_end() without a matching group_start()");
+      group_depth_.store(depth - 1, std::memory_order_relaxed);
+      if (depth > 1) return Work();  // nested: the outermost group_end runs everything
+      members.swap(group_ops_);
     }
-    if (group_depth_.fetch_sub(1, std::memory_order_relaxed) > 1) return Work();  // nested: the outermost runs all
-    for (auto& m : group_ops_) m.work->in_open_group.store(false);
-    if (group_ops_.empty()) return Work();
+    for (auto& m : members) {
+      m.work->in_open_group.store(false);
+      number(m);
+    }
+    if (members.empty()) return Work();
     const bool was_idle = idle();
     const bool in_slot = was_idle && cfg_.env.caller_progress;
-    // Filled where it waits, the members' list handed over whole; the emptied list of the last
-    // group that ran in the slot comes back for the next group's members.
-    PendingOp& g = in_slot ? slot_ : queue_.push_slot();
+    PendingOp& g = in_slot ? slot_ : queue_.push_slot();  // filled where it waits, the members' list handed over whole
     g.work = work;
     if (cfg_.env.caller_progress) work->runner = runner_;
-    g.seq = group_ops_.front().seq;
-    g.group.swap(group_ops_);
+    g.seq = members.front().seq;
+    g.group.swap(members);
     if (in_slot) {
       engine_.store(word_of(work.get()), std::memory_order_seq_cst);
     } else {
       published();
     }
     wake = queued(was_idle, work);  // a group is handed off like any operation
+    // The slot's list from the last group that ran there, emptied, keeps its room for the next
+    // group's members (a send/recv loop then allocates no list per step).
+    if (members.capacity() != 0) {
+      GroupGuard guard(group_lock_);
+      if (group_ops_.capacity() == 0) group_ops_.swap(members);
+    }
   }
   if (wake) {
     wake_progress();
@@ -297,6 +334,7 @@ std::vector<PendingOp> OpQueue::cancel_all() {
     }
     while (!queue_.empty()) queued.push_back(queue_.take_front());
     published();
+    GroupGuard guard(group_lock_);
     for (auto& p : group_ops_) queued.push_back(std::move(p));
     group_ops_.clear();
   }

@@ -25,7 +25,10 @@
 //
 // Admission numbers every operation alike on every rank (seq, and match_seq for op_header.h),
 // refuses new ones once the communicator failed or is aborting, and holds those issued inside
-// group_start()/group_end() until the group ends.
+// group_start()/group_end() until the group ends. A group's members are held without mu_ (under
+// group_lock_, a spin on one word held for an append) and numbered, in the order they came, when
+// the group ends under mu_: while a group is open every operation joins it, so the numbers are
+// those admission one by one would give. A send/recv pair then takes mu_ once, at group_end.
 //
 // Threading: every method from any thread; mu_ guards what it says.
 #pragma once
@@ -35,6 +38,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "braid/work.h"
@@ -125,6 +129,13 @@ class OpQueue {
   // when the communicator can no longer run it, or held it.
   bool admit(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work, PendingOp* out)
       REQUIRES(mu_);
+  // Holds the operation in the open group (unnumbered: close_group numbers the members); false,
+  // with `args` untouched, when no group is open.
+  bool hold_in_group(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work)
+      EXCLUDES(group_lock_);
+  // Gives `op` its numbers (see the top).
+  void number(PendingOp& op) REQUIRES(mu_);
+  bool refusing() const;  // the communicator failed or is aborting: admit() refuses new operations
   // After pushing `work`'s operation: the hand-off when the communicator was idle before.
   // Returns whether the progress thread must be woken.
   bool queued(bool idle_before, const std::shared_ptr<detail::WorkState>& work) REQUIRES(mu_);
@@ -156,10 +167,33 @@ class OpQueue {
   uint64_t collective_seq_ GUARDED_BY(mu_) = 0;
   std::vector<uint64_t> p2p_send_seq_ GUARDED_BY(mu_);  // per peer: sends to it
   std::vector<uint64_t> p2p_recv_seq_ GUARDED_BY(mu_);  // per peer: receives from it
-  // Open group_start() calls: changed by open_group() without mu_ (a call issued on another
-  // thread at the same moment joins the group or not either way), read under it.
+  // The open group's lock (see the top): taken after mu_ where both are held.
+  class CAPABILITY("mutex") GroupLock {
+   public:
+    void lock() ACQUIRE() {
+      while (held_.exchange(true, std::memory_order_acquire)) std::this_thread::yield();
+    }
+    void unlock() RELEASE() { held_.store(false, std::memory_order_release); }
+
+   private:
+    std::atomic<bool> held_{false};
+  };
+  class SCOPED_CAPABILITY GroupGuard {
+   public:
+    explicit GroupGuard(GroupLock& lock) ACQUIRE(lock) : lock_(lock) { lock_.lock(); }
+    ~GroupGuard() RELEASE() { lock_.unlock(); }
+    GroupGuard(const GroupGuard&) = delete;
+    GroupGuard& operator=(const GroupGuard&) = delete;
+
+   private:
+    GroupLock& lock_;
+  };
+  GroupLock group_lock_;
+  // Open group_start() calls: changed under group_lock_, read without it for a first look (a
+  // call issued on another thread at the same moment as group_start joins the group or not,
+  // either way) and again under it.
   std::atomic<int> group_depth_{0};
-  std::vector<PendingOp> group_ops_ GUARDED_BY(mu_);    // what the open group holds
+  std::vector<PendingOp> group_ops_ GUARDED_BY(group_lock_);  // what the open group holds
   std::atomic<uint64_t> enqueued_{0};
   std::atomic<uint64_t> ran_on_caller_{0};
   std::atomic<uint64_t> ran_on_progress_{0};
