@@ -31,8 +31,7 @@ void OpQueue::number(PendingOp& op) {
   op.match_seq = is_p2p(kind) ? ++p2p[static_cast<size_t>(op.args.peer)] : ++collective_seq_;
 }
 
-bool OpQueue::hold_in_group(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work) {
-  if (group_depth_.load(std::memory_order_relaxed) == 0) return false;
+bool OpQueue::hold_in_group(collectives::CollectiveArgs&& args, std::shared_ptr<detail::WorkState>& work) {
   GroupGuard guard(group_lock_);
   if (group_depth_.load(std::memory_order_relaxed) == 0) return false;
   work->in_open_group.store(true);
@@ -41,11 +40,11 @@ bool OpQueue::hold_in_group(collectives::CollectiveArgs&& args, const std::share
   if (group_ops_.capacity() == 0) group_ops_.reserve(4);
   PendingOp& m = group_ops_.emplace_back();
   m.args = std::move(args);
-  m.work = work;
+  m.work = std::move(work);
   return true;
 }
 
-bool OpQueue::admit(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work, PendingOp* out) {
+bool OpQueue::admit(collectives::CollectiveArgs&& args, std::shared_ptr<detail::WorkState> work, PendingOp* out) {
   if (refusing()) {
     PendingOp refused;  // numbered all the same, as every rank numbers what it issued
     refused.args.kind = args.kind;
@@ -55,12 +54,12 @@ bool OpQueue::admit(collectives::CollectiveArgs&& args, const std::shared_ptr<de
                                              std::to_string(refused.seq)));
     return false;
   }
-  if (hold_in_group(std::move(args), work)) return false;
+  if (group_depth_.load(std::memory_order_relaxed) != 0 && hold_in_group(std::move(args), work)) return false;
   if (cfg_.env.caller_progress) work->runner = runner_;
   // Filled in place (out is an empty PendingOp: the queue's slot, the engine's or the caller's):
   // no whole operation built and moved over it.
   out->args = std::move(args);
-  out->work = work;
+  out->work = std::move(work);
   number(*out);
   return true;
 }
@@ -75,34 +74,38 @@ void OpQueue::wake_progress() {
   if (cfg_.after_wake) cfg_.after_wake();
 }
 
-Work OpQueue::push(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
+Work OpQueue::push(collectives::CollectiveArgs&& args, std::shared_ptr<detail::WorkState> work,
                    std::unique_ptr<DeviceStaging> device) {
+  detail::WorkState* const w = work.get();
+  Work result(work);  // the caller's share; `work` itself goes where the operation waits
   // A group's member, held without mu_ (see the top); admit() refuses it when the communicator
   // can no longer run it.
-  if (!refusing() && hold_in_group(std::move(args), work)) return Work(work);
+  if (group_depth_.load(std::memory_order_relaxed) != 0 && !refusing() && hold_in_group(std::move(args), work)) {
+    return result;
+  }
   bool wake;
   {
     MutexLock lock(mu_);
     const bool was_idle = idle();
     const bool in_slot = was_idle && cfg_.env.caller_progress;
     PendingOp& op = in_slot ? slot_ : queue_.push_slot();  // filled where it waits
-    if (!admit(std::move(args), work, &op)) {
+    if (!admit(std::move(args), std::move(work), &op)) {
       if (!in_slot) queue_.pop_back();
-      return Work(work);
+      return result;
     }
     op.device = std::move(device);
+    wake = queued(was_idle, op.work);
     if (in_slot) {
-      engine_.store(word_of(work.get()), std::memory_order_seq_cst);  // filled before it is named
+      engine_.store(word_of(w), std::memory_order_seq_cst);  // filled before it is named
     } else {
       published();
     }
-    wake = queued(was_idle, work);
   }
   if (wake) {
     wake_progress();
-    work->note_returned();  // after the wake-up, which is not the caller's time (hand_off.h)
+    w->note_returned();  // after the wake-up, which is not the caller's time (hand_off.h)
   }
-  return Work(work);
+  return result;
 }
 
 bool OpQueue::push_or_take(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
@@ -208,6 +211,7 @@ bool OpQueue::group_open() { return group_depth_.load(std::memory_order_relaxed)
 
 Work OpQueue::close_group() {
   auto work = detail::make_work_state();
+  detail::WorkState* const w = work.get();
   bool wake = false;
   {
     MutexLock lock(mu_);
@@ -228,16 +232,16 @@ Work OpQueue::close_group() {
     const bool was_idle = idle();
     const bool in_slot = was_idle && cfg_.env.caller_progress;
     PendingOp& g = in_slot ? slot_ : queue_.push_slot();  // filled where it waits, the members' list handed over whole
+    if (cfg_.env.caller_progress) w->runner = runner_;
     g.work = work;
-    if (cfg_.env.caller_progress) work->runner = runner_;
     g.seq = members.front().seq;
     g.group.swap(members);
+    wake = queued(was_idle, work);  // a group is handed off like any operation
     if (in_slot) {
-      engine_.store(word_of(work.get()), std::memory_order_seq_cst);
+      engine_.store(word_of(w), std::memory_order_seq_cst);
     } else {
       published();
     }
-    wake = queued(was_idle, work);  // a group is handed off like any operation
     // The slot's list from the last group that ran there, emptied, keeps its room for the next
     // group's members (a send/recv loop then allocates no list per step).
     if (members.capacity() != 0) {

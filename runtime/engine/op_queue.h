@@ -61,7 +61,7 @@ class OpQueue {
   OpQueue& operator=(const OpQueue&) = delete;
 
   // *_async: queues the operation (or holds it in the open group) and returns its Work.
-  Work push(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
+  Work push(collectives::CollectiveArgs&& args, std::shared_ptr<detail::WorkState> work,
             std::unique_ptr<DeviceStaging> device) EXCLUDES(mu_);
   // The blocking call: true when the caller runs `*op` itself now (it then holds the engine and
   // calls release() after); false when it was queued, held or refused (its Work says).
@@ -127,11 +127,12 @@ class OpQueue {
   // Numbers a new operation and fills `*out` (an empty PendingOp) with it, or, for an open group,
   // holds it (then `*out` is untouched). Returns false (and completes `work` with the reason)
   // when the communicator can no longer run it, or held it.
-  bool admit(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work, PendingOp* out)
+  bool admit(collectives::CollectiveArgs&& args, std::shared_ptr<detail::WorkState> work, PendingOp* out)
       REQUIRES(mu_);
-  // Holds the operation in the open group (unnumbered: close_group numbers the members); false,
-  // with `args` untouched, when no group is open.
-  bool hold_in_group(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work)
+  // Holds the operation in the open group (unnumbered: close_group numbers the members), moving
+  // `args` and `work` there; false, with both untouched, when no group is open (callers look at
+  // group_depth_ first).
+  bool hold_in_group(collectives::CollectiveArgs&& args, std::shared_ptr<detail::WorkState>& work)
       EXCLUDES(group_lock_);
   // Gives `op` its numbers (see the top).
   void number(PendingOp& op) REQUIRES(mu_);
