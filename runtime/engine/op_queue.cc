@@ -34,13 +34,13 @@ void OpQueue::number(PendingOp& op) {
 bool OpQueue::hold_in_group(collectives::CollectiveArgs&& args, std::shared_ptr<detail::WorkState>& work) {
   GroupGuard guard(group_lock_);
   if (group_depth_.load(std::memory_order_relaxed) == 0) return false;
-  work->in_open_group.store(true);
+  // Read by wait() on the same Work, which only rejects a wait that came too early: no order
+  // with anything else.
+  work->in_open_group.store(true, std::memory_order_relaxed);
   if (cfg_.env.caller_progress) work->runner = runner_;
   // Each group takes its list whole (close_group): room for a send/recv pair from the start.
   if (group_ops_.capacity() == 0) group_ops_.reserve(4);
-  PendingOp& m = group_ops_.emplace_back();
-  m.args = std::move(args);
-  m.work = std::move(work);
+  group_ops_.emplace_back(std::move(args), std::move(work));  // built from them, not assigned over an empty one
   return true;
 }
 
@@ -142,14 +142,7 @@ bool holds(const PendingOp& op, const detail::WorkState& work) {
 
 }  // namespace
 
-PendingOp* OpQueue::take_for_wait(const detail::WorkState& work, int64_t waited) {
-  // The common case: `work`'s operation waits in the engine's slot. No lock: the hand-off
-  // settles whether its caller waited at once when it queues the next one (HandOff::queued).
-  uintptr_t mine = word_of(&work);
-  if (engine_.load(std::memory_order_relaxed) == mine &&
-      engine_.compare_exchange_strong(mine, kHeld, std::memory_order_seq_cst, std::memory_order_relaxed)) {
-    return &slot_;
-  }
+PendingOp* OpQueue::take_for_wait_locked(const detail::WorkState& work, int64_t waited) {
   MutexLock lock(mu_);
   hand_off_.waited(work, waited);
   if (work.done()) return nullptr;
@@ -170,12 +163,6 @@ PendingOp* OpQueue::take_for_wait(const detail::WorkState& work, int64_t waited)
   engine_.store(kHeld, std::memory_order_seq_cst);
   hand_off_.taken_by_caller();
   return &slot_;
-}
-
-void OpQueue::done_in_slot() {
-  slot_.work.reset();
-  slot_.device.reset();
-  slot_.group.clear();  // its room serves the next group (close_group swaps it in)
 }
 
 Work OpQueue::push_chunks(DeviceStaging& staged, const std::shared_ptr<detail::WorkState>& work) {
@@ -225,7 +212,7 @@ Work OpQueue::close_group() {
       members.swap(group_ops_);
     }
     for (auto& m : members) {
-      m.work->in_open_group.store(false);
+      m.work->in_open_group.store(false, std::memory_order_relaxed);
       number(m);
     }
     if (members.empty()) return Work();
@@ -251,9 +238,9 @@ Work OpQueue::close_group() {
   }
   if (wake) {
     wake_progress();
-    work->note_returned();  // after the wake-up, which is not the caller's time (hand_off.h)
+    w->note_returned();  // after the wake-up, which is not the caller's time (hand_off.h)
   }
-  return Work(work);
+  return Work(std::move(work));
 }
 
 void OpQueue::wait_for_work(MutexLock& lock, Clock::time_point board_at) {
@@ -310,13 +297,7 @@ std::unique_ptr<PendingOp> OpQueue::take_next_for_stream() {
   return next;
 }
 
-void OpQueue::release(uint64_t* dequeued) {
-  engine_.store(kFree, std::memory_order_seq_cst);
-  // Nothing to hand over: no lock (see the top).
-  if (dequeued == nullptr && waiting_.load(std::memory_order_seq_cst) == 0 &&
-      !stopping_.load(std::memory_order_seq_cst) && !failure_.abort_requested()) {
-    return;
-  }
+void OpQueue::hand_over(uint64_t* dequeued) {
   bool more;
   {
     MutexLock lock(mu_);

@@ -47,10 +47,9 @@
 #include "runtime/engine/hand_off.h"
 #include "runtime/engine/op_fifo.h"
 #include "runtime/engine/pending_op.h"
+#include "runtime/failure/comm_failure.h"
 
 namespace braid {
-
-class CommFailure;
 
 class OpQueue {
  public:
@@ -70,10 +69,23 @@ class OpQueue {
   // Work::wait(): when `work`'s operation is the only one queued and none runs, the engine's
   // slot holding it: the caller then holds the engine, runs it there and calls done_in_slot()
   // then release(). Null otherwise.
-  PendingOp* take_for_wait(const detail::WorkState& work, int64_t waited) EXCLUDES(mu_);
+  PendingOp* take_for_wait(const detail::WorkState& work, int64_t waited) EXCLUDES(mu_) {
+    // The common case: `work`'s operation waits in the engine's slot. No lock: the hand-off
+    // settles whether its caller waited at once when it queues the next one (HandOff::queued).
+    uintptr_t mine = word_of(&work);
+    if (engine_.load(std::memory_order_relaxed) == mine &&
+        engine_.compare_exchange_strong(mine, kHeld, std::memory_order_seq_cst, std::memory_order_relaxed)) {
+      return &slot_;
+    }
+    return take_for_wait_locked(work, waited);
+  }
   // After an operation taken by take_for_wait() ran: drops what the slot holds of it, keeping
   // a group's member list (emptied) for the next group. Only by the engine's holder.
-  void done_in_slot();
+  void done_in_slot() {
+    slot_.work.reset();
+    slot_.device.reset();
+    slot_.group.clear();  // its room serves the next group (close_group swaps it in)
+  }
   // A pipelined device operation (device_staging.h): its chunks queued as operations, in order.
   Work push_chunks(DeviceStaging& staged, const std::shared_ptr<detail::WorkState>& work) EXCLUDES(mu_);
 
@@ -97,7 +109,15 @@ class OpQueue {
   // Gives the engine back (and wakes the progress thread when it has work); *dequeued, when
   // given, gets how many queued operations have left the queue so far. Without `dequeued` and
   // with nothing queued, stopping or aborting, it takes no lock (see the top).
-  void release(uint64_t* dequeued = nullptr) EXCLUDES(mu_);
+  void release(uint64_t* dequeued = nullptr) EXCLUDES(mu_) {
+    engine_.store(kFree, std::memory_order_seq_cst);
+    // Nothing to hand over: no lock (see the top).
+    if (dequeued == nullptr && waiting_.load(std::memory_order_seq_cst) == 0 &&
+        !stopping_.load(std::memory_order_seq_cst) && !failure_.abort_requested()) {
+      return;
+    }
+    hand_over(dequeued);
+  }
   // Operations ever queued: lets the progress thread spin on new work without the lock.
   uint64_t enqueued() const { return enqueued_.load(std::memory_order_acquire); }
 
@@ -140,6 +160,9 @@ class OpQueue {
   // After pushing `work`'s operation: the hand-off when the communicator was idle before.
   // Returns whether the progress thread must be woken.
   bool queued(bool idle_before, const std::shared_ptr<detail::WorkState>& work) REQUIRES(mu_);
+  PendingOp* take_for_wait_locked(const detail::WorkState& work, int64_t waited) EXCLUDES(mu_);
+  // release()'s end when something may be waiting for the engine: wakes the progress thread.
+  void hand_over(uint64_t* dequeued) EXCLUDES(mu_);
   void wait_for_work(MutexLock& lock, Clock::time_point board_at) REQUIRES(mu_);
   void wake_progress();
   // The fifo's size for release()'s look, set after every change to it (see the top).
