@@ -66,6 +66,11 @@ bool OpQueue::admit(collectives::CollectiveArgs&& args, std::shared_ptr<detail::
 
 bool OpQueue::queued(bool idle_before, const std::shared_ptr<detail::WorkState>& work) {
   enqueued_.fetch_add(1, std::memory_order_release);
+  // The last operation left in the slot and taken by its caller: the hand-off's prediction
+  // first learns how soon that caller came for it.
+  if (idle_before && slot_wait_span_.load(std::memory_order_relaxed) >= 0) {
+    hand_off_.took_in_slot(slot_wait_span_.exchange(-1, std::memory_order_relaxed));
+  }
   return hand_off_.queued(idle_before, work);
 }
 
@@ -267,13 +272,13 @@ OpQueue::Turn OpQueue::next_turn(Clock::time_point board_at, std::optional<Pendi
     // The operation in the engine's slot, past its grace or with more behind it; unless its
     // caller took it a moment ago.
     if (!engine_.compare_exchange_strong(e, kHeld, std::memory_order_seq_cst)) return Turn::elsewhere;
-    hand_off_.taken_by_progress(slot_.work.get());
+    hand_off_.taken_by_progress(slot_.work);
     op->emplace(std::move(slot_));
     return Turn::run;
   }
   engine_.store(kHeld, std::memory_order_seq_cst);
   if (queue_.empty()) return stopping_.load(std::memory_order_relaxed) ? Turn::stop : Turn::idle;
-  hand_off_.taken_by_progress(queue_.front().work.get());
+  hand_off_.taken_by_progress(queue_.front().work);
   op->emplace(std::move(queue_.front()));
   queue_.pop_front();
   published();

@@ -70,11 +70,15 @@ class OpQueue {
   // slot holding it: the caller then holds the engine, runs it there and calls done_in_slot()
   // then release(). Null otherwise.
   PendingOp* take_for_wait(const detail::WorkState& work, int64_t waited) EXCLUDES(mu_) {
-    // The common case: `work`'s operation waits in the engine's slot. No lock: the hand-off
-    // settles whether its caller waited at once when it queues the next one (HandOff::queued).
+    // The common case: `work`'s operation waits in the engine's slot. No lock: how soon its
+    // caller came for it goes to the hand-off when the next one is queued (queued()).
     uintptr_t mine = word_of(&work);
     if (engine_.load(std::memory_order_relaxed) == mine &&
         engine_.compare_exchange_strong(mine, kHeld, std::memory_order_seq_cst, std::memory_order_relaxed)) {
+      if (waited != 0) {
+        slot_wait_span_.store(waited - work.wait_times.returned.load(std::memory_order_relaxed),
+                              std::memory_order_relaxed);
+      }
       return &slot_;
     }
     return take_for_wait_locked(work, waited);
@@ -184,6 +188,9 @@ class OpQueue {
   OpFifo queue_ GUARDED_BY(mu_);
   std::atomic<size_t> waiting_{0};        // queue_.size() (published)
   std::atomic<uintptr_t> engine_{kFree};  // kFree, kHeld or slot_'s operation (see the top)
+  // Set by a caller that took its operation from the slot: CycleClock counts from its return
+  // to the caller's wait (HandOff::took_in_slot); -1 once passed on.
+  std::atomic<int64_t> slot_wait_span_{-1};
   PendingOp slot_;                        // the engine's slot (see the top)
   HandOff hand_off_ GUARDED_BY(mu_);
   std::atomic<bool> stopping_{false};     // set under mu_; release() reads it without

@@ -81,7 +81,7 @@ TEST(HandOff, AnOperationTheProgressThreadHadToTakeSendsTheNextToIt) {
   HandOff h(true, kTick, kAtOnce);
   bool wake = true;
   auto w = queue_on_idle(h, &wake);
-  h.taken_by_progress(w.get());
+  h.taken_by_progress(w);
   queue_on_idle(h, &wake);
   EXPECT_TRUE(wake);
 }
@@ -90,12 +90,21 @@ TEST(HandOff, AWaitThatCameAfterCompletionStillCounts) {
   HandOff h(true, kTick, kAtOnce);
   bool wake = true;
   auto w = queue_on_idle(h, &wake);
+  h.taken_by_progress(w);
   // No wait reached waited() (the operation was done first): the times settle it at the next.
   const int64_t now = CycleClock::now();
   w->wait_times.returned.store(now);
   w->wait_times.first_wait.store(at(now, microseconds(5000)));
   queue_on_idle(h, &wake);
   EXPECT_TRUE(wake);
+  // The progress thread finished the next one too, and its caller came at once after: it is
+  // left to its caller again.
+  auto next = queue_on_idle(h, &wake);
+  h.taken_by_progress(next);
+  const int64_t then = next->wait_times.returned.load();
+  next->wait_times.first_wait.store(at(then, microseconds(10)));
+  queue_on_idle(h, &wake);
+  EXPECT_FALSE(wake);
 }
 
 TEST(HandOff, AProgressThreadAsleepPastTheTickIsWoken) {
@@ -220,17 +229,17 @@ TEST(HandOff, TheGraceStartsAtTheProgressThreadsNextLook) {
 }
 
 // A caller that takes its operation from the engine's slot does so without the queue's lock,
-// and so without taken_by_caller() or waited() (op_queue.h): the next operation queued on the
-// idle communicator settles the prediction from the wait's time alone.
-TEST(HandOff, ACallerThatTookItsOperationWithoutTheLockStillCountsAsWaitingAtOnce) {
+// and so without taken_by_caller() or waited() (op_queue.h): how soon it came is passed on
+// before the next operation is queued (took_in_slot), and settles the prediction as a wait does.
+TEST(HandOff, ACallerThatTookItsOperationFromTheSlotSettlesThePrediction) {
   HandOff h(true, kTick, kAtOnce);
   bool wake = true;
-  auto first = queue_on_idle(h, &wake);
+  queue_on_idle(h, &wake);
   EXPECT_FALSE(wake);
-  first->note_wait();  // Work::wait(), then the slot taken without a word to the hand-off
-  auto second = queue_on_idle(h, &wake);
+  h.took_in_slot(CycleClock::span(microseconds(10)));
+  queue_on_idle(h, &wake);
   EXPECT_FALSE(wake) << "waited at once: the next one is left to its caller too";
-  second->wait_times.first_wait.store(at(second->wait_times.returned.load(), 2 * kAtOnce));  // came late
+  h.took_in_slot(CycleClock::span(2 * kAtOnce));  // came late
   queue_on_idle(h, &wake);
   EXPECT_TRUE(wake) << "computed first: the next one starts at once";
 }
