@@ -40,7 +40,7 @@ bool OpQueue::hold_in_group(collectives::CollectiveArgs&& args, std::shared_ptr<
   if (cfg_.env.caller_progress) work->runner = runner_;
   // Each group takes its list whole (close_group): room for a send/recv pair from the start.
   if (group_ops_.capacity() == 0) group_ops_.reserve(4);
-  group_ops_.emplace_back(std::move(args), std::move(work));  // built from them, not assigned over an empty one
+  group_ops_.push_back(PendingOp{std::move(args), std::move(work)});  // built from them, not assigned over an empty one
   return true;
 }
 
