@@ -7,7 +7,8 @@
 //   - nested groups and the members' order;
 //   - a wait on a member of a group waiting in the slot runs the group on the caller's thread;
 //   - abort() completes an operation that waits in the slot;
-//   - the caller and the progress thread racing for the slot: every operation runs once, in order.
+//   - the caller and the progress thread racing for the slot, and two callers of one communicator:
+//     every operation runs once, in order.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <pthread.h>
@@ -160,6 +161,28 @@ TEST(OpQueue, AWaitOnAGroupMemberRunsTheGroupOnTheCallersThread) {
   });
 }
 
+// A caller that took its operation from the slot (without the lock), but only after computing
+// for a while: its next operation is predicted to be computed over too, and wakes the progress
+// thread at once (counted by the after_wake hook on the caller's thread).
+TEST(OpQueue, ACallerThatCameLateForTheSlotGetsItsNextStartedAtOnce) {
+  static thread_local int wakes = 0;
+  testing::JobSettings s = settings(2, 2s);  // the progress thread takes nothing left to a caller within the case
+  s.waits_at_once = 1ms;
+  s.after_wake = [] { ++wakes; };
+  testing::InProcessJob job(s);
+  on_every_rank(job, [&](int r, Communicator& comm, CommunicatorImpl&) {
+    std::vector<float> v(8, 1.0f);
+    comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum).wait();  // at once: the next is left here
+    Work late = comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum);
+    std::this_thread::sleep_for(20ms);  // computes, far past waits_at_once, well within the tick
+    late.wait();                        // takes it from the slot
+    const int before = wakes;
+    Work next = comm.all_reduce_async(v.data(), v.size(), DType::f32, Op::sum);
+    EXPECT_EQ(wakes - before, 1) << "rank " << r << ": the progress thread is woken for the next one";
+    next.wait();
+  });
+}
+
 // abort() while an operation waits in the slot for its caller: it completes (aborted, or run if
 // the progress thread took it first), and nothing hangs.
 TEST(OpQueue, AbortCompletesAnOperationWaitingInTheSlot) {
@@ -215,6 +238,52 @@ TEST(OpQueue, TheCallerAndTheProgressThreadRacingForTheSlotRunEachOperationOnce)
     const auto counts = impl.hand_off_counts();
     EXPECT_GT(counts.on_caller, 0u);
     EXPECT_GT(counts.on_progress_thread, 0u) << "the progress thread took some: the race happened";
+  });
+}
+
+// Two threads of rank 0 issue on its one communicator at once, each exchanging with its own peer
+// (point-to-point messages are matched per peer and direction, so their interleaving on rank 0
+// does not matter): they race for the slot, queue behind each other's operations, give the
+// engine back while the other pushes. Every message arrives, in order, and nothing is lost.
+TEST(OpQueue, TwoThreadsIssuingOnOneCommunicatorEachGetTheirOperationsRun) {
+  testing::InProcessJob job(settings(3, 200us));
+  constexpr int kSteps = 60;  // kept small: with two issuing threads each step is slow, on main too (docs/performance.md)
+  on_every_rank(job, [&](int r, Communicator& comm, CommunicatorImpl&) {
+    // No groups: a group is the communicator's, and would take in the other thread's operations.
+    auto exchange = [&comm](int peer, int step, bool first_send, int how) {
+      int64_t out = 1000 * peer + step, in = -1;
+      if (how == 0) {  // blocking calls
+        if (first_send) comm.send(&out, 1, DType::i64, peer);
+        comm.recv(&in, 1, DType::i64, peer);
+        if (!first_send) comm.send(&out, 1, DType::i64, peer);
+      } else if (how == 1) {  // *_async, waited at once
+        if (first_send) comm.send_async(&out, 1, DType::i64, peer).wait();
+        comm.recv_async(&in, 1, DType::i64, peer).wait();
+        if (!first_send) comm.send_async(&out, 1, DType::i64, peer).wait();
+      } else {  // sent first and received while it may still wait in the slot
+        Work sent = comm.send_async(&out, 1, DType::i64, peer);
+        comm.recv_async(&in, 1, DType::i64, peer).wait();
+        sent.wait();
+      }
+      return in;
+    };
+    if (r == 0) {
+      std::vector<std::thread> threads;
+      for (int peer : {1, 2}) {
+        threads.emplace_back([&, peer] {
+          for (int i = 0; i < kSteps; ++i) {
+            const int64_t in = exchange(peer, i, true, i % 3);
+            if (in != 1000 * 0 + i) {
+              ADD_FAILURE() << "rank 0 from " << peer << ", step " << i << ": " << in;
+              return;
+            }
+          }
+        });
+      }
+      for (auto& t : threads) t.join();
+    } else {
+      for (int i = 0; i < kSteps; ++i) ASSERT_EQ(exchange(0, i, false, i % 3), 1000 * r + i) << "rank " << r << ", step " << i;
+    }
   });
 }
 
