@@ -24,10 +24,13 @@ bool sum_counts(const std::vector<size_t>& counts, size_t count, int size, size_
   return true;
 }
 
+}  // namespace
+
 // The common call, checked without building anything: a collective of one count per rank (no
 // counts vectors) of the kinds small operations are. True only where every check of
 // validate_collective_in_full passes; false sends the call through those, which say what is
-// wrong (or find nothing: this one does not judge the rarer shapes).
+// wrong (or find nothing: this one does not judge the rarer shapes). Each kind tests only what
+// the full checks would look at for it.
 bool plainly_valid(const CollectiveArgs& a, int rank, int size) {
   if (!a.counts.empty() || !a.send_counts.empty() || !a.recv_counts.empty()) return false;
   if (size < 1 || rank < 0 || rank >= size) return false;
@@ -37,23 +40,22 @@ bool plainly_valid(const CollectiveArgs& a, int rank, int size) {
       __builtin_mul_overflow(whole, dtype_size(a.dtype), &bytes)) {
     return false;
   }
-  const bool bitwise_on_float = is_bitwise(a.op) && is_floating(a.dtype);
-  const bool root_ok = a.root >= 0 && a.root < size;
-  const bool peer_ok = a.peer >= 0 && a.peer < size && a.peer != rank;
   const bool none = a.count == 0;
   switch (a.kind) {
-    case Kind::all_reduce: return !bitwise_on_float && (none || (a.send != nullptr && a.recv != nullptr));
-    case Kind::broadcast: return root_ok && (none || a.recv != nullptr);
+    case Kind::send:
+      return a.peer >= 0 && a.peer < size && a.peer != rank && (none || a.send != nullptr);
+    case Kind::recv:
+      return a.peer >= 0 && a.peer < size && a.peer != rank && (none || a.recv != nullptr);
+    case Kind::all_reduce:
+      return !(is_bitwise(a.op) && is_floating(a.dtype)) && (none || (a.send != nullptr && a.recv != nullptr));
+    case Kind::broadcast: return a.root >= 0 && a.root < size && (none || a.recv != nullptr);
     case Kind::reduce:
-      return !bitwise_on_float && root_ok && (none || (a.send != nullptr && (a.root != rank || a.recv != nullptr)));
-    case Kind::send: return peer_ok && (none || a.send != nullptr);
-    case Kind::recv: return peer_ok && (none || a.recv != nullptr);
+      return !(is_bitwise(a.op) && is_floating(a.dtype)) && a.root >= 0 && a.root < size &&
+             (none || (a.send != nullptr && (a.root != rank || a.recv != nullptr)));
     case Kind::barrier: return true;
     default: return false;
   }
 }
-
-}  // namespace
 
 Status validate_collective(const CollectiveArgs& a, int rank, int size) {
   if (plainly_valid(a, rank, size)) return Status::ok();

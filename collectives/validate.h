@@ -19,6 +19,9 @@ Status validate_collective(const CollectiveArgs& args, int rank, int size);
 // operation, first tries a shorter test that accepts only the common shapes and comes here for
 // the rest (tests compare the two).
 Status validate_collective_in_full(const CollectiveArgs& args, int rank, int size);
+// validate_collective's short test alone, for a caller that builds no Status when it passes:
+// true only where validate_collective_in_full accepts too; false decides nothing.
+bool plainly_valid(const CollectiveArgs& args, int rank, int size);
 
 // The elements of this rank's send and recv buffers that `args` reads and writes (0: the buffer
 // is not touched here). Broadcast reads `send` only at the root and only when one is given (the

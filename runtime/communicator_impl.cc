@@ -43,15 +43,19 @@ std::unique_ptr<DeviceStaging> CommunicatorImpl::stage_device(collectives::Colle
 }
 
 Work CommunicatorImpl::enqueue(collectives::CollectiveArgs args) {
-  raise_if_error(collectives::validate_collective(args, cfg_.rank, cfg_.size));
+  if (!collectives::plainly_valid(args, cfg_.rank, cfg_.size)) {
+    raise_if_error(collectives::validate_collective_in_full(args, cfg_.rank, cfg_.size));
+  }
   auto work = detail::make_work_state();
   std::unique_ptr<DeviceStaging> device = stage_device(args, work);
   if (device && device->pipelined()) return queue_.push_chunks(*device, work);
-  return queue_.push(std::move(args), work, std::move(device));
+  return queue_.push(std::move(args), std::move(work), std::move(device));
 }
 
 void CommunicatorImpl::run(collectives::CollectiveArgs args) {
-  raise_if_error(collectives::validate_collective(args, cfg_.rank, cfg_.size));
+  if (!collectives::plainly_valid(args, cfg_.rank, cfg_.size)) {
+    raise_if_error(collectives::validate_collective_in_full(args, cfg_.rank, cfg_.size));
+  }
   auto work = detail::make_work_state();
   std::unique_ptr<DeviceStaging> device = stage_device(args, work);
   if (device && device->pipelined()) {

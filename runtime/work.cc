@@ -101,17 +101,23 @@ namespace {
 // Blocks of one size kept by a thread for the next WorkState it makes (make_work_state). Plain
 // data, so that a thread reaches it with one look-up of its thread-local storage and no guard;
 // the blocks are freed when the thread exits by a second thread-local object, made the first
-// time the cache keeps a block.
+// time the cache keeps a block. The usual keep and take compare one field and the count (the
+// block size is 0 until the first keep, and kGone once the thread exits), so each reaches the
+// thread-local storage once.
 struct BlockCache {
   static constexpr size_t kKept = 8;  // a few operations in flight per thread
+  static constexpr size_t kGone = ~size_t{0};
   void* blocks[kKept];
   size_t count;
   size_t bytes;
-  bool armed;  // the releaser below exists
-  bool gone;   // it ran (the thread is exiting): keep nothing more
 
   void* take(size_t n) { return n == bytes && count > 0 ? blocks[--count] : nullptr; }
-  bool keep(void* p, size_t n);
+  bool keep(void* p, size_t n) {
+    if (n != bytes || count == kKept) return keep_first(p, n);
+    blocks[count++] = p;
+    return true;
+  }
+  bool keep_first(void* p, size_t n);
 };
 thread_local BlockCache cache;
 
@@ -121,21 +127,19 @@ struct CacheReleaser {
   CacheReleaser& operator=(const CacheReleaser&) = delete;
   ~CacheReleaser() {
     BlockCache& c = cache;
-    c.gone = true;
+    c.bytes = BlockCache::kGone;  // keep nothing more
     while (c.count > 0) ::operator delete(c.blocks[--c.count]);
   }
   void arm() {}
 };
 thread_local CacheReleaser releaser;
 
-bool BlockCache::keep(void* p, size_t n) {
-  if (gone) return false;
-  if (!armed) {
-    armed = true;
-    releaser.arm();  // makes it, and so its run at thread exit
-    bytes = n;
-  }
-  if (n != bytes || count == kKept) return false;
+// The first block this thread keeps: arms the releaser. Else (full, another size, the thread
+// exiting): not kept.
+__attribute__((noinline)) bool BlockCache::keep_first(void* p, size_t n) {
+  if (bytes != 0) return false;
+  releaser.arm();  // makes it, and so its run at thread exit
+  bytes = n;
   blocks[count++] = p;
   return true;
 }

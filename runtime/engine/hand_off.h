@@ -68,11 +68,17 @@ class HandOff {
   // The caller came to wait for `work` before it completed (Work::wait: WorkRunner::help), at
   // `waited` (CycleClock; 0: not read).
   void waited(const detail::WorkState& work, int64_t waited);
+  // The caller took the operation left to it from the queue's engine slot, without the queue's
+  // lock, `span` CycleClock counts after it was returned to it (op_queue.h passes that on before
+  // the next queued()): settles the prediction as waited() does.
+  void took_in_slot(int64_t span);
   // The progress thread takes the queue's front, `front`: when it was the operation left to its
   // caller, the caller did not come for it in time (or queued more first), and the next starts
-  // at once.
-  void taken_by_progress(const detail::WorkState* front);
-  // The caller took the operation left to it.
+  // at once; unless the caller's wait, which may come after it finished, shows it waited at
+  // once all the same (the next queued() reads its time then).
+  void taken_by_progress(const std::shared_ptr<detail::WorkState>& front);
+  // The caller took the operation left to it (under the queue's lock; queued() assumes as much
+  // when it was taken without).
   void taken_by_caller() {
     grace_until_ = {};
     grace_unset_ = false;
@@ -109,7 +115,8 @@ class HandOff {
   const detail::WorkState* idle_work_ = nullptr;
   bool callers_wait_ = true;
   // When that operation went back to its caller and when the caller first waited for it
-  // (WorkState::wait_times); null once a wait before completion (help) has settled it.
+  // (WorkState::wait_times), kept once the progress thread took it (taken_by_progress); null
+  // otherwise, and once a wait before completion (help) has settled it.
   std::shared_ptr<detail::WorkState::WaitTimes> idle_times_;
   Clock::time_point grace_until_{};   // the only queued operation is left to its caller until then
   Clock::time_point linger_until_{};  // until then the idle progress thread ticks

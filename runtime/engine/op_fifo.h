@@ -1,7 +1,7 @@
 // runtime/engine/op_fifo.h - queued operations, first in first out, in slots that are reused.
 //
-// A communicator's queue mostly holds one operation at a time: queued by *_async, taken by the
-// wait() or the progress thread right after. std::deque, with two PendingOps to its block, frees
+// The operations queued behind another (an operation queued on an idle communicator waits in
+// OpQueue's engine slot instead), often one or two at a time. std::deque, with two PendingOps to its block, frees
 // its block and allocates a new one every other operation; here the same slot serves again, and
 // an operation is filled in its slot (push_slot) and moved out once (front() then pop_front()),
 // never through a temporary. A slot that was moved out of holds an empty PendingOp (its vectors

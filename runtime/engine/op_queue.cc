@@ -21,33 +21,56 @@ OpQueue::OpQueue(const CommunicatorConfig& cfg, const CommFailure& failure, deta
       p2p_send_seq_(static_cast<size_t>(cfg.size), 0),
       p2p_recv_seq_(static_cast<size_t>(cfg.size), 0) {}
 
-bool OpQueue::admit(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work, PendingOp* out) {
-  const uint64_t seq = ++next_seq_;
+bool OpQueue::refusing() const { return failure_.state() != CommState::ok || failure_.abort_requested(); }
+
+void OpQueue::number(PendingOp& op) {
+  op.seq = ++next_seq_;
   // The k-th send from A to B meets the k-th receive on B from A: one count per direction.
-  auto& p2p = args.kind == collectives::Kind::send ? p2p_send_seq_ : p2p_recv_seq_;
-  const uint64_t match = is_p2p(args.kind) ? ++p2p[static_cast<size_t>(args.peer)] : ++collective_seq_;
-  if (failure_.state() != CommState::ok || failure_.abort_requested()) {
-    work->complete(failure_.fail_fast_status(std::string(collectives::to_string(args.kind)) + " #" + std::to_string(seq)));
+  const collectives::Kind kind = op.args.kind;
+  auto& p2p = kind == collectives::Kind::send ? p2p_send_seq_ : p2p_recv_seq_;
+  op.match_seq = is_p2p(kind) ? ++p2p[static_cast<size_t>(op.args.peer)] : ++collective_seq_;
+}
+
+bool OpQueue::hold_in_group(collectives::CollectiveArgs&& args, std::shared_ptr<detail::WorkState>& work) {
+  GroupGuard guard(group_lock_);
+  if (group_depth_.load(std::memory_order_relaxed) == 0) return false;
+  // Read by wait() on the same Work, which only rejects a wait that came too early: no order
+  // with anything else.
+  work->in_open_group.store(true, std::memory_order_relaxed);
+  if (cfg_.env.caller_progress) work->runner = runner_;
+  // Each group takes its list whole (close_group): room for a send/recv pair from the start.
+  if (group_ops_.capacity() == 0) group_ops_.reserve(4);
+  group_ops_.push_back(PendingOp{std::move(args), std::move(work)});  // built from them, not assigned over an empty one
+  return true;
+}
+
+bool OpQueue::admit(collectives::CollectiveArgs&& args, std::shared_ptr<detail::WorkState> work, PendingOp* out) {
+  if (refusing()) {
+    PendingOp refused;  // numbered all the same, as every rank numbers what it issued
+    refused.args.kind = args.kind;
+    refused.args.peer = args.peer;
+    number(refused);
+    work->complete(failure_.fail_fast_status(std::string(collectives::to_string(args.kind)) + " #" +
+                                             std::to_string(refused.seq)));
     return false;
   }
+  if (group_depth_.load(std::memory_order_relaxed) != 0 && hold_in_group(std::move(args), work)) return false;
   if (cfg_.env.caller_progress) work->runner = runner_;
-  if (group_depth_ > 0) {
-    work->in_open_group.store(true);
-    // Each group takes its list whole (close_group): room for a send/recv pair from the start.
-    if (group_ops_.capacity() == 0) group_ops_.reserve(4);
-    out = &group_ops_.emplace_back();
-  }
-  // Filled in place (out is an empty PendingOp: the queue's slot, the group's or the caller's):
+  // Filled in place (out is an empty PendingOp: the queue's slot, the engine's or the caller's):
   // no whole operation built and moved over it.
   out->args = std::move(args);
-  out->work = work;
-  out->seq = seq;
-  out->match_seq = match;
-  return group_depth_ == 0;
+  out->work = std::move(work);
+  number(*out);
+  return true;
 }
 
 bool OpQueue::queued(bool idle_before, const std::shared_ptr<detail::WorkState>& work) {
   enqueued_.fetch_add(1, std::memory_order_release);
+  // The last operation left in the slot and taken by its caller: the hand-off's prediction
+  // first learns how soon that caller came for it.
+  if (idle_before && slot_wait_span_.load(std::memory_order_relaxed) >= 0) {
+    hand_off_.took_in_slot(slot_wait_span_.exchange(-1, std::memory_order_relaxed));
+  }
   return hand_off_.queued(idle_before, work);
 }
 
@@ -56,25 +79,38 @@ void OpQueue::wake_progress() {
   if (cfg_.after_wake) cfg_.after_wake();
 }
 
-Work OpQueue::push(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
+Work OpQueue::push(collectives::CollectiveArgs&& args, std::shared_ptr<detail::WorkState> work,
                    std::unique_ptr<DeviceStaging> device) {
+  detail::WorkState* const w = work.get();
+  Work result(work);  // the caller's share; `work` itself goes where the operation waits
+  // A group's member, held without mu_ (see the top); admit() refuses it when the communicator
+  // can no longer run it.
+  if (group_depth_.load(std::memory_order_relaxed) != 0 && !refusing() && hold_in_group(std::move(args), work)) {
+    return result;
+  }
   bool wake;
   {
     MutexLock lock(mu_);
-    const bool idle = !busy_ && queue_.empty();
-    PendingOp& op = queue_.push_slot();  // filled where it waits
-    if (!admit(std::move(args), work, &op)) {
-      queue_.pop_back();
-      return Work(work);
+    const bool was_idle = idle();
+    const bool in_slot = was_idle && cfg_.env.caller_progress;
+    PendingOp& op = in_slot ? slot_ : queue_.push_slot();  // filled where it waits
+    if (!admit(std::move(args), std::move(work), &op)) {
+      if (!in_slot) queue_.pop_back();
+      return result;
     }
     op.device = std::move(device);
-    wake = queued(idle, work);
+    wake = queued(was_idle, op.work);
+    if (in_slot) {
+      engine_.store(word_of(w), std::memory_order_seq_cst);  // filled before it is named
+    } else {
+      published();
+    }
   }
   if (wake) {
     wake_progress();
-    work->note_returned();  // after the wake-up, which is not the caller's time (hand_off.h)
+    w->note_returned();  // after the wake-up, which is not the caller's time (hand_off.h)
   }
-  return Work(work);
+  return result;
 }
 
 bool OpQueue::push_or_take(collectives::CollectiveArgs&& args, const std::shared_ptr<detail::WorkState>& work,
@@ -84,11 +120,12 @@ bool OpQueue::push_or_take(collectives::CollectiveArgs&& args, const std::shared
     MutexLock lock(mu_);
     if (admit(std::move(args), work, op)) {
       op->device = std::move(device);
-      here = cfg_.env.caller_progress && !busy_ && queue_.empty();
+      here = cfg_.env.caller_progress && idle();
       if (here) {
-        busy_ = true;
+        engine_.store(kHeld, std::memory_order_seq_cst);  // free, and only mu_'s holders take a free engine
       } else {
         queue_.push_back(std::move(*op));
+        published();
         (void)queued(false, nullptr);  // queued behind another: no hand-off to predict
       }
     }
@@ -97,19 +134,40 @@ bool OpQueue::push_or_take(collectives::CollectiveArgs&& args, const std::shared
   return here;
 }
 
-bool OpQueue::take_for_wait(const detail::WorkState& work, int64_t waited, std::optional<PendingOp>* op) {
+namespace {
+
+// Whether `op` is `work`'s operation or a group that holds it.
+bool holds(const PendingOp& op, const detail::WorkState& work) {
+  if (op.work.get() == &work) return true;
+  for (const auto& m : op.group) {
+    if (m.work.get() == &work) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+PendingOp* OpQueue::take_for_wait_locked(const detail::WorkState& work, int64_t waited) {
   MutexLock lock(mu_);
   hand_off_.waited(work, waited);
-  if (busy_ || queue_.size() != 1 || work.done()) return false;
-  const PendingOp& front = queue_.front();
-  bool mine = front.work.get() == &work;
-  for (const auto& m : front.group) mine = mine || m.work.get() == &work;
-  if (!mine) return false;
-  op->emplace(std::move(queue_.front()));  // moved once, into the waiter's frame
+  if (work.done()) return nullptr;
+  uintptr_t e = engine_.load(std::memory_order_seq_cst);
+  if (e == kHeld) return nullptr;
+  if (e != kFree) {
+    // A group whose member this is waits in the slot. With the fifo empty nothing else can be
+    // pending, so what the slot holds is this operation's group; claimed before it is looked at,
+    // which another waiter may do at the same time.
+    if (!queue_.empty() || !engine_.compare_exchange_strong(e, kHeld, std::memory_order_seq_cst)) return nullptr;
+    hand_off_.taken_by_caller();
+    return &slot_;
+  }
+  if (queue_.size() != 1 || !holds(queue_.front(), work)) return nullptr;
+  slot_ = std::move(queue_.front());  // the slot is the holder's, and the engine is free: empty
   queue_.pop_front();
-  busy_ = true;
+  published();
+  engine_.store(kHeld, std::memory_order_seq_cst);
   hand_off_.taken_by_caller();
-  return true;
+  return &slot_;
 }
 
 Work OpQueue::push_chunks(DeviceStaging& staged, const std::shared_ptr<detail::WorkState>& work) {
@@ -130,52 +188,75 @@ Work OpQueue::push_chunks(DeviceStaging& staged, const std::shared_ptr<detail::W
       queue_.push_back(std::move(op));
       enqueued_.fetch_add(1, std::memory_order_release);
     }
+    published();
   }
   cv_.notify_one();
   return Work(work);
 }
 
 void OpQueue::open_group() {
-  MutexLock lock(mu_);
-  ++group_depth_;
+  GroupGuard guard(group_lock_);
+  group_depth_.store(group_depth_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
-bool OpQueue::group_open() {
-  MutexLock lock(mu_);
-  return group_depth_ > 0;
-}
+bool OpQueue::group_open() { return group_depth_.load(std::memory_order_relaxed) > 0; }
 
 Work OpQueue::close_group() {
   auto work = detail::make_work_state();
+  detail::WorkState* const w = work.get();
   bool wake = false;
   {
     MutexLock lock(mu_);
-    if (group_depth_ == 0) throw Error(ErrorCode::invalid_argument, "group_end() without a matching group_start()");
-    if (--group_depth_ > 0) return Work();  // nested: the outermost group_end runs everything
-    for (auto& m : group_ops_) m.work->in_open_group.store(false);
-    if (group_ops_.empty()) return Work();
-    const bool idle = !busy_ && queue_.empty();
-    PendingOp& g = queue_.push_slot();  // filled where it waits, the members' list handed over whole
+    std::vector<PendingOp> members;
+    {
+      GroupGuard guard(group_lock_);
+      const int depth = group_depth_.load(std::memory_order_relaxed);
+      if (depth == 0) throw Error(ErrorCode::invalid_argument, "group_end() without a matching group_start()");
+      group_depth_.store(depth - 1, std::memory_order_relaxed);
+      if (depth > 1) return Work();  // nested: the outermost group_end runs everything
+      members.swap(group_ops_);
+    }
+    for (auto& m : members) {
+      m.work->in_open_group.store(false, std::memory_order_relaxed);
+      number(m);
+    }
+    if (members.empty()) return Work();
+    const bool was_idle = idle();
+    const bool in_slot = was_idle && cfg_.env.caller_progress;
+    PendingOp& g = in_slot ? slot_ : queue_.push_slot();  // filled where it waits, the members' list handed over whole
+    if (cfg_.env.caller_progress) w->runner = runner_;
     g.work = work;
-    if (cfg_.env.caller_progress) work->runner = runner_;
-    g.seq = group_ops_.front().seq;
-    g.group.swap(group_ops_);
-    wake = queued(idle, work);  // a group is handed off like any operation
+    g.seq = members.front().seq;
+    g.group.swap(members);
+    wake = queued(was_idle, work);  // a group is handed off like any operation
+    if (in_slot) {
+      engine_.store(word_of(w), std::memory_order_seq_cst);
+    } else {
+      published();
+    }
+    // The slot's list from the last group that ran there, emptied, keeps its room for the next
+    // group's members (a send/recv loop then allocates no list per step).
+    if (members.capacity() != 0) {
+      GroupGuard guard(group_lock_);
+      if (group_ops_.capacity() == 0) group_ops_.swap(members);
+    }
   }
   if (wake) {
     wake_progress();
-    work->note_returned();  // after the wake-up, which is not the caller's time (hand_off.h)
+    w->note_returned();  // after the wake-up, which is not the caller's time (hand_off.h)
   }
-  return Work(work);
+  return Work(std::move(work));
 }
 
 void OpQueue::wait_for_work(MutexLock& lock, Clock::time_point board_at) {
   for (;;) {
-    if (!busy_ && (stopping_ || failure_.abort_pending())) break;
-    const std::optional<Clock::time_point> until =
-        hand_off_.sleep_until(Clock::now(), board_at, busy_ ? 0 : queue_.size(), busy_);
+    const uintptr_t e = engine_.load(std::memory_order_seq_cst);
+    const bool held = e == kHeld;
+    if (!held && (stopping_.load(std::memory_order_relaxed) || failure_.abort_pending())) break;
+    const size_t queued = held ? 0 : queue_.size() + (e != kFree ? 1 : 0);
+    const std::optional<Clock::time_point> until = hand_off_.sleep_until(Clock::now(), board_at, queued, held);
     if (!until) break;
-    hand_off_.sleeping(*until, busy_);
+    hand_off_.sleeping(*until, held);
     cv_.wait_until(lock, *until);
     hand_off_.awake();
     progress_wakeups_.fetch_add(1, std::memory_order_relaxed);
@@ -185,12 +266,22 @@ void OpQueue::wait_for_work(MutexLock& lock, Clock::time_point board_at) {
 OpQueue::Turn OpQueue::next_turn(Clock::time_point board_at, std::optional<PendingOp>* op) {
   MutexLock lock(mu_);
   wait_for_work(lock, board_at);
-  if (busy_) return Turn::elsewhere;
-  busy_ = true;
-  if (queue_.empty()) return stopping_ ? Turn::stop : Turn::idle;
-  hand_off_.taken_by_progress(queue_.front().work.get());
+  uintptr_t e = engine_.load(std::memory_order_seq_cst);
+  if (e == kHeld) return Turn::elsewhere;
+  if (e != kFree) {
+    // The operation in the engine's slot, past its grace or with more behind it; unless its
+    // caller took it a moment ago.
+    if (!engine_.compare_exchange_strong(e, kHeld, std::memory_order_seq_cst)) return Turn::elsewhere;
+    hand_off_.taken_by_progress(slot_.work);
+    op->emplace(std::move(slot_));
+    return Turn::run;
+  }
+  engine_.store(kHeld, std::memory_order_seq_cst);
+  if (queue_.empty()) return stopping_.load(std::memory_order_relaxed) ? Turn::stop : Turn::idle;
+  hand_off_.taken_by_progress(queue_.front().work);
   op->emplace(std::move(queue_.front()));
   queue_.pop_front();
+  published();
   return Turn::run;
 }
 
@@ -204,20 +295,18 @@ std::unique_ptr<PendingOp> OpQueue::take_next_for_stream() {
         (!queue_.front().device || queue_.front().device->input_ready())) {
       next = std::make_unique<PendingOp>(std::move(queue_.front()));
       queue_.pop_front();
+      published();
     }
   }
   if (next) count_on_progress();
   return next;
 }
 
-void OpQueue::release(uint64_t* dequeued, std::vector<PendingOp>* spent_group) {
+void OpQueue::hand_over(uint64_t* dequeued) {
   bool more;
   {
     MutexLock lock(mu_);
-    busy_ = false;
-    // An open group's list may be empty yet: swapping an empty one with room in loses nothing.
-    if (spent_group != nullptr && spent_group->empty() && group_ops_.capacity() == 0) group_ops_.swap(*spent_group);
-    more = !queue_.empty() || stopping_ || failure_.abort_requested();
+    more = !queue_.empty() || stopping_.load(std::memory_order_relaxed) || failure_.abort_requested();
     if (dequeued != nullptr) *dequeued = enqueued_.load(std::memory_order_relaxed) - queue_.size();
   }
   if (more) cv_.notify_one();
@@ -227,7 +316,15 @@ std::vector<PendingOp> OpQueue::cancel_all() {
   std::vector<PendingOp> queued;
   {
     MutexLock lock(mu_);
-    queued = queue_.take_all();
+    // The operation in the engine's slot ran first; its caller may be taking it right now.
+    uintptr_t e = engine_.load(std::memory_order_seq_cst);
+    if (e != kFree && e != kHeld && engine_.compare_exchange_strong(e, kHeld, std::memory_order_seq_cst)) {
+      queued.push_back(std::move(slot_));
+      engine_.store(kFree, std::memory_order_seq_cst);
+    }
+    while (!queue_.empty()) queued.push_back(queue_.take_front());
+    published();
+    GroupGuard guard(group_lock_);
     for (auto& p : group_ops_) queued.push_back(std::move(p));
     group_ops_.clear();
   }
@@ -239,7 +336,7 @@ void OpQueue::wake_all() { cv_.notify_all(); }
 void OpQueue::stop() {
   {
     MutexLock lock(mu_);
-    stopping_ = true;
+    stopping_.store(true, std::memory_order_seq_cst);
   }
   cv_.notify_all();
 }

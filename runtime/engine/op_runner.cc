@@ -1,7 +1,5 @@
 #include "runtime/engine/op_runner.h"
 
-#include <optional>
-
 namespace braid {
 
 void OpRunner::run_one(PendingOp& op, bool may_stream) {
@@ -15,17 +13,16 @@ void OpRunner::run_one(PendingOp& op, bool may_stream) {
 void OpRunner::run_here(PendingOp& op) {
   queue_.count_on_caller();
   run_one(op);
-  if (op.group.empty()) {
-    queue_.release();
-    return;
-  }
-  op.group.clear();  // the members' Works are complete: their lists' room goes to the next group
-  queue_.release(nullptr, &op.group);
+  queue_.release();
 }
 
 void OpRunner::help(const detail::WorkState& work, int64_t waited) {
-  std::optional<PendingOp> op;  // built only when taken
-  if (queue_.take_for_wait(work, waited, &op)) run_here(*op);
+  PendingOp* op = queue_.take_for_wait(work, waited);
+  if (op == nullptr) return;
+  queue_.count_on_caller();
+  run_one(*op);
+  queue_.done_in_slot();  // before the engine goes back: the slot is then no longer this thread's
+  queue_.release();
 }
 
 }  // namespace braid

@@ -23,9 +23,11 @@ class OpRunner final : public detail::WorkRunner {
   // Runs `op` (which stays the caller's): a group, or one operation that (with may_stream)
   // operations queued behind it may join.
   void run_one(PendingOp& op, bool may_stream = true);
-  // Runs `op` on the calling thread, which took the engine, then gives the engine back.
+  // The blocking call: runs `op` on the calling thread, which took the engine
+  // (OpQueue::push_or_take), then gives the engine back.
   void run_here(PendingOp& op);
-  // Work::wait(): when `work` is the only operation queued and none is running, runs it here.
+  // Work::wait(): when `work` is the only operation queued and none is running, runs it here, in
+  // the queue's engine slot (op_queue.h).
   void help(const detail::WorkState& work, int64_t waited) override;
 
  private:

@@ -17,8 +17,8 @@ struct PendingOp {
   std::shared_ptr<detail::WorkState> work;
   uint64_t seq = 0;        // issue order on this communicator
   uint64_t match_seq = 0;  // see op_header.h
-  std::vector<PendingOp> group;  // group_start() ... group_end(): the members (this one has no args)
-  std::unique_ptr<DeviceStaging> device;  // set when a buffer is on a GPU (args point at pinned copies)
+  std::vector<PendingOp> group{};  // group_start() ... group_end(): the members (this one has no args)
+  std::unique_ptr<DeviceStaging> device{};  // set when a buffer is on a GPU (args point at pinned copies)
 };
 
 }  // namespace braid

@@ -81,7 +81,7 @@ TEST(HandOff, AnOperationTheProgressThreadHadToTakeSendsTheNextToIt) {
   HandOff h(true, kTick, kAtOnce);
   bool wake = true;
   auto w = queue_on_idle(h, &wake);
-  h.taken_by_progress(w.get());
+  h.taken_by_progress(w);
   queue_on_idle(h, &wake);
   EXPECT_TRUE(wake);
 }
@@ -90,12 +90,21 @@ TEST(HandOff, AWaitThatCameAfterCompletionStillCounts) {
   HandOff h(true, kTick, kAtOnce);
   bool wake = true;
   auto w = queue_on_idle(h, &wake);
+  h.taken_by_progress(w);
   // No wait reached waited() (the operation was done first): the times settle it at the next.
   const int64_t now = CycleClock::now();
   w->wait_times.returned.store(now);
   w->wait_times.first_wait.store(at(now, microseconds(5000)));
   queue_on_idle(h, &wake);
   EXPECT_TRUE(wake);
+  // The progress thread finished the next one too, and its caller came at once after: it is
+  // left to its caller again.
+  auto next = queue_on_idle(h, &wake);
+  h.taken_by_progress(next);
+  const int64_t then = next->wait_times.returned.load();
+  next->wait_times.first_wait.store(at(then, microseconds(10)));
+  queue_on_idle(h, &wake);
+  EXPECT_FALSE(wake);
 }
 
 TEST(HandOff, AProgressThreadAsleepPastTheTickIsWoken) {
@@ -217,6 +226,39 @@ TEST(HandOff, TheGraceStartsAtTheProgressThreadsNextLook) {
   EXPECT_EQ(*h.sleep_until(look, board_at, 1), look + kTick);
   EXPECT_EQ(*h.sleep_until(look + kTick / 2, board_at, 1), look + kTick + kTick / 2);
   EXPECT_FALSE(h.sleep_until(look + kTick, board_at, 1).has_value()) << "past its grace: the progress thread takes it";
+}
+
+// A caller that takes its operation from the engine's slot does so without the queue's lock,
+// and so without taken_by_caller() or waited() (op_queue.h): how soon it came is passed on
+// before the next operation is queued (took_in_slot), and settles the prediction as a wait does.
+TEST(HandOff, ACallerThatTookItsOperationFromTheSlotSettlesThePrediction) {
+  HandOff h(true, kTick, kAtOnce);
+  bool wake = true;
+  queue_on_idle(h, &wake);
+  EXPECT_FALSE(wake);
+  h.took_in_slot(CycleClock::span(microseconds(10)));
+  queue_on_idle(h, &wake);
+  EXPECT_FALSE(wake) << "waited at once: the next one is left to its caller too";
+  h.took_in_slot(CycleClock::span(2 * kAtOnce));  // came late
+  queue_on_idle(h, &wake);
+  EXPECT_TRUE(wake) << "computed first: the next one starts at once";
+}
+
+// The grace belongs to the operation left to its caller. Once that one was taken (by its caller,
+// without telling the hand-off), an operation queued behind a busy engine has none: the progress
+// thread takes it at once when the engine is free, not a tick later.
+TEST(HandOff, AnOperationQueuedBehindAnotherHasNoGrace) {
+  HandOff h(true, kTick, kAtOnce);
+  const auto now = Clock::now();
+  const auto board_at = now + std::chrono::seconds(1);
+  bool wake = true;
+  queue_on_idle(h, &wake);  // left to its caller
+  EXPECT_FALSE(wake);
+  ASSERT_EQ(*h.sleep_until(now, board_at, 1), now + kTick);  // its grace runs from this look
+  // Its caller takes it (no taken_by_caller: op_queue.h's slot) and runs it; another thread
+  // queues behind.
+  EXPECT_TRUE(h.queued(/*idle_before=*/false, std::make_shared<detail::WorkState>()));
+  EXPECT_FALSE(h.sleep_until(now + kTick / 2, board_at, 1).has_value()) << "queued behind: no grace";
 }
 
 }  // namespace
