@@ -41,31 +41,32 @@ void RecvLedger::advertised(Receive& r) {
 
 Status RecvLedger::on_imm(const Imm& imm, uint64_t byte_len) {
   const uint64_t seq = widen_seq(imm.seq, completed_);
-  const std::string which = "message " + std::to_string(seq);
+  // Named only when something is wrong: this runs once per message.
+  const auto which = [seq] { return "message " + std::to_string(seq); };
   if (imm.kind == ImmKind::eager) {
     if (imm.aux >= kEagerSlots || byte_len > kEagerSlotBytes) {
-      return protocol_error("an eager " + which + " in slot " + std::to_string(imm.aux) + " of " +
+      return protocol_error("an eager " + which() + " in slot " + std::to_string(imm.aux) + " of " +
                             std::to_string(byte_len) + " bytes, outside the eager ring");
     }
     if (seq >= next_post_) {
       if (seq >= next_post_ + kEagerSlots || early_.count(seq) != 0) {
-        return protocol_error("an eager " + which + " far ahead of the receives posted (" +
+        return protocol_error("an eager " + which() + " far ahead of the receives posted (" +
                               std::to_string(next_post_) + ") or twice");
       }
       early_[seq] = Early{static_cast<int>(imm.aux), byte_len};
       return Status::ok();
     }
     Receive& r = posted_[seq - completed_];
-    if (r.eager_slot >= 0 || r.pieces_seen > 0 || r.done) return protocol_error("a second copy of " + which);
+    if (r.eager_slot >= 0 || r.pieces_seen > 0 || r.done) return protocol_error("a second copy of " + which());
     r.eager_slot = static_cast<int>(imm.aux);
     r.bytes = byte_len;
     return Status::ok();
   }
   if (seq >= next_post_ || !posted_[seq - completed_].advertised) {
-    return protocol_error("a write for " + which + ", whose receive was never advertised");
+    return protocol_error("a write for " + which() + ", whose receive was never advertised");
   }
   Receive& r = posted_[seq - completed_];
-  if (r.done || r.eager_slot >= 0) return protocol_error("a write for " + which + " after it was complete");
+  if (r.done || r.eager_slot >= 0) return protocol_error("a write for " + which() + " after it was complete");
   if (imm.kind == ImmKind::too_large) {
     r.too_large = true;
     r.done = true;
@@ -73,13 +74,13 @@ Status RecvLedger::on_imm(const Imm& imm, uint64_t byte_len) {
   }
   const uint32_t expected = imm.aux + 1;
   if (r.pieces_expected != 0 && r.pieces_expected != expected) {
-    return protocol_error(which + " announced " + std::to_string(expected) + " pieces after " +
+    return protocol_error(which() + " announced " + std::to_string(expected) + " pieces after " +
                           std::to_string(r.pieces_expected));
   }
   r.pieces_expected = expected;
   r.bytes += byte_len;
   if (r.bytes > r.capacity) {
-    return protocol_error(which + " wrote " + std::to_string(r.bytes) + " bytes into a receive of " +
+    return protocol_error(which() + " wrote " + std::to_string(r.bytes) + " bytes into a receive of " +
                           std::to_string(r.capacity));
   }
   if (++r.pieces_seen == expected) r.done = true;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <deque>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "transport/ib/cts_hold.h"
@@ -341,6 +342,24 @@ TEST(IbCredits, ReceiverRefusesImmediatesOutsideItsWindow) {
   // The same eager message twice.
   EXPECT_TRUE(r.on_imm(Imm{ImmKind::eager, 0, 0}, 4).is_ok());
   EXPECT_EQ(r.on_imm(Imm{ImmKind::eager, 1, 0}, 4).code(), ErrorCode::protocol);
+}
+
+// The refusal names the message (its full sequence number) and what was wrong with it: the
+// name is built only on this path, not for every immediate.
+TEST(IbCredits, ARefusedImmediateNamesItsMessage) {
+  RecvLedger r;
+  std::vector<uint8_t> buf(16);
+  r.post(buf.data(), buf.size(), 0);
+  const Status never = r.on_imm(Imm{ImmKind::data, 0, 0}, 4);
+  EXPECT_NE(never.message().find("a write for message 0, whose receive was never advertised"), std::string::npos)
+      << never.message();
+  const Status slot = r.on_imm(Imm{ImmKind::eager, kEagerSlots, 3}, 4);
+  EXPECT_NE(slot.message().find("an eager message 3 in slot 64 of 4 bytes"), std::string::npos) << slot.message();
+  const Status ahead = r.on_imm(Imm{ImmKind::eager, 0, 1 + kEagerSlots}, 4);
+  EXPECT_NE(ahead.message().find("an eager message 65 far ahead"), std::string::npos) << ahead.message();
+  ASSERT_TRUE(r.on_imm(Imm{ImmKind::eager, 0, 0}, 4).is_ok());
+  const Status twice = r.on_imm(Imm{ImmKind::eager, 1, 0}, 4);
+  EXPECT_NE(twice.message().find("a second copy of message 0"), std::string::npos) << twice.message();
 }
 
 TEST(IbCredits, AdvertisingStopsAtTheRingsLength) {
