@@ -11,11 +11,11 @@ RecvLedger::Receive& RecvLedger::post(void* data, size_t capacity, uint64_t cook
   r.data = data;
   r.capacity = capacity;
   r.cookie = cookie;
-  auto early = early_.find(r.seq);
-  if (early != early_.end()) {
-    r.eager_slot = early->second.slot;
-    r.bytes = early->second.bytes;
-    early_.erase(early);
+  Early& early = early_[r.seq % kEagerSlots];
+  if (early.seq == r.seq) {
+    r.eager_slot = early.slot;
+    r.bytes = early.bytes;
+    early.seq = kNoSeq;
   }
   posted_.push_back(r);
   return posted_.back();
@@ -49,11 +49,12 @@ Status RecvLedger::on_imm(const Imm& imm, uint64_t byte_len) {
                             std::to_string(byte_len) + " bytes, outside the eager ring");
     }
     if (seq >= next_post_) {
-      if (seq >= next_post_ + kEagerSlots || early_.count(seq) != 0) {
+      Early& early = early_[seq % kEagerSlots];
+      if (seq >= next_post_ + kEagerSlots || early.seq == seq) {
         return protocol_error("an eager " + which() + " far ahead of the receives posted (" +
                               std::to_string(next_post_) + ") or twice");
       }
-      early_[seq] = Early{static_cast<int>(imm.aux), byte_len};
+      early = Early{seq, static_cast<int>(imm.aux), byte_len};
       return Status::ok();
     }
     Receive& r = posted_[seq - completed_];
@@ -105,7 +106,10 @@ void SendLedger::on_cts(const CtsEntry& entry, uint32_t imm_seq) {
   const auto ahead = static_cast<int32_t>(entry.seq - static_cast<uint32_t>(next_seq_));
   if (ahead < 0) return;  // that message went eagerly
   eager_consumed_known_ = std::max(eager_consumed_known_, entry.eager_consumed);
-  cts_[next_seq_ + static_cast<uint64_t>(ahead)] = entry;
+  if (static_cast<uint64_t>(ahead) >= kCtsEntries) return;  // beyond any window: not a CTS this end can use
+  const uint64_t seq = next_seq_ + static_cast<uint64_t>(ahead);
+  cts_[seq % kCtsEntries] = entry;
+  cts_seq_[seq % kCtsEntries] = seq;
 }
 
 SendLedger::Decision SendLedger::decide(uint64_t bytes, bool use_eager) const {
@@ -117,13 +121,13 @@ SendLedger::Decision SendLedger::decide(uint64_t bytes, bool use_eager) const {
     d.eager_slot = slot;
     return d;
   }
-  auto it = cts_.find(next_seq_);
-  if (it == cts_.end()) {
+  const size_t at = next_seq_ % kCtsEntries;
+  if (cts_seq_[at] != next_seq_) {
     d.needs_cts = !eager_credit;  // else the staging copy's own completion frees the way
     return d;
   }
-  d.cts = it->second;
-  d.way = bytes > it->second.size ? Way::too_large : Way::rendezvous;
+  d.cts = cts_[at];
+  d.way = bytes > d.cts.size ? Way::too_large : Way::rendezvous;
   return d;
 }
 
@@ -132,7 +136,7 @@ void SendLedger::sent(const Decision& d) {
     ++eager_used_;
     staging_busy_[d.eager_slot] = true;
   }
-  cts_.erase(next_seq_);
+  cts_seq_[next_seq_ % kCtsEntries] = ~uint64_t{0};
   ++next_seq_;
 }
 

@@ -387,6 +387,46 @@ TEST(IbCredits, SenderIgnoresStaleAndObsoleteEntries) {
   EXPECT_EQ(s.decide(50, false).way, SendLedger::Way::wait);
 }
 
+// A whole ring of entries ahead of the sender: each message takes its own receive's entry,
+// also after the ring's slots were reused for later receives.
+TEST(IbCredits, EachMessageTakesItsOwnReceivesEntry) {
+  SendLedger s;
+  uint32_t next_entry = 0;
+  const auto advertise = [&](uint32_t upto) {
+    for (; next_entry < upto; ++next_entry) {
+      s.on_cts(CtsEntry{0x100000 + uint64_t{next_entry} * 64, 64, next_entry, next_entry, 0}, next_entry & kImmSeqMask);
+    }
+  };
+  advertise(kCtsEntries);
+  for (uint32_t m = 0; m < 3 * kCtsEntries; ++m) {
+    const auto d = s.decide(64, false);
+    ASSERT_EQ(d.way, SendLedger::Way::rendezvous) << "message " << m;
+    EXPECT_EQ(d.cts.addr, 0x100000 + uint64_t{m} * 64) << "message " << m;
+    EXPECT_EQ(d.cts.rkey, m);
+    s.sent(d);
+    EXPECT_EQ(s.decide(64, false).way, m + 1 < next_entry ? SendLedger::Way::rendezvous : SendLedger::Way::wait);
+    advertise(m + 1 + kCtsEntries);  // receive m completed: the receiver may advertise one more
+  }
+  // Early eager messages are kept per seq too: a receive posted later takes its own.
+  RecvLedger r;
+  std::vector<uint8_t> buf(16);
+  for (uint32_t round = 0; round < 3; ++round) {
+    const uint32_t base = round * kEagerSlots;
+    for (uint32_t i = 0; i < kEagerSlots; ++i) {
+      ASSERT_TRUE(r.on_imm(Imm{ImmKind::eager, (i + round) % kEagerSlots, base + i}, i % 9).is_ok());
+    }
+    for (uint32_t i = 0; i < kEagerSlots; ++i) {
+      RecvLedger::Receive& x = r.post(buf.data(), buf.size(), i);
+      EXPECT_EQ(x.seq, base + i);
+      EXPECT_EQ(x.eager_slot, static_cast<int>((i + round) % kEagerSlots));
+      EXPECT_EQ(x.bytes, i % 9);
+      ASSERT_EQ(r.front_ready(), &x);
+      r.pop_front();
+    }
+    EXPECT_FALSE(r.next_arrived());
+  }
+}
+
 TEST(IbCredits, EagerCreditsRunOutUntilTheReceiverReportsConsumption) {
   SendLedger s;
   for (uint32_t i = 0; i < kEagerSlots; ++i) {
