@@ -66,6 +66,7 @@ Status IbConnection::post_send(const void* data, size_t bytes, uint64_t cookie) 
   s.cookie = cookie;
   s.seq = sends_.empty() ? send_ledger_.next_seq() : sends_.back().seq + 1;
   sends_.push_back(s);
+  settled_ = false;
   progress();
   return Status::ok();
 }
@@ -85,6 +86,7 @@ Status IbConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
   // The buffer is registered when its CTS is written (advertise()), not here: a receive whose
   // message comes eagerly never hands its address to the peer and needs no registration.
   recv_.post(data, capacity, cookie);
+  settled_ = false;
   // A receive whose message can come eagerly is advertised in the transport's next pass (its
   // poll), not now: whatever CTS it needs then leaves after a send posted just after this
   // receive, as the executor posts them, instead of ahead of it. Its message may already be
@@ -211,8 +213,17 @@ Status IbConnection::start_send(Send& s) {
 
 void IbConnection::progress() {
   if (!started_ || !failure_.is_ok()) return;
+  if (settled_) {
+    // The last pass changed nothing and nothing arrived or was posted since: this one would
+    // change nothing either, unless a held-back CTS fell due meanwhile.
+    const std::optional<Clock::time_point> due = hold_.due();
+    if (!due || Clock::now() < *due) return;
+  }
+  const uint64_t reported = reports_;
+  if (shared_.stats != nullptr) ++shared_.stats->passes;
   advance();
   if (!failure_.is_ok()) return batch_.clear();  // the QPs are in the error state
+  settled_ = batch_.empty() && reports_ == reported;
   IbPostStats* stats = shared_.stats;
   Status st = batch_.flush(qps_, stats != nullptr ? &stats->doorbells : nullptr,
                            stats != nullptr ? &stats->work_requests : nullptr);
@@ -243,6 +254,7 @@ void IbConnection::advance() {
 }
 
 void IbConnection::ask_before_sleep() {
+  settled_ = false;  // asking changes what start_send() does
   asking_ = true;
   progress();
   asking_ = false;
@@ -264,6 +276,7 @@ int IbConnection::poll_cq() {
       return total;
     }
     for (int i = 0; i < n; ++i) on_wc(wcs[i]);
+    if (n > 0) settled_ = false;
     total += n;
     if (n < 32) return total;
   }
@@ -362,6 +375,7 @@ std::string IbConnection::op_prefix(bool is_send) const {
 }
 
 void IbConnection::report(Completion c) {
+  ++reports_;
   if (reporting_) shared_.ready->push_back(std::move(c));
 }
 

@@ -44,6 +44,7 @@ struct IbPostStats {
   uint64_t cts_written = 0;    // clear-to-send entries
   uint64_t cts_overdue = 0;    // of those, written because a held-back one waited cts_hold.h's bound
   uint64_t cts_requests = 0;   // requests to send (RTS) written by a sender waiting for a CTS
+  uint64_t passes = 0;         // passes that looked at the ledgers (a settled connection's are skipped)
 };
 
 // What a connection borrows from its transport, which outlives it.
@@ -159,6 +160,10 @@ class IbConnection final : public Connection {
   uint64_t asked_upto_ = 0;             // messages below this had their RTS written
   bool last_send_eager_ = false;        // the latest message started went eagerly
   bool asking_ = false;                 // within ask_before_sleep()
+  // The last pass (advance()) posted and reported nothing, and no completion, post or request
+  // came since: the next pass can only change something once a held-back CTS falls due.
+  bool settled_ = false;
+  uint64_t reports_ = 0;  // operations completed (reported or not: see reporting_)
   CtsHold hold_;
   bool peer_said_bye_ = false;  // the failure is the peer's goodbye: what it sent still completes
   unsigned char bye_[kByeBytes] = {};  // the peer's goodbye, as it arrives

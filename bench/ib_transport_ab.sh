@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# bench/ib_transport_ab.sh - the ib transport's own cost, two builds side by side in one boot of
+# the emulated Soft-RoCE guest (scripts/rdma_guest.sh): what a change to transport/ib/ did to
+# its instructions per message and to its 8 B exchange time.
+#
+# Each of ROUNDS rounds runs ib_write_lat 8 B (the yardstick), then ib_pingpong_bench --exchange
+# of build A and of build B, their order alternating per round. Then, once per build, the
+# transport's user-space instructions per ping-pong round trip (both ends, two messages):
+# callgrind's count for 600 round trips minus the one for 200, divided by 400, so set-up cancels
+# out (the same step as bench/ib_latency_parts.sh), in all and per function (self cost).
+# Prints the medians of the rounds and the median of the per-round ratios to ib_write_lat.
+# Only ratios within one boot mean anything (docs/ib.md). KEEP=DIR keeps the callgrind files.
+#
+#   A=/work/main/build B=build ROUNDS=5 bench/ib_transport_ab.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-5}
+A=$(realpath -m "${A:-/work/main/build}")
+B=$(realpath -m "${B:-build}")
+KEEP=${KEEP:-}
+if [ "${1:-}" != --in-guest ]; then
+  export ROUNDS A B KEEP
+  exec scripts/rdma_guest.sh bash bench/ib_transport_ab.sh --in-guest
+fi
+
+pair=scripts/rdma_guest/perftest_pair.sh
+for b in "$A" "$B"; do
+  [ -x "$b/bench/transport/ib_pingpong_bench" ] || { echo "ib_transport_ab: $b/bench/transport/ib_pingpong_bench is not built" >&2; exit 1; }
+done
+results=$(mktemp -d)
+trap 'rm -rf "$results"' EXIT
+
+exchange() { timeout -k 5 120 "$1/bench/transport/ib_pingpong_bench" --iters 2000 --exchange 2>&1 | awk -F'\t' '$1 == "RESULT" { print $2 }'; }
+add() { [ -n "$2" ] && echo "$2" >> "$results/$1" || echo "ib_transport_ab: round $round: $1 failed" >&2; }
+
+for round in $(seq "$ROUNDS"); do
+  echo "ib_transport_ab: round $round of $ROUNDS" >&2
+  add write_lat "$("$pair" ib_write_lat 18601 -s 8 -n 1000 -F | awk '$1 == 8 && $2 ~ /^[0-9]+$/ { print $5; exit }')"
+  if [ $((round % 2)) = 1 ]; then
+    add exchange_a "$(exchange "$A")"; add exchange_b "$(exchange "$B")"
+  else
+    add exchange_b "$(exchange "$B")"; add exchange_a "$(exchange "$A")"
+  fi
+done
+
+median() { sort -g "$results/$1" | awk '{ v[NR] = $1 } END { if (NR) printf "%.1f", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; else printf "-" }'; }
+ratio() {
+  paste "$results/$1" "$results/write_lat" 2>/dev/null | awk '{ print $1 / $2 }' | sort -g |
+    awk '{ v[NR] = $1 } END { if (NR) printf "%.2fx", NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; else printf "-" }'
+}
+rounds() { paste -sd' ' "$results/$1"; }
+echo
+echo "8 B, Soft-RoCE in the emulated guest, $ROUNDS rounds (medians; ratio: median of per-round ratios; then each round)"
+echo "A = $A"
+echo "B = $B"
+printf '%-40s %8s %9s  %s\n' "" us "/write_lat" rounds
+for row in "write_lat:ib_write_lat 8 B (t_typical)" "exchange_a:transport exchange 8 B, A" "exchange_b:transport exchange 8 B, B"; do
+  printf '%-40s %8s %9s  %s\n' "${row#*:}" "$(median "${row%%:*}")" "$(ratio "${row%%:*}")" "$(rounds "${row%%:*}")"
+done
+
+command -v valgrind > /dev/null || { echo "ib_transport_ab: no valgrind, no instruction counts" >&2; exit 0; }
+for side in A B; do
+  dir=${!side}
+  for n in 200 600; do
+    BRAID_SPIN_US=0 timeout -k 5 600 valgrind --tool=callgrind --callgrind-out-file="$results/cg$side$n" \
+      "$dir/bench/transport/ib_pingpong_bench" --iters "$n" --warmup 20 > "$results/out$side$n" 2>&1 ||
+      echo "ib_transport_ab: callgrind run of $side $n failed" >&2
+    callgrind_annotate "$results/cg$side$n" 2>/dev/null |
+      sed -nE 's/^ *([0-9,]+) +\( *[0-9.]+%\) +(.*)$/\1\t\2/p' | sed -E 's/ \[[^]]*\]$//' | tr -d , > "$results/cg$side$n.txt"
+  done
+  echo
+  echo "transport ping-pong, build $side: user-space instructions per round trip (callgrind; both ends, 2 messages; self cost)"
+  awk -F'\t' '$1 == "RESULT" { printf "  (per round trip, 600-iteration run: %s polls, %s spin passes, %s sleeps)\n", $5, $6, $7 }' "$results/out${side}600"
+  awk -F'\t' 'NR == FNR { s[$2] += $1; next } { l[$2] += $1 }
+       END { for (k in l) { d = (l[k] - s[k]) / 400; if (k == "PROGRAM TOTALS") printf "  %7.0f  all\n", d
+                            else if (d >= 40) printf "  %7.0f    %s\n", d, substr(k, 1, 100) | "sort -gr" } }' \
+    "$results/cg${side}200.txt" "$results/cg${side}600.txt"
+done
+if [ -n "$KEEP" ]; then mkdir -p "$KEEP" && cp "$results"/cg* "$results"/out* "$KEEP"/; fi
