@@ -88,12 +88,6 @@ Status RecvLedger::on_imm(const Imm& imm, uint64_t byte_len) {
   return Status::ok();
 }
 
-RecvLedger::Receive* RecvLedger::front_ready() {
-  if (posted_.empty()) return nullptr;
-  Receive& r = posted_.front();
-  return r.done || r.eager_slot >= 0 ? &r : nullptr;
-}
-
 void RecvLedger::pop_front() {
   if (posted_.front().eager_slot >= 0) ++eager_consumed_;
   posted_.pop_front();

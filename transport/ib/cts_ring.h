@@ -64,7 +64,11 @@ class RecvLedger {
   Status on_imm(const Imm& imm, uint64_t byte_len);
   // The oldest receive, when it is ready to complete: done, or with its eager message arrived
   // (the caller copies it out of the slot, then calls pop_front with the slot freed).
-  Receive* front_ready();
+  Receive* front_ready() {
+    if (posted_.empty()) return nullptr;
+    Receive& r = posted_.front();
+    return r.done || r.eager_slot >= 0 ? &r : nullptr;
+  }
   void pop_front();
 
   // Whether the next receive's message has already arrived (eagerly), with every earlier

@@ -23,13 +23,21 @@ uint64_t wr_value(uint64_t id) { return id & ((1ull << 56) - 1); }
 
 }  // namespace
 
-Status IbConnection::post_recv_wr(uint32_t qp) {
-  ibv_recv_wr wr{};
-  ibv_recv_wr* bad = nullptr;
-  wr.wr_id = wr_id(WrKind::recv, qp);
-  wr.num_sge = 0;  // writes with immediate land where the sender says; the receive only counts
-  const int rc = ibv_post_recv(qps_[qp].get(), &wr, &bad);
-  if (rc != 0) return system_error(op_prefix(false) + "posting a receive work request", rc);
+Status IbConnection::post_recv_wrs(uint32_t qp, uint32_t n) {
+  ibv_recv_wr wrs[kRecvRepostBatch];
+  while (n > 0) {
+    const uint32_t k = std::min(n, kRecvRepostBatch);
+    for (uint32_t i = 0; i < k; ++i) {
+      wrs[i] = ibv_recv_wr{};
+      wrs[i].wr_id = wr_id(WrKind::recv, qp);
+      wrs[i].num_sge = 0;  // writes with immediate land where the sender says; the receive only counts
+      wrs[i].next = i + 1 < k ? &wrs[i + 1] : nullptr;
+    }
+    ibv_recv_wr* bad = nullptr;
+    const int rc = ibv_post_recv(qps_[qp].get(), wrs, &bad);
+    if (rc != 0) return system_error(op_prefix(false) + "posting receive work requests", rc);
+    n -= k;
+  }
   return Status::ok();
 }
 
@@ -211,17 +219,17 @@ Status IbConnection::start_send(Send& s) {
   return Status::ok();
 }
 
-void IbConnection::progress() {
+void IbConnection::progress(Clock::time_point now) {
   if (!started_ || !failure_.is_ok()) return;
   if (settled_) {
     // The last pass changed nothing and nothing arrived or was posted since: this one would
     // change nothing either, unless a held-back CTS fell due meanwhile.
     const std::optional<Clock::time_point> due = hold_.due();
-    if (!due || Clock::now() < *due) return;
+    if (!due || (now == Clock::time_point{} ? Clock::now() : now) < *due) return;
   }
   const uint64_t reported = reports_;
   if (shared_.stats != nullptr) ++shared_.stats->passes;
-  advance();
+  advance(now);
   if (!failure_.is_ok()) return batch_.clear();  // the QPs are in the error state
   settled_ = batch_.empty() && reports_ == reported;
   IbPostStats* stats = shared_.stats;
@@ -230,12 +238,14 @@ void IbConnection::progress() {
   if (!st.is_ok()) fail(st.code(), op_prefix(true) + st.message());
 }
 
-void IbConnection::advance() {
+void IbConnection::advance(Clock::time_point now) {
   deliver();
   // Sends first: their data is what a peer waits for; a CTS is needed only by a rendezvous
-  // message or a sender short of eager credits.
-  for (Send& s : sends_) {
-    if (s.started) continue;
+  // message or a sender short of eager credits. They start in order, so the started ones are
+  // those below the ledger's next seq.
+  const size_t started = sends_.empty() ? 0 : send_ledger_.next_seq() - sends_.front().seq;
+  for (size_t i = started; i < sends_.size(); ++i) {
+    Send& s = sends_[i];
     Status st = start_send(s);
     if (!st.is_ok()) return fail(st.code(), st.message());
     if (!s.started) break;  // in order: the next waits for this one
@@ -245,7 +255,8 @@ void IbConnection::advance() {
     const CtsHold::Receive ask{r->seq, r->capacity, recv_.posted().back().seq == r->seq,
                                recv_.eager_consumed() - cts_consumed_reported_};
     // Only the newest receive can be held: the clock is read for it alone (passes are frequent).
-    if (hold_.hold(ask, ask.newest ? Clock::now() : Clock::time_point{})) break;  // cts_hold.h
+    if (ask.newest && now == Clock::time_point{}) now = Clock::now();
+    if (hold_.hold(ask, ask.newest ? now : Clock::time_point{})) break;  // cts_hold.h
     Status st = advertise(*r);
     if (!st.is_ok()) return fail(st.code(), st.message());
     if (!r->advertised) break;  // the send queue is full: later
@@ -298,7 +309,13 @@ void IbConnection::on_wc(const ibv_wc& wc) {
   }
   if (!failure_.is_ok()) return;
   if (kind == WrKind::recv) {
-    Status st = post_recv_wr(qp);
+    // Consumed receive work requests go back in chains of kRecvRepostBatch: one provider call
+    // (a lock and a doorbell record) per chain instead of per message.
+    Status st;
+    if (++recv_owed_[qp] == kRecvRepostBatch) {
+      recv_owed_[qp] = 0;
+      st = post_recv_wrs(qp, kRecvRepostBatch);
+    }
     const Imm imm = decode_imm(ntohl(wc.imm_data));
     if (st.is_ok() && imm.kind == ImmKind::cts && imm.aux == kImmAuxRts) {
       hold_.requested(widen_seq(imm.seq, recv_.completed()));  // progress() advertises it
@@ -342,7 +359,8 @@ void IbConnection::deliver() {
       }
     }
     if (!r->too_large) hold_.landed(r->capacity, r->eager_slot >= 0);
-    auto mr = recv_mrs_.find(r->seq);
+    // Only receives whose CTS was written were registered (advertise()): most small ones not.
+    auto mr = recv_mrs_.empty() ? recv_mrs_.end() : recv_mrs_.find(r->seq);
     if (shared_.flush != nullptr && c.status.is_ok() && mr != recv_mrs_.end()) {  // gdr_flush.h
       Status st = shared_.flush->before_delivery(mr->second, r->data, r->bytes, r->eager_slot < 0);
       if (!st.is_ok()) return fail(st.code(), st.message());

@@ -12,6 +12,9 @@
 //   registration cache is asked at most once per CTS, not once per receive.
 // - A connection where nothing arrived or was posted since its last pass skips the next one,
 //   yet a CTS held back still goes at the hold's bound while the transport only polls.
+// - Receive work requests consumed by the peer's writes are posted again (in chains): far more
+//   messages than a QP's receive queue holds keep landing.
+// - poll() appends to what its vector already holds.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -249,6 +252,41 @@ TEST(IbPostsGuest, AHeldCtsGoesAtTheBoundWhileTheTransportOnlyPolls) {
   EXPECT_TRUE(e1.await(1));
   sender.join();
   EXPECT_EQ(e1.in[0], 77);
+}
+
+TEST(IbPostsGuest, MoreMessagesThanTheReceiveQueueHoldsKeepLanding) {
+  SKIP_OUTSIDE_GUEST();
+  End e0, e1;
+  ASSERT_TRUE(connect(e0, e1));
+  // Each end receives 1.5 times IbConnection::kRecvDepth messages (each consumes a receive
+  // work request); a receive queue not refilled would run dry and fail the connection.
+  constexpr int kRounds = IbConnection::kRecvDepth * 3 / 2;
+  ping_pong(e0, e1, kRounds, 8, 8);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(e0.ib().post_stats().messages, uint64_t{kRounds});
+  EXPECT_EQ(e1.ib().post_stats().messages, uint64_t{kRounds});
+}
+
+TEST(IbPostsGuest, PollAppendsToWhatItsVectorHolds) {
+  SKIP_OUTSIDE_GUEST();
+  End e0, e1;
+  ASSERT_TRUE(connect(e0, e1));
+  ASSERT_TRUE(e1.conn->post_recv(e1.in.data(), 8, 7).is_ok());
+  ASSERT_TRUE(e0.conn->post_send(e0.out.data(), 8, 1).is_ok());
+  std::vector<Completion> got;
+  got.push_back(Completion{nullptr, 12345, true, 3, Status::ok()});
+  const auto start = Clock::now();
+  while (got.size() < 2 && Clock::now() - start < std::chrono::seconds(20)) {
+    ASSERT_TRUE(e1.transport->poll(got, std::chrono::milliseconds(10)).is_ok());
+    std::vector<Completion> sent;
+    ASSERT_TRUE(e0.transport->poll(sent, std::chrono::microseconds(0)).is_ok());
+  }
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].cookie, 12345u);
+  EXPECT_EQ(got[0].bytes, 3u);
+  EXPECT_EQ(got[1].cookie, 7u);
+  EXPECT_EQ(got[1].bytes, 8u);
+  EXPECT_FALSE(got[1].is_send);
 }
 
 }  // namespace
