@@ -265,7 +265,9 @@ void IbConnection::advance(Clock::time_point now) {
 }
 
 void IbConnection::ask_before_sleep() {
-  settled_ = false;  // asking changes what start_send() does
+  // Asking changes what start_send() does, for a send not yet started: only then is a pass due.
+  if (sends_.empty() || send_ledger_.next_seq() - sends_.front().seq == sends_.size()) return;
+  settled_ = false;
   asking_ = true;
   progress();
   asking_ = false;
@@ -370,12 +372,16 @@ void IbConnection::deliver() {
       recv_mrs_.erase(mr);
     }
     recv_.pop_front();
-    report(std::move(c));
+    if (c.status.is_ok()) {
+      report_ok(c.cookie, false, c.bytes);
+    } else {
+      report(std::move(c));
+    }
   }
   while (!sends_.empty() && sends_.front().started && sends_.front().wrs_left == 0) {
     Send& s = sends_.front();
     release(s.mr, s.has_mr);
-    report(Completion{this, s.cookie, true, s.bytes, Status::ok()});
+    report_ok(s.cookie, true, s.bytes);
     sends_.pop_front();
   }
 }
@@ -395,6 +401,11 @@ std::string IbConnection::op_prefix(bool is_send) const {
 void IbConnection::report(Completion c) {
   ++reports_;
   if (reporting_) shared_.ready->push_back(std::move(c));
+}
+
+void IbConnection::report_ok(uint64_t cookie, bool is_send, size_t bytes) {
+  ++reports_;
+  if (reporting_) shared_.ready->emplace_back(this, cookie, is_send, bytes);  // built in place
 }
 
 void IbConnection::fail(ErrorCode code, const std::string& cause, bool warn) {

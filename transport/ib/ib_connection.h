@@ -137,6 +137,7 @@ class IbConnection final : public Connection {
   void fail(ErrorCode code, const std::string& cause, bool warn = true);
   std::string op_prefix(bool is_send) const;
   void report(Completion c);
+  void report_ok(uint64_t cookie, bool is_send, size_t bytes);  // a success: no Status to move
   // The peer said goodbye having received `received` messages whole and sent `peer_sent`.
   void peer_closed(uint64_t received, uint64_t peer_sent);
   void release(Mr& mr, bool& has);
