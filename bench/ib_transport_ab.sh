@@ -4,10 +4,13 @@
 # its instructions per message and to its 8 B exchange time.
 #
 # Each of ROUNDS rounds runs ib_write_lat 8 B (the yardstick), then ib_pingpong_bench --exchange
-# of build A and of build B, their order alternating per round. Then, once per build, the
-# transport's user-space instructions per ping-pong round trip (both ends, two messages):
-# callgrind's count for 600 round trips minus the one for 200, divided by 400, so set-up cancels
-# out (the same step as bench/ib_latency_parts.sh), in all and per function (self cost).
+# of build A and of build B, their order alternating per round. Then the transport's user-space
+# instructions per ping-pong round trip (both ends, two messages): callgrind's count for 600
+# round trips minus the one for 200, divided by 400, so set-up cancels out, in all and per
+# function (self cost). Twice: as bench/ib_latency_parts.sh counts it (the two ends on two
+# threads), and with --one-thread (both ends driven by one thread, so the count does not depend
+# on how the threads interleaved or whether a wait slept; needs a build whose
+# ib_pingpong_bench has that option).
 # Prints the medians of the rounds and the median of the per-round ratios to ib_write_lat.
 # Only ratios within one boot mean anything (docs/ib.md). KEEP=DIR keeps the callgrind files.
 #
@@ -59,16 +62,17 @@ for row in "write_lat:ib_write_lat 8 B (t_typical)" "exchange_a:transport exchan
 done
 
 command -v valgrind > /dev/null || { echo "ib_transport_ab: no valgrind, no instruction counts" >&2; exit 0; }
-# Which path a message takes depends a little on timing (a wait that sleeps arms the CQs; a CTS
-# held past its bound is written), so the counts move between runs: CG_REPEAT runs per build,
-# alternating, and the table of the run with the median total.
+# Which path a message takes depends on timing when the ends are two threads (a wait that sleeps
+# arms the CQs; a CTS held past its bound is written), so the counts move between runs:
+# CG_REPEAT runs per build and mode, alternating, and the table of the run with the median total.
 CG_REPEAT=${CG_REPEAT:-3}
 for rep in $(seq "$CG_REPEAT"); do
-  for side in A B; do
-    dir=${!side}
+  for side in A B 1A 1B; do
+    last=${side: -1}; dir=${!last}
+    flag=; [ "${side:0:1}" = 1 ] && flag=--one-thread
     for n in 200 600; do
       BRAID_SPIN_US=0 timeout -k 5 600 valgrind --tool=callgrind --callgrind-out-file="$results/cg$side$rep.$n" \
-        "$dir/bench/transport/ib_pingpong_bench" --iters "$n" --warmup 20 > "$results/out$side$rep.$n" 2>&1 ||
+        "$dir/bench/transport/ib_pingpong_bench" --iters "$n" --warmup 20 $flag > "$results/out$side$rep.$n" 2>&1 ||
         echo "ib_transport_ab: callgrind run $rep of $side, $n round trips, failed" >&2
       callgrind_annotate "$results/cg$side$rep.$n" 2>/dev/null |
         sed -nE 's/^ *([0-9,]+) +\( *[0-9.]+%\) +(.*)$/\1\t\2/p' | sed -E 's/ \[[^]]*\]$//' | tr -d , > "$results/cg$side$rep.$n.txt"
@@ -82,9 +86,9 @@ for rep in $(seq "$CG_REPEAT"); do
     echo "$total $rep $sleeps" >> "$results/totals$side"
   done
 done
-for side in A B; do
+for side in A B 1A 1B; do
   echo
-  echo "transport ping-pong, build $side: user-space instructions per round trip (callgrind; both ends, 2 messages)"
+  echo "transport ping-pong, build ${side: -1}$([ "${side:0:1}" = 1 ] && echo ", both ends on one thread"): user-space instructions per round trip (callgrind; both ends, 2 messages)"
   echo "  runs (total, sleeps per round trip): $(sort -g "$results/totals$side" | awk '{ printf "%s%s (%s)", (NR > 1 ? ", " : ""), $1, $3 }')"
   rep=$(sort -g "$results/totals$side" | awk '{ v[NR] = $2 } END { print v[int((NR + 1) / 2)] }')
   echo "  the median run, self cost per function (>= 40):"
