@@ -71,7 +71,7 @@ for rep in $(seq "$CG_REPEAT"); do
     last=${side: -1}; dir=${!last}
     flag=; [ "${side:0:1}" = 1 ] && flag=--one-thread
     for n in 200 600; do
-      BRAID_SPIN_US=0 timeout -k 5 600 valgrind --tool=callgrind --callgrind-out-file="$results/cg$side$rep.$n" \
+      BRAID_SPIN_US=0 timeout -k 5 300 valgrind --tool=callgrind --callgrind-out-file="$results/cg$side$rep.$n" \
         "$dir/bench/transport/ib_pingpong_bench" --iters "$n" --warmup 20 $flag > "$results/out$side$rep.$n" 2>&1 ||
         echo "ib_transport_ab: callgrind run $rep of $side, $n round trips, failed" >&2
       callgrind_annotate "$results/cg$side$rep.$n" 2>/dev/null |
