@@ -212,8 +212,9 @@ int main(int argc, char** argv) {
     End e1(host1), e0(host0);
     e1.resize(bytes, capacity);
     e0.resize(bytes, capacity);
+    const std::string at = e1.listen();
     std::thread accept([&] { e1.accept(); });
-    e0.connect(e1.listen());
+    e0.connect(at);
     accept.join();
     for (int i = 0; i < warmup; ++i) e0.round_trip_with(e1, bytes);
     const auto before0 = e0.stats(), before1 = e1.stats();
