@@ -10,7 +10,7 @@
 # function (self cost). Twice: as bench/ib_latency_parts.sh counts it (the two ends on two
 # threads), and with --one-thread (both ends driven by one thread, so the count does not depend
 # on how the threads interleaved or whether a wait slept; needs a build whose
-# ib_pingpong_bench has that option).
+# ib_pingpong_bench has that option). CG_REPEAT=0: the timings only.
 # Prints the medians of the rounds and the median of the per-round ratios to ib_write_lat.
 # Only ratios within one boot mean anything (docs/ib.md). KEEP=DIR keeps the callgrind files.
 #
@@ -61,6 +61,7 @@ for row in "write_lat:ib_write_lat 8 B (t_typical)" "exchange_a:transport exchan
   printf '%-40s %8s %9s  %s\n' "${row#*:}" "$(median "${row%%:*}")" "$(ratio "${row%%:*}")" "$(rounds "${row%%:*}")"
 done
 
+[ "${CG_REPEAT:-3}" != 0 ] || exit 0  # timings only
 command -v valgrind > /dev/null || { echo "ib_transport_ab: no valgrind, no instruction counts" >&2; exit 0; }
 # Which path a message takes depends on timing when the ends are two threads (a wait that sleeps
 # arms the CQs; a CTS held past its bound is written), so the counts move between runs:
