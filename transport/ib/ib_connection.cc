@@ -261,7 +261,8 @@ void IbConnection::advance(Clock::time_point now) {
     if (!st.is_ok()) return fail(st.code(), st.message());
     if (!r->advertised) break;  // the send queue is full: later
   }
-  deliver();
+  // Nothing after the deliver() above makes an operation complete (starting sends and writing
+  // CTS entries do not), so there is nothing more to report here.
 }
 
 void IbConnection::ask_before_sleep() {
