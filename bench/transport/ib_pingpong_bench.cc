@@ -10,9 +10,14 @@
 // --exchange makes both ends send at once, as a 2-rank sendrecv or all_reduce does: each
 // iteration both post a receive and a send and wait for both; the time printed is then one
 // whole iteration (comparable with ib_write_lat's one-way figure: both directions overlap).
+// --one-thread drives both ends of the ping-pong from one thread, one step after the other
+// (the echo's receive, the ping, the echo, the completions): no end ever waits for the other's
+// thread, so an instruction count per round trip (callgrind) does not depend on how the two
+// threads happened to interleave or sleep; on Soft-RoCE a write's packet path, the peer's side
+// included, runs inside its doorbell's system call, so each wait finds its completion at once.
 //
 //   ib_pingpong_bench [--iters 2000] [--warmup 100] [--bytes 8] [--capacity BYTES] [--exchange]
-//                     [--hosts 10.99.0.1,10.99.0.2]
+//                     [--one-thread] [--hosts 10.99.0.1,10.99.0.2]
 //
 // Output: one line "RESULT<TAB>half_rtt_us (with --exchange: iteration_us)<TAB>p10<TAB>p90<TAB>polls<TAB>spin_passes<TAB>sleeps
 // <TAB>channel_events<TAB>doorbells<TAB>cts<TAB>rts<TAB>arms" (polls to channel events summed
@@ -81,6 +86,25 @@ class End {
   }
   // Both directions at once: what each rank of a 2-rank sendrecv does.
   void exchange(size_t bytes) { round_trip(bytes); }
+  // One round trip with both ends on this thread (--one-thread); `this` pings, `echo` answers.
+  // Each wait polls both ends without a timeout: an end may need the other's pass to move (a
+  // request to send answered by a CTS), and nothing else runs them.
+  void round_trip_with(End& echo, size_t bytes) {
+    check(echo.conn_->post_recv(echo.in_.data(), echo.in_.size(), 0), "post_recv");
+    check(conn_->post_recv(in_.data(), in_.size(), 0), "post_recv");
+    check(conn_->post_send(out_.data(), bytes, 1), "post_send");
+    int mine = 2, theirs = 1;
+    while (theirs > 0) {
+      mine -= poll_now();
+      theirs -= echo.poll_now();
+    }
+    check(echo.conn_->post_send(echo.in_.data(), bytes, 1), "post_send");
+    theirs = 1;
+    while (mine > 0 || theirs > 0) {
+      mine -= poll_now();
+      theirs -= echo.poll_now();
+    }
+  }
   void echo(size_t bytes) {
     check(conn_->post_recv(in_.data(), in_.size(), 0), "post_recv");
     await(1);
@@ -103,6 +127,14 @@ class End {
   }
   static void check(const Status& s, const char* what) {
     if (!s.is_ok()) die(std::string(what) + ": " + s.message());
+  }
+  int poll_now() {
+    done_.clear();
+    check(transport_->poll(done_, std::chrono::microseconds(0)), "poll");
+    for (const Completion& c : done_) {
+      if (!c.status.is_ok()) die("transfer failed: " + c.status.message());
+    }
+    return static_cast<int>(done_.size());
   }
   void await(int n) {
     while (n > 0) {
@@ -150,12 +182,12 @@ Stats minus(Stats a, const Stats& b) {
 int main(int argc, char** argv) {
   int iters = 2000, warmup = 100;
   size_t bytes = 8, capacity = 0;
-  bool exchange = false;
+  bool exchange = false, one_thread = false;
   std::string host0 = "10.99.0.1", host1 = "10.99.0.2";
   for (int i = 1; i < argc; i += 2) {
     const std::string k = argv[i];
-    if (k == "--exchange") {
-      exchange = true;
+    if (k == "--exchange" || k == "--one-thread") {
+      (k == "--exchange" ? exchange : one_thread) = true;
       --i;  // a flag without a value
       continue;
     }
@@ -168,13 +200,44 @@ int main(int argc, char** argv) {
     else if (k == "--hosts" && v.find(',') != std::string::npos) {
       host0 = v.substr(0, v.find(','));
       host1 = v.substr(v.find(',') + 1);
-    } else die("unknown option " + k + " (options: --iters --warmup --bytes --capacity --exchange --hosts)");
+    } else die("unknown option " + k + " (options: --iters --warmup --bytes --capacity --exchange --one-thread --hosts)");
   }
   if (iters < 1 || warmup < 0) die("--iters must be at least 1, --warmup at least 0");
+  if (one_thread && exchange) die("--one-thread is a ping-pong: not with --exchange");
 
   std::promise<std::string> address;
   auto address_ready = address.get_future();
   Stats echo_stats;
+  if (one_thread) {
+    End e1(host1), e0(host0);
+    e1.resize(bytes, capacity);
+    e0.resize(bytes, capacity);
+    const std::string at = e1.listen();
+    std::thread accept([&] { e1.accept(); });
+    e0.connect(at);
+    accept.join();
+    for (int i = 0; i < warmup; ++i) e0.round_trip_with(e1, bytes);
+    const auto before0 = e0.stats(), before1 = e1.stats();
+    std::vector<double> half_us;
+    for (int i = 0; i < iters; ++i) {
+      const auto t0 = Clock::now();
+      e0.round_trip_with(e1, bytes);
+      half_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2);
+    }
+    const auto a = minus(e0.stats(), before0), b = minus(e1.stats(), before1);
+    std::sort(half_us.begin(), half_us.end());
+    const double n = iters;
+    std::printf("ib ping-pong %zu B, both ends on one thread, %d round trips: half round trip median %.2f us; per "
+                "round trip, both ends: %.2f polls, %.3f sleeps; per message %.3f doorbells\n",
+                bytes, iters, half_us[half_us.size() / 2], static_cast<double>(a.waits.polls + b.waits.polls) / n,
+                static_cast<double>(a.waits.sleeps + b.waits.sleeps) / n,
+                static_cast<double>(a.posts.doorbells + b.posts.doorbells) / (2 * n));
+    std::printf("RESULT\t%.2f\t%.2f\t%.2f\t%.3f\t%.3f\t%.3f\n", half_us[half_us.size() / 2], half_us[half_us.size() / 10],
+                half_us[half_us.size() * 9 / 10], static_cast<double>(a.waits.polls + b.waits.polls) / n,
+                static_cast<double>(a.waits.spin_passes + b.waits.spin_passes) / n,
+                static_cast<double>(a.waits.sleeps + b.waits.sleeps) / n);
+    return 0;
+  }
   std::thread echo([&] {
     End end(host1);
     end.resize(bytes, capacity);

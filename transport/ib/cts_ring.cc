@@ -11,11 +11,11 @@ RecvLedger::Receive& RecvLedger::post(void* data, size_t capacity, uint64_t cook
   r.data = data;
   r.capacity = capacity;
   r.cookie = cookie;
-  auto early = early_.find(r.seq);
-  if (early != early_.end()) {
-    r.eager_slot = early->second.slot;
-    r.bytes = early->second.bytes;
-    early_.erase(early);
+  Early& early = early_[r.seq % kEagerSlots];
+  if (early.seq == r.seq) {
+    r.eager_slot = early.slot;
+    r.bytes = early.bytes;
+    early.seq = kNoSeq;
   }
   posted_.push_back(r);
   return posted_.back();
@@ -41,31 +41,33 @@ void RecvLedger::advertised(Receive& r) {
 
 Status RecvLedger::on_imm(const Imm& imm, uint64_t byte_len) {
   const uint64_t seq = widen_seq(imm.seq, completed_);
-  const std::string which = "message " + std::to_string(seq);
+  // Named only when something is wrong: this runs once per message.
+  const auto which = [seq] { return "message " + std::to_string(seq); };
   if (imm.kind == ImmKind::eager) {
     if (imm.aux >= kEagerSlots || byte_len > kEagerSlotBytes) {
-      return protocol_error("an eager " + which + " in slot " + std::to_string(imm.aux) + " of " +
+      return protocol_error("an eager " + which() + " in slot " + std::to_string(imm.aux) + " of " +
                             std::to_string(byte_len) + " bytes, outside the eager ring");
     }
     if (seq >= next_post_) {
-      if (seq >= next_post_ + kEagerSlots || early_.count(seq) != 0) {
-        return protocol_error("an eager " + which + " far ahead of the receives posted (" +
+      Early& early = early_[seq % kEagerSlots];
+      if (seq >= next_post_ + kEagerSlots || early.seq == seq) {
+        return protocol_error("an eager " + which() + " far ahead of the receives posted (" +
                               std::to_string(next_post_) + ") or twice");
       }
-      early_[seq] = Early{static_cast<int>(imm.aux), byte_len};
+      early = Early{seq, static_cast<int>(imm.aux), byte_len};
       return Status::ok();
     }
     Receive& r = posted_[seq - completed_];
-    if (r.eager_slot >= 0 || r.pieces_seen > 0 || r.done) return protocol_error("a second copy of " + which);
+    if (r.eager_slot >= 0 || r.pieces_seen > 0 || r.done) return protocol_error("a second copy of " + which());
     r.eager_slot = static_cast<int>(imm.aux);
     r.bytes = byte_len;
     return Status::ok();
   }
   if (seq >= next_post_ || !posted_[seq - completed_].advertised) {
-    return protocol_error("a write for " + which + ", whose receive was never advertised");
+    return protocol_error("a write for " + which() + ", whose receive was never advertised");
   }
   Receive& r = posted_[seq - completed_];
-  if (r.done || r.eager_slot >= 0) return protocol_error("a write for " + which + " after it was complete");
+  if (r.done || r.eager_slot >= 0) return protocol_error("a write for " + which() + " after it was complete");
   if (imm.kind == ImmKind::too_large) {
     r.too_large = true;
     r.done = true;
@@ -73,23 +75,17 @@ Status RecvLedger::on_imm(const Imm& imm, uint64_t byte_len) {
   }
   const uint32_t expected = imm.aux + 1;
   if (r.pieces_expected != 0 && r.pieces_expected != expected) {
-    return protocol_error(which + " announced " + std::to_string(expected) + " pieces after " +
+    return protocol_error(which() + " announced " + std::to_string(expected) + " pieces after " +
                           std::to_string(r.pieces_expected));
   }
   r.pieces_expected = expected;
   r.bytes += byte_len;
   if (r.bytes > r.capacity) {
-    return protocol_error(which + " wrote " + std::to_string(r.bytes) + " bytes into a receive of " +
+    return protocol_error(which() + " wrote " + std::to_string(r.bytes) + " bytes into a receive of " +
                           std::to_string(r.capacity));
   }
   if (++r.pieces_seen == expected) r.done = true;
   return Status::ok();
-}
-
-RecvLedger::Receive* RecvLedger::front_ready() {
-  if (posted_.empty()) return nullptr;
-  Receive& r = posted_.front();
-  return r.done || r.eager_slot >= 0 ? &r : nullptr;
 }
 
 void RecvLedger::pop_front() {
@@ -104,7 +100,10 @@ void SendLedger::on_cts(const CtsEntry& entry, uint32_t imm_seq) {
   const auto ahead = static_cast<int32_t>(entry.seq - static_cast<uint32_t>(next_seq_));
   if (ahead < 0) return;  // that message went eagerly
   eager_consumed_known_ = std::max(eager_consumed_known_, entry.eager_consumed);
-  cts_[next_seq_ + static_cast<uint64_t>(ahead)] = entry;
+  if (static_cast<uint64_t>(ahead) >= kCtsEntries) return;  // beyond any window: not a CTS this end can use
+  const uint64_t seq = next_seq_ + static_cast<uint64_t>(ahead);
+  cts_[seq % kCtsEntries] = entry;
+  cts_seq_[seq % kCtsEntries] = seq;
 }
 
 SendLedger::Decision SendLedger::decide(uint64_t bytes, bool use_eager) const {
@@ -116,13 +115,13 @@ SendLedger::Decision SendLedger::decide(uint64_t bytes, bool use_eager) const {
     d.eager_slot = slot;
     return d;
   }
-  auto it = cts_.find(next_seq_);
-  if (it == cts_.end()) {
+  const size_t at = next_seq_ % kCtsEntries;
+  if (cts_seq_[at] != next_seq_) {
     d.needs_cts = !eager_credit;  // else the staging copy's own completion frees the way
     return d;
   }
-  d.cts = it->second;
-  d.way = bytes > it->second.size ? Way::too_large : Way::rendezvous;
+  d.cts = cts_[at];
+  d.way = bytes > d.cts.size ? Way::too_large : Way::rendezvous;
   return d;
 }
 
@@ -131,7 +130,7 @@ void SendLedger::sent(const Decision& d) {
     ++eager_used_;
     staging_busy_[d.eager_slot] = true;
   }
-  cts_.erase(next_seq_);
+  cts_seq_[next_seq_ % kCtsEntries] = ~uint64_t{0};
   ++next_seq_;
 }
 

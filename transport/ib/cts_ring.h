@@ -29,7 +29,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <optional>
 
 #include "common/status.h"
@@ -65,28 +64,39 @@ class RecvLedger {
   Status on_imm(const Imm& imm, uint64_t byte_len);
   // The oldest receive, when it is ready to complete: done, or with its eager message arrived
   // (the caller copies it out of the slot, then calls pop_front with the slot freed).
-  Receive* front_ready();
+  Receive* front_ready() {
+    if (posted_.empty()) return nullptr;
+    Receive& r = posted_.front();
+    return r.done || r.eager_slot >= 0 ? &r : nullptr;
+  }
   void pop_front();
 
   // Whether the next receive's message has already arrived (eagerly), with every earlier
   // receive complete: a receive posted now completes at once, without the peer.
-  bool next_arrived() const { return posted_.empty() && completed_ == next_post_ && early_.count(next_post_) != 0; }
+  bool next_arrived() const {
+    return posted_.empty() && completed_ == next_post_ && early_[next_post_ % kEagerSlots].seq == next_post_;
+  }
   uint64_t eager_consumed() const { return eager_consumed_; }
   uint64_t completed() const { return completed_; }
   size_t outstanding() const { return posted_.size(); }
   std::deque<Receive>& posted() { return posted_; }
 
  private:
+  // An eager message that arrived before its receive was posted. Such a message's seq lies in
+  // [next_post_, next_post_ + kEagerSlots) (a sender has no more eager credits than slots), so
+  // entry seq % kEagerSlots is its own until post() takes it.
   struct Early {
+    uint64_t seq = kNoSeq;
     int slot = -1;
     uint64_t bytes = 0;
   };
+  static constexpr uint64_t kNoSeq = ~uint64_t{0};
   uint64_t next_post_ = 0;
   uint64_t completed_ = 0;
   uint64_t advertised_upto_ = 0;  // receives below this are advertised or need no CTS
   uint64_t eager_consumed_ = 0;
   std::deque<Receive> posted_;     // seqs completed_ .. next_post_ - 1
-  std::map<uint64_t, Early> early_;  // eager messages that arrived before their receive
+  std::array<Early, kEagerSlots> early_{};  // eager messages that arrived before their receive
 };
 
 // The sending direction.
@@ -117,7 +127,16 @@ class SendLedger {
   uint64_t next_seq_ = 0;
   uint64_t eager_used_ = 0;
   uint64_t eager_consumed_known_ = 0;
-  std::map<uint64_t, CtsEntry> cts_;  // advertised receives not yet written, by seq
+  // Advertised receives not yet written: receive r's entry in cts_[r % kCtsEntries], with r in
+  // cts_seq_ (a receiver advertises r only below its completed count + kCtsEntries, and it
+  // cannot have completed a message not yet sent, so r < next_seq_ + kCtsEntries).
+  std::array<CtsEntry, kCtsEntries> cts_{};
+  std::array<uint64_t, kCtsEntries> cts_seq_ = no_cts();
+  static constexpr std::array<uint64_t, kCtsEntries> no_cts() {
+    std::array<uint64_t, kCtsEntries> a{};
+    a.fill(~uint64_t{0});
+    return a;
+  }
   std::array<bool, kEagerSlots> staging_busy_{};
 };
 

@@ -23,13 +23,21 @@ uint64_t wr_value(uint64_t id) { return id & ((1ull << 56) - 1); }
 
 }  // namespace
 
-Status IbConnection::post_recv_wr(uint32_t qp) {
-  ibv_recv_wr wr{};
-  ibv_recv_wr* bad = nullptr;
-  wr.wr_id = wr_id(WrKind::recv, qp);
-  wr.num_sge = 0;  // writes with immediate land where the sender says; the receive only counts
-  const int rc = ibv_post_recv(qps_[qp].get(), &wr, &bad);
-  if (rc != 0) return system_error(op_prefix(false) + "posting a receive work request", rc);
+Status IbConnection::post_recv_wrs(uint32_t qp, uint32_t n) {
+  ibv_recv_wr wrs[kRecvRepostBatch];
+  while (n > 0) {
+    const uint32_t k = std::min(n, kRecvRepostBatch);
+    for (uint32_t i = 0; i < k; ++i) {
+      wrs[i] = ibv_recv_wr{};
+      wrs[i].wr_id = wr_id(WrKind::recv, qp);
+      wrs[i].num_sge = 0;  // writes with immediate land where the sender says; the receive only counts
+      wrs[i].next = i + 1 < k ? &wrs[i + 1] : nullptr;
+    }
+    ibv_recv_wr* bad = nullptr;
+    const int rc = ibv_post_recv(qps_[qp].get(), wrs, &bad);
+    if (rc != 0) return system_error(op_prefix(false) + "posting receive work requests", rc);
+    n -= k;
+  }
   return Status::ok();
 }
 
@@ -66,6 +74,7 @@ Status IbConnection::post_send(const void* data, size_t bytes, uint64_t cookie) 
   s.cookie = cookie;
   s.seq = sends_.empty() ? send_ledger_.next_seq() : sends_.back().seq + 1;
   sends_.push_back(s);
+  settled_ = false;
   progress();
   return Status::ok();
 }
@@ -85,6 +94,7 @@ Status IbConnection::post_recv(void* data, size_t capacity, uint64_t cookie) {
   // The buffer is registered when its CTS is written (advertise()), not here: a receive whose
   // message comes eagerly never hands its address to the peer and needs no registration.
   recv_.post(data, capacity, cookie);
+  settled_ = false;
   // A receive whose message can come eagerly is advertised in the transport's next pass (its
   // poll), not now: whatever CTS it needs then leaves after a send posted just after this
   // receive, as the executor posts them, instead of ahead of it. Its message may already be
@@ -209,22 +219,33 @@ Status IbConnection::start_send(Send& s) {
   return Status::ok();
 }
 
-void IbConnection::progress() {
+void IbConnection::progress(Clock::time_point now) {
   if (!started_ || !failure_.is_ok()) return;
-  advance();
+  if (settled_) {
+    // The last pass changed nothing and nothing arrived or was posted since: this one would
+    // change nothing either, unless a held-back CTS fell due meanwhile.
+    const std::optional<Clock::time_point> due = hold_.due();
+    if (!due || (now == Clock::time_point{} ? Clock::now() : now) < *due) return;
+  }
+  const uint64_t reported = reports_;
+  if (shared_.stats != nullptr) ++shared_.stats->passes;
+  advance(now);
   if (!failure_.is_ok()) return batch_.clear();  // the QPs are in the error state
+  settled_ = batch_.empty() && reports_ == reported;
   IbPostStats* stats = shared_.stats;
   Status st = batch_.flush(qps_, stats != nullptr ? &stats->doorbells : nullptr,
                            stats != nullptr ? &stats->work_requests : nullptr);
   if (!st.is_ok()) fail(st.code(), op_prefix(true) + st.message());
 }
 
-void IbConnection::advance() {
+void IbConnection::advance(Clock::time_point now) {
   deliver();
   // Sends first: their data is what a peer waits for; a CTS is needed only by a rendezvous
-  // message or a sender short of eager credits.
-  for (Send& s : sends_) {
-    if (s.started) continue;
+  // message or a sender short of eager credits. They start in order, so the started ones are
+  // those below the ledger's next seq.
+  const size_t started = sends_.empty() ? 0 : send_ledger_.next_seq() - sends_.front().seq;
+  for (size_t i = started; i < sends_.size(); ++i) {
+    Send& s = sends_[i];
     Status st = start_send(s);
     if (!st.is_ok()) return fail(st.code(), st.message());
     if (!s.started) break;  // in order: the next waits for this one
@@ -234,15 +255,20 @@ void IbConnection::advance() {
     const CtsHold::Receive ask{r->seq, r->capacity, recv_.posted().back().seq == r->seq,
                                recv_.eager_consumed() - cts_consumed_reported_};
     // Only the newest receive can be held: the clock is read for it alone (passes are frequent).
-    if (hold_.hold(ask, ask.newest ? Clock::now() : Clock::time_point{})) break;  // cts_hold.h
+    if (ask.newest && now == Clock::time_point{}) now = Clock::now();
+    if (hold_.hold(ask, ask.newest ? now : Clock::time_point{})) break;  // cts_hold.h
     Status st = advertise(*r);
     if (!st.is_ok()) return fail(st.code(), st.message());
     if (!r->advertised) break;  // the send queue is full: later
   }
-  deliver();
+  // Nothing after the deliver() above makes an operation complete (starting sends and writing
+  // CTS entries do not), so there is nothing more to report here.
 }
 
 void IbConnection::ask_before_sleep() {
+  // Asking changes what start_send() does, for a send not yet started: only then is a pass due.
+  if (sends_.empty() || send_ledger_.next_seq() - sends_.front().seq == sends_.size()) return;
+  settled_ = false;
   asking_ = true;
   progress();
   asking_ = false;
@@ -264,6 +290,7 @@ int IbConnection::poll_cq() {
       return total;
     }
     for (int i = 0; i < n; ++i) on_wc(wcs[i]);
+    if (n > 0) settled_ = false;
     total += n;
     if (n < 32) return total;
   }
@@ -285,7 +312,13 @@ void IbConnection::on_wc(const ibv_wc& wc) {
   }
   if (!failure_.is_ok()) return;
   if (kind == WrKind::recv) {
-    Status st = post_recv_wr(qp);
+    // Consumed receive work requests go back in chains of kRecvRepostBatch: one provider call
+    // (a lock and a doorbell record) per chain instead of per message.
+    Status st;
+    if (++recv_owed_[qp] == kRecvRepostBatch) {
+      recv_owed_[qp] = 0;
+      st = post_recv_wrs(qp, kRecvRepostBatch);
+    }
     const Imm imm = decode_imm(ntohl(wc.imm_data));
     if (st.is_ok() && imm.kind == ImmKind::cts && imm.aux == kImmAuxRts) {
       hold_.requested(widen_seq(imm.seq, recv_.completed()));  // progress() advertises it
@@ -329,7 +362,8 @@ void IbConnection::deliver() {
       }
     }
     if (!r->too_large) hold_.landed(r->capacity, r->eager_slot >= 0);
-    auto mr = recv_mrs_.find(r->seq);
+    // Only receives whose CTS was written were registered (advertise()): most small ones not.
+    auto mr = recv_mrs_.empty() ? recv_mrs_.end() : recv_mrs_.find(r->seq);
     if (shared_.flush != nullptr && c.status.is_ok() && mr != recv_mrs_.end()) {  // gdr_flush.h
       Status st = shared_.flush->before_delivery(mr->second, r->data, r->bytes, r->eager_slot < 0);
       if (!st.is_ok()) return fail(st.code(), st.message());
@@ -339,12 +373,16 @@ void IbConnection::deliver() {
       recv_mrs_.erase(mr);
     }
     recv_.pop_front();
-    report(std::move(c));
+    if (c.status.is_ok()) {
+      report_ok(c.cookie, false, c.bytes);
+    } else {
+      report(std::move(c));
+    }
   }
   while (!sends_.empty() && sends_.front().started && sends_.front().wrs_left == 0) {
     Send& s = sends_.front();
     release(s.mr, s.has_mr);
-    report(Completion{this, s.cookie, true, s.bytes, Status::ok()});
+    report_ok(s.cookie, true, s.bytes);
     sends_.pop_front();
   }
 }
@@ -362,7 +400,13 @@ std::string IbConnection::op_prefix(bool is_send) const {
 }
 
 void IbConnection::report(Completion c) {
+  ++reports_;
   if (reporting_) shared_.ready->push_back(std::move(c));
+}
+
+void IbConnection::report_ok(uint64_t cookie, bool is_send, size_t bytes) {
+  ++reports_;
+  if (reporting_) shared_.ready->emplace_back(this, cookie, is_send, bytes);  // built in place
 }
 
 void IbConnection::fail(ErrorCode code, const std::string& cause, bool warn) {

@@ -44,6 +44,7 @@ struct IbPostStats {
   uint64_t cts_written = 0;    // clear-to-send entries
   uint64_t cts_overdue = 0;    // of those, written because a held-back one waited cts_hold.h's bound
   uint64_t cts_requests = 0;   // requests to send (RTS) written by a sender waiting for a CTS
+  uint64_t passes = 0;         // passes that looked at the ledgers (a settled connection's are skipped)
 };
 
 // What a connection borrows from its transport, which outlives it.
@@ -62,7 +63,12 @@ struct IbShared {
 class IbConnection final : public Connection {
  public:
   static constexpr uint32_t kSendDepth = 512;
+  // Receive work requests per QP. A write with immediate consumes one; they are posted again
+  // kRecvRepostBatch at a time, so up to kRecvRepostBatch - 1 fewer may be posted. Far more
+  // than the writes a peer can have in flight here: its eager credits (kEagerSlots), the
+  // receives advertised (kCtsEntries), their CTS entries and one request to send.
   static constexpr uint32_t kRecvDepth = 1024;
+  static constexpr uint32_t kRecvRepostBatch = 16;
   static constexpr uint64_t kMinStripeBytes = 64 * 1024;
 
   // Creates the QPs and rings; the card describes them for the peer.
@@ -85,7 +91,8 @@ class IbConnection final : public Connection {
   // For the transport's poll(): drains the CQ (returns how many completions it took), moves
   // what credits allow, reports what finished; arm() asks for the next CQ event.
   int poll_cq();
-  void progress();
+  // `now`: a clock reading the caller just took, if it has one.
+  void progress(Clock::time_point now = {});
   Status arm();
   // Before the transport sleeps: a message that waits for a CTS asks for it (cts_hold.h).
   void ask_before_sleep();
@@ -115,13 +122,13 @@ class IbConnection final : public Connection {
   };
 
   IbConnection(const IbShared& shared, int self_rank, int peer_rank);
-  void advance();              // progress() without ringing the doorbells
+  void advance(Clock::time_point now);  // progress() without ringing the doorbells
   Status start_send(Send& s);  // queues its writes if credits and queue room allow
   Status advertise(RecvLedger::Receive& r);
   Status ask_for_cts(const Send& s);  // the request to send (RTS) for a message waiting on a CTS
   Status post_write(uint32_t qp, uint64_t wr_id, const void* local, uint64_t bytes, uint32_t lkey,
                     uint64_t remote, uint32_t rkey, uint32_t imm, bool inline_ok);
-  Status post_recv_wr(uint32_t qp);
+  Status post_recv_wrs(uint32_t qp, uint32_t n);  // n receive work requests on QP qp
   void on_wc(const ibv_wc& wc);
   void deliver();
   // Fails the connection: every outstanding operation completes with `why` (made per operation
@@ -130,6 +137,7 @@ class IbConnection final : public Connection {
   void fail(ErrorCode code, const std::string& cause, bool warn = true);
   std::string op_prefix(bool is_send) const;
   void report(Completion c);
+  void report_ok(uint64_t cookie, bool is_send, size_t bytes);  // a success: no Status to move
   // The peer said goodbye having received `received` messages whole and sent `peer_sent`.
   void peer_closed(uint64_t received, uint64_t peer_sent);
   void release(Mr& mr, bool& has);
@@ -141,6 +149,7 @@ class IbConnection final : public Connection {
   std::vector<QpPtr> qps_;
   std::vector<QpAddress> self_qps_;
   std::vector<uint32_t> sq_used_;
+  std::vector<uint32_t> recv_owed_;  // per QP: receive work requests consumed, not yet posted again
   WriteBatch batch_;  // this pass's writes, posted at its end
   uint32_t max_inline_ = 0;
   RegisteredBuffer cts_ring_, cts_staging_, eager_ring_, eager_staging_;
@@ -159,6 +168,10 @@ class IbConnection final : public Connection {
   uint64_t asked_upto_ = 0;             // messages below this had their RTS written
   bool last_send_eager_ = false;        // the latest message started went eagerly
   bool asking_ = false;                 // within ask_before_sleep()
+  // The last pass (advance()) posted and reported nothing, and no completion, post or request
+  // came since: the next pass can only change something once a held-back CTS falls due.
+  bool settled_ = false;
+  uint64_t reports_ = 0;  // operations completed (reported or not: see reporting_)
   CtsHold hold_;
   bool peer_said_bye_ = false;  // the failure is the peer's goodbye: what it sent still completes
   unsigned char bye_[kByeBytes] = {};  // the peer's goodbye, as it arrives

@@ -43,6 +43,7 @@ Result<std::unique_ptr<IbConnection>> IbConnection::create(const IbShared& share
     c->qps_.push_back(std::move(qp));
   }
   c->sq_used_.assign(shared.nqps, 0);
+  c->recv_owed_.assign(shared.nqps, 0);
   ASSIGN_OR_RETURN(c->cts_ring_, RegisteredBuffer::make(dev, kCtsEntries * kCtsEntryBytes));
   ASSIGN_OR_RETURN(c->cts_staging_, RegisteredBuffer::make(dev, kCtsEntries * kCtsEntryBytes));
   ASSIGN_OR_RETURN(c->eager_ring_, RegisteredBuffer::make(dev, size_t{kEagerSlots} * kEagerSlotBytes));
@@ -76,7 +77,7 @@ Status IbConnection::start(const ConnectionCard& peer, UniqueFd socket, std::str
   for (size_t i = 0; i < qps_.size(); ++i) {
     RETURN_IF_ERROR(connect_qp(qps_[i].get(), *shared_.device, self_qps_[i], peer.qps[i], peer, mtu, shared_.qp));
     const uint32_t depth = std::min<uint32_t>(kRecvDepth, static_cast<uint32_t>(shared_.device->attr().max_qp_wr));
-    for (uint32_t k = 0; k < depth; ++k) RETURN_IF_ERROR(post_recv_wr(static_cast<uint32_t>(i)));
+    RETURN_IF_ERROR(post_recv_wrs(static_cast<uint32_t>(i), depth));
   }
   started_ = true;
   return Status::ok();

@@ -203,15 +203,15 @@ Result<MemoryRegion> IbTransport::register_memory(void* base, size_t bytes, Memo
 
 void IbTransport::deregister_memory(const MemoryRegion& region) { memory_->unpin(region.base, region.bytes); }
 
-int IbTransport::pass() {
+int IbTransport::pass(Clock::time_point now) {
   int n = 0;
   for (size_t i = 0; i < connections_.size(); ++i) n += connections_[i]->poll_cq();
-  for (size_t i = 0; i < connections_.size(); ++i) connections_[i]->progress();
+  for (size_t i = 0; i < connections_.size(); ++i) connections_[i]->progress(now);
   return n;
 }
 
-void IbTransport::check_sockets() {
-  sockets_checked_ = Clock::now();
+void IbTransport::check_sockets(Clock::time_point now) {
+  sockets_checked_ = now;
   epoll_event evs[16];
   const int n = epoll_wait(epoll_fd_.get(), evs, 16, 0);
   for (int i = 0; i < n; ++i) {
@@ -263,17 +263,19 @@ Status IbTransport::sleep(std::chrono::microseconds timeout) {
 Status IbTransport::poll(std::vector<Completion>& out, std::chrono::microseconds timeout) {
   ++waits_.polls;
   pass();
-  if (Clock::now() - sockets_checked_ > kSocketCheckInterval) check_sockets();
+  const auto start = Clock::now();  // one clock read for both
+  if (start - sockets_checked_ > kSocketCheckInterval) check_sockets(start);
   if (ready_.empty() && timeout.count() > 0) {
-    const auto start = Clock::now();
     // Spin as long as recent completions took to come (spin_budget.h), when a wait may spin at
     // all (common/spin.h: not on a progress thread while nobody waits for a result).
     const auto spin = spin_allowed() ? std::min(timeout, spin_.budget()) : std::chrono::microseconds(0);
     if (spin.count() > 0) {
       SpinScope spinning;
-      while (ready_.empty() && Clock::now() - start < spin) {
+      while (ready_.empty()) {
+        const auto now = Clock::now();
+        if (now - start >= spin) break;
         spinning.pause();
-        pass();
+        pass(now);  // the connections need not read the clock again
         ++waits_.spin_passes;
       }
     }
@@ -286,8 +288,12 @@ Status IbTransport::poll(std::vector<Completion>& out, std::chrono::microseconds
       spin_.nothing_within_cap();
     }
   }
-  out.insert(out.end(), std::make_move_iterator(ready_.begin()), std::make_move_iterator(ready_.end()));
-  ready_.clear();
+  if (out.empty()) {
+    out.swap(ready_);  // the caller's vector keeps its capacity for the next poll, in ready_
+  } else {
+    out.insert(out.end(), std::make_move_iterator(ready_.begin()), std::make_move_iterator(ready_.end()));
+    ready_.clear();
+  }
   return Status::ok();
 }
 

@@ -75,9 +75,11 @@ class IbTransport final : public Transport {
   // Cards, QPs to RTS, the ready byte: a connection on `socket` that was just authenticated.
   Result<std::unique_ptr<Connection>> establish(const PeerIdentity& who, UniqueFd socket,
                                                 const std::string& peer_address, Deadline deadline);
-  int pass();  // one round over every connection: CQs drained, credits moved
+  // One round over every connection: CQs drained, credits moved. `now`: a clock reading just
+  // taken, when the caller has one (else read only when needed).
+  int pass(Clock::time_point now = {});
   Status sleep(std::chrono::microseconds timeout);
-  void check_sockets();
+  void check_sockets(Clock::time_point now);
   void forget(IbConnection* c);
 
   Env env_;

@@ -110,18 +110,4 @@ CtsEntry decode_cts(const unsigned char in[kCtsEntryBytes]) {
   return e;
 }
 
-uint32_t encode_imm(ImmKind kind, uint32_t aux, uint64_t seq) {
-  return (static_cast<uint32_t>(kind) << 30) | ((aux & kImmAuxMax) << kImmSeqBits) |
-         static_cast<uint32_t>(seq & kImmSeqMask);
-}
-
-Imm decode_imm(uint32_t imm) {
-  return Imm{static_cast<ImmKind>(imm >> 30), (imm >> kImmSeqBits) & kImmAuxMax, imm & kImmSeqMask};
-}
-
-uint64_t widen_seq(uint32_t low, uint64_t base) {
-  const uint32_t offset = (low - static_cast<uint32_t>(base)) & kImmSeqMask;
-  return base + offset;
-}
-
 }  // namespace braid::transport::ib

@@ -123,11 +123,20 @@ struct Imm {
   uint32_t aux = 0;
   uint32_t seq = 0;  // low kImmSeqBits of the sequence number
 };
-uint32_t encode_imm(ImmKind kind, uint32_t aux, uint64_t seq);
-Imm decode_imm(uint32_t imm);
+// Inline: every message encodes and decodes one.
+inline uint32_t encode_imm(ImmKind kind, uint32_t aux, uint64_t seq) {
+  return (static_cast<uint32_t>(kind) << 30) | ((aux & kImmAuxMax) << kImmSeqBits) |
+         static_cast<uint32_t>(seq & kImmSeqMask);
+}
+inline Imm decode_imm(uint32_t imm) {
+  return Imm{static_cast<ImmKind>(imm >> 30), (imm >> kImmSeqBits) & kImmAuxMax, imm & kImmSeqMask};
+}
 // The full sequence number of `low` (kImmSeqBits wide), given that it lies in
 // [base, base + 2^kImmSeqBits): the window of messages that may be in flight.
-uint64_t widen_seq(uint32_t low, uint64_t base);
+inline uint64_t widen_seq(uint32_t low, uint64_t base) {
+  const uint32_t offset = (low - static_cast<uint32_t>(base)) & kImmSeqMask;
+  return base + offset;
+}
 
 // "1024" for the MTUs verbs knows; 0 for anything else.
 bool valid_mtu_bytes(uint32_t bytes);

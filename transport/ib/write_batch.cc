@@ -7,17 +7,13 @@ void WriteBatch::add(uint32_t qp, const ibv_send_wr& wr) {
   lane.wrs.push_back(wr);
   lane.wrs.back().next = nullptr;
   lane.sges.push_back(wr.num_sge > 0 ? wr.sg_list[0] : ibv_sge{});
-}
-
-bool WriteBatch::empty() const {
-  for (const Lane& lane : lanes_) {
-    if (!lane.wrs.empty()) return false;
-  }
-  return true;
+  ++queued_;
 }
 
 Status WriteBatch::flush(const std::vector<QpPtr>& qps, uint64_t* doorbells, uint64_t* work_requests) {
   Status result;
+  if (queued_ == 0) return result;
+  queued_ = 0;
   for (size_t q = 0; q < lanes_.size(); ++q) {
     Lane& lane = lanes_[q];
     const size_t n = lane.wrs.size();
@@ -44,6 +40,7 @@ Status WriteBatch::flush(const std::vector<QpPtr>& qps, uint64_t* doorbells, uin
 }
 
 void WriteBatch::clear() {
+  queued_ = 0;
   for (Lane& lane : lanes_) {
     lane.wrs.clear();
     lane.sges.clear();

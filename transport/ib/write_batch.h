@@ -28,7 +28,7 @@ class WriteBatch {
 
   // Queues `wr` (its sg_list, if any, is copied; `next` is ignored) for QP `qp`.
   void add(uint32_t qp, const ibv_send_wr& wr);
-  bool empty() const;
+  bool empty() const { return queued_ == 0; }
   // Posts every QP's queue as one chain. Counts doorbells and work requests into *doorbells and
   // *work_requests (may be null). On failure, says which QP and how many were not posted.
   Status flush(const std::vector<QpPtr>& qps, uint64_t* doorbells, uint64_t* work_requests);
@@ -41,6 +41,7 @@ class WriteBatch {
     std::vector<ibv_sge> sges;  // one per work request (zero-byte writes leave theirs unused)
   };
   std::vector<Lane> lanes_;
+  size_t queued_ = 0;  // work requests in all lanes
 };
 
 }  // namespace braid::transport::ib

@@ -10,6 +10,11 @@
 // - A pass that writes several work requests rings one doorbell for them (write_batch.h).
 // - A receive is registered only when its CTS is written: in that 8-byte ping-pong the
 //   registration cache is asked at most once per CTS, not once per receive.
+// - A connection where nothing arrived or was posted since its last pass skips the next one,
+//   yet a CTS held back still goes at the hold's bound while the transport only polls.
+// - Receive work requests consumed by the peer's writes are posted again (in chains): far more
+//   messages than a QP's receive queue holds keep landing.
+// - poll() appends to what its vector already holds.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -201,6 +206,87 @@ TEST(IbPostsGuest, APassRingsOneDoorbellForAllItsWrites) {
   EXPECT_TRUE(e1.await(kReceives - static_cast<int>(got.size())));
   sender.join();
   for (int i = 0; i < kReceives; ++i) EXPECT_EQ(bufs[i][0], 100 + i) << "receive " << i;
+}
+
+TEST(IbPostsGuest, ASettledConnectionSkipsItsPasses) {
+  SKIP_OUTSIDE_GUEST();
+  End e0, e1;
+  ASSERT_TRUE(connect(e0, e1));
+  ping_pong(e0, e1, 10, 8, 8);
+  if (HasFatalFailure()) return;
+  // Nothing outstanding, nothing arriving: polling looks at the ledgers once more at most.
+  const IbPostStats before = e0.ib().post_stats();
+  std::vector<Completion> got;
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(e0.transport->poll(got, std::chrono::microseconds(0)).is_ok());
+  EXPECT_LE(e0.ib().post_stats().passes - before.passes, 1u);
+  EXPECT_TRUE(got.empty());
+  // A message posted now still goes, and its answer comes back.
+  ping_pong(e0, e1, 3, 8, 8);
+}
+
+TEST(IbPostsGuest, AHeldCtsGoesAtTheBoundWhileTheTransportOnlyPolls) {
+  SKIP_OUTSIDE_GUEST();
+  End e0, e1;
+  ASSERT_TRUE(connect(e0, e1));
+  auto& c1 = dynamic_cast<IbConnection&>(*e1.conn);
+  c1.set_cts_hold_bound(std::chrono::milliseconds(30));
+  // A small receive, the newest: its CTS is held back. Polled without a timeout, e1's passes
+  // find nothing new after the first, and still the CTS must go once it has waited the bound.
+  ASSERT_TRUE(e1.conn->post_recv(e1.in.data(), 8, 0).is_ok());
+  const IbPostStats before = e1.ib().post_stats();
+  std::vector<Completion> got;
+  const auto start = Clock::now();
+  while (e1.ib().post_stats().cts_written == before.cts_written && Clock::now() - start < std::chrono::seconds(20)) {
+    ASSERT_TRUE(e1.transport->poll(got, std::chrono::microseconds(0)).is_ok());
+  }
+  const auto waited = Clock::now() - start;
+  const IbPostStats after = e1.ib().post_stats();
+  EXPECT_EQ(after.cts_written - before.cts_written, 1u);
+  EXPECT_EQ(after.cts_overdue - before.cts_overdue, 1u);
+  EXPECT_GE(waited, std::chrono::milliseconds(25));
+  EXPECT_LT(waited, std::chrono::seconds(20));
+  // The message still lands in that receive.
+  e0.out[0] = 77;
+  ASSERT_TRUE(e0.conn->post_send(e0.out.data(), 8, 1).is_ok());
+  std::thread sender([&] { EXPECT_TRUE(e0.await(1)); });
+  EXPECT_TRUE(e1.await(1));
+  sender.join();
+  EXPECT_EQ(e1.in[0], 77);
+}
+
+TEST(IbPostsGuest, MoreMessagesThanTheReceiveQueueHoldsKeepLanding) {
+  SKIP_OUTSIDE_GUEST();
+  End e0, e1;
+  ASSERT_TRUE(connect(e0, e1));
+  // Each end receives 1.5 times IbConnection::kRecvDepth messages (each consumes a receive
+  // work request); a receive queue not refilled would run dry and fail the connection.
+  constexpr int kRounds = IbConnection::kRecvDepth * 3 / 2;
+  ping_pong(e0, e1, kRounds, 8, 8);
+  if (HasFatalFailure()) return;
+  EXPECT_EQ(e0.ib().post_stats().messages, uint64_t{kRounds});
+  EXPECT_EQ(e1.ib().post_stats().messages, uint64_t{kRounds});
+}
+
+TEST(IbPostsGuest, PollAppendsToWhatItsVectorHolds) {
+  SKIP_OUTSIDE_GUEST();
+  End e0, e1;
+  ASSERT_TRUE(connect(e0, e1));
+  ASSERT_TRUE(e1.conn->post_recv(e1.in.data(), 8, 7).is_ok());
+  ASSERT_TRUE(e0.conn->post_send(e0.out.data(), 8, 1).is_ok());
+  std::vector<Completion> got;
+  got.push_back(Completion{nullptr, 12345, true, 3, Status::ok()});
+  const auto start = Clock::now();
+  while (got.size() < 2 && Clock::now() - start < std::chrono::seconds(20)) {
+    ASSERT_TRUE(e1.transport->poll(got, std::chrono::milliseconds(10)).is_ok());
+    std::vector<Completion> sent;
+    ASSERT_TRUE(e0.transport->poll(sent, std::chrono::microseconds(0)).is_ok());
+  }
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].cookie, 12345u);
+  EXPECT_EQ(got[0].bytes, 3u);
+  EXPECT_EQ(got[1].cookie, 7u);
+  EXPECT_EQ(got[1].bytes, 8u);
+  EXPECT_FALSE(got[1].is_send);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <deque>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "transport/ib/cts_hold.h"
@@ -343,6 +344,24 @@ TEST(IbCredits, ReceiverRefusesImmediatesOutsideItsWindow) {
   EXPECT_EQ(r.on_imm(Imm{ImmKind::eager, 1, 0}, 4).code(), ErrorCode::protocol);
 }
 
+// The refusal names the message (its full sequence number) and what was wrong with it: the
+// name is built only on this path, not for every immediate.
+TEST(IbCredits, ARefusedImmediateNamesItsMessage) {
+  RecvLedger r;
+  std::vector<uint8_t> buf(16);
+  r.post(buf.data(), buf.size(), 0);
+  const Status never = r.on_imm(Imm{ImmKind::data, 0, 0}, 4);
+  EXPECT_NE(never.message().find("a write for message 0, whose receive was never advertised"), std::string::npos)
+      << never.message();
+  const Status slot = r.on_imm(Imm{ImmKind::eager, kEagerSlots, 3}, 4);
+  EXPECT_NE(slot.message().find("an eager message 3 in slot 64 of 4 bytes"), std::string::npos) << slot.message();
+  const Status ahead = r.on_imm(Imm{ImmKind::eager, 0, 1 + kEagerSlots}, 4);
+  EXPECT_NE(ahead.message().find("an eager message 65 far ahead"), std::string::npos) << ahead.message();
+  ASSERT_TRUE(r.on_imm(Imm{ImmKind::eager, 0, 0}, 4).is_ok());
+  const Status twice = r.on_imm(Imm{ImmKind::eager, 1, 0}, 4);
+  EXPECT_NE(twice.message().find("a second copy of message 0"), std::string::npos) << twice.message();
+}
+
 TEST(IbCredits, AdvertisingStopsAtTheRingsLength) {
   RecvLedger r;
   std::vector<uint8_t> buf(1);
@@ -366,6 +385,46 @@ TEST(IbCredits, SenderIgnoresStaleAndObsoleteEntries) {
   s.sent(s.decide(50, false));
   s.on_cts(e, 0);  // message 0 is gone: obsolete
   EXPECT_EQ(s.decide(50, false).way, SendLedger::Way::wait);
+}
+
+// A whole ring of entries ahead of the sender: each message takes its own receive's entry,
+// also after the ring's slots were reused for later receives.
+TEST(IbCredits, EachMessageTakesItsOwnReceivesEntry) {
+  SendLedger s;
+  uint32_t next_entry = 0;
+  const auto advertise = [&](uint32_t upto) {
+    for (; next_entry < upto; ++next_entry) {
+      s.on_cts(CtsEntry{0x100000 + uint64_t{next_entry} * 64, 64, next_entry, next_entry, 0}, next_entry & kImmSeqMask);
+    }
+  };
+  advertise(kCtsEntries);
+  for (uint32_t m = 0; m < 3 * kCtsEntries; ++m) {
+    const auto d = s.decide(64, false);
+    ASSERT_EQ(d.way, SendLedger::Way::rendezvous) << "message " << m;
+    EXPECT_EQ(d.cts.addr, 0x100000 + uint64_t{m} * 64) << "message " << m;
+    EXPECT_EQ(d.cts.rkey, m);
+    s.sent(d);
+    EXPECT_EQ(s.decide(64, false).way, m + 1 < next_entry ? SendLedger::Way::rendezvous : SendLedger::Way::wait);
+    advertise(m + 1 + kCtsEntries);  // receive m completed: the receiver may advertise one more
+  }
+  // Early eager messages are kept per seq too: a receive posted later takes its own.
+  RecvLedger r;
+  std::vector<uint8_t> buf(16);
+  for (uint32_t round = 0; round < 3; ++round) {
+    const uint32_t base = round * kEagerSlots;
+    for (uint32_t i = 0; i < kEagerSlots; ++i) {
+      ASSERT_TRUE(r.on_imm(Imm{ImmKind::eager, (i + round) % kEagerSlots, base + i}, i % 9).is_ok());
+    }
+    for (uint32_t i = 0; i < kEagerSlots; ++i) {
+      RecvLedger::Receive& x = r.post(buf.data(), buf.size(), i);
+      EXPECT_EQ(x.seq, base + i);
+      EXPECT_EQ(x.eager_slot, static_cast<int>((i + round) % kEagerSlots));
+      EXPECT_EQ(x.bytes, i % 9);
+      ASSERT_EQ(r.front_ready(), &x);
+      r.pop_front();
+    }
+    EXPECT_FALSE(r.next_arrived());
+  }
 }
 
 TEST(IbCredits, EagerCreditsRunOutUntilTheReceiverReportsConsumption) {
