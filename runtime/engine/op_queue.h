@@ -70,10 +70,14 @@ class OpQueue {
   // slot holding it: the caller then holds the engine, runs it there and calls done_in_slot()
   // then release(). Null otherwise.
   PendingOp* take_for_wait(const detail::WorkState& work, int64_t waited) EXCLUDES(mu_) {
-    // The common case: `work`'s operation waits in the engine's slot. No lock: how soon its
-    // caller came for it goes to the hand-off when the next one is queued (queued()).
+    // The common case: `work`'s operation waits in the engine's slot and nothing is queued
+    // behind it. No lock: how soon its caller came for it goes to the hand-off when the next
+    // one is queued (queued()). With operations queued behind it the caller does not take it:
+    // run alone, it could wait for a peer that waits for one of those (a receive posted before
+    // a send, both ranks alike); the progress thread, which the push behind it woke, runs them
+    // overlapped (stream_runner.h).
     uintptr_t mine = word_of(&work);
-    if (engine_.load(std::memory_order_relaxed) == mine &&
+    if (engine_.load(std::memory_order_relaxed) == mine && waiting_.load(std::memory_order_seq_cst) == 0 &&
         engine_.compare_exchange_strong(mine, kHeld, std::memory_order_seq_cst, std::memory_order_relaxed)) {
       if (waited != 0) {
         slot_wait_span_.store(waited - work.wait_times.returned.load(std::memory_order_relaxed),

@@ -7,6 +7,7 @@
 //   - nested groups and the members' order;
 //   - a wait on a member of a group waiting in the slot runs the group on the caller's thread;
 //   - abort() completes an operation that waits in the slot;
+//   - an operation with another queued behind it is not taken from the slot by its caller;
 //   - the caller and the progress thread racing for the slot, and two callers of one communicator:
 //     every operation runs once, in order.
 #include <dlfcn.h>
@@ -238,6 +239,27 @@ TEST(OpQueue, TheCallerAndTheProgressThreadRacingForTheSlotRunEachOperationOnce)
     const auto counts = impl.hand_off_counts();
     EXPECT_GT(counts.on_caller, 0u);
     EXPECT_GT(counts.on_progress_thread, 0u) << "the progress thread took some: the race happened";
+  });
+}
+
+// Both ranks post a receive and then a send, each *_async, and wait for the receive first (the
+// usual irecv/isend/wait of an MPI program). The receive waits in the engine's slot with the
+// send queued behind it: a caller that took it from the slot and ran it alone would wait for the
+// peer's send, which waits behind the peer's receive in the same way, until BRAID_TIMEOUT_S. The
+// progress thread runs the two overlapped instead. Every exchange completes, with the right data.
+TEST(OpQueue, AReceiveWithASendQueuedBehindItIsNotRunAloneByItsCaller) {
+  testing::JobSettings s = settings(2, 200us);
+  s.timeout_s = 5;
+  testing::InProcessJob job(s);
+  on_every_rank(job, [&](int r, Communicator& comm, CommunicatorImpl&) {
+    for (int i = 0; i < 20; ++i) {
+      int64_t out = 100 * r + i, in = -1;
+      Work received = comm.recv_async(&in, 1, DType::i64, 1 - r);
+      Work sent = comm.send_async(&out, 1, DType::i64, 1 - r);
+      received.wait();
+      sent.wait();
+      ASSERT_EQ(in, 100 * (1 - r) + i) << "rank " << r << ", exchange " << i;
+    }
   });
 }
 
