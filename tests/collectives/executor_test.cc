@@ -84,20 +84,32 @@ TEST(Executor, KeepsTheWindowFullAcrossProgressCalls) {
   EXPECT_EQ((*ex)->outstanding(), 0u);
 }
 
+// Rank 0 of a 2-rank recursive-doubling all_reduce of 16 floats (each 1.0; in place or not),
+// rank 1's end of the connection scripted.
+struct RdOfTwo {
+  explicit RdOfTwo(bool in_place)
+      : out(16, in_place ? 1.0f : 0.0f),
+        ex(Executor::create(rd_all_reduce(plan(in_place)), in_place ? out.data() : in.data(), out.data(), peers,
+                            options("all_reduce (rd)", 0, 5, 0))) {}
+  static Plan plan(bool in_place) {
+    Plan p;
+    p.rank = 0, p.size = 2, p.count = 16, p.segment_bytes = 64, p.in_place = in_place;
+    return p;
+  }
+  std::vector<float> in = std::vector<float>(16, 1.0f), out;
+  ScriptedConnection conn{1};
+  std::vector<transport::Connection*> peers{nullptr, &conn};
+  Result<std::unique_ptr<Executor>> ex;
+};
+
 // A small all_reduce of two ranks (recursive doubling: send, then receive and reduce), as the
 // runtime drives it: progress() after every poll, most of which find nothing while the peer is
 // late. One pass per completion takes every step as far as it goes, and a call with no
 // completion since the last looks at no step at all.
 TEST(Executor, ProgressWithNothingNewLooksAtNoStep) {
   for (bool in_place : {false, true}) {
-    Plan p;
-    p.rank = 0, p.size = 2, p.count = 16, p.segment_bytes = 64, p.in_place = in_place;
-    std::vector<float> in(16, 1.0f), out(16, 0.0f);
-    if (in_place) out = in;
-    ScriptedConnection conn(1);
-    std::vector<transport::Connection*> peers{nullptr, &conn};
-    auto ex = Executor::create(rd_all_reduce(p), in_place ? out.data() : in.data(), out.data(), peers,
-                               options("all_reduce (rd)", 0, 5, 0));
+    RdOfTwo run(in_place);
+    auto& [in, out, conn, peers, ex] = run;
     ASSERT_TRUE(ex.is_ok()) << ex.status().message();
     auto idle_polls = [&] {
       const uint64_t before = (*ex)->visits();
@@ -274,14 +286,8 @@ TEST(Executor, ASendAndAReceiveRunStraightInTheSweepsOrder) {
   for (bool in_place : {false, true}) {
     for (bool recv_first : {false, true}) {  // which completion comes first
       SCOPED_TRACE(std::string(in_place ? "in place" : "out of place") + (recv_first ? ", receive first" : ""));
-      Plan p;
-      p.rank = 0, p.size = 2, p.count = 16, p.segment_bytes = 64, p.in_place = in_place;
-      std::vector<float> in(16, 1.0f), out(16, 0.0f);
-      if (in_place) out = in;
-      ScriptedConnection conn(1);
-      std::vector<transport::Connection*> peers{nullptr, &conn};
-      auto ex = Executor::create(rd_all_reduce(p), in_place ? out.data() : in.data(), out.data(), peers,
-                                 options("all_reduce (rd)", 0, 5, 0));
+      RdOfTwo run(in_place);
+      auto& [in, out, conn, peers, ex] = run;
       ASSERT_TRUE(ex.is_ok()) << ex.status().message();
       FixedHeader source;
       (*ex)->set_headers(sizeof kHeader, source, /*reverse=*/true);

@@ -17,8 +17,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The call a case makes, chosen once from --op's name, so that the timed loop spends nothing on
-// comparing names (a string compared against each collective in turn cost sendrecv, the last, a
-// few hundred instructions per operation: part of its figure that braid never ran).
+// comparing names (a string compared against each collective in turn charged sendrecv, the last,
+// part of its figure that braid never ran: docs/performance.md has what it cost).
 enum class Call : uint8_t { all_reduce, broadcast, reduce, all_gather, reduce_scatter, gather, scatter, all_to_all, barrier, sendrecv };
 
 Call call_of(const std::string& op) {

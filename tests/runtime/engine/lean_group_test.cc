@@ -80,15 +80,9 @@ TEST(LeanGroup, TwoMembersWithOnePeerAndDirectionKeepTheirOrderOnIt) {
     Communicator comm = job.make(r, 0, &impl);
     const int peer = 1 - r;
     for (int i = 0; i < 5; ++i) {
-      std::vector<int32_t> first(4, r * 100 + i), second(4, r * 100 + 50 + i), got_first(4, -1), got_second(4, -1);
-      comm.group_start();
-      comm.recv_async(got_first.data(), got_first.size(), DType::i32, peer);
-      comm.send_async(first.data(), first.size(), DType::i32, peer);
-      comm.recv_async(got_second.data(), got_second.size(), DType::i32, peer);
-      comm.send_async(second.data(), second.size(), DType::i32, peer);
-      comm.group_end().wait();
-      ASSERT_EQ(got_first[3], peer * 100 + i) << "rank " << r << ", group " << i;
-      ASSERT_EQ(got_second[3], peer * 100 + 50 + i) << "rank " << r << ", group " << i;
+      const auto [got_first, got_second] = lean_path::two_message_group(comm, r, peer, i, /*sends_first=*/false);
+      ASSERT_EQ(got_first, peer * 100 + i) << "rank " << r << ", group " << i;
+      ASSERT_EQ(got_second, peer * 100 + 50 + i) << "rank " << r << ", group " << i;
     }
     EXPECT_EQ(impl->lean_groups(), 4u) << "rank " << r;
   });

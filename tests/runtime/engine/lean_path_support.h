@@ -5,10 +5,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
+#include "braid/communicator.h"
 #include "braid/error.h"
 #include "tests/support/in_process_job.h"
 
@@ -46,6 +49,27 @@ std::pair<ErrorCode, std::string> error_of(F&& body) {
     return {e.code(), e.what()};
   }
   return {ErrorCode::ok, ""};
+}
+
+// One group of two messages of 4 ints each way with `peer` (step `i` of rank `r`): the receives
+// interleaved with the sends, or both sends first. Returns the last int of each message received,
+// in order: peer * 100 + i, then peer * 100 + 50 + i when both arrived in order.
+inline std::pair<int32_t, int32_t> two_message_group(Communicator& comm, int r, int peer, int i, bool sends_first) {
+  std::vector<int32_t> first(4, r * 100 + i), second(4, r * 100 + 50 + i), got_first(4, -1), got_second(4, -1);
+  comm.group_start();
+  if (sends_first) {
+    comm.send_async(first.data(), first.size(), DType::i32, peer);
+    comm.send_async(second.data(), second.size(), DType::i32, peer);
+    comm.recv_async(got_first.data(), got_first.size(), DType::i32, peer);
+    comm.recv_async(got_second.data(), got_second.size(), DType::i32, peer);
+  } else {
+    comm.recv_async(got_first.data(), got_first.size(), DType::i32, peer);
+    comm.send_async(first.data(), first.size(), DType::i32, peer);
+    comm.recv_async(got_second.data(), got_second.size(), DType::i32, peer);
+    comm.send_async(second.data(), second.size(), DType::i32, peer);
+  }
+  comm.group_end().wait();
+  return {got_first[3], got_second[3]};
 }
 
 }  // namespace braid::lean_path
